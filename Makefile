@@ -1,0 +1,51 @@
+# OPKE's front door. `make help` lists the targets.
+GO       ?= go
+BIN      := bin/opke
+FUZZTIME ?= 30s
+BENCH    ?= .
+BENCHTIME ?= 1s
+
+.DEFAULT_GOAL := help
+.PHONY: build test run lint fuzz bench verify help
+
+## build: build the opke binary into bin/opke
+build:
+	$(GO) build -o $(BIN) ./cmd/opke
+
+## test: run every test with the race detector, in random order
+test:
+	$(GO) test -race -shuffle=on -timeout 15m ./...
+
+## run: validate the example fleet (the daemon arrives with `opke serve`)
+run: build
+	./$(BIN) validate .
+
+## lint: go vet and staticcheck (pinned in go.mod's tool directive)
+lint:
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (default 30s)
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$target"; \
+	    $(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+## bench: run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print their figures
+bench:
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+## verify: regenerate, tidy and format, then fail if that changed the tree
+verify:
+	$(GO) generate ./...
+	$(GO) mod tidy
+	gofmt -w $$(git ls-files '*.go')
+	@git diff --exit-code || { echo "verify: the tree changed; commit the result"; exit 1; }
+	@test -z "$$(git status --porcelain)" || { git status --porcelain; echo "verify: untracked files"; exit 1; }
+
+## help: list the targets
+help:
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## //' | awk -F': ' '{printf "  %-7s %s\n", $$1, $$2}'

@@ -1,0 +1,67 @@
+// Package gittest builds real git repositories for tests.
+package gittest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// Init creates an empty repository at dir.
+func Init(t testing.TB, dir string) *git.Repository {
+	t.Helper()
+	repo, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatalf("git init %s: %v", dir, err)
+	}
+	return repo
+}
+
+// Commit writes files (a nil body removes the file) into the worktree of
+// repo and commits them, returning the commit's hash.
+func Commit(t testing.TB, repo *git.Repository, msg string, files map[string]*string) plumbing.Hash {
+	t.Helper()
+	wt, err := repo.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := wt.Filesystem.Root()
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		if body == nil {
+			if _, err := wt.Remove(name); err != nil {
+				t.Fatalf("git rm %s: %v", name, err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(*body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wt.Add(name); err != nil {
+			t.Fatalf("git add %s: %v", name, err)
+		}
+	}
+	sig := &object.Signature{Name: "test", Email: "test@example.com", When: time.Unix(1_700_000_000, 0)}
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: sig, AllowEmptyCommits: true})
+	if err != nil {
+		t.Fatalf("git commit: %v", err)
+	}
+	return h
+}
+
+// Files turns a map of contents into Commit's argument.
+func Files(m map[string]string) map[string]*string {
+	out := make(map[string]*string, len(m))
+	for k, v := range m {
+		out[k] = &v
+	}
+	return out
+}

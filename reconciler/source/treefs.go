@@ -1,0 +1,240 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// ErrNoRepository is returned when a folder is not inside a git repository.
+var ErrNoRepository = errors.New("not inside a git repository")
+
+// ErrUnknownRevision is returned for a revision that names no commit.
+var ErrUnknownRevision = errors.New("unknown revision")
+
+// OpenRevision returns the tree of revision rev as an fs.FS rooted at dir,
+// a folder of a git worktree (dir may be a subfolder of the repository).
+// A dir that did not exist at rev yields an empty filesystem.
+func OpenRevision(ctx context.Context, dir, rev string) (fs.FS, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open revision %q: %w", rev, err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open revision %q: %w", rev, err)
+	}
+	repo, err := git.PlainOpenWithOptions(abs, &git.PlainOpenOptions{DetectDotGit: true})
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		return nil, fmt.Errorf("%s: %w", dir, ErrNoRepository)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open repository at %s: %w", dir, err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return nil, fmt.Errorf("open worktree at %s: %w", dir, err)
+	}
+	rel, err := filepath.Rel(wt.Filesystem.Root(), abs)
+	if err != nil {
+		return nil, fmt.Errorf("locate %s in its repository: %w", dir, err)
+	}
+	hash, err := repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %w", ErrUnknownRevision, rev, err)
+	}
+	commit, err := repo.CommitObject(*hash)
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", hash, err)
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("read tree of %s: %w", hash, err)
+	}
+	if rel = filepath.ToSlash(rel); rel != "." {
+		tree, err = tree.Tree(rel)
+		if errors.Is(err, object.ErrDirectoryNotFound) {
+			return NewTreeFS(&object.Tree{}), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s at %s: %w", rel, hash, err)
+		}
+	}
+	return NewTreeFS(tree), nil
+}
+
+// TreeFS is a read-only fs.FS over a git tree.
+type TreeFS struct{ root *object.Tree }
+
+// NewTreeFS returns the tree as a filesystem.
+func NewTreeFS(t *object.Tree) *TreeFS { return &TreeFS{root: t} }
+
+var (
+	_ fs.ReadDirFS = (*TreeFS)(nil)
+	_ fs.StatFS    = (*TreeFS)(nil)
+)
+
+// Open implements fs.FS.
+func (t *TreeFS) Open(name string) (fs.File, error) {
+	info, entry, err := t.lookup("open", name)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		entries, err := t.ReadDir(name)
+		if err != nil {
+			return nil, err
+		}
+		return &treeDir{info: info, entries: entries}, nil
+	}
+	file, err := t.root.TreeEntryFile(entry)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	r, err := file.Reader()
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return &treeFile{info: info, r: r}, nil
+}
+
+// Stat implements fs.StatFS.
+func (t *TreeFS) Stat(name string) (fs.FileInfo, error) {
+	info, _, err := t.lookup("stat", name)
+	return info, err
+}
+
+// ReadDir implements fs.ReadDirFS.
+func (t *TreeFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	info, _, err := t.lookup("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
+	}
+	tree := t.root
+	if name != "." {
+		if tree, err = t.root.Tree(name); err != nil {
+			return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+		}
+	}
+	entries := make([]fs.DirEntry, 0, len(tree.Entries))
+	for _, e := range tree.Entries {
+		fi, err := t.entryInfo(tree, e)
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+		}
+		entries = append(entries, fs.FileInfoToDirEntry(fi))
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries, nil
+}
+
+func (t *TreeFS) lookup(op, name string) (fs.FileInfo, *object.TreeEntry, error) {
+	if !fs.ValidPath(name) {
+		return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if name == "." {
+		return fileInfo{name: ".", mode: fs.ModeDir | 0o555}, nil, nil
+	}
+	entry, err := t.root.FindEntry(name)
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
+		return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	parent := t.root
+	if dir := path.Dir(name); dir != "." {
+		if parent, err = t.root.Tree(dir); err != nil {
+			return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+	}
+	info, err := t.entryInfo(parent, *entry)
+	if err != nil {
+		return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
+	}
+	return info, entry, nil
+}
+
+func (t *TreeFS) entryInfo(parent *object.Tree, e object.TreeEntry) (fileInfo, error) {
+	switch e.Mode {
+	case filemode.Dir:
+		return fileInfo{name: e.Name, mode: fs.ModeDir | 0o555}, nil
+	case filemode.Submodule:
+		return fileInfo{name: e.Name, mode: fs.ModeIrregular}, nil
+	}
+	f, err := parent.TreeEntryFile(&e)
+	if err != nil {
+		return fileInfo{}, fmt.Errorf("read entry %s: %w", e.Name, err)
+	}
+	mode := fs.FileMode(0o444)
+	if e.Mode == filemode.Executable {
+		mode = 0o555
+	}
+	if e.Mode == filemode.Symlink {
+		mode |= fs.ModeSymlink
+	}
+	return fileInfo{name: e.Name, size: f.Size, mode: mode}, nil
+}
+
+type fileInfo struct {
+	name string
+	size int64
+	mode fs.FileMode
+}
+
+func (fi fileInfo) Name() string       { return fi.name }
+func (fi fileInfo) Size() int64        { return fi.size }
+func (fi fileInfo) Mode() fs.FileMode  { return fi.mode }
+func (fi fileInfo) ModTime() time.Time { return time.Time{} }
+func (fi fileInfo) IsDir() bool        { return fi.mode.IsDir() }
+func (fi fileInfo) Sys() any           { return nil }
+
+type treeFile struct {
+	info fs.FileInfo
+	r    io.ReadCloser
+}
+
+func (f *treeFile) Stat() (fs.FileInfo, error) { return f.info, nil }
+func (f *treeFile) Read(b []byte) (int, error) { return f.r.Read(b) }
+func (f *treeFile) Close() error               { return f.r.Close() }
+
+type treeDir struct {
+	info    fs.FileInfo
+	entries []fs.DirEntry
+	offset  int
+}
+
+func (d *treeDir) Stat() (fs.FileInfo, error) { return d.info, nil }
+func (d *treeDir) Read([]byte) (int, error) {
+	return 0, &fs.PathError{Op: "read", Path: d.info.Name(), Err: errors.New("is a directory")}
+}
+func (d *treeDir) Close() error { return nil }
+
+// ReadDir implements fs.ReadDirFile.
+func (d *treeDir) ReadDir(n int) ([]fs.DirEntry, error) {
+	rest := d.entries[d.offset:]
+	if n <= 0 {
+		d.offset = len(d.entries)
+		return rest, nil
+	}
+	if len(rest) == 0 {
+		return nil, io.EOF
+	}
+	n = min(n, len(rest))
+	d.offset += n
+	return rest[:n], nil
+}

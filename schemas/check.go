@@ -1,0 +1,184 @@
+package schemas
+
+import (
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Bounds of durations the schema cannot express.
+const (
+	MinBackupInterval = 5 * time.Minute
+	MaxDrainTimeout   = 24 * time.Hour
+	// podSubnetBits is the prefix of the pod range each node gets.
+	podSubnetBits = 24
+)
+
+// reservedPoolNames would make worker names clash with other roles' names.
+var reservedPoolNames = map[string]bool{RoleController: true, RoleGateway: true}
+
+var (
+	labelNameRE  = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// check applies the rules of a single spec that the schema cannot express.
+// It is pure and reports every problem it finds.
+func (c *Cluster) check() []Problem {
+	var out []Problem
+	add := func(p Path, format string, args ...any) {
+		out = append(out, Problem{Path: p, Message: fmt.Sprintf(format, args...)})
+	}
+	spec := Path{"spec"}
+	s := &c.Spec
+
+	if v, err := ParseVersion(s.Kubernetes.Version); err == nil && !v.Supported() {
+		add(spec.Field("kubernetes").Field("version"), "minor %s is not supported; supported minors: %s", v.MinorString(), supportedList())
+	}
+
+	c.checkNetwork(add)
+
+	uniqueStrings(spec.Field("controllers").Field("availabilityZones"), s.Controllers.AvailabilityZones, add)
+	pools := map[string]int{}
+	for i, p := range s.WorkerPools {
+		pp := spec.Field("workerPools").Index(i)
+		if first, dup := pools[p.Name]; dup {
+			add(pp.Field("name"), "pool name %q is also the name of spec.workerPools[%d]", p.Name, first)
+		} else {
+			pools[p.Name] = i
+		}
+		if reservedPoolNames[p.Name] {
+			add(pp.Field("name"), "%q is reserved for the %s servers", p.Name, p.Name)
+		}
+		if n := len(ServerName(c.Metadata.Name, p.Name, max(p.Count, 1))); n > MaxHostnameLen && c.Metadata.Name != "" && p.Name != "" {
+			add(pp.Field("name"), "server names %s would be %d characters, over the %d of a host name",
+				ServerName(c.Metadata.Name, p.Name, p.Count), n, MaxHostnameLen)
+		}
+		for _, k := range sortedKeys(p.Labels) {
+			checkLabel(pp.Field("labels").Field(k), k, p.Labels[k], add)
+		}
+		uniqueStrings(pp.Field("availabilityZones"), p.AvailabilityZones, add)
+	}
+
+	addons := map[string]int{}
+	for i, a := range s.Addons {
+		if first, dup := addons[a.Name]; dup {
+			add(spec.Field("addons").Index(i).Field("name"), "addon %q is listed already at spec.addons[%d]", a.Name, first)
+		} else {
+			addons[a.Name] = i
+		}
+	}
+
+	for i, line := range s.SSHAuthorizedKeys {
+		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err != nil {
+			add(spec.Field("sshAuthorizedKeys").Index(i), "not an SSH public key in authorized_keys form (type, base64 key, comment)")
+		}
+	}
+	uniqueStrings(spec.Field("sshAuthorizedKeys"), s.SSHAuthorizedKeys, add)
+
+	if d := s.Upgrade.DrainTimeout.Duration; d <= 0 || d > MaxDrainTimeout {
+		add(spec.Field("upgrade").Field("drainTimeout"), "must be more than 0 and at most %s", formatDuration(MaxDrainTimeout))
+	}
+	if b := s.Backup; b != nil && b.Interval.Duration < MinBackupInterval {
+		add(spec.Field("backup").Field("interval"), "must be at least %s", formatDuration(MinBackupInterval))
+	}
+	return out
+}
+
+func (c *Cluster) checkNetwork(add func(Path, string, ...any)) {
+	n := &c.Spec.Network
+	np := Path{"spec", "network"}
+	type cidr struct {
+		field  string
+		prefix netip.Prefix
+	}
+	var parsed []cidr
+	for _, f := range []struct{ field, value string }{
+		{"hostCIDR", n.HostCIDR}, {"podCIDR", n.PodCIDR}, {"serviceCIDR", n.ServiceCIDR},
+	} {
+		p, err := netip.ParsePrefix(f.value)
+		switch {
+		case err != nil || !p.Addr().Is4():
+			add(np.Field(f.field), "%q is not an IPv4 CIDR such as 192.168.10.0/24", f.value)
+			continue
+		case p.Masked() != p:
+			add(np.Field(f.field), "%s is not a network address; did you mean %s?", p, p.Masked())
+			continue
+		}
+		for _, other := range parsed {
+			if other.prefix.Overlaps(p) {
+				add(np.Field(f.field), "%s overlaps spec.network.%s %s", p, other.field, other.prefix)
+			}
+		}
+		parsed = append(parsed, cidr{f.field, p})
+	}
+	for _, cp := range parsed {
+		switch cp.field {
+		case "hostCIDR":
+			room, need := DHCPRoom(cp.prefix), c.Spec.DHCPRoomNeeded()
+			if room < need {
+				add(np.Field("hostCIDR"), "%s leaves %d addresses for DHCP, the spec needs %d (%d workers, one surge per pool, %d ports); use a /%d or larger",
+					cp.prefix, room, need, c.Spec.WorkerCount(), PortsReserve, prefixFor(need+DHCPStartOffset+1))
+			}
+		case "podCIDR":
+			nodes := c.Spec.Controllers.Count + c.Spec.WorkerCount() + len(c.Spec.WorkerPools)
+			if b := cp.prefix.Bits(); b > podSubnetBits || 1<<(podSubnetBits-b) < nodes {
+				add(np.Field("podCIDR"), "%s has room for %d nodes at a /%d each, the spec can run %d; use a /%d or larger",
+					cp.prefix, podRoom(b), podSubnetBits, nodes, podSubnetBits-(bits.Len(uint(nodes-1))))
+			}
+		case "serviceCIDR":
+			if b := cp.prefix.Bits(); b < 12 || b > 24 {
+				add(np.Field("serviceCIDR"), "must be between a /12 and a /24 (the API server's limits), not a /%d", b)
+			}
+		}
+	}
+	for i, ns := range n.DNSNameservers {
+		if a, err := netip.ParseAddr(ns); err != nil || !a.Is4() {
+			add(np.Field("dnsNameservers").Index(i), "%q is not an IPv4 address", ns)
+		}
+	}
+	uniqueStrings(np.Field("dnsNameservers"), n.DNSNameservers, add)
+}
+
+func podRoom(prefixBits int) int {
+	if prefixBits > podSubnetBits {
+		return 0
+	}
+	return 1 << (podSubnetBits - prefixBits)
+}
+
+// prefixFor is the longest IPv4 prefix holding n addresses.
+func prefixFor(n int) int { return 32 - bits.Len(uint(n-1)) }
+
+// checkLabel applies Kubernetes' rules for label keys and values.
+func checkLabel(p Path, key, value string, add func(Path, string, ...any)) {
+	prefix, name, hasPrefix := strings.Cut(key, "/")
+	if !hasPrefix {
+		prefix, name = "", key
+	}
+	switch {
+	case hasPrefix && (len(prefix) > 253 || !dnsSubdomain.MatchString(prefix)):
+		add(p, "label key prefix %q must be a DNS subdomain", prefix)
+	case len(name) > 63 || !labelNameRE.MatchString(name):
+		add(p, "label name %q must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit", name)
+	}
+	if value != "" && (len(value) > 63 || !labelNameRE.MatchString(value)) {
+		add(p, "label value %q must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit", value)
+	}
+}
+
+func uniqueStrings(p Path, values []string, add func(Path, string, ...any)) {
+	seen := map[string]int{}
+	for i, v := range values {
+		if first, dup := seen[v]; dup {
+			add(p.Index(i), "repeats item %d", first)
+			continue
+		}
+		seen[v] = i
+	}
+}

@@ -1,0 +1,123 @@
+package schemas
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func specNamed(name string) string { return strings.Replace(baseSpec, "name: prod", "name: "+name, 1) }
+
+func TestLoadFleet(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		files   fstest.MapFS
+		want    []string
+		wantNum int // valid clusters
+	}{
+		{"valid fleet", fstest.MapFS{
+			"clusters/a/cluster.yaml": {Data: []byte(specNamed("a"))},
+			"clusters/b/cluster.yaml": {Data: []byte(specNamed("b"))},
+			"clusters/README.md":      {Data: []byte("# the fleet\n")},
+		}, nil, 2},
+		{"empty fleet", fstest.MapFS{"clusters": {Mode: os.ModeDir}}, nil, 0},
+		{"name differs from folder", fstest.MapFS{
+			"clusters/a/cluster.yaml": {Data: []byte(specNamed("b"))},
+		}, []string{`clusters/a/cluster.yaml:4: metadata.name: "b" must equal its folder's name "a"`}, 0},
+		{"duplicate cluster names", fstest.MapFS{
+			"clusters/a/cluster.yaml": {Data: []byte(specNamed("b"))},
+			"clusters/b/cluster.yaml": {Data: []byte(specNamed("b"))},
+		}, []string{
+			`clusters/a/cluster.yaml:4: metadata.name: "b" must equal its folder's name "a"`,
+			`clusters/b/cluster.yaml:4: metadata.name: cluster name "b" is also the name in clusters/a/cluster.yaml`,
+		}, 0},
+		{"folder without a spec", fstest.MapFS{
+			"clusters/a/cluster.yml": {Data: []byte(specNamed("a"))},
+		}, []string{"clusters/a: cluster folder has no cluster.yaml"}, 0},
+		{"empty folder left by a removal", fstest.MapFS{
+			"clusters/a": {Mode: os.ModeDir},
+		}, nil, 0},
+		{"one bad file among good ones", fstest.MapFS{
+			"clusters/a/cluster.yaml": {Data: []byte(specNamed("a"))},
+			"clusters/b/cluster.yaml": {Data: []byte(strings.Replace(specNamed("b"), "count: 3\n      flavor", "count: 900\n      flavor", 1))},
+		}, []string{"clusters/b/cluster.yaml:18: spec.workerPools[0].count: must be <= 500"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fl, err := LoadFleet(tt.files, ".")
+			if err != nil {
+				t.Fatalf("LoadFleet: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, findingStrings(fl.Findings)); diff != "" {
+				t.Errorf("findings (-want +got):\n%s", diff)
+			}
+			if got := len(fl.Clusters()); got != tt.wantNum {
+				t.Errorf("valid clusters: got %d, want %d", got, tt.wantNum)
+			}
+		})
+	}
+}
+
+func TestLoadFleetNotAFleet(t *testing.T) {
+	t.Parallel()
+	_, err := LoadFleet(fstest.MapFS{"README.md": {Data: []byte("hi")}}, ".")
+	if !errors.Is(err, ErrNotFleet) {
+		t.Fatalf("got %v, want ErrNotFleet", err)
+	}
+}
+
+func TestLoadFleetPrefix(t *testing.T) {
+	t.Parallel()
+	fl, err := LoadFleet(fstest.MapFS{"clusters/a/cluster.yaml": {Data: []byte(specNamed("b"))}}, "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fl.Findings) != 1 || fl.Findings[0].File != "fleet/clusters/a/cluster.yaml" {
+		t.Fatalf("findings name files under the prefix: got %v", fl.Findings)
+	}
+}
+
+// TestExampleFleet keeps the repository's own clusters/ valid: the repo
+// root is a fleet root.
+func TestExampleFleet(t *testing.T) {
+	t.Parallel()
+	fl, err := LoadFleet(os.DirFS(".."), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fl.Findings) > 0 {
+		t.Fatalf("example fleet has findings:\n%s", strings.Join(findingStrings(fl.Findings), "\n"))
+	}
+	if got := len(fl.Clusters()); got < 2 {
+		t.Fatalf("example fleet has %d clusters, want the demo and the HA one", got)
+	}
+}
+
+func BenchmarkLoadFleet1000(b *testing.B) {
+	fsys := fstest.MapFS{}
+	for i := range 1000 {
+		name := fmt.Sprintf("c%04d", i)
+		fsys["clusters/"+name+"/cluster.yaml"] = &fstest.MapFile{Data: []byte(specNamed(name))}
+	}
+	for b.Loop() {
+		fl, err := LoadFleet(fsys, ".")
+		if err != nil || len(fl.Findings) > 0 {
+			b.Fatal(err, fl.Findings)
+		}
+	}
+}
+
+func fstestFS(specs map[string]string) fstest.MapFS {
+	fsys := fstest.MapFS{"clusters": {Mode: os.ModeDir}}
+	for name, spec := range specs {
+		fsys["clusters/"+name+"/cluster.yaml"] = &fstest.MapFile{Data: []byte(spec)}
+	}
+	return fsys
+}

@@ -1,0 +1,110 @@
+package schemas
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Roles of the servers OPKE creates; a worker's role is its pool's name.
+const (
+	RoleController = "controller"
+	RoleGateway    = "gateway"
+)
+
+// Tags OPKE puts on every OpenStack resource it creates. The owner tag holds
+// the installation id, so two installations never touch each other's resources.
+const (
+	TagCluster = "opke-cluster"
+	TagOwner   = "opke-owner"
+)
+
+// Offsets into hostCIDR of the addresses OPKE chooses. The first
+// DHCPStartOffset addresses are reserved; the subnet's DHCP pool, from which
+// workers, Neutron's DHCP ports and the load balancer's ports are served,
+// runs from there to the last address before broadcast.
+const (
+	RouterOffset     = 1
+	APIVIPOffset     = 5
+	GatewayOffset    = 6
+	ControllerOffset = 10
+	DHCPStartOffset  = 16
+	// PortsReserve is room in the DHCP pool for ports that are not servers.
+	PortsReserve = 4
+	// MaxHostnameLen is the limit of a host name label (RFC 1123).
+	MaxHostnameLen = 63
+)
+
+// ServerName is the name of the index-th server of a role: <cluster>-<role>-<index>.
+func ServerName(cluster, role string, index int) string {
+	return fmt.Sprintf("%s-%s-%d", cluster, role, index)
+}
+
+// HostPrefix parses network.hostCIDR.
+func (c *Cluster) HostPrefix() (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(c.Spec.Network.HostCIDR)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("hostCIDR: %w", err)
+	}
+	return p, nil
+}
+
+// APIVIP is the Kubernetes API's virtual IP: the 5th address of hostCIDR.
+func (c *Cluster) APIVIP() (netip.Addr, error) { return c.hostAddr(APIVIPOffset) }
+
+// GatewayIP is the fixed IP of the cluster's gateway: the 6th address.
+func (c *Cluster) GatewayIP() (netip.Addr, error) { return c.hostAddr(GatewayOffset) }
+
+// ControllerIP is the fixed IP of controller i: the (10+i)th address.
+func (c *Cluster) ControllerIP(i int) (netip.Addr, error) {
+	return c.hostAddr(ControllerOffset + i)
+}
+
+func (c *Cluster) hostAddr(offset int) (netip.Addr, error) {
+	p, err := c.HostPrefix()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	a, ok := nthAddr(p, offset)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("hostCIDR %s has no address at offset %d", p, offset)
+	}
+	return a, nil
+}
+
+// WorkerCount is the number of workers over all pools.
+func (s *Spec) WorkerCount() int {
+	n := 0
+	for _, p := range s.WorkerPools {
+		n += p.Count
+	}
+	return n
+}
+
+// DHCPRoomNeeded is how many DHCP pool addresses the spec can use at once:
+// every worker, one surge server per pool for rolling replacements, and
+// PortsReserve ports that are not servers.
+func (s *Spec) DHCPRoomNeeded() int {
+	return s.WorkerCount() + len(s.WorkerPools) + PortsReserve
+}
+
+// DHCPRoom is the number of addresses in the DHCP pool of an IPv4 prefix.
+func DHCPRoom(p netip.Prefix) int {
+	hostBits := 32 - p.Bits()
+	if hostBits >= 31 {
+		return 1 << 30 // more than any spec can ask for
+	}
+	room := (1 << hostBits) - DHCPStartOffset - 1 // minus the broadcast address
+	return max(room, 0)
+}
+
+// nthAddr returns the n-th address of prefix p, and false if p has none.
+func nthAddr(p netip.Prefix, n int) (netip.Addr, bool) {
+	a := p.Masked().Addr()
+	for range n {
+		a = a.Next()
+		if !a.IsValid() {
+			return netip.Addr{}, false
+		}
+	}
+	return a, p.Contains(a)
+}

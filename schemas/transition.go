@@ -1,0 +1,187 @@
+package schemas
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+)
+
+// Effect is what changing a field of a live cluster does. The plan follows
+// the same table; validation refuses the changes marked as refused.
+type Effect string
+
+// The effects, one per row of the field-change table in the README.
+const (
+	// EffectUpgrade rolls a Kubernetes upgrade: files and restarts only.
+	EffectUpgrade Effect = "rolling-upgrade"
+	// EffectScale adds or removes workers, highest index first.
+	EffectScale Effect = "scale"
+	// EffectReplace replaces servers one by one (surge 1).
+	EffectReplace Effect = "rolling-replace"
+	// EffectHostFiles pushes files over SSH; no server changes.
+	EffectHostFiles Effect = "host-files"
+	// EffectManifests applies manifests to the cluster.
+	EffectManifests Effect = "manifests"
+	// EffectConfig changes only how OPKE acts on the cluster.
+	EffectConfig Effect = "config"
+	// EffectNewServersOnly applies to servers created from now on.
+	EffectNewServersOnly Effect = "new-servers-only"
+	// EffectSubnetUpdate updates the hosts' subnet in place.
+	EffectSubnetUpdate Effect = "subnet-update"
+	// EffectImmutable is refused: the field cannot change on a live cluster.
+	EffectImmutable Effect = "refused-immutable"
+	// EffectUnsupported is refused: OPKE cannot make the change yet.
+	EffectUnsupported Effect = "refused-unsupported"
+)
+
+// Refused reports whether a change with this effect is refused.
+func (e Effect) Refused() bool { return e == EffectImmutable || e == EffectUnsupported }
+
+// FieldChange is one field that differs between two specs of a cluster.
+type FieldChange struct {
+	Path   Path
+	Effect Effect
+	// Note explains the effect to people.
+	Note string
+}
+
+// Compare lists what differs from old to new and what each difference does.
+// Both must be defaulted specs of the same cluster.
+func Compare(old, new *Cluster) []FieldChange {
+	var out []FieldChange
+	o, n := &old.Spec, &new.Spec
+	spec := Path{"spec"}
+	diff := func(p Path, a, b any, e Effect, note string) {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, FieldChange{Path: p, Effect: e, Note: note})
+		}
+	}
+	net := spec.Field("network")
+	diff(spec.Field("cloud"), o.Cloud, n.Cloud, EffectImmutable, "a cluster cannot move to another cloud")
+	diff(spec.Field("region"), o.Region, n.Region, EffectImmutable, "a cluster cannot move to another region")
+	for _, f := range []struct {
+		name string
+		a, b string
+	}{
+		{"hostCIDR", o.Network.HostCIDR, n.Network.HostCIDR},
+		{"podCIDR", o.Network.PodCIDR, n.Network.PodCIDR},
+		{"serviceCIDR", o.Network.ServiceCIDR, n.Network.ServiceCIDR},
+		{"externalNetwork", o.Network.ExternalNetwork, n.Network.ExternalNetwork},
+		{"cni", o.Network.CNI, n.Network.CNI},
+	} {
+		diff(net.Field(f.name), f.a, f.b, EffectImmutable, "the network of a live cluster is fixed; create a new cluster instead")
+	}
+	diff(spec.Field("kubernetes").Field("version"), o.Kubernetes.Version, n.Kubernetes.Version, EffectUpgrade,
+		"new versioned files are pushed and units restarted, controllers first; no server is recreated")
+	ctl := spec.Field("controllers")
+	diff(ctl.Field("count"), o.Controllers.Count, n.Controllers.Count, EffectUnsupported,
+		"changing the number of controllers (etcd members) is not supported yet")
+	diff(ctl.Field("flavor"), o.Controllers.Flavor, n.Controllers.Flavor, EffectUnsupported,
+		"replacing controllers (etcd members) is not supported yet")
+	diff(ctl.Field("availabilityZones"), o.Controllers.AvailabilityZones, n.Controllers.AvailabilityZones, EffectNewServersOnly,
+		"existing controllers stay where they are")
+	diff(spec.Field("image"), o.Image, n.Image, EffectReplace,
+		"every worker pool is replaced one server at a time; controllers and the gateway keep their servers")
+	diff(spec.Field("sshKeyName"), o.SSHKeyName, n.SSHKeyName, EffectNewServersOnly,
+		"Nova puts the keypair on servers created from now on")
+	diff(spec.Field("sshAuthorizedKeys"), o.SSHAuthorizedKeys, n.SSHAuthorizedKeys, EffectHostFiles,
+		"authorized keys are pushed to every host over SSH")
+	diff(net.Field("dnsNameservers"), o.Network.DNSNameservers, n.Network.DNSNameservers, EffectSubnetUpdate,
+		"the subnet is updated in place; hosts pick the resolvers up on DHCP renewal")
+	diff(spec.Field("gateway").Field("flavor"), o.Gateway.Flavor, n.Gateway.Flavor, EffectReplace,
+		"the gateway holds no state and is replaced")
+	diff(spec.Field("addons"), o.Addons, n.Addons, EffectManifests, "addon manifests are applied or removed")
+	diff(spec.Field("upgrade"), o.Upgrade, n.Upgrade, EffectConfig, "used by the next rollout")
+	diff(spec.Field("backup"), o.Backup, n.Backup, EffectConfig, "the backup schedule changes")
+	diff(spec.Field("paused"), o.Paused, n.Paused, EffectConfig, "pausing stops every change, drift correction included")
+	diff(spec.Field("driftCorrection"), o.DriftCorrectionEnabled(), n.DriftCorrectionEnabled(), EffectConfig, "drift is corrected, or only reported")
+	diff(spec.Field("deletionPolicy"), o.DeletionPolicy, n.DeletionPolicy, EffectConfig, "takes effect once applied")
+	out = append(out, comparePools(o.WorkerPools, n.WorkerPools)...)
+	return out
+}
+
+func comparePools(old, new []WorkerPool) []FieldChange {
+	var out []FieldChange
+	pools := Path{"spec", "workerPools"}
+	for i, np := range new {
+		p := pools.Index(i)
+		j := slices.IndexFunc(old, func(op WorkerPool) bool { return op.Name == np.Name })
+		if j < 0 {
+			if np.Count > 0 {
+				out = append(out, FieldChange{Path: p, Effect: EffectScale, Note: fmt.Sprintf("new pool %q: %d workers are created", np.Name, np.Count)})
+			}
+			continue
+		}
+		op := old[j]
+		if op.Count != np.Count {
+			note := fmt.Sprintf("%d workers are created", np.Count-op.Count)
+			if np.Count < op.Count {
+				note = fmt.Sprintf("%d workers are drained and deleted, highest index first", op.Count-np.Count)
+			}
+			out = append(out, FieldChange{Path: p.Field("count"), Effect: EffectScale, Note: note})
+		}
+		if op.Flavor != np.Flavor {
+			out = append(out, FieldChange{Path: p.Field("flavor"), Effect: EffectReplace, Note: "the pool's workers are replaced one at a time"})
+		}
+		if !reflect.DeepEqual(op.Labels, np.Labels) {
+			out = append(out, FieldChange{Path: p.Field("labels"), Effect: EffectHostFiles, Note: "node labels are updated"})
+		}
+		if !slices.Equal(op.AvailabilityZones, np.AvailabilityZones) {
+			out = append(out, FieldChange{Path: p.Field("availabilityZones"), Effect: EffectNewServersOnly, Note: "existing workers stay where they are"})
+		}
+	}
+	for _, op := range old {
+		if !slices.ContainsFunc(new, func(np WorkerPool) bool { return np.Name == op.Name }) && op.Count > 0 {
+			out = append(out, FieldChange{Path: pools, Effect: EffectScale,
+				Note: fmt.Sprintf("pool %q is removed: its %d workers are drained and deleted", op.Name, op.Count)})
+		}
+	}
+	return out
+}
+
+// TransitionFacts is what OPKE observed of a cluster that the rules need.
+type TransitionFacts struct {
+	// NewestControllerVersion is the newest version any controller runs.
+	NewestControllerVersion Version
+}
+
+// CheckTransition applies the transition rules to a change from old (the
+// last applied spec) to new. facts may be nil, as for `opke validate
+// --base`: then old is taken as fully applied.
+func CheckTransition(old, new *Cluster, facts *TransitionFacts) []Problem {
+	var out []Problem
+	for _, c := range Compare(old, new) {
+		switch c.Effect {
+		case EffectImmutable:
+			out = append(out, Problem{Path: c.Path, Message: "immutable: " + c.Note})
+		case EffectUnsupported:
+			out = append(out, Problem{Path: c.Path, Message: "refused: " + c.Note})
+		}
+	}
+	if p := checkVersionStep(old.Spec.Kubernetes.Version, new.Spec.Kubernetes.Version, facts); p != "" {
+		out = append(out, Problem{Path: Path{"spec", "kubernetes", "version"}, Message: p})
+	}
+	return out
+}
+
+func checkVersionStep(oldS, newS string, facts *TransitionFacts) string {
+	from, err1 := ParseVersion(oldS)
+	to, err2 := ParseVersion(newS)
+	if err1 != nil || err2 != nil || from == to {
+		return ""
+	}
+	running := from
+	if facts != nil {
+		running = facts.NewestControllerVersion
+	}
+	switch {
+	case from.Major != to.Major:
+		return fmt.Sprintf("%s -> %s changes the major version, which is not supported", from, to)
+	case minorsBetween(from, to) > 1:
+		return fmt.Sprintf("%s -> %s skips a minor; upgrade one minor at a time (next: v%d.%d)", from, to, from.Major, from.Minor+1)
+	case to.Minor < running.Minor:
+		return fmt.Sprintf("%s -> %s is a minor downgrade and a controller runs v%s; restore the etcd snapshot taken before the upgrade instead",
+			from, to, running.MinorString())
+	}
+	return ""
+}

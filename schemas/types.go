@@ -1,0 +1,187 @@
+package schemas
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// APIVersion and Kind identify a cluster spec document.
+const (
+	APIVersion = "opke.dev/v1alpha1"
+	Kind       = "Cluster"
+)
+
+// Cluster is one cluster spec, the content of clusters/<name>/cluster.yaml.
+//
+// Field tags follow one rule that the schema agreement test enforces: a field
+// without omitempty is required by cluster.schema.json, a field with it is
+// optional (and usually defaulted by [Cluster.Default]).
+type Cluster struct {
+	APIVersion string   `json:"apiVersion" yaml:"apiVersion"`
+	Kind       string   `json:"kind" yaml:"kind"`
+	Metadata   Metadata `json:"metadata" yaml:"metadata"`
+	Spec       Spec     `json:"spec" yaml:"spec"`
+}
+
+// Metadata names a cluster. The name is also its folder's name and the
+// prefix of every OpenStack resource OPKE creates for it.
+type Metadata struct {
+	Name string `json:"name" yaml:"name"`
+}
+
+// Spec is the desired state of a cluster.
+type Spec struct {
+	// Cloud is the entry of clouds.yaml the cluster lives in.
+	Cloud string `json:"cloud" yaml:"cloud"`
+	// Region overrides the region of the clouds.yaml entry.
+	Region string `json:"region,omitempty" yaml:"region,omitempty"`
+	// Image is the Glance image every server boots (Flatcar or Fedora CoreOS).
+	Image string `json:"image" yaml:"image"`
+	// SSHKeyName is an optional Nova keypair put on every new server for operators.
+	SSHKeyName string `json:"sshKeyName,omitempty" yaml:"sshKeyName,omitempty"`
+	// SSHAuthorizedKeys are pushed over SSH to the core user of every host.
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty" yaml:"sshAuthorizedKeys,omitempty"`
+
+	Kubernetes  Kubernetes   `json:"kubernetes" yaml:"kubernetes"`
+	Network     Network      `json:"network" yaml:"network"`
+	Controllers Controllers  `json:"controllers" yaml:"controllers"`
+	WorkerPools []WorkerPool `json:"workerPools,omitempty" yaml:"workerPools,omitempty"`
+	Gateway     Gateway      `json:"gateway" yaml:"gateway"`
+	Addons      []Addon      `json:"addons,omitempty" yaml:"addons,omitempty"`
+	Upgrade     Upgrade      `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
+	// Backup enables scheduled etcd snapshots to Swift; nil means no backups.
+	Backup *Backup `json:"backup,omitempty" yaml:"backup,omitempty"`
+
+	// Paused stops every change to the cluster, drift correction included.
+	Paused bool `json:"paused,omitempty" yaml:"paused,omitempty"`
+	// DriftCorrection corrects drift without a new commit; default true.
+	DriftCorrection *bool `json:"driftCorrection,omitempty" yaml:"driftCorrection,omitempty"`
+	// DeletionPolicy says what removing the cluster's file does.
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty" yaml:"deletionPolicy,omitempty"`
+}
+
+// Kubernetes selects the Kubernetes release the cluster runs.
+type Kubernetes struct {
+	// Version is vMAJOR.MINOR.PATCH with a minor from [SupportedMinors].
+	Version string `json:"version" yaml:"version"`
+}
+
+// Network holds the cluster's address plan. Every CIDR is immutable.
+type Network struct {
+	HostCIDR        string   `json:"hostCIDR" yaml:"hostCIDR"`
+	PodCIDR         string   `json:"podCIDR,omitempty" yaml:"podCIDR,omitempty"`
+	ServiceCIDR     string   `json:"serviceCIDR,omitempty" yaml:"serviceCIDR,omitempty"`
+	ExternalNetwork string   `json:"externalNetwork" yaml:"externalNetwork"`
+	DNSNameservers  []string `json:"dnsNameservers,omitempty" yaml:"dnsNameservers,omitempty"`
+	CNI             string   `json:"cni,omitempty" yaml:"cni,omitempty"`
+}
+
+// Controllers is the control plane: kubeadm's layout with stacked etcd.
+type Controllers struct {
+	Count             int      `json:"count" yaml:"count"`
+	Flavor            string   `json:"flavor" yaml:"flavor"`
+	AvailabilityZones []string `json:"availabilityZones,omitempty" yaml:"availabilityZones,omitempty"`
+}
+
+// WorkerPool is a set of identical workers named <cluster>-<pool>-<index>.
+type WorkerPool struct {
+	Name              string            `json:"name" yaml:"name"`
+	Count             int               `json:"count" yaml:"count"`
+	Flavor            string            `json:"flavor" yaml:"flavor"`
+	Labels            map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	AvailabilityZones []string          `json:"availabilityZones,omitempty" yaml:"availabilityZones,omitempty"`
+}
+
+// Gateway is the cluster's SSH gateway, the only server with a floating IP.
+type Gateway struct {
+	Flavor string `json:"flavor" yaml:"flavor"`
+}
+
+// Addon is a component OPKE installs into the cluster from a known set.
+type Addon struct {
+	Name string `json:"name" yaml:"name"`
+}
+
+// Upgrade tunes rolling upgrades and replacements of workers.
+type Upgrade struct {
+	MaxUnavailable int      `json:"maxUnavailable,omitempty" yaml:"maxUnavailable,omitempty"`
+	DrainTimeout   Duration `json:"drainTimeout,omitempty" yaml:"drainTimeout,omitempty"`
+}
+
+// Backup schedules etcd snapshots into a Swift container.
+type Backup struct {
+	Interval  Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
+	Retain    int      `json:"retain,omitempty" yaml:"retain,omitempty"`
+	Container string   `json:"container,omitempty" yaml:"container,omitempty"`
+}
+
+// DeletionPolicy says whether removing a cluster's file destroys the cluster.
+type DeletionPolicy string
+
+// The deletion policies. Delete acts only once it is in the last applied spec.
+const (
+	DeletionRetain DeletionPolicy = "Retain"
+	DeletionDelete DeletionPolicy = "Delete"
+)
+
+// Duration is a time.Duration written as Go writes durations ("10m", "1h30m").
+type Duration struct{ time.Duration }
+
+// String returns the shortest form of the duration, as the spec writes it.
+func (d Duration) String() string { return formatDuration(d.Duration) }
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	return d.set(s)
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	if err := d.set(s); err != nil {
+		// A TypeError lets the decoder go on with the other fields.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	return nil
+}
+
+// IsZero lets omitempty drop an unset duration.
+func (d Duration) IsZero() bool { return d.Duration == 0 }
+
+func (d *Duration) set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// formatDuration writes 10m rather than time.Duration's 10m0s.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
