@@ -1,0 +1,1244 @@
+package cloudsim
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Nova's microversions: the simulator speaks those of the Zed release.
+const (
+	novaMinMinor = 1
+	novaMaxMinor = 93
+)
+
+type flavor struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	VCPUs    int    `json:"vcpus"`
+	RAM      int    `json:"ram"`
+	Disk     int    `json:"disk"`
+	IsPublic bool   `json:"is_public"`
+}
+
+type image struct {
+	meta
+	Seq             int64  `json:"seq"`
+	ID              string `json:"id"`
+	Name            string `json:"name"`
+	Status          string `json:"status"`
+	Visibility      string `json:"visibility"`
+	DiskFormat      string `json:"disk_format"`
+	ContainerFormat string `json:"container_format"`
+	Size            int64  `json:"size"`
+	MinDisk         int    `json:"min_disk"`
+	Owner           string `json:"owner"`
+}
+
+type keypair struct {
+	meta
+	Name        string `json:"name"`
+	UserID      string `json:"user_id"`
+	PublicKey   string `json:"public_key"`
+	Fingerprint string `json:"fingerprint"`
+	Type        string `json:"type"`
+}
+
+// quotaSet holds the limits of one project by resource name, Nova's,
+// Neutron's and Octavia's alike; -1 is unlimited.
+type quotaSet map[string]int
+
+func defaultQuotas() *quotaSet {
+	return &quotaSet{
+		"instances": 20, "cores": 80, "ram": 163840, "key_pairs": 100, "server_groups": 10, "server_group_members": 10,
+		"network": 20, "subnet": 20, "port": 200, "router": 10, "floatingip": 20, "security_group": 20, "security_group_rule": 200,
+		"load_balancer": 10, "listener": -1, "pool": -1, "member": -1, "health_monitor": -1,
+	}
+}
+
+type server struct {
+	meta
+	Seq            int64             `json:"seq"`
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	ProjectID      string            `json:"project_id"`
+	UserID         string            `json:"user_id"`
+	FlavorID       string            `json:"flavor_id"`
+	ImageID        string            `json:"image_id"`
+	KeyName        string            `json:"key_name"`
+	UserData       string            `json:"user_data"` // base64, as sent
+	Metadata       map[string]string `json:"metadata"`
+	Tags           []string          `json:"tags"`
+	Status         string            `json:"status"`
+	Fault          string            `json:"fault,omitempty"`
+	Host           string            `json:"host"`
+	AZ             string            `json:"availability_zone"`
+	GroupID        string            `json:"group_id,omitempty"`
+	Ports          []string          `json:"ports"`      // attached, in order
+	NovaPorts      []string          `json:"nova_ports"` // created by Nova, deleted with the server
+	SecurityGroups []string          `json:"security_groups"`
+	LaunchedAt     *time.Time        `json:"launched_at,omitempty"`
+}
+
+type serverGroup struct {
+	ID        string   `json:"id"`
+	Name      string   `json:"name"`
+	Policy    string   `json:"policy"`
+	ProjectID string   `json:"project_id"`
+	UserID    string   `json:"user_id"`
+	Members   []string `json:"members"`
+}
+
+func novaError(rw http.ResponseWriter, code int, msg string) {
+	kind := map[int]string{400: "badRequest", 403: "forbidden", 404: "itemNotFound", 409: "conflictingRequest", 413: "overLimit"}[code]
+	if kind == "" {
+		kind = "computeFault"
+	}
+	writeJSON(rw, code, map[string]any{kind: map[string]any{"code": code, "message": msg}})
+}
+
+// novaVersion reads the requested microversion, sets the response headers
+// and answers 406 for one out of range. ok is false when it answered.
+func novaVersion(rw http.ResponseWriter, r *request) (minor int, ok bool) {
+	raw := r.Header.Get("X-OpenStack-Nova-API-Version")
+	if v := r.Header.Get("OpenStack-API-Version"); raw == "" && strings.HasPrefix(v, "compute ") {
+		raw = strings.TrimPrefix(v, "compute ")
+	}
+	minor = novaMinMinor
+	switch raw = strings.TrimSpace(raw); raw {
+	case "":
+	case "latest":
+		minor = novaMaxMinor
+	default:
+		major, m, found := strings.Cut(raw, ".")
+		n, err := strconv.Atoi(m)
+		if !found || major != "2" || err != nil {
+			novaError(rw, http.StatusBadRequest, fmt.Sprintf("API Version String %s is of invalid format. Must be of format MajorNum.MinorNum.", raw))
+			return 0, false
+		}
+		minor = n
+	}
+	v := "2." + strconv.Itoa(minor)
+	h := rw.Header()
+	h.Set("X-OpenStack-Nova-API-Version", v)
+	h.Set("OpenStack-API-Version", "compute "+v)
+	h.Set("Vary", "OpenStack-API-Version, X-OpenStack-Nova-API-Version")
+	if minor < novaMinMinor || minor > novaMaxMinor {
+		novaError(rw, http.StatusNotAcceptable, fmt.Sprintf("Version %s is not supported by the API. Minimum is 2.%d and maximum is 2.%d.", v, novaMinMinor, novaMaxMinor))
+		return 0, false
+	}
+	return minor, true
+}
+
+func (s *Sim) novaRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /compute", s.computeVersions)
+	mux.HandleFunc("GET /compute/", s.computeVersions)
+	mux.HandleFunc("GET /compute/v2.1", s.computeV21)
+	mux.HandleFunc("GET /compute/v2.1/{$}", s.computeV21)
+	n := func(pattern string, h func(http.ResponseWriter, *request, int)) {
+		s.route(mux, pattern, func(rw http.ResponseWriter, r *request) {
+			if mv, ok := novaVersion(rw, r); ok {
+				h(rw, r, mv)
+			}
+		})
+	}
+	n("GET /compute/v2.1/flavors", s.listFlavors)
+	n("GET /compute/v2.1/flavors/detail", s.listFlavors)
+	n("GET /compute/v2.1/flavors/{id}", s.getFlavor)
+	n("GET /compute/v2.1/os-keypairs", s.listKeypairs)
+	n("POST /compute/v2.1/os-keypairs", s.createKeypair)
+	n("GET /compute/v2.1/os-keypairs/{name}", s.getKeypair)
+	n("DELETE /compute/v2.1/os-keypairs/{name}", s.deleteKeypair)
+	n("GET /compute/v2.1/servers", s.listServers)
+	n("GET /compute/v2.1/servers/detail", s.listServers)
+	n("POST /compute/v2.1/servers", s.createServer)
+	n("GET /compute/v2.1/servers/{id}", s.getServer)
+	n("DELETE /compute/v2.1/servers/{id}", s.deleteServer)
+	n("POST /compute/v2.1/servers/{id}/action", s.serverAction)
+	n("GET /compute/v2.1/servers/{id}/tags", s.serverTags)
+	n("PUT /compute/v2.1/servers/{id}/tags", s.serverTags)
+	n("DELETE /compute/v2.1/servers/{id}/tags", s.serverTags)
+	n("GET /compute/v2.1/servers/{id}/tags/{tag}", s.serverTag)
+	n("PUT /compute/v2.1/servers/{id}/tags/{tag}", s.serverTag)
+	n("DELETE /compute/v2.1/servers/{id}/tags/{tag}", s.serverTag)
+	n("GET /compute/v2.1/servers/{id}/os-interface", s.serverInterfaces)
+	n("GET /compute/v2.1/os-server-groups", s.listServerGroups)
+	n("POST /compute/v2.1/os-server-groups", s.createServerGroup)
+	n("GET /compute/v2.1/os-server-groups/{id}", s.getServerGroup)
+	n("DELETE /compute/v2.1/os-server-groups/{id}", s.deleteServerGroup)
+	n("GET /compute/v2.1/os-quota-sets/{project}", s.getNovaQuotas)
+	n("GET /compute/v2.1/os-quota-sets/{project}/detail", s.getNovaQuotas)
+	n("PUT /compute/v2.1/os-quota-sets/{project}", s.putNovaQuotas)
+	n("GET /compute/v2.1/limits", s.novaLimits)
+	n("GET /compute/v2.1/os-hypervisors", s.listHypervisors)
+	n("GET /compute/v2.1/os-availability-zone", s.listAZs)
+
+	mux.HandleFunc("GET /image", s.imageVersions)
+	mux.HandleFunc("GET /image/{$}", s.imageVersions)
+	mux.HandleFunc("GET /image/versions", s.imageVersions)
+	s.route(mux, "GET /image/v2/images", s.listImages)
+	s.route(mux, "GET /image/v2/images/{id}", s.getImage)
+}
+
+func (s *Sim) computeVersion() map[string]any {
+	return map[string]any{"id": "v2.1", "status": "CURRENT", "version": "2." + strconv.Itoa(novaMaxMinor), "min_version": "2.1",
+		"updated": "2013-07-23T11:33:21Z", "links": []any{map[string]any{"rel": "self", "href": s.URL() + "/compute/v2.1/"}},
+		"media-types": []any{map[string]any{"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2.1"}}}
+}
+
+func (s *Sim) computeVersions(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{s.computeVersion()}})
+}
+
+func (s *Sim) computeV21(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"version": s.computeVersion()})
+}
+
+func (s *Sim) link(path string) []any {
+	return []any{map[string]any{"rel": "self", "href": s.URL() + path}, map[string]any{"rel": "bookmark", "href": s.URL() + path}}
+}
+
+func (s *Sim) flavorView(f *flavor, mv int, detail bool) map[string]any {
+	v := map[string]any{"id": f.ID, "name": f.Name, "links": s.link("/compute/v2.1/flavors/" + f.ID)}
+	if !detail {
+		return v
+	}
+	v["vcpus"], v["ram"], v["disk"] = f.VCPUs, f.RAM, f.Disk
+	v["OS-FLV-EXT-DATA:ephemeral"], v["OS-FLV-DISABLED:disabled"], v["os-flavor-access:is_public"] = 0, false, f.IsPublic
+	v["rxtx_factor"], v["swap"] = 1.0, ""
+	if mv >= 75 {
+		v["swap"] = 0
+	}
+	if mv >= 55 {
+		v["description"] = nil
+	}
+	if mv >= 61 {
+		v["extra_specs"] = map[string]any{}
+	}
+	return v
+}
+
+func (s *Sim) listFlavors(rw http.ResponseWriter, r *request, mv int) {
+	detail := strings.HasSuffix(r.URL.Path, "/detail")
+	var out []any
+	for _, f := range sortedBy(r.w.Flavors, func(f *flavor) string { return f.ID }) {
+		out = append(out, s.flavorView(f, mv, detail))
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"flavors": orEmpty(out)})
+}
+
+func (s *Sim) getFlavor(rw http.ResponseWriter, r *request, mv int) {
+	f := r.w.Flavors[r.PathValue("id")]
+	if f == nil {
+		novaError(rw, http.StatusNotFound, "Flavor "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"flavor": s.flavorView(f, mv, true)})
+}
+
+func (w *world) findFlavor(ref string) *flavor {
+	ref = ref[strings.LastIndex(ref, "/")+1:]
+	if f := w.Flavors[ref]; f != nil {
+		return f
+	}
+	for _, f := range w.Flavors {
+		if f.Name == ref {
+			return f
+		}
+	}
+	return nil
+}
+
+func keypairView(k *keypair, mv int) map[string]any {
+	v := map[string]any{"name": k.Name, "public_key": k.PublicKey, "fingerprint": k.Fingerprint}
+	if mv >= 2 {
+		v["type"] = k.Type
+	}
+	return v
+}
+
+func (s *Sim) listKeypairs(rw http.ResponseWriter, r *request, mv int) {
+	var out []any
+	for _, k := range sortedBy(r.w.Keypairs, func(k *keypair) string { return k.Name }) {
+		if k.UserID == r.tok.UserID {
+			out = append(out, map[string]any{"keypair": keypairView(k, mv)})
+		}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"keypairs": orEmpty(out)})
+}
+
+var keypairNameRE = regexp.MustCompile(`^[a-zA-Z0-9 _.@-]{1,255}$`)
+
+func (s *Sim) createKeypair(rw http.ResponseWriter, r *request, mv int) {
+	var body struct {
+		Keypair struct {
+			Name      string `json:"name"`
+			PublicKey string `json:"public_key"`
+			Type      string `json:"type"`
+		} `json:"keypair"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		novaError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	kp := body.Keypair
+	if !keypairNameRE.MatchString(kp.Name) {
+		novaError(rw, http.StatusBadRequest, "Keypair data is invalid: Keypair name contains unsafe characters")
+		return
+	}
+	key := r.tok.UserID + "/" + kp.Name
+	if _, dup := r.w.Keypairs[key]; dup {
+		novaError(rw, http.StatusConflict, "Key pair '"+kp.Name+"' already exists.")
+		return
+	}
+	if n := r.w.countKeypairs(r.tok.UserID); n >= r.w.quota(r.tok.ProjectID, "key_pairs") && r.w.quota(r.tok.ProjectID, "key_pairs") >= 0 {
+		novaError(rw, http.StatusForbidden, "Quota exceeded, too many key pairs.")
+		return
+	}
+	var private string
+	if kp.PublicKey == "" {
+		if mv >= 92 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute keypair. Value: public_key is a required property")
+			return
+		}
+		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+		sshPub, _ := ssh.NewPublicKey(pub)
+		block, _ := ssh.MarshalPrivateKey(priv, "")
+		kp.PublicKey, private = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))), string(pem.EncodeToMemory(block))
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(kp.PublicKey))
+	if err != nil {
+		novaError(rw, http.StatusBadRequest, "Keypair data is invalid: failed to generate fingerprint")
+		return
+	}
+	if kp.Type == "" {
+		kp.Type = "ssh"
+	}
+	k := &keypair{meta: r.w.meta(r.now), Name: kp.Name, UserID: r.tok.UserID, PublicKey: kp.PublicKey,
+		Fingerprint: ssh.FingerprintLegacyMD5(pub), Type: kp.Type}
+	r.w.Keypairs[key] = k
+	v := keypairView(k, mv)
+	v["user_id"] = k.UserID
+	if private != "" {
+		v["private_key"] = private
+	}
+	status := http.StatusOK
+	if mv >= 2 {
+		status = http.StatusCreated
+	}
+	writeJSON(rw, status, map[string]any{"keypair": v})
+}
+
+func (w *world) countKeypairs(userID string) int {
+	n := 0
+	for _, k := range w.Keypairs {
+		if k.UserID == userID {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Sim) getKeypair(rw http.ResponseWriter, r *request, mv int) {
+	k := r.w.Keypairs[r.tok.UserID+"/"+r.PathValue("name")]
+	if k == nil {
+		novaError(rw, http.StatusNotFound, "Keypair "+r.PathValue("name")+" not found for user "+r.tok.UserID)
+		return
+	}
+	v := keypairView(k, mv)
+	v["user_id"], v["id"], v["created_at"], v["deleted"] = k.UserID, 1, k.Created.Format("2006-01-02T15:04:05.000000"), false
+	writeJSON(rw, http.StatusOK, map[string]any{"keypair": v})
+}
+
+func (s *Sim) deleteKeypair(rw http.ResponseWriter, r *request, mv int) {
+	key := r.tok.UserID + "/" + r.PathValue("name")
+	if r.w.Keypairs[key] == nil {
+		novaError(rw, http.StatusNotFound, "Keypair "+r.PathValue("name")+" not found for user "+r.tok.UserID)
+		return
+	}
+	delete(r.w.Keypairs, key)
+	if mv >= 2 {
+		rw.WriteHeader(http.StatusNoContent)
+	} else {
+		rw.WriteHeader(http.StatusAccepted)
+	}
+}
+
+// visibleServer returns the server if the caller's project may see it.
+func (r *request) visibleServer(id string) *server {
+	sv := r.w.Servers[id]
+	if sv == nil || (sv.ProjectID != r.tok.ProjectID && !r.tok.admin()) {
+		return nil
+	}
+	return sv
+}
+
+func (s *Sim) serverView(w *world, sv *server, mv int, admin bool) map[string]any {
+	addresses := map[string]any{}
+	for _, pid := range sv.Ports {
+		p := w.Ports[pid]
+		if p == nil {
+			continue
+		}
+		net := w.Networks[p.NetworkID]
+		list, _ := addresses[net.Name].([]any)
+		for _, ip := range p.FixedIPs {
+			list = append(list, map[string]any{"version": 4, "addr": ip.IPAddress, "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": p.MACAddress})
+		}
+		for _, f := range sortedBy(w.FloatingIPs, func(f *floatingIP) string { return f.FloatingIPAddress }) {
+			if f.PortID != nil && *f.PortID == pid {
+				list = append(list, map[string]any{"version": 4, "addr": f.FloatingIPAddress, "OS-EXT-IPS:type": "floating", "OS-EXT-IPS-MAC:mac_addr": p.MACAddress})
+			}
+		}
+		addresses[net.Name] = list
+	}
+	vmState, power, task := map[string]string{"BUILD": "building", "ACTIVE": "active", "ERROR": "error"}[sv.Status], 0, any(nil)
+	if sv.Status == "ACTIVE" {
+		power = 1
+	} else if sv.Status == "BUILD" {
+		task = "spawning"
+	}
+	var sgs []any
+	for _, name := range sv.SecurityGroups {
+		sgs = append(sgs, map[string]any{"name": name})
+	}
+	v := map[string]any{
+		"id": sv.ID, "name": sv.Name, "status": sv.Status, "tenant_id": sv.ProjectID, "user_id": sv.UserID,
+		"metadata": orEmptyMap(sv.Metadata), "hostId": hostID(sv), "image": map[string]any{"id": sv.ImageID, "links": s.link("/images/" + sv.ImageID)},
+		"created": sv.Created.Format(time.RFC3339), "updated": sv.Updated.Format(time.RFC3339), "addresses": addresses,
+		"accessIPv4": "", "accessIPv6": "", "links": s.link("/compute/v2.1/servers/" + sv.ID), "OS-DCF:diskConfig": "MANUAL",
+		"progress": 0, "OS-EXT-AZ:availability_zone": sv.AZ, "config_drive": "", "key_name": nilIfEmpty(sv.KeyName),
+		"OS-SRV-USG:launched_at": nil, "OS-SRV-USG:terminated_at": nil, "security_groups": orEmpty(sgs),
+		"OS-EXT-STS:task_state": task, "OS-EXT-STS:vm_state": vmState, "OS-EXT-STS:power_state": power,
+		"os-extended-volumes:volumes_attached": []any{},
+	}
+	if sv.LaunchedAt != nil {
+		v["OS-SRV-USG:launched_at"] = sv.LaunchedAt.Format("2006-01-02T15:04:05.000000")
+	}
+	if f := w.Flavors[sv.FlavorID]; f != nil {
+		if mv >= 47 {
+			v["flavor"] = map[string]any{"original_name": f.Name, "vcpus": f.VCPUs, "ram": f.RAM, "disk": f.Disk, "ephemeral": 0, "swap": 0, "extra_specs": map[string]any{}}
+		} else {
+			v["flavor"] = map[string]any{"id": f.ID, "links": s.link("/flavors/" + f.ID)}
+		}
+	}
+	if mv >= 26 {
+		v["tags"] = orEmpty(sv.Tags)
+	}
+	if sv.Fault != "" {
+		v["fault"] = map[string]any{"code": 500, "message": sv.Fault, "created": sv.Updated.Format(time.RFC3339)}
+	}
+	if admin {
+		v["OS-EXT-SRV-ATTR:host"], v["OS-EXT-SRV-ATTR:hypervisor_hostname"] = nilIfEmpty(sv.Host), nilIfEmpty(sv.Host)
+		v["OS-EXT-SRV-ATTR:instance_name"] = "instance-" + fmt.Sprintf("%08x", sv.Seq)
+		if mv >= 3 {
+			v["OS-EXT-SRV-ATTR:user_data"] = nilIfEmpty(sv.UserData)
+			v["OS-EXT-SRV-ATTR:hostname"] = sv.Name
+		}
+	}
+	return v
+}
+
+func hostID(sv *server) string {
+	if sv.Host == "" {
+		return ""
+	}
+	return fmt.Sprintf("%x", []byte(sv.ProjectID+sv.Host))[:56]
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func orEmptyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func (s *Sim) listServers(rw http.ResponseWriter, r *request, mv int) {
+	q := r.URL.Query()
+	detail := strings.HasSuffix(r.URL.Path, "/detail")
+	allTenants := r.tok.admin() && (q.Get("all_tenants") == "1" || strings.EqualFold(q.Get("all_tenants"), "true"))
+	var nameRE *regexp.Regexp
+	if n := q.Get("name"); n != "" {
+		var err error
+		if nameRE, err = regexp.Compile(n); err != nil {
+			novaError(rw, http.StatusBadRequest, "Invalid name filter")
+			return
+		}
+	}
+	tags := parseTagFilter(q)
+	if mv < 26 {
+		tags = tagFilter{}
+	}
+	limit, ok := parseLimit(rw, q.Get("limit"), novaError)
+	if !ok {
+		return
+	}
+	var changesSince time.Time
+	if cs := q.Get("changes-since"); cs != "" {
+		t, err := time.Parse(time.RFC3339, cs)
+		if err != nil {
+			novaError(rw, http.StatusBadRequest, "Invalid filter field: changes-since.")
+			return
+		}
+		changesSince = t
+	}
+	matches := make([]*server, 0, 64)
+	for _, sv := range r.w.Servers {
+		switch {
+		case !allTenants && sv.ProjectID != r.tok.ProjectID,
+			nameRE != nil && !nameRE.MatchString(sv.Name),
+			q.Get("status") != "" && !strings.EqualFold(q.Get("status"), sv.Status),
+			q.Get("flavor") != "" && q.Get("flavor") != sv.FlavorID,
+			q.Get("image") != "" && q.Get("image") != sv.ImageID,
+			!changesSince.IsZero() && sv.Updated.Before(changesSince),
+			!tags.match(sv.Tags):
+			continue
+		}
+		matches = append(matches, sv)
+	}
+	// Nova's default order: newest first.
+	slices.SortFunc(matches, func(a, b *server) int { return int(b.Seq - a.Seq) })
+	page, more, ok := paginate(matches, q.Get("marker"), limit, func(sv *server) string { return sv.ID })
+	if !ok {
+		novaError(rw, http.StatusBadRequest, "marker ["+q.Get("marker")+"] not found")
+		return
+	}
+	out := make([]any, 0, len(page))
+	for _, sv := range page {
+		if detail {
+			out = append(out, s.serverView(r.w, sv, mv, r.tok.admin()))
+		} else {
+			out = append(out, map[string]any{"id": sv.ID, "name": sv.Name, "links": s.link("/compute/v2.1/servers/" + sv.ID)})
+		}
+	}
+	body := map[string]any{"servers": out}
+	if more {
+		body["servers_links"] = []any{map[string]any{"rel": "next", "href": nextHref(s.URL(), r.URL, page[len(page)-1].ID)}}
+	}
+	writeJSON(rw, http.StatusOK, body)
+}
+
+type createServerBody struct {
+	Server struct {
+		Name             string            `json:"name"`
+		FlavorRef        string            `json:"flavorRef"`
+		ImageRef         string            `json:"imageRef"`
+		KeyName          string            `json:"key_name"`
+		UserData         string            `json:"user_data"`
+		Metadata         map[string]string `json:"metadata"`
+		Tags             []string          `json:"tags"`
+		AvailabilityZone string            `json:"availability_zone"`
+		Networks         any               `json:"networks"`
+		SecurityGroups   []struct {
+			Name string `json:"name"`
+		} `json:"security_groups"`
+	} `json:"server"`
+	Hints struct {
+		Group string `json:"group"`
+	} `json:"os:scheduler_hints"`
+}
+
+func (s *Sim) createServer(rw http.ResponseWriter, r *request, mv int) {
+	var body createServerBody
+	if err := decodeBody(r, &body); err != nil {
+		novaError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	w, req := r.w, body.Server
+	if strings.TrimSpace(req.Name) == "" || len(req.Name) > 255 {
+		novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute name.")
+		return
+	}
+	fl := w.findFlavor(req.FlavorRef)
+	if fl == nil {
+		novaError(rw, http.StatusBadRequest, "Flavor "+req.FlavorRef+" could not be found.")
+		return
+	}
+	if w.Images[req.ImageRef] == nil {
+		novaError(rw, http.StatusBadRequest, "Can not find requested image")
+		return
+	}
+	if req.KeyName != "" && w.Keypairs[r.tok.UserID+"/"+req.KeyName] == nil {
+		novaError(rw, http.StatusBadRequest, "Invalid key_name provided.")
+		return
+	}
+	if req.UserData != "" {
+		raw, err := base64.StdEncoding.DecodeString(req.UserData)
+		if err != nil {
+			novaError(rw, http.StatusBadRequest, "User data needs to be valid base 64.")
+			return
+		}
+		if len(raw) > 65535 {
+			novaError(rw, http.StatusBadRequest, "User data too large. User data must be no larger than 65535 bytes once base64 encoded.")
+			return
+		}
+	}
+	if len(req.Tags) > 0 && mv < 52 {
+		novaError(rw, http.StatusBadRequest, "Additional properties are not allowed ('tags' was unexpected)")
+		return
+	}
+	var group *serverGroup
+	if req := body.Hints.Group; req != "" {
+		if group = w.ServerGroups[req]; group == nil {
+			novaError(rw, http.StatusBadRequest, "Invalid server group: "+req)
+			return
+		}
+		if len(group.Members) >= w.quota(r.tok.ProjectID, "server_group_members") {
+			novaError(rw, http.StatusForbidden, "Quota exceeded, too many servers in group")
+			return
+		}
+	}
+	if msg := w.checkComputeQuota(r.tok.ProjectID, fl); msg != "" {
+		novaError(rw, http.StatusForbidden, msg)
+		return
+	}
+	sgNames := []string{"default"}
+	if len(req.SecurityGroups) > 0 {
+		sgNames = nil
+		for _, sg := range req.SecurityGroups {
+			if w.findSecGroup(r.tok.ProjectID, sg.Name) == nil {
+				novaError(rw, http.StatusBadRequest, "Security group "+sg.Name+" not found for project "+r.tok.ProjectID+".")
+				return
+			}
+			sgNames = append(sgNames, sg.Name)
+		}
+	}
+	sv := &server{meta: w.meta(r.now), Seq: w.next(), ID: newID(), Name: req.Name, ProjectID: r.tok.ProjectID, UserID: r.tok.UserID,
+		FlavorID: fl.ID, ImageID: req.ImageRef, KeyName: req.KeyName, UserData: req.UserData, Metadata: req.Metadata,
+		Tags: dedupe(req.Tags), Status: "BUILD", AZ: "nova", SecurityGroups: sgNames}
+	if req.AvailabilityZone != "" {
+		sv.AZ = req.AvailabilityZone
+	}
+	if code, msg := w.attachNetworks(sv, req.Networks, r.now); code != 0 {
+		novaError(rw, code, msg)
+		return
+	}
+	w.Servers[sv.ID] = sv
+	if group != nil {
+		sv.GroupID = group.ID
+		group.Members = append(group.Members, sv.ID)
+	}
+	if host := w.placeServer(sv, group); host == "" {
+		sv.Status, sv.Fault = "ERROR", "No valid host was found. There are not enough hosts available."
+	} else {
+		sv.Host = host
+		w.schedule(r.now, s.opts.BootDelay, "server-active", sv.ID)
+	}
+	rw.Header().Set("Location", s.URL()+"/compute/v2.1/servers/"+sv.ID)
+	sgs := []any{}
+	for _, n := range sgNames {
+		sgs = append(sgs, map[string]any{"name": n})
+	}
+	writeJSON(rw, http.StatusAccepted, map[string]any{"server": map[string]any{"id": sv.ID, "links": s.link("/compute/v2.1/servers/" + sv.ID),
+		"OS-DCF:diskConfig": "MANUAL", "security_groups": sgs, "adminPass": newSecret(6)}})
+}
+
+func dedupe(tags []string) []string {
+	var out []string
+	for _, t := range tags {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (w *world) checkComputeQuota(projectID string, fl *flavor) string {
+	var n, cores, ram int
+	for _, sv := range w.Servers {
+		if sv.ProjectID == projectID {
+			n++
+			if f := w.Flavors[sv.FlavorID]; f != nil {
+				cores, ram = cores+f.VCPUs, ram+f.RAM
+			}
+		}
+	}
+	for _, c := range []struct {
+		name       string
+		used, want int
+	}{{"instances", n, 1}, {"cores", cores, fl.VCPUs}, {"ram", ram, fl.RAM}} {
+		if limit := w.quota(projectID, c.name); limit >= 0 && c.used+c.want > limit {
+			return fmt.Sprintf("Quota exceeded for %s: Requested %d, but already used %d of %d %s", c.name, c.want, c.used, limit, c.name)
+		}
+	}
+	return ""
+}
+
+func (w *world) quota(projectID, resource string) int {
+	q := w.Quotas[projectID]
+	if q == nil {
+		return -1
+	}
+	if v, ok := (*q)[resource]; ok {
+		return v
+	}
+	return -1
+}
+
+// attachNetworks creates or binds a port per requested network.
+func (w *world) attachNetworks(sv *server, networks any, now time.Time) (int, string) {
+	type netReq struct{ uuid, port, fixedIP string }
+	var reqs []netReq
+	switch v := networks.(type) {
+	case nil, string:
+		if v == "none" {
+			return 0, ""
+		}
+		var candidates []*network
+		for _, n := range w.Networks {
+			if n.ProjectID == sv.ProjectID && !n.External {
+				candidates = append(candidates, n)
+			}
+		}
+		if len(candidates) != 1 {
+			return http.StatusConflict, "Multiple possible networks found, use a Network ID to be more specific."
+		}
+		reqs = append(reqs, netReq{uuid: candidates[0].ID})
+	case []any:
+		for _, item := range v {
+			m, _ := item.(map[string]any)
+			str := func(k string) string { s, _ := m[k].(string); return s }
+			reqs = append(reqs, netReq{uuid: str("uuid"), port: str("port"), fixedIP: str("fixed_ip")})
+		}
+	default:
+		return http.StatusBadRequest, "Invalid input for field/attribute networks."
+	}
+	for _, nr := range reqs {
+		if nr.port != "" {
+			p := w.Ports[nr.port]
+			if p == nil {
+				return http.StatusBadRequest, "Port " + nr.port + " could not be found."
+			}
+			if p.DeviceID != "" {
+				return http.StatusConflict, "Port " + nr.port + " is still in use."
+			}
+			continue
+		}
+		n := w.Networks[nr.uuid]
+		if n == nil || (n.ProjectID != sv.ProjectID && !n.Shared) {
+			return http.StatusBadRequest, "Network " + nr.uuid + " could not be found."
+		}
+		if len(n.Subnets) == 0 {
+			return http.StatusBadRequest, "Network " + nr.uuid + " requires a subnet in order to boot instances on."
+		}
+	}
+	for _, nr := range reqs {
+		if nr.port != "" {
+			p := w.Ports[nr.port]
+			p.DeviceID, p.DeviceOwner, p.Updated = sv.ID, "compute:"+sv.AZ, now.UTC()
+			sv.Ports = append(sv.Ports, p.ID)
+			continue
+		}
+		var fixed []fixedIP
+		if nr.fixedIP != "" {
+			fixed = []fixedIP{{IPAddress: nr.fixedIP}}
+		}
+		var sgIDs []string
+		for _, name := range sv.SecurityGroups {
+			sgIDs = append(sgIDs, w.findSecGroup(sv.ProjectID, name).ID)
+		}
+		p, code, msg := w.newPort(sv.ProjectID, nr.uuid, fixed, sgIDs, now)
+		if code != 0 {
+			w.releaseServerPorts(sv)
+			return code, msg
+		}
+		p.DeviceID, p.DeviceOwner = sv.ID, "compute:"+sv.AZ
+		sv.Ports, sv.NovaPorts = append(sv.Ports, p.ID), append(sv.NovaPorts, p.ID)
+	}
+	return 0, ""
+}
+
+// placeServer picks a hypervisor: the least loaded one, avoiding the hosts
+// of the other members of an anti-affinity group. "" means none fits.
+func (w *world) placeServer(sv *server, group *serverGroup) string {
+	load := map[string]int{}
+	for _, other := range w.Servers {
+		if other.Host != "" {
+			load[other.Host]++
+		}
+	}
+	avoid := map[string]bool{}
+	if group != nil && group.Policy == "anti-affinity" {
+		for _, id := range group.Members {
+			if m := w.Servers[id]; m != nil && m.ID != sv.ID {
+				avoid[m.Host] = true
+			}
+		}
+	}
+	var same string
+	if group != nil && group.Policy == "affinity" {
+		for _, id := range group.Members {
+			if m := w.Servers[id]; m != nil && m.Host != "" {
+				same = m.Host
+			}
+		}
+	}
+	best := ""
+	for _, h := range w.Hypervisors {
+		if avoid[h] || (same != "" && h != same) {
+			continue
+		}
+		if best == "" || load[h] < load[best] {
+			best = h
+		}
+	}
+	return best
+}
+
+func (w *world) activateServer(id string, now time.Time) {
+	sv := w.Servers[id]
+	if sv == nil || sv.Status != "BUILD" {
+		return
+	}
+	t := now.UTC()
+	sv.Status, sv.Updated, sv.LaunchedAt = "ACTIVE", t.Truncate(time.Second), &t
+	for _, pid := range sv.Ports {
+		if p := w.Ports[pid]; p != nil {
+			p.Status = "ACTIVE"
+		}
+	}
+}
+
+func (s *Sim) getServer(rw http.ResponseWriter, r *request, mv int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin())})
+}
+
+func (s *Sim) deleteServer(rw http.ResponseWriter, r *request, _ int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	r.w.removeServer(sv, r.now)
+	rw.WriteHeader(http.StatusNoContent)
+}
+
+func (w *world) removeServer(sv *server, now time.Time) {
+	w.releaseServerPorts(sv)
+	for _, pid := range sv.Ports {
+		if p := w.Ports[pid]; p != nil && !slices.Contains(sv.NovaPorts, pid) {
+			p.DeviceID, p.DeviceOwner, p.Status, p.Updated = "", "", "DOWN", now.UTC()
+		}
+	}
+	if g := w.ServerGroups[sv.GroupID]; g != nil {
+		g.Members = slices.DeleteFunc(g.Members, func(id string) bool { return id == sv.ID })
+	}
+	delete(w.Servers, sv.ID)
+}
+
+// releaseServerPorts deletes the ports Nova created for the server.
+func (w *world) releaseServerPorts(sv *server) {
+	for _, pid := range sv.NovaPorts {
+		w.deletePort(pid)
+	}
+	sv.Ports = slices.DeleteFunc(sv.Ports, func(id string) bool { return slices.Contains(sv.NovaPorts, id) })
+	sv.NovaPorts = nil
+}
+
+func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	var body map[string]any
+	if err := decodeBody(r, &body); err != nil {
+		novaError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	switch {
+	case body["os-getConsoleOutput"] != nil:
+		length := -1
+		if m, ok := body["os-getConsoleOutput"].(map[string]any); ok {
+			if l, ok := m["length"].(float64); ok {
+				length = int(l)
+			}
+		}
+		writeJSON(rw, http.StatusOK, map[string]any{"output": consoleOutput(sv, length)})
+	case body["reboot"] != nil, body["os-start"] != nil, body["os-stop"] != nil:
+		if sv.Status != "ACTIVE" {
+			novaError(rw, http.StatusConflict, "Cannot 'reboot' instance "+sv.ID+" while it is in vm_state "+strings.ToLower(sv.Status))
+			return
+		}
+		rw.WriteHeader(http.StatusAccepted)
+	default:
+		novaError(rw, http.StatusBadRequest, "There is no such action")
+	}
+}
+
+// consoleOutput is the serial console of a booted host, the last length lines.
+func consoleOutput(sv *server, length int) string {
+	if sv.Status == "BUILD" {
+		return ""
+	}
+	lines := []string{
+		"[    0.000000] Linux version 6.6.0 (simulated)",
+		"[    1.000000] ignition[1]: fetching config from the metadata service",
+		"[    2.000000] systemd[1]: Started sshd.service.",
+		sv.Name + " login: ",
+	}
+	if length >= 0 && length < len(lines) {
+		lines = lines[len(lines)-length:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+var tagRE = regexp.MustCompile(`^[^,/]{1,60}$`)
+
+func (s *Sim) serverTags(rw http.ResponseWriter, r *request, mv int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if mv < 26 || sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		var body struct {
+			Tags []string `json:"tags"`
+		}
+		if err := decodeBody(r, &body); err != nil || len(body.Tags) > 50 || slices.ContainsFunc(body.Tags, func(t string) bool { return !tagRE.MatchString(t) }) {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute tags.")
+			return
+		}
+		sv.Tags, sv.Updated = dedupe(body.Tags), r.now.UTC()
+	case http.MethodDelete:
+		sv.Tags, sv.Updated = nil, r.now.UTC()
+		rw.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"tags": orEmpty(sv.Tags)})
+}
+
+func (s *Sim) serverTag(rw http.ResponseWriter, r *request, mv int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if mv < 26 || sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	tag := r.PathValue("tag")
+	has := slices.Contains(sv.Tags, tag)
+	switch r.Method {
+	case http.MethodGet:
+		if !has {
+			novaError(rw, http.StatusNotFound, "Tag "+tag+" could not be found.")
+			return
+		}
+		rw.WriteHeader(http.StatusNoContent)
+	case http.MethodPut:
+		if has {
+			rw.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if !tagRE.MatchString(tag) || len(sv.Tags) >= 50 {
+			novaError(rw, http.StatusBadRequest, "Invalid tag "+tag)
+			return
+		}
+		sv.Tags, sv.Updated = append(sv.Tags, tag), r.now.UTC()
+		rw.Header().Set("Location", s.URL()+r.URL.Path)
+		rw.WriteHeader(http.StatusCreated)
+	case http.MethodDelete:
+		if !has {
+			novaError(rw, http.StatusNotFound, "Tag "+tag+" could not be found.")
+			return
+		}
+		sv.Tags = slices.DeleteFunc(sv.Tags, func(t string) bool { return t == tag })
+		sv.Updated = r.now.UTC()
+		rw.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Sim) serverInterfaces(rw http.ResponseWriter, r *request, _ int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	var out []any
+	for _, pid := range sv.Ports {
+		if p := r.w.Ports[pid]; p != nil {
+			var ips []any
+			for _, ip := range p.FixedIPs {
+				ips = append(ips, map[string]any{"subnet_id": ip.SubnetID, "ip_address": ip.IPAddress})
+			}
+			out = append(out, map[string]any{"port_id": p.ID, "net_id": p.NetworkID, "mac_addr": p.MACAddress, "port_state": p.Status, "fixed_ips": ips})
+		}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"interfaceAttachments": orEmpty(out)})
+}
+
+func serverGroupView(g *serverGroup, mv int) map[string]any {
+	v := map[string]any{"id": g.ID, "name": g.Name, "members": orEmpty(g.Members)}
+	if mv >= 64 {
+		v["policy"], v["rules"], v["project_id"], v["user_id"] = g.Policy, map[string]any{}, g.ProjectID, g.UserID
+	} else {
+		v["policies"], v["metadata"] = []string{g.Policy}, map[string]any{}
+	}
+	return v
+}
+
+func (s *Sim) listServerGroups(rw http.ResponseWriter, r *request, mv int) {
+	var out []any
+	for _, g := range sortedBy(r.w.ServerGroups, func(g *serverGroup) string { return g.Name }) {
+		if g.ProjectID == r.tok.ProjectID || (r.tok.admin() && r.URL.Query().Get("all_projects") != "") {
+			out = append(out, serverGroupView(g, mv))
+		}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"server_groups": orEmpty(out)})
+}
+
+func (s *Sim) createServerGroup(rw http.ResponseWriter, r *request, mv int) {
+	var body struct {
+		SG struct {
+			Name     string   `json:"name"`
+			Policy   string   `json:"policy"`
+			Policies []string `json:"policies"`
+		} `json:"server_group"`
+	}
+	if err := decodeBody(r, &body); err != nil || body.SG.Name == "" {
+		novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute server_group.")
+		return
+	}
+	policy := body.SG.Policy
+	if mv < 64 {
+		if len(body.SG.Policies) != 1 || policy != "" {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute policies.")
+			return
+		}
+		policy = body.SG.Policies[0]
+	}
+	if !slices.Contains([]string{"anti-affinity", "affinity", "soft-anti-affinity", "soft-affinity"}, policy) {
+		novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute policy. Value: "+policy)
+		return
+	}
+	n := 0
+	for _, g := range r.w.ServerGroups {
+		if g.ProjectID == r.tok.ProjectID {
+			n++
+		}
+	}
+	if limit := r.w.quota(r.tok.ProjectID, "server_groups"); limit >= 0 && n >= limit {
+		novaError(rw, http.StatusForbidden, "Quota exceeded, too many server groups.")
+		return
+	}
+	g := &serverGroup{ID: newID(), Name: body.SG.Name, Policy: policy, ProjectID: r.tok.ProjectID, UserID: r.tok.UserID}
+	r.w.ServerGroups[g.ID] = g
+	writeJSON(rw, http.StatusOK, map[string]any{"server_group": serverGroupView(g, mv)})
+}
+
+func (s *Sim) getServerGroup(rw http.ResponseWriter, r *request, mv int) {
+	g := r.w.ServerGroups[r.PathValue("id")]
+	if g == nil || (g.ProjectID != r.tok.ProjectID && !r.tok.admin()) {
+		novaError(rw, http.StatusNotFound, "Instance group "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"server_group": serverGroupView(g, mv)})
+}
+
+func (s *Sim) deleteServerGroup(rw http.ResponseWriter, r *request, _ int) {
+	g := r.w.ServerGroups[r.PathValue("id")]
+	if g == nil || (g.ProjectID != r.tok.ProjectID && !r.tok.admin()) {
+		novaError(rw, http.StatusNotFound, "Instance group "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	for _, id := range g.Members {
+		if sv := r.w.Servers[id]; sv != nil {
+			sv.GroupID = ""
+		}
+	}
+	delete(r.w.ServerGroups, g.ID)
+	rw.WriteHeader(http.StatusNoContent)
+}
+
+var novaQuotaNames = []string{"instances", "cores", "ram", "key_pairs", "server_groups", "server_group_members"}
+
+func (s *Sim) getNovaQuotas(rw http.ResponseWriter, r *request, _ int) {
+	project := r.PathValue("project")
+	if project != r.tok.ProjectID && !r.tok.admin() {
+		novaError(rw, http.StatusForbidden, "Policy doesn't allow os_compute_api:os-quota-sets:show to be performed.")
+		return
+	}
+	detail := strings.HasSuffix(r.URL.Path, "/detail")
+	out := map[string]any{"id": project}
+	for _, name := range novaQuotaNames {
+		limit := r.w.quota(project, name)
+		if detail {
+			out[name] = map[string]any{"limit": limit, "in_use": r.w.novaUsage(project, name), "reserved": 0}
+		} else {
+			out[name] = limit
+		}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"quota_set": out})
+}
+
+func (w *world) novaUsage(project, name string) int {
+	n := 0
+	switch name {
+	case "instances", "cores", "ram":
+		for _, sv := range w.Servers {
+			if sv.ProjectID != project {
+				continue
+			}
+			f := w.Flavors[sv.FlavorID]
+			switch name {
+			case "instances":
+				n++
+			case "cores":
+				n += f.VCPUs
+			case "ram":
+				n += f.RAM
+			}
+		}
+	case "server_groups":
+		for _, g := range w.ServerGroups {
+			if g.ProjectID == project {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (s *Sim) putNovaQuotas(rw http.ResponseWriter, r *request, mv int) {
+	if !r.tok.admin() {
+		novaError(rw, http.StatusForbidden, "Policy doesn't allow os_compute_api:os-quota-sets:update to be performed.")
+		return
+	}
+	var body struct {
+		QS map[string]any `json:"quota_set"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		novaError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !r.w.setQuotas(r.PathValue("project"), body.QS, novaQuotaNames) {
+		novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute quota_set.")
+		return
+	}
+	s.getNovaQuotas(rw, r, mv)
+}
+
+// setQuotas sets the named limits of a project from a request body.
+func (w *world) setQuotas(project string, values map[string]any, allowed []string) bool {
+	q := w.Quotas[project]
+	if q == nil {
+		q = defaultQuotas()
+		w.Quotas[project] = q
+	}
+	for k, v := range values {
+		f, ok := v.(float64)
+		if !slices.Contains(allowed, k) || !ok || f < -1 {
+			if k == "force" || k == "project_id" {
+				continue
+			}
+			return false
+		}
+		(*q)[k] = int(f)
+	}
+	return true
+}
+
+func (s *Sim) novaLimits(rw http.ResponseWriter, r *request, _ int) {
+	p := r.tok.ProjectID
+	writeJSON(rw, http.StatusOK, map[string]any{"limits": map[string]any{"rate": []any{}, "absolute": map[string]any{
+		"maxTotalInstances": r.w.quota(p, "instances"), "maxTotalCores": r.w.quota(p, "cores"), "maxTotalRAMSize": r.w.quota(p, "ram"),
+		"maxTotalKeypairs": r.w.quota(p, "key_pairs"), "maxServerGroups": r.w.quota(p, "server_groups"), "maxServerGroupMembers": r.w.quota(p, "server_group_members"),
+		"totalInstancesUsed": r.w.novaUsage(p, "instances"), "totalCoresUsed": r.w.novaUsage(p, "cores"), "totalRAMUsed": r.w.novaUsage(p, "ram"),
+		"totalServerGroupsUsed": r.w.novaUsage(p, "server_groups"), "maxServerMeta": 128, "maxPersonality": 5, "maxPersonalitySize": 10240,
+	}}})
+}
+
+func (s *Sim) listHypervisors(rw http.ResponseWriter, r *request, _ int) {
+	if !r.tok.admin() {
+		novaError(rw, http.StatusForbidden, "Policy doesn't allow os_compute_api:os-hypervisors:list to be performed.")
+		return
+	}
+	var out []any
+	for i, h := range r.w.Hypervisors {
+		out = append(out, map[string]any{"id": i + 1, "hypervisor_hostname": h, "state": "up", "status": "enabled"})
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"hypervisors": out})
+}
+
+func (s *Sim) listAZs(rw http.ResponseWriter, _ *request, _ int) {
+	writeJSON(rw, http.StatusOK, map[string]any{"availabilityZoneInfo": []any{map[string]any{"zoneName": "nova", "zoneState": map[string]any{"available": true}, "hosts": nil}}})
+}
+
+func (s *Sim) imageVersions(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusMultipleChoices, map[string]any{"versions": []any{map[string]any{"id": "v2.16", "status": "CURRENT",
+		"links": []any{map[string]any{"rel": "self", "href": s.URL() + "/image/v2/"}}}}})
+}
+
+func (s *Sim) imageView(img *image) map[string]any {
+	return map[string]any{"id": img.ID, "name": img.Name, "status": img.Status, "visibility": img.Visibility, "disk_format": img.DiskFormat,
+		"container_format": img.ContainerFormat, "size": img.Size, "min_disk": img.MinDisk, "min_ram": 0, "owner": img.Owner,
+		"protected": false, "os_hidden": false, "tags": []string{}, "created_at": img.Created.Format(time.RFC3339),
+		"updated_at": img.Updated.Format(time.RFC3339), "self": "/v2/images/" + img.ID, "file": "/v2/images/" + img.ID + "/file",
+		"schema": "/v2/schemas/image", "checksum": nil, "virtual_size": nil}
+}
+
+func (s *Sim) listImages(rw http.ResponseWriter, r *request) {
+	q := r.URL.Query()
+	limit, ok := parseLimit(rw, q.Get("limit"), glanceError)
+	if !ok {
+		return
+	}
+	var matches []*image
+	for _, img := range sortedBy(r.w.Images, func(i *image) int64 { return -i.Seq }) {
+		if (q.Get("name") == "" || q.Get("name") == img.Name) && (q.Get("status") == "" || q.Get("status") == img.Status) {
+			matches = append(matches, img)
+		}
+	}
+	page, more, ok := paginate(matches, q.Get("marker"), limit, func(i *image) string { return i.ID })
+	if !ok {
+		glanceError(rw, http.StatusBadRequest, "marker not found")
+		return
+	}
+	out := make([]any, 0, len(page))
+	for _, img := range page {
+		out = append(out, s.imageView(img))
+	}
+	body := map[string]any{"images": out, "first": "/v2/images", "schema": "/v2/schemas/images"}
+	if more {
+		nq := r.URL.Query()
+		nq.Set("marker", page[len(page)-1].ID)
+		body["next"] = "/v2/images?" + nq.Encode()
+	}
+	writeJSON(rw, http.StatusOK, body)
+}
+
+func glanceError(rw http.ResponseWriter, code int, msg string) {
+	rw.Header().Set("Content-Type", "text/plain")
+	rw.WriteHeader(code)
+	fmt.Fprintf(rw, "%d %s\n\n%s\n", code, http.StatusText(code), msg)
+}
+
+func (s *Sim) getImage(rw http.ResponseWriter, r *request) {
+	img := r.w.Images[r.PathValue("id")]
+	if img == nil {
+		glanceError(rw, http.StatusNotFound, "No image found with ID "+r.PathValue("id"))
+		return
+	}
+	writeJSON(rw, http.StatusOK, s.imageView(img))
+}

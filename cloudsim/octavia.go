@@ -1,0 +1,757 @@
+package cloudsim
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// lbCommon holds what every Octavia object carries.
+type lbCommon struct {
+	ID                 string    `json:"id"`
+	Name               string    `json:"name"`
+	Description        string    `json:"description"`
+	ProjectID          string    `json:"project_id"`
+	TenantID           string    `json:"tenant_id"`
+	AdminStateUp       bool      `json:"admin_state_up"`
+	ProvisioningStatus string    `json:"provisioning_status"`
+	OperatingStatus    string    `json:"operating_status"`
+	Tags               []string  `json:"tags"`
+	Created            time.Time `json:"created_at"`
+	Updated            time.Time `json:"updated_at"`
+	// LB is the load balancer the object belongs to (its own id for one);
+	// world.init derives it again from the API fields after a restore.
+	LB string `json:"-"`
+}
+
+func (c *lbCommon) lbBase() *lbCommon { return c }
+
+type idRef struct {
+	ID string `json:"id"`
+}
+
+type loadBalancer struct {
+	lbCommon
+	VIPAddress   string  `json:"vip_address"`
+	VIPPortID    string  `json:"vip_port_id"`
+	VIPSubnetID  string  `json:"vip_subnet_id"`
+	VIPNetworkID string  `json:"vip_network_id"`
+	Provider     string  `json:"provider"`
+	FlavorID     *string `json:"flavor_id"`
+	AZ           *string `json:"availability_zone"`
+	Listeners    []idRef `json:"listeners"`
+	Pools        []idRef `json:"pools"`
+	AddlVIPs     []any   `json:"additional_vips"`
+	VIPQoS       *string `json:"vip_qos_policy_id"`
+}
+
+type listener struct {
+	lbCommon
+	Protocol       string  `json:"protocol"`
+	ProtocolPort   int     `json:"protocol_port"`
+	DefaultPoolID  *string `json:"default_pool_id"`
+	LoadBalancers  []idRef `json:"loadbalancers"`
+	ConnLimit      int     `json:"connection_limit"`
+	TimeoutConnect int     `json:"timeout_client_data"`
+	AllowedCIDRs   []any   `json:"allowed_cidrs"`
+}
+
+type lbPool struct {
+	lbCommon
+	Protocol      string  `json:"protocol"`
+	LBAlgorithm   string  `json:"lb_algorithm"`
+	Listeners     []idRef `json:"listeners"`
+	LoadBalancers []idRef `json:"loadbalancers"`
+	Members       []idRef `json:"members"`
+	MonitorID     *string `json:"healthmonitor_id"`
+	Persistence   any     `json:"session_persistence"`
+}
+
+type member struct {
+	lbCommon
+	PoolID       string `json:"pool_id"`
+	Address      string `json:"address"`
+	ProtocolPort int    `json:"protocol_port"`
+	SubnetID     string `json:"subnet_id"`
+	Weight       int    `json:"weight"`
+	Backup       bool   `json:"backup"`
+	MonitorAddr  any    `json:"monitor_address"`
+	MonitorPort  any    `json:"monitor_port"`
+}
+
+type monitor struct {
+	lbCommon
+	PoolID     string  `json:"-"` // Pools[0], kept apart for lookups
+	Pools      []idRef `json:"pools"`
+	Type       string  `json:"type"`
+	Delay      int     `json:"delay"`
+	Timeout    int     `json:"timeout"`
+	MaxRetries int     `json:"max_retries"`
+	MaxDown    int     `json:"max_retries_down"`
+	URLPath    string  `json:"url_path,omitempty"`
+	HTTPMethod string  `json:"http_method,omitempty"`
+	Expected   string  `json:"expected_codes,omitempty"`
+}
+
+func octaviaError(rw http.ResponseWriter, code int, msg string) {
+	writeJSON(rw, code, map[string]any{"faultcode": map[bool]string{true: "Client", false: "Server"}[code < 500], "faultstring": msg, "debuginfo": nil})
+}
+
+func newLBCommon(r *request, b map[string]any, lb string) lbCommon {
+	t := r.now.UTC().Truncate(time.Second)
+	tags := strList(b, "tags")
+	return lbCommon{ID: newID(), Name: str(b, "name"), Description: str(b, "description"), ProjectID: r.tok.ProjectID, TenantID: r.tok.ProjectID,
+		AdminStateUp: boolOr(b, "admin_state_up", true), ProvisioningStatus: "PENDING_CREATE", OperatingStatus: "OFFLINE",
+		Tags: orEmpty(tags), Created: t, Updated: t, LB: lb}
+}
+
+func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
+	for _, v := range []string{"v2", "v2.0"} {
+		base := "/load-balancer/" + v + "/lbaas/"
+		s.route(mux, "GET "+base+"loadbalancers", s.lbList("loadbalancers", func(w *world) []any { return values(w.LoadBalancer) }))
+		s.route(mux, "POST "+base+"loadbalancers", s.createLB)
+		s.route(mux, "GET "+base+"loadbalancers/{id}", s.lbGet("loadbalancer", func(w *world, id string) any { return lbOrNil(w.LoadBalancer[id]) }))
+		s.route(mux, "PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
+		s.route(mux, "DELETE "+base+"loadbalancers/{id}", s.deleteLB)
+		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.lbStatusTree)
+		s.route(mux, "GET "+base+"listeners", s.lbList("listeners", func(w *world) []any { return values(w.Listeners) }))
+		s.route(mux, "POST "+base+"listeners", s.createListener)
+		s.route(mux, "GET "+base+"listeners/{id}", s.lbGet("listener", func(w *world, id string) any { return listenerOrNil(w.Listeners[id]) }))
+		s.route(mux, "PUT "+base+"listeners/{id}", s.updateLBObject("listener"))
+		s.route(mux, "DELETE "+base+"listeners/{id}", s.deleteLBChild("listener"))
+		s.route(mux, "GET "+base+"pools", s.lbList("pools", func(w *world) []any { return values(w.Pools) }))
+		s.route(mux, "POST "+base+"pools", s.createPool)
+		s.route(mux, "GET "+base+"pools/{id}", s.lbGet("pool", func(w *world, id string) any { return poolOrNil(w.Pools[id]) }))
+		s.route(mux, "PUT "+base+"pools/{id}", s.updateLBObject("pool"))
+		s.route(mux, "DELETE "+base+"pools/{id}", s.deleteLBChild("pool"))
+		s.route(mux, "GET "+base+"pools/{pool}/members", s.lbList("members", func(w *world) []any { return values(w.Members) }))
+		s.route(mux, "POST "+base+"pools/{pool}/members", s.createMember)
+		s.route(mux, "GET "+base+"pools/{pool}/members/{id}", s.lbGet("member", func(w *world, id string) any { return memberOrNil(w.Members[id]) }))
+		s.route(mux, "PUT "+base+"pools/{pool}/members/{id}", s.updateLBObject("member"))
+		s.route(mux, "DELETE "+base+"pools/{pool}/members/{id}", s.deleteLBChild("member"))
+		s.route(mux, "GET "+base+"healthmonitors", s.lbList("healthmonitors", func(w *world) []any { return values(w.Monitors) }))
+		s.route(mux, "POST "+base+"healthmonitors", s.createMonitor)
+		s.route(mux, "GET "+base+"healthmonitors/{id}", s.lbGet("healthmonitor", func(w *world, id string) any { return monitorOrNil(w.Monitors[id]) }))
+		s.route(mux, "PUT "+base+"healthmonitors/{id}", s.updateLBObject("healthmonitor"))
+		s.route(mux, "DELETE "+base+"healthmonitors/{id}", s.deleteLBChild("healthmonitor"))
+	}
+	mux.HandleFunc("GET /load-balancer", s.lbVersions)
+	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)
+}
+
+// The typed nils below keep a missing object from looking present in an interface.
+func lbOrNil(v *loadBalancer) any   { return nilOr(v) }
+func listenerOrNil(v *listener) any { return nilOr(v) }
+func poolOrNil(v *lbPool) any       { return nilOr(v) }
+func memberOrNil(v *member) any     { return nilOr(v) }
+func monitorOrNil(v *monitor) any   { return nilOr(v) }
+
+func nilOr[T any](v *T) any {
+	if v == nil {
+		return nil
+	}
+	return v
+}
+
+func values[V any](m map[string]V) []any {
+	out := make([]any, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+type lbObject interface{ lbBase() *lbCommon }
+
+func (s *Sim) lbVersions(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{map[string]any{"id": "v2.0", "status": "CURRENT",
+		"updated": "2022-09-01T00:00:00Z", "links": []any{map[string]any{"rel": "self", "href": s.URL() + "/load-balancer/v2/"}}}}})
+}
+
+func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {
+	return func(rw http.ResponseWriter, r *request) {
+		q := r.URL.Query()
+		limit, ok := parseLimit(rw, q.Get("limit"), octaviaError)
+		if !ok {
+			return
+		}
+		tags := parseTagFilter(q)
+		filters := map[string][]string{}
+		for k, v := range q {
+			if !slices.Contains(listKeys, k) {
+				filters[k] = v
+			}
+		}
+		pool := r.PathValue("pool")
+		var matches []lbObject
+		for _, v := range all(r.w) {
+			o := v.(lbObject)
+			c := o.lbBase()
+			if !r.visible(c.ProjectID, false) || !tags.match(c.Tags) || (len(filters) > 0 && !fieldsMatch(o, filters)) {
+				continue
+			}
+			if m, isMember := o.(*member); isMember && m.PoolID != pool {
+				continue
+			}
+			matches = append(matches, o)
+		}
+		sort.Slice(matches, func(i, j int) bool { return matches[i].lbBase().ID < matches[j].lbBase().ID })
+		page, more, ok := paginate(matches, q.Get("marker"), limit, func(o lbObject) string { return o.lbBase().ID })
+		if !ok {
+			octaviaError(rw, http.StatusBadRequest, "Invalid marker")
+			return
+		}
+		out := make([]any, 0, len(page))
+		for _, o := range page {
+			out = append(out, selectFields(o, q["fields"]))
+		}
+		links := []any{}
+		if more {
+			links = append(links, map[string]any{"rel": "next", "href": nextHref(r.s.URL(), r.URL, page[len(page)-1].lbBase().ID)})
+		}
+		writeJSON(rw, http.StatusOK, map[string]any{plural: out, plural + "_links": links})
+	}
+}
+
+func (s *Sim) lbGet(singular string, get func(*world, string) any) handlerFunc {
+	return func(rw http.ResponseWriter, r *request) {
+		v := get(r.w, r.PathValue("id"))
+		if v == nil || !r.visible(v.(lbObject).lbBase().ProjectID, false) {
+			octaviaError(rw, http.StatusNotFound, fmt.Sprintf("%s %s not found.", strings.Title(singular), r.PathValue("id"))) //nolint:staticcheck // ASCII names
+			return
+		}
+		writeJSON(rw, http.StatusOK, map[string]any{singular: v})
+	}
+}
+
+// lbBody reads {"<singular>": {...}}.
+func lbBody(rw http.ResponseWriter, r *request, singular string) (map[string]any, bool) {
+	var body map[string]map[string]any
+	if err := decodeBody(r, &body); err != nil || body[singular] == nil {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+singular+".")
+		return nil, false
+	}
+	return body[singular], true
+}
+
+// mutableLB returns the load balancer when it may change: ACTIVE, as Octavia
+// answers 409 while it is PENDING_*.
+func mutableLB(rw http.ResponseWriter, r *request, id string) (*loadBalancer, bool) {
+	lb := r.w.LoadBalancer[id]
+	if lb == nil || !r.visible(lb.ProjectID, false) {
+		octaviaError(rw, http.StatusNotFound, "Load Balancer "+id+" not found.")
+		return nil, false
+	}
+	if lb.ProvisioningStatus != "ACTIVE" {
+		octaviaError(rw, http.StatusConflict, "Load Balancer "+id+" is immutable and cannot be updated.")
+		return nil, false
+	}
+	return lb, true
+}
+
+// pendingUpdate puts a load balancer into PENDING_UPDATE until the delay passes.
+func (r *request) pendingUpdate(lb *loadBalancer) {
+	lb.ProvisioningStatus = "PENDING_UPDATE"
+	lb.Updated = r.now.UTC().Truncate(time.Second)
+	r.w.schedule(r.now, r.s.opts.BootDelay, "lb-active", lb.ID)
+}
+
+func (s *Sim) createLB(rw http.ResponseWriter, r *request) {
+	b, ok := lbBody(rw, r, "loadbalancer")
+	if !ok {
+		return
+	}
+	if limit := r.w.quota(r.tok.ProjectID, "load_balancer"); limit >= 0 {
+		n := 0
+		for _, lb := range r.w.LoadBalancer {
+			if lb.ProjectID == r.tok.ProjectID {
+				n++
+			}
+		}
+		if n >= limit {
+			octaviaError(rw, http.StatusForbidden, "Quota has been met for resources: Load Balancer")
+			return
+		}
+	}
+	var sn *subnet
+	switch {
+	case str(b, "vip_subnet_id") != "":
+		sn = r.w.Subnets[str(b, "vip_subnet_id")]
+	case str(b, "vip_network_id") != "":
+		if n := r.w.Networks[str(b, "vip_network_id")]; n != nil && len(n.Subnets) > 0 {
+			sn = r.w.Subnets[n.Subnets[0]]
+		}
+	default:
+		octaviaError(rw, http.StatusBadRequest, "Validation failure: VIP must contain one of: vip_port_id, vip_network_id, vip_subnet_id.")
+		return
+	}
+	if sn == nil || !r.visible(sn.ProjectID, false) {
+		octaviaError(rw, http.StatusBadRequest, "Validation failure: Subnet "+str(b, "vip_subnet_id")+" not found.")
+		return
+	}
+	lb := &loadBalancer{lbCommon: newLBCommon(r, b, ""), VIPSubnetID: sn.ID, VIPNetworkID: sn.NetworkID, Provider: "amphora",
+		Listeners: []idRef{}, Pools: []idRef{}, AddlVIPs: []any{}}
+	lb.LB = lb.ID
+	if p := str(b, "provider"); p != "" {
+		lb.Provider = p
+	}
+	p, code, msg := r.w.newPort(r.tok.ProjectID, sn.NetworkID, []fixedIP{{SubnetID: sn.ID, IPAddress: str(b, "vip_address")}}, []string{}, r.now)
+	if code != 0 {
+		octaviaError(rw, http.StatusConflict, msg)
+		return
+	}
+	p.Name, p.DeviceOwner, p.DeviceID, p.Status = "octavia-lb-"+lb.ID, "Octavia", "lb-"+lb.ID, "DOWN"
+	lb.VIPPortID, lb.VIPAddress = p.ID, p.FixedIPs[0].IPAddress
+	r.w.LoadBalancer[lb.ID] = lb
+	r.w.schedule(r.now, s.opts.BootDelay, "lb-active", lb.ID)
+	writeJSON(rw, http.StatusCreated, map[string]any{"loadbalancer": lb})
+}
+
+func (s *Sim) createListener(rw http.ResponseWriter, r *request) {
+	b, ok := lbBody(rw, r, "listener")
+	if !ok {
+		return
+	}
+	lb, ok := mutableLB(rw, r, str(b, "loadbalancer_id"))
+	if !ok {
+		return
+	}
+	port, _ := b["protocol_port"].(float64)
+	proto := str(b, "protocol")
+	if !slices.Contains([]string{"TCP", "HTTP", "HTTPS", "TERMINATED_HTTPS", "UDP", "SCTP", "PROMETHEUS"}, proto) || port < 1 || port > 65535 {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute protocol or protocol_port.")
+		return
+	}
+	for _, l := range r.w.Listeners {
+		if l.LB == lb.ID && l.ProtocolPort == int(port) && l.Protocol == proto {
+			octaviaError(rw, http.StatusConflict, fmt.Sprintf("Another Listener on this Load Balancer is already using protocol_port %d", int(port)))
+			return
+		}
+	}
+	l := &listener{lbCommon: newLBCommon(r, b, lb.ID), Protocol: proto, ProtocolPort: int(port), LoadBalancers: []idRef{{lb.ID}},
+		ConnLimit: -1, TimeoutConnect: 50000, AllowedCIDRs: nil}
+	if pid := str(b, "default_pool_id"); pid != "" {
+		l.DefaultPoolID = &pid
+	}
+	r.w.Listeners[l.ID] = l
+	lb.Listeners = append(lb.Listeners, idRef{l.ID})
+	r.pendingUpdate(lb)
+	writeJSON(rw, http.StatusCreated, map[string]any{"listener": l})
+}
+
+func (s *Sim) createPool(rw http.ResponseWriter, r *request) {
+	b, ok := lbBody(rw, r, "pool")
+	if !ok {
+		return
+	}
+	var l *listener
+	lbID := str(b, "loadbalancer_id")
+	if lid := str(b, "listener_id"); lid != "" {
+		if l = r.w.Listeners[lid]; l == nil {
+			octaviaError(rw, http.StatusNotFound, "Listener "+lid+" not found.")
+			return
+		}
+		lbID = l.LB
+	}
+	lb, ok := mutableLB(rw, r, lbID)
+	if !ok {
+		return
+	}
+	algo := str(b, "lb_algorithm")
+	if !slices.Contains([]string{"ROUND_ROBIN", "LEAST_CONNECTIONS", "SOURCE_IP", "SOURCE_IP_PORT"}, algo) {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute lb_algorithm. Value: '"+algo+"'.")
+		return
+	}
+	p := &lbPool{lbCommon: newLBCommon(r, b, lb.ID), Protocol: str(b, "protocol"), LBAlgorithm: algo, Listeners: []idRef{},
+		LoadBalancers: []idRef{{lb.ID}}, Members: []idRef{}}
+	if l != nil {
+		if l.DefaultPoolID != nil {
+			octaviaError(rw, http.StatusConflict, "Listener "+l.ID+" is already using default pool "+*l.DefaultPoolID+".")
+			return
+		}
+		id := p.ID
+		l.DefaultPoolID = &id
+		p.Listeners = []idRef{{l.ID}}
+	}
+	r.w.Pools[p.ID] = p
+	lb.Pools = append(lb.Pools, idRef{p.ID})
+	r.pendingUpdate(lb)
+	writeJSON(rw, http.StatusCreated, map[string]any{"pool": p})
+}
+
+func (s *Sim) createMember(rw http.ResponseWriter, r *request) {
+	p := r.w.Pools[r.PathValue("pool")]
+	if p == nil || !r.visible(p.ProjectID, false) {
+		octaviaError(rw, http.StatusNotFound, "Pool "+r.PathValue("pool")+" not found.")
+		return
+	}
+	b, ok := lbBody(rw, r, "member")
+	if !ok {
+		return
+	}
+	lb, ok := mutableLB(rw, r, p.LB)
+	if !ok {
+		return
+	}
+	port, _ := b["protocol_port"].(float64)
+	addr := str(b, "address")
+	if addr == "" || port < 1 || port > 65535 {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute address or protocol_port.")
+		return
+	}
+	for _, m := range r.w.Members {
+		if m.PoolID == p.ID && m.Address == addr && m.ProtocolPort == int(port) {
+			octaviaError(rw, http.StatusConflict, fmt.Sprintf("Another member on this pool is already using ip %s on protocol_port %d", addr, int(port)))
+			return
+		}
+	}
+	weight := 1
+	if w, ok := b["weight"].(float64); ok {
+		weight = int(w)
+	}
+	m := &member{lbCommon: newLBCommon(r, b, lb.ID), PoolID: p.ID, Address: addr, ProtocolPort: int(port), SubnetID: str(b, "subnet_id"), Weight: weight}
+	r.w.Members[m.ID] = m
+	p.Members = append(p.Members, idRef{m.ID})
+	r.pendingUpdate(lb)
+	writeJSON(rw, http.StatusCreated, map[string]any{"member": m})
+}
+
+func (s *Sim) createMonitor(rw http.ResponseWriter, r *request) {
+	b, ok := lbBody(rw, r, "healthmonitor")
+	if !ok {
+		return
+	}
+	p := r.w.Pools[str(b, "pool_id")]
+	if p == nil || !r.visible(p.ProjectID, false) {
+		octaviaError(rw, http.StatusNotFound, "Pool "+str(b, "pool_id")+" not found.")
+		return
+	}
+	if p.MonitorID != nil {
+		octaviaError(rw, http.StatusConflict, "Pool "+p.ID+" already has a health monitor.")
+		return
+	}
+	lb, ok := mutableLB(rw, r, p.LB)
+	if !ok {
+		return
+	}
+	num := func(k string, def int) int {
+		if v, ok := b[k].(float64); ok {
+			return int(v)
+		}
+		return def
+	}
+	m := &monitor{lbCommon: newLBCommon(r, b, lb.ID), PoolID: p.ID, Pools: []idRef{{p.ID}}, Type: str(b, "type"),
+		Delay: num("delay", 0), Timeout: num("timeout", 0), MaxRetries: num("max_retries", 0), MaxDown: num("max_retries_down", 3)}
+	if m.Delay < 1 || m.Timeout < 1 || m.MaxRetries < 1 || m.Type == "" {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute: type, delay, timeout and max_retries are required.")
+		return
+	}
+	if m.Type == "HTTP" || m.Type == "HTTPS" {
+		m.URLPath, m.HTTPMethod, m.Expected = "/", "GET", "200"
+		if u := str(b, "url_path"); u != "" {
+			m.URLPath = u
+		}
+	}
+	r.w.Monitors[m.ID] = m
+	id := m.ID
+	p.MonitorID = &id
+	r.pendingUpdate(lb)
+	writeJSON(rw, http.StatusCreated, map[string]any{"healthmonitor": m})
+}
+
+// lbChild finds an object below a load balancer by kind and id.
+func (w *world) lbChild(kind, id string) lbObject {
+	switch kind {
+	case "loadbalancer":
+		return nilObj(w.LoadBalancer[id])
+	case "listener":
+		return nilObj(w.Listeners[id])
+	case "pool":
+		return nilObj(w.Pools[id])
+	case "member":
+		return nilObj(w.Members[id])
+	case "healthmonitor":
+		return nilObj(w.Monitors[id])
+	}
+	return nil
+}
+
+func nilObj[T any, P interface {
+	*T
+	lbObject
+}](v P) lbObject {
+	if v == nil {
+		return nil
+	}
+	return v
+}
+
+func (s *Sim) updateLBObject(kind string) handlerFunc {
+	return func(rw http.ResponseWriter, r *request) {
+		o := r.w.lbChild(kind, r.PathValue("id"))
+		if o == nil || !r.visible(o.lbBase().ProjectID, false) {
+			octaviaError(rw, http.StatusNotFound, kind+" "+r.PathValue("id")+" not found.")
+			return
+		}
+		b, ok := lbBody(rw, r, kind)
+		if !ok {
+			return
+		}
+		lb, ok := mutableLB(rw, r, o.lbBase().LB)
+		if !ok {
+			return
+		}
+		c := o.lbBase()
+		if _, set := b["name"]; set {
+			c.Name = str(b, "name")
+		}
+		if _, set := b["description"]; set {
+			c.Description = str(b, "description")
+		}
+		if _, set := b["tags"]; set {
+			c.Tags = orEmpty(strList(b, "tags"))
+		}
+		c.AdminStateUp = boolOr(b, "admin_state_up", c.AdminStateUp)
+		if m, isMember := o.(*member); isMember {
+			if w, ok := b["weight"].(float64); ok {
+				m.Weight = int(w)
+			}
+		}
+		if kind != "loadbalancer" {
+			c.ProvisioningStatus = "PENDING_UPDATE"
+		}
+		c.Updated = r.now.UTC().Truncate(time.Second)
+		r.pendingUpdate(lb)
+		writeJSON(rw, http.StatusOK, map[string]any{kind: o})
+	}
+}
+
+func (s *Sim) deleteLBChild(kind string) handlerFunc {
+	return func(rw http.ResponseWriter, r *request) {
+		o := r.w.lbChild(kind, r.PathValue("id"))
+		if o == nil || !r.visible(o.lbBase().ProjectID, false) || o.lbBase().ProvisioningStatus == "PENDING_DELETE" {
+			octaviaError(rw, http.StatusNotFound, kind+" "+r.PathValue("id")+" not found.")
+			return
+		}
+		lb, ok := mutableLB(rw, r, o.lbBase().LB)
+		if !ok {
+			return
+		}
+		o.lbBase().ProvisioningStatus = "PENDING_DELETE"
+		r.pendingUpdate(lb)
+		rw.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (s *Sim) deleteLB(rw http.ResponseWriter, r *request) {
+	lb := r.w.LoadBalancer[r.PathValue("id")]
+	if lb == nil || !r.visible(lb.ProjectID, false) || lb.ProvisioningStatus == "PENDING_DELETE" {
+		octaviaError(rw, http.StatusNotFound, "Load Balancer "+r.PathValue("id")+" not found.")
+		return
+	}
+	if lb.ProvisioningStatus != "ACTIVE" && lb.ProvisioningStatus != "ERROR" {
+		octaviaError(rw, http.StatusConflict, "Invalid state "+lb.ProvisioningStatus+" of loadbalancer resource "+lb.ID)
+		return
+	}
+	cascade := r.URL.Query().Get("cascade") == "true"
+	if !cascade && (len(lb.Listeners) > 0 || len(lb.Pools) > 0) {
+		octaviaError(rw, http.StatusBadRequest, "Validation failure: Cannot delete Load Balancer "+lb.ID+" - it has children")
+		return
+	}
+	lb.ProvisioningStatus = "PENDING_DELETE"
+	r.w.schedule(r.now, s.opts.BootDelay, "lb-deleted", lb.ID)
+	rw.WriteHeader(http.StatusNoContent)
+}
+
+// activateLB ends a load balancer's PENDING_* state and its children's.
+func (w *world) activateLB(id string, now time.Time) {
+	lb := w.LoadBalancer[id]
+	if lb == nil || lb.ProvisioningStatus == "PENDING_DELETE" {
+		return
+	}
+	// A later change of the same balancer keeps it pending until its own due time.
+	for _, p := range w.Pending {
+		if p.ID == id && p.Kind == "lb-active" {
+			return
+		}
+	}
+	for _, l := range w.Listeners {
+		if l.LB == id {
+			w.settle(&l.lbCommon, "ONLINE")
+		}
+	}
+	for _, p := range w.Pools {
+		if p.LB == id {
+			w.settle(&p.lbCommon, "ONLINE")
+		}
+	}
+	for _, m := range w.Members {
+		if m.LB == id {
+			w.settle(&m.lbCommon, "NO_MONITOR")
+		}
+	}
+	for _, m := range w.Monitors {
+		if m.LB == id {
+			w.settle(&m.lbCommon, "ONLINE")
+		}
+	}
+	w.purgeDeleted(lb)
+	lb.ProvisioningStatus, lb.OperatingStatus = "ACTIVE", "ONLINE"
+	lb.Updated = now.UTC().Truncate(time.Second)
+}
+
+func (w *world) settle(c *lbCommon, operating string) {
+	if strings.HasPrefix(c.ProvisioningStatus, "PENDING_") && c.ProvisioningStatus != "PENDING_DELETE" {
+		c.ProvisioningStatus, c.OperatingStatus = "ACTIVE", operating
+	}
+}
+
+// purgeDeleted removes the children in PENDING_DELETE, and what hangs off them.
+func (w *world) purgeDeleted(lb *loadBalancer) {
+	gone := func(c *lbCommon) bool { return c.ProvisioningStatus == "PENDING_DELETE" }
+	for id, m := range w.Monitors {
+		if m.LB == lb.ID && (gone(&m.lbCommon) || w.Pools[m.PoolID] == nil || gone(&w.Pools[m.PoolID].lbCommon)) {
+			if p := w.Pools[m.PoolID]; p != nil {
+				p.MonitorID = nil
+			}
+			delete(w.Monitors, id)
+		}
+	}
+	for id, m := range w.Members {
+		if m.LB == lb.ID && (gone(&m.lbCommon) || w.Pools[m.PoolID] == nil || gone(&w.Pools[m.PoolID].lbCommon)) {
+			if p := w.Pools[m.PoolID]; p != nil {
+				p.Members = slices.DeleteFunc(p.Members, func(r idRef) bool { return r.ID == id })
+			}
+			delete(w.Members, id)
+		}
+	}
+	for id, p := range w.Pools {
+		if p.LB == lb.ID && gone(&p.lbCommon) {
+			for _, l := range w.Listeners {
+				if l.DefaultPoolID != nil && *l.DefaultPoolID == id {
+					l.DefaultPoolID = nil
+				}
+			}
+			lb.Pools = slices.DeleteFunc(lb.Pools, func(r idRef) bool { return r.ID == id })
+			delete(w.Pools, id)
+		}
+	}
+	for id, l := range w.Listeners {
+		if l.LB == lb.ID && gone(&l.lbCommon) {
+			lb.Listeners = slices.DeleteFunc(lb.Listeners, func(r idRef) bool { return r.ID == id })
+			delete(w.Listeners, id)
+		}
+	}
+}
+
+// finishLBDelete removes a load balancer, its children and its VIP port.
+func (w *world) finishLBDelete(id string) {
+	lb := w.LoadBalancer[id]
+	if lb == nil {
+		return
+	}
+	for k, v := range w.Monitors {
+		if v.LB == id {
+			delete(w.Monitors, k)
+		}
+	}
+	for k, v := range w.Members {
+		if v.LB == id {
+			delete(w.Members, k)
+		}
+	}
+	for k, v := range w.Pools {
+		if v.LB == id {
+			delete(w.Pools, k)
+		}
+	}
+	for k, v := range w.Listeners {
+		if v.LB == id {
+			delete(w.Listeners, k)
+		}
+	}
+	if lb.VIPPortID != "" {
+		w.deletePort(lb.VIPPortID)
+	}
+	delete(w.LoadBalancer, id)
+}
+
+func (s *Sim) lbStatusTree(rw http.ResponseWriter, r *request) {
+	lb := r.w.LoadBalancer[r.PathValue("id")]
+	if lb == nil || !r.visible(lb.ProjectID, false) {
+		octaviaError(rw, http.StatusNotFound, "Load Balancer "+r.PathValue("id")+" not found.")
+		return
+	}
+	st := func(c *lbCommon) map[string]any {
+		return map[string]any{"id": c.ID, "name": c.Name, "provisioning_status": c.ProvisioningStatus, "operating_status": c.OperatingStatus}
+	}
+	var listeners []any
+	for _, ref := range lb.Listeners {
+		l := r.w.Listeners[ref.ID]
+		if l == nil {
+			continue
+		}
+		lv := st(&l.lbCommon)
+		var pools []any
+		if l.DefaultPoolID != nil {
+			if p := r.w.Pools[*l.DefaultPoolID]; p != nil {
+				pv := st(&p.lbCommon)
+				var members []any
+				for _, mref := range p.Members {
+					if m := r.w.Members[mref.ID]; m != nil {
+						mv := st(&m.lbCommon)
+						mv["address"], mv["protocol_port"] = m.Address, m.ProtocolPort
+						members = append(members, mv)
+					}
+				}
+				pv["members"] = orEmpty(members)
+				if p.MonitorID != nil {
+					if hm := r.w.Monitors[*p.MonitorID]; hm != nil {
+						hv := st(&hm.lbCommon)
+						hv["type"] = hm.Type
+						pv["health_monitor"] = hv
+					}
+				}
+				pools = append(pools, pv)
+			}
+		}
+		lv["pools"] = orEmpty(pools)
+		listeners = append(listeners, lv)
+	}
+	root := st(&lb.lbCommon)
+	root["listeners"] = orEmpty(listeners)
+	writeJSON(rw, http.StatusOK, map[string]any{"statuses": map[string]any{"loadbalancer": root}})
+}
+
+// relink restores the links the API does not show, after a restore.
+func (w *world) relink() {
+	for _, lb := range w.LoadBalancer {
+		lb.LB = lb.ID
+	}
+	for _, l := range w.Listeners {
+		if len(l.LoadBalancers) > 0 {
+			l.LB = l.LoadBalancers[0].ID
+		}
+	}
+	for _, p := range w.Pools {
+		if len(p.LoadBalancers) > 0 {
+			p.LB = p.LoadBalancers[0].ID
+		}
+	}
+	for _, m := range w.Members {
+		if p := w.Pools[m.PoolID]; p != nil {
+			m.LB = p.LB
+		}
+	}
+	for _, m := range w.Monitors {
+		if len(m.Pools) > 0 {
+			m.PoolID = m.Pools[0].ID
+			if p := w.Pools[m.PoolID]; p != nil {
+				m.LB = p.LB
+			}
+		}
+	}
+}
