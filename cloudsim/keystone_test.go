@@ -125,3 +125,11 @@ func tokenUser(t *testing.T, c *clients) string {
 	}
 	return u.ID
 }
+
+func tokensGetProject(c *clients) (string, error) {
+	p, err := tokens.Get(context.Background(), c.identity, c.provider.Token()).ExtractProject()
+	if err != nil {
+		return "", err
+	}
+	return p.ID, nil
+}

@@ -153,7 +153,9 @@ func badRequest(rw http.ResponseWriter, msg string) {
 
 // neutronKind describes one Neutron resource for the generic handlers.
 type neutronKind[T interface{ base() *common }] struct {
-	singular, plural string
+	// singular and plural are the JSON keys; path is the URL's collection
+	// (security-groups), plural when empty.
+	singular, plural, path string
 	table            func(*world) map[string]T
 	// create makes a resource from a request body, or answers an error.
 	create func(rw http.ResponseWriter, r *request, body map[string]any) (T, bool)
@@ -170,7 +172,11 @@ type neutronKind[T interface{ base() *common }] struct {
 }
 
 func registerNeutron[T interface{ base() *common }](s *Sim, mux *http.ServeMux, k neutronKind[T]) {
-	prefix := "/network/v2.0/" + k.plural
+	path := k.path
+	if path == "" {
+		path = k.plural
+	}
+	prefix := "/network/v2.0/" + path
 	s.route(mux, "GET "+prefix, func(rw http.ResponseWriter, r *request) { neutronList(rw, r, k) })
 	s.route(mux, "POST "+prefix, func(rw http.ResponseWriter, r *request) {
 		body, ok := neutronBody(rw, r, k.singular)
@@ -703,7 +709,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 	s.route(mux, "PUT /network/v2.0/routers/{id}/add_router_interface", s.addRouterInterface)
 	s.route(mux, "PUT /network/v2.0/routers/{id}/remove_router_interface", s.removeRouterInterface)
 
-	registerNeutron(s, mux, neutronKind[*secGroup]{singular: "security_group", plural: "security_groups", quota: "security_group", notFound: "SecurityGroupNotFound",
+	registerNeutron(s, mux, neutronKind[*secGroup]{singular: "security_group", plural: "security_groups", path: "security-groups", quota: "security_group", notFound: "SecurityGroupNotFound",
 		table: func(w *world) map[string]*secGroup { return w.SecGroups },
 		create: func(rw http.ResponseWriter, r *request, b map[string]any) (*secGroup, bool) {
 			if !onlyKeys(rw, b, append(common, "stateful")...) {
@@ -750,7 +756,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 		},
 	})
 
-	registerNeutron(s, mux, neutronKind[*secRule]{singular: "security_group_rule", plural: "security_group_rules", quota: "security_group_rule", notFound: "SecurityGroupRuleNotFound",
+	registerNeutron(s, mux, neutronKind[*secRule]{singular: "security_group_rule", plural: "security_group_rules", path: "security-group-rules", quota: "security_group_rule", notFound: "SecurityGroupRuleNotFound",
 		table:  func(w *world) map[string]*secRule { return w.SecRules },
 		create: s.createSecRule,
 	})

@@ -20,14 +20,34 @@ type lbCommon struct {
 	ProvisioningStatus string    `json:"provisioning_status"`
 	OperatingStatus    string    `json:"operating_status"`
 	Tags               []string  `json:"tags"`
-	Created            time.Time `json:"created_at"`
-	Updated            time.Time `json:"updated_at"`
+	Created            lbTime    `json:"created_at"`
+	Updated            lbTime    `json:"updated_at"`
 	// LB is the load balancer the object belongs to (its own id for one);
 	// world.init derives it again from the API fields after a restore.
 	LB string `json:"-"`
 }
 
 func (c *lbCommon) lbBase() *lbCommon { return c }
+
+// lbTime is a time as Octavia writes it: UTC, with no zone suffix.
+type lbTime time.Time
+
+const lbTimeLayout = "2006-01-02T15:04:05"
+
+// MarshalJSON implements json.Marshaler.
+func (t lbTime) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Time(t).UTC().Format(lbTimeLayout) + `"`), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *lbTime) UnmarshalJSON(b []byte) error {
+	v, err := time.Parse(`"`+lbTimeLayout+`"`, string(b))
+	if err != nil {
+		return fmt.Errorf("octavia time: %w", err)
+	}
+	*t = lbTime(v)
+	return nil
+}
 
 type idRef struct {
 	ID string `json:"id"`
@@ -101,7 +121,7 @@ func octaviaError(rw http.ResponseWriter, code int, msg string) {
 }
 
 func newLBCommon(r *request, b map[string]any, lb string) lbCommon {
-	t := r.now.UTC().Truncate(time.Second)
+	t := lbTime(r.now.UTC().Truncate(time.Second))
 	tags := strList(b, "tags")
 	return lbCommon{ID: newID(), Name: str(b, "name"), Description: str(b, "description"), ProjectID: r.tok.ProjectID, TenantID: r.tok.ProjectID,
 		AdminStateUp: boolOr(b, "admin_state_up", true), ProvisioningStatus: "PENDING_CREATE", OperatingStatus: "OFFLINE",
@@ -255,7 +275,7 @@ func mutableLB(rw http.ResponseWriter, r *request, id string) (*loadBalancer, bo
 // pendingUpdate puts a load balancer into PENDING_UPDATE until the delay passes.
 func (r *request) pendingUpdate(lb *loadBalancer) {
 	lb.ProvisioningStatus = "PENDING_UPDATE"
-	lb.Updated = r.now.UTC().Truncate(time.Second)
+	lb.Updated = lbTime(r.now.UTC().Truncate(time.Second))
 	r.w.schedule(r.now, r.s.opts.BootDelay, "lb-active", lb.ID)
 }
 
@@ -523,7 +543,7 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 		if kind != "loadbalancer" {
 			c.ProvisioningStatus = "PENDING_UPDATE"
 		}
-		c.Updated = r.now.UTC().Truncate(time.Second)
+		c.Updated = lbTime(r.now.UTC().Truncate(time.Second))
 		r.pendingUpdate(lb)
 		writeJSON(rw, http.StatusOK, map[string]any{kind: o})
 	}
@@ -600,7 +620,7 @@ func (w *world) activateLB(id string, now time.Time) {
 	}
 	w.purgeDeleted(lb)
 	lb.ProvisioningStatus, lb.OperatingStatus = "ACTIVE", "ONLINE"
-	lb.Updated = now.UTC().Truncate(time.Second)
+	lb.Updated = lbTime(now.UTC().Truncate(time.Second))
 }
 
 func (w *world) settle(c *lbCommon, operating string) {

@@ -145,3 +145,10 @@ func TestClientFiles(t *testing.T) {
 		t.Fatalf("admin /counters: %s", resp.Status)
 	}
 }
+
+// inspect reads the simulator's state under its lock.
+func inspect[T any](s *Sim, f func(*world) T) T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return f(s.w)
+}

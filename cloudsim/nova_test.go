@@ -1,0 +1,289 @@
+package cloudsim
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/keypairs"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/tags"
+	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+)
+
+// tenantNet is a network with a subnet routed to the public network.
+type tenantNet struct {
+	network, subnet, router, publicID string
+}
+
+func makeTenantNet(t *testing.T, c *clients, name, cidr string) tenantNet {
+	t.Helper()
+	ctx := context.Background()
+	pub := findNetwork(t, c, PublicNetwork)
+	n, err := networks.Create(ctx, c.network, networks.CreateOpts{Name: name}).Extract()
+	if err != nil {
+		t.Fatalf("create network: %v", err)
+	}
+	sn, err := subnets.Create(ctx, c.network, subnets.CreateOpts{NetworkID: n.ID, Name: name, CIDR: cidr, IPVersion: gophercloud.IPv4,
+		AllocationPools: []subnets.AllocationPool{{Start: strings.TrimSuffix(cidr, "0/24") + "16", End: strings.TrimSuffix(cidr, "0/24") + "254"}}}).Extract()
+	if err != nil {
+		t.Fatalf("create subnet: %v", err)
+	}
+	rt, err := routers.Create(ctx, c.network, routers.CreateOpts{Name: name, GatewayInfo: &routers.GatewayInfo{NetworkID: pub}}).Extract()
+	if err != nil {
+		t.Fatalf("create router: %v", err)
+	}
+	if _, err := routers.AddInterface(ctx, c.network, rt.ID, routers.AddInterfaceOpts{SubnetID: sn.ID}).Extract(); err != nil {
+		t.Fatalf("add router interface: %v", err)
+	}
+	return tenantNet{network: n.ID, subnet: sn.ID, router: rt.ID, publicID: pub}
+}
+
+func findNetwork(t *testing.T, c *clients, name string) string {
+	t.Helper()
+	pages, err := networks.List(c.network, networks.ListOpts{Name: name}).AllPages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := networks.ExtractNetworks(pages)
+	if len(list) != 1 {
+		t.Fatalf("networks named %s: %d", name, len(list))
+	}
+	return list[0].ID
+}
+
+func imageID(t *testing.T, c *clients, name string) string {
+	t.Helper()
+	pages, err := images.List(c.image, images.ListOpts{Name: name}).AllPages(context.Background())
+	if err != nil {
+		t.Fatalf("list images: %v", err)
+	}
+	list, _ := images.ExtractImages(pages)
+	if len(list) != 1 {
+		t.Fatalf("images named %s: %d", name, len(list))
+	}
+	return list[0].ID
+}
+
+func TestNovaSeed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := startEnv(t, Options{})
+	pages, err := flavors.ListDetail(e.user.compute, nil).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, _ := flavors.ExtractFlavors(pages)
+	var names []string
+	for _, f := range fl {
+		names = append(names, f.Name)
+	}
+	if diff := cmp.Diff([]string{"m1.small", "m1.medium", "m1.large"}, names); diff != "" {
+		t.Errorf("flavors (-want +got):\n%s", diff)
+	}
+	imageID(t, e.user, "flatcar")
+	imageID(t, e.user, "fedora-coreos")
+	q, err := quotasets.Get(ctx, e.user.compute, tokenProject(t, e.user)).Extract()
+	if err != nil || q.Instances <= 0 || q.Cores <= 0 {
+		t.Fatalf("quotas: %+v %v, want finite limits", q, err)
+	}
+}
+
+func TestNovaServerLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := startEnv(t, Options{BootDelay: 30 * time.Second})
+	net := makeTenantNet(t, e.user, "prod", "192.168.20.0/24")
+	kp, err := keypairs.Create(ctx, e.user.compute, keypairs.CreateOpts{Name: "ops",
+		PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG ops@example"}).Extract()
+	if err != nil || kp.Fingerprint == "" {
+		t.Fatalf("import keypair: %+v %v", kp, err)
+	}
+	userData := []byte("{\"ignition\":{\"version\":\"3.3.0\"}}")
+	sv, err := servers.Create(ctx, e.user.compute, keypairs.CreateOptsExt{KeyName: "ops", CreateOptsBuilder: servers.CreateOpts{
+		Name: "prod-worker-0", FlavorRef: "2", ImageRef: imageID(t, e.user, "flatcar"),
+		Networks: []servers.Network{{UUID: net.network}}, UserData: userData, Metadata: map[string]string{"role": "worker"},
+		Tags: []string{"opke-cluster=prod", "opke-owner=x"}}}, nil).Extract()
+	if err != nil {
+		t.Fatalf("create server: %v", err)
+	}
+	got, err := servers.Get(ctx, e.user.compute, sv.ID).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != "BUILD" {
+		t.Errorf("status right after create: %s, want BUILD", got.Status)
+	}
+	e.clock.Advance(31 * time.Second)
+	got, err = servers.Get(ctx, e.user.compute, sv.ID).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != "ACTIVE" || got.Metadata["role"] != "worker" {
+		t.Errorf("after the boot delay: status %s, metadata %v", got.Status, got.Metadata)
+	}
+	addrs, _ := got.Addresses["prod"].([]any)
+	if len(addrs) != 1 || addrs[0].(map[string]any)["addr"] != "192.168.20.17" {
+		t.Errorf("addresses: %v, want the pool's second address (the DHCP port has the first)", got.Addresses)
+	}
+
+	// user_data is readable with the admin microversion only.
+	admin := *e.admin.compute
+	admin.Microversion = "2.3"
+	var withUD struct {
+		UserData *string `json:"OS-EXT-SRV-ATTR:user_data"`
+	}
+	if err := servers.Get(ctx, &admin, sv.ID).ExtractInto(&withUD); err != nil {
+		t.Fatal(err)
+	}
+	if withUD.UserData == nil || *withUD.UserData != base64.StdEncoding.EncodeToString(userData) {
+		t.Errorf("admin user_data: %v", withUD.UserData)
+	}
+
+	// Tags: filters and the tags API.
+	listNames := func(opts servers.ListOpts) []string {
+		t.Helper()
+		pages, err := servers.List(e.user.compute, opts).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, _ := servers.ExtractServers(pages)
+		var names []string
+		for _, s := range list {
+			names = append(names, s.Name)
+		}
+		return names
+	}
+	if got := listNames(servers.ListOpts{Tags: "opke-cluster=prod"}); len(got) != 1 {
+		t.Errorf("tags filter: %v", got)
+	}
+	if got := listNames(servers.ListOpts{Tags: "opke-cluster=other"}); len(got) != 0 {
+		t.Errorf("tags filter of another cluster: %v", got)
+	}
+	if got := listNames(servers.ListOpts{NotTagsAny: "opke-owner=x"}); len(got) != 0 {
+		t.Errorf("not-tags-any: %v", got)
+	}
+	if err := tags.Add(ctx, e.user.compute, sv.ID, "drain").ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := tags.List(ctx, e.user.compute, sv.ID).Extract()
+	if diff := cmp.Diff([]string{"opke-cluster=prod", "opke-owner=x", "drain"}, tl); diff != "" || err != nil {
+		t.Errorf("tags (-want +got):\n%s %v", diff, err)
+	}
+	old := *e.user.compute
+	old.Microversion = "2.25"
+	if _, err := tags.List(ctx, &old, sv.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("tags before microversion 2.26: %v, want 404", err)
+	}
+
+	out, err := servers.ShowConsoleOutput(ctx, e.user.compute, sv.ID, servers.ShowConsoleOutputOpts{Length: 2}).Extract()
+	if err != nil || !strings.Contains(out, "prod-worker-0 login:") || strings.Count(out, "\n") != 2 {
+		t.Errorf("console output: %q %v", out, err)
+	}
+
+	if err := servers.Delete(ctx, e.user.compute, sv.ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := servers.Get(ctx, e.user.compute, sv.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("get after delete: %v, want 404", err)
+	}
+	if n := inspect(e.sim, func(w *world) int { return len(w.Ports) }); n != 3 { // DHCP, router interface and gateway, none of the server's
+		t.Errorf("ports after delete: %d, want the server's port gone", n)
+	}
+}
+
+func TestNovaMicroversions(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, Options{})
+	for _, tt := range []struct {
+		name, header string
+		want         int
+	}{
+		{"default", "", 200}, {"latest", "latest", 200}, {"zed's maximum", "2.93", 200}, {"too new", "2.99", 406}, {"malformed", "two", 400},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, e.sim.URL()+"/compute/v2.1/flavors", nil)
+			req.Header.Set("X-Auth-Token", e.user.provider.Token())
+			if tt.header != "" {
+				req.Header.Set("X-OpenStack-Nova-API-Version", tt.header)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.want)
+			}
+			if tt.want == 200 && resp.Header.Get("X-OpenStack-Nova-API-Version") == "" {
+				t.Errorf("no X-OpenStack-Nova-API-Version header in the response")
+			}
+		})
+	}
+}
+
+func TestNovaAntiAffinityAndQuotas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := startEnv(t, Options{Hypervisors: 3})
+	net := makeTenantNet(t, e.user, "ha", "192.168.30.0/24")
+	sc := *e.user.compute
+	sc.Microversion = "2.64"
+	g, err := servergroups.Create(ctx, &sc, servergroups.CreateOpts{Name: "ha-controllers", Policy: "anti-affinity"}).Extract()
+	if err != nil {
+		t.Fatalf("create server group: %v", err)
+	}
+	img := imageID(t, e.user, "flatcar")
+	hosts := map[string]bool{}
+	var last string
+	for i := range 4 {
+		sv, err := servers.Create(ctx, e.user.compute, servers.CreateOpts{Name: "ha-controller-" + itoa(i), FlavorRef: "2", ImageRef: img,
+			Networks: []servers.Network{{UUID: net.network}}}, servers.SchedulerHintOpts{Group: g.ID}).Extract()
+		if err != nil {
+			t.Fatalf("create server %d: %v", i, err)
+		}
+		last = sv.ID
+		got, _ := servers.Get(ctx, e.admin.compute, sv.ID).Extract()
+		if i < 3 {
+			if got.Status != "ACTIVE" || hosts[got.HypervisorHostname] {
+				t.Errorf("member %d: status %s on %s, hosts so far %v", i, got.Status, got.HypervisorHostname, hosts)
+			}
+			hosts[got.HypervisorHostname] = true
+		}
+	}
+	got, _ := servers.Get(ctx, e.user.compute, last).Extract()
+	if got.Status != "ERROR" || !strings.Contains(got.Fault.Message, "No valid host") {
+		t.Errorf("a 4th member over 3 hypervisors: status %s, fault %q; want ERROR, no valid host", got.Status, got.Fault.Message)
+	}
+
+	// Quotas: the admin lowers them, the next create is refused with 403.
+	project := tokenProject(t, e.user)
+	if _, err := quotasets.Update(ctx, e.admin.compute, project, quotasets.UpdateOpts{Instances: gophercloud.IntToPointer(4)}).Extract(); err != nil {
+		t.Fatalf("set quota: %v", err)
+	}
+	_, err = servers.Create(ctx, e.user.compute, servers.CreateOpts{Name: "one-too-many", FlavorRef: "2", ImageRef: img,
+		Networks: []servers.Network{{UUID: net.network}}}, nil).Extract()
+	if !gophercloud.ResponseCodeIs(err, http.StatusForbidden) || !strings.Contains(err.Error(), "Quota exceeded for instances") {
+		t.Errorf("over quota: %v, want 403 quota exceeded", err)
+	}
+}
+
+func tokenProject(t *testing.T, c *clients) string {
+	t.Helper()
+	p, err := tokensGetProject(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,96 @@
+package cloudsim
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+)
+
+func TestOctaviaLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := startEnv(t, Options{BootDelay: 10 * time.Second})
+	c := e.user.lb
+	net := makeTenantNet(t, e.user, "prod", "192.168.20.0/24")
+	lb, err := loadbalancers.Create(ctx, c, loadbalancers.CreateOpts{Name: "prod-api", VipSubnetID: net.subnet, VipAddress: "192.168.20.5",
+		Tags: []string{"opke-cluster=prod"}}).Extract()
+	if err != nil {
+		t.Fatalf("create load balancer: %v", err)
+	}
+	if lb.ProvisioningStatus != "PENDING_CREATE" || lb.VipAddress != "192.168.20.5" || lb.VipPortID == "" {
+		t.Errorf("new load balancer: %s %s %q", lb.ProvisioningStatus, lb.VipAddress, lb.VipPortID)
+	}
+	listenerOpts := listeners.CreateOpts{Name: "prod-api-6443", Protocol: listeners.ProtocolTCP, ProtocolPort: 6443, LoadbalancerID: lb.ID}
+	if _, err := listeners.Create(ctx, c, listenerOpts).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+		t.Errorf("listener while PENDING_CREATE: %v, want 409", err)
+	}
+	e.clock.Advance(11 * time.Second)
+	lb, _ = loadbalancers.Get(ctx, c, lb.ID).Extract()
+	if lb.ProvisioningStatus != "ACTIVE" || lb.OperatingStatus != "ONLINE" {
+		t.Fatalf("after the delay: %s/%s", lb.ProvisioningStatus, lb.OperatingStatus)
+	}
+	l, err := listeners.Create(ctx, c, listenerOpts).Extract()
+	if err != nil {
+		t.Fatalf("create listener: %v", err)
+	}
+	if lb, _ = loadbalancers.Get(ctx, c, lb.ID).Extract(); lb.ProvisioningStatus != "PENDING_UPDATE" {
+		t.Errorf("load balancer after a listener: %s, want PENDING_UPDATE", lb.ProvisioningStatus)
+	}
+	step := func() { e.clock.Advance(11 * time.Second) }
+	step()
+	pool, err := pools.Create(ctx, c, pools.CreateOpts{Name: "prod-api", Protocol: pools.ProtocolTCP, LBMethod: pools.LBMethodRoundRobin, ListenerID: l.ID}).Extract()
+	if err != nil {
+		t.Fatalf("create pool: %v", err)
+	}
+	step()
+	m, err := pools.CreateMember(ctx, c, pool.ID, pools.CreateMemberOpts{Name: "prod-controller-0", Address: "192.168.20.10", ProtocolPort: 6443, SubnetID: net.subnet}).Extract()
+	if err != nil {
+		t.Fatalf("create member: %v", err)
+	}
+	step()
+	if _, err := monitors.Create(ctx, c, monitors.CreateOpts{PoolID: pool.ID, Type: monitors.TypeTCP, Delay: 5, Timeout: 3, MaxRetries: 3}).Extract(); err != nil {
+		t.Fatalf("create monitor: %v", err)
+	}
+	step()
+	if m, _ = pools.GetMember(ctx, c, pool.ID, m.ID).Extract(); m.ProvisioningStatus != "ACTIVE" {
+		t.Errorf("member: %s", m.ProvisioningStatus)
+	}
+	pages, err := loadbalancers.List(c, loadbalancers.ListOpts{Tags: []string{"opke-cluster=prod"}}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := loadbalancers.ExtractLoadBalancers(pages); len(list) != 1 {
+		t.Errorf("list by tag: %d load balancers", len(list))
+	}
+	if err := loadbalancers.Delete(ctx, c, lb.ID, nil).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+		t.Errorf("delete with children: %v, want 400", err)
+	}
+	if err := loadbalancers.Delete(ctx, c, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
+		t.Fatalf("cascade delete: %v", err)
+	}
+	step()
+	if _, err := loadbalancers.Get(ctx, c, lb.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("after delete: %v, want 404", err)
+	}
+	left := inspect(e.sim, func(w *world) int { return len(w.Listeners) + len(w.Pools) + len(w.Members) + len(w.Monitors) + countVIPs(w) })
+	if left != 0 {
+		t.Errorf("a cascade delete left %d objects behind", left)
+	}
+}
+
+func countVIPs(w *world) int {
+	n := 0
+	for _, p := range w.Ports {
+		if p.DeviceOwner == "Octavia" {
+			n++
+		}
+	}
+	return n
+}
