@@ -156,7 +156,7 @@ type neutronKind[T interface{ base() *common }] struct {
 	// singular and plural are the JSON keys; path is the URL's collection
 	// (security-groups), plural when empty.
 	singular, plural, path string
-	table            func(*world) map[string]T
+	table                  func(*world) map[string]T
 	// create makes a resource from a request body, or answers an error.
 	create func(rw http.ResponseWriter, r *request, body map[string]any) (T, bool)
 	// update applies a request body, or answers an error.

@@ -204,12 +204,8 @@ func (s *Sim) computeV21(rw http.ResponseWriter, _ *http.Request) {
 	writeJSON(rw, http.StatusOK, map[string]any{"version": s.computeVersion()})
 }
 
-func (s *Sim) link(path string) []any {
-	return []any{map[string]any{"rel": "self", "href": s.URL() + path}, map[string]any{"rel": "bookmark", "href": s.URL() + path}}
-}
-
 func (s *Sim) flavorView(f *flavor, mv int, detail bool) map[string]any {
-	v := map[string]any{"id": f.ID, "name": f.Name, "links": s.link("/compute/v2.1/flavors/" + f.ID)}
+	v := map[string]any{"id": f.ID, "name": f.Name, "links": s.links("/compute/v2.1/flavors/" + f.ID)}
 	if !detail {
 		return v
 	}
@@ -383,67 +379,158 @@ func (r *request) visibleServer(id string) *server {
 	return sv
 }
 
-func (s *Sim) serverView(w *world, sv *server, mv int, admin bool) map[string]any {
-	addresses := map[string]any{}
+// serverJSON is Nova's view of a server. A struct rather than a map:
+// listing thousands of servers is dominated by encoding them.
+type serverJSON struct {
+	ID             string                `json:"id"`
+	Name           string                `json:"name"`
+	Status         string                `json:"status"`
+	TenantID       string                `json:"tenant_id"`
+	UserID         string                `json:"user_id"`
+	Metadata       map[string]string     `json:"metadata"`
+	HostID         string                `json:"hostId"`
+	Image          refJSON               `json:"image"`
+	Flavor         any                   `json:"flavor"`
+	Created        string                `json:"created"`
+	Updated        string                `json:"updated"`
+	Addresses      map[string][]addrJSON `json:"addresses"`
+	AccessIPv4     string                `json:"accessIPv4"`
+	AccessIPv6     string                `json:"accessIPv6"`
+	Links          []linkJSON            `json:"links"`
+	DiskConfig     string                `json:"OS-DCF:diskConfig"`
+	Progress       int                   `json:"progress"`
+	AZ             string                `json:"OS-EXT-AZ:availability_zone"`
+	ConfigDrive    string                `json:"config_drive"`
+	KeyName        *string               `json:"key_name"`
+	LaunchedAt     *string               `json:"OS-SRV-USG:launched_at"`
+	TerminatedAt   *string               `json:"OS-SRV-USG:terminated_at"`
+	SecurityGroups []nameJSON            `json:"security_groups"`
+	TaskState      *string               `json:"OS-EXT-STS:task_state"`
+	VMState        string                `json:"OS-EXT-STS:vm_state"`
+	PowerState     int                   `json:"OS-EXT-STS:power_state"`
+	Volumes        []any                 `json:"os-extended-volumes:volumes_attached"`
+	Tags           *[]string             `json:"tags,omitempty"`
+	Fault          *faultJSON            `json:"fault,omitempty"`
+	*serverAdminJSON
+	*serverAdminV3JSON
+}
+
+// serverAdminJSON holds the attributes only an admin sees.
+type serverAdminJSON struct {
+	Host         *string `json:"OS-EXT-SRV-ATTR:host"`
+	Hypervisor   *string `json:"OS-EXT-SRV-ATTR:hypervisor_hostname"`
+	InstanceName string  `json:"OS-EXT-SRV-ATTR:instance_name"`
+}
+
+// serverAdminV3JSON holds the admin attributes of microversion 2.3 and later.
+type serverAdminV3JSON struct {
+	UserData *string `json:"OS-EXT-SRV-ATTR:user_data"`
+	Hostname string  `json:"OS-EXT-SRV-ATTR:hostname"`
+}
+
+type refJSON struct {
+	ID    string     `json:"id"`
+	Links []linkJSON `json:"links"`
+}
+
+type linkJSON struct {
+	Rel  string `json:"rel"`
+	Href string `json:"href"`
+}
+
+type nameJSON struct {
+	Name string `json:"name"`
+}
+
+type addrJSON struct {
+	Version int    `json:"version"`
+	Addr    string `json:"addr"`
+	Type    string `json:"OS-EXT-IPS:type"`
+	MAC     string `json:"OS-EXT-IPS-MAC:mac_addr"`
+}
+
+type faultJSON struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Created string `json:"created"`
+}
+
+func (s *Sim) links(path string) []linkJSON {
+	return []linkJSON{{Rel: "self", Href: s.URL() + path}, {Rel: "bookmark", Href: s.URL() + path}}
+}
+
+// fipsByPort indexes the floating IPs by the port they are bound to.
+func (w *world) fipsByPort() map[string][]*floatingIP {
+	out := map[string][]*floatingIP{}
+	for _, f := range w.FloatingIPs {
+		if f.PortID != nil {
+			out[*f.PortID] = append(out[*f.PortID], f)
+		}
+	}
+	return out
+}
+
+func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, fips map[string][]*floatingIP) serverJSON {
+	addresses := map[string][]addrJSON{}
 	for _, pid := range sv.Ports {
 		p := w.Ports[pid]
 		if p == nil {
 			continue
 		}
-		net := w.Networks[p.NetworkID]
-		list, _ := addresses[net.Name].([]any)
+		name := w.Networks[p.NetworkID].Name
 		for _, ip := range p.FixedIPs {
-			list = append(list, map[string]any{"version": 4, "addr": ip.IPAddress, "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": p.MACAddress})
+			addresses[name] = append(addresses[name], addrJSON{Version: 4, Addr: ip.IPAddress, Type: "fixed", MAC: p.MACAddress})
 		}
-		for _, f := range sortedBy(w.FloatingIPs, func(f *floatingIP) string { return f.FloatingIPAddress }) {
-			if f.PortID != nil && *f.PortID == pid {
-				list = append(list, map[string]any{"version": 4, "addr": f.FloatingIPAddress, "OS-EXT-IPS:type": "floating", "OS-EXT-IPS-MAC:mac_addr": p.MACAddress})
-			}
+		for _, f := range fips[pid] {
+			addresses[name] = append(addresses[name], addrJSON{Version: 4, Addr: f.FloatingIPAddress, Type: "floating", MAC: p.MACAddress})
 		}
-		addresses[net.Name] = list
 	}
-	vmState, power, task := map[string]string{"BUILD": "building", "ACTIVE": "active", "ERROR": "error"}[sv.Status], 0, any(nil)
-	if sv.Status == "ACTIVE" {
-		power = 1
-	} else if sv.Status == "BUILD" {
-		task = "spawning"
+	v := serverJSON{ID: sv.ID, Name: sv.Name, Status: sv.Status, TenantID: sv.ProjectID, UserID: sv.UserID, Metadata: orEmptyMap(sv.Metadata),
+		HostID: hostID(sv), Image: refJSON{ID: sv.ImageID, Links: s.links("/images/" + sv.ImageID)},
+		Created: sv.Created.Format(time.RFC3339), Updated: sv.Updated.Format(time.RFC3339), Addresses: addresses,
+		Links: s.links("/compute/v2.1/servers/" + sv.ID), DiskConfig: "MANUAL", AZ: sv.AZ, SecurityGroups: []nameJSON{},
+		VMState: map[string]string{"BUILD": "building", "ACTIVE": "active", "ERROR": "error"}[sv.Status], Volumes: []any{}}
+	if sv.KeyName != "" {
+		v.KeyName = &sv.KeyName
 	}
-	var sgs []any
+	switch sv.Status {
+	case "ACTIVE":
+		v.PowerState = 1
+	case "BUILD":
+		spawning := "spawning"
+		v.TaskState = &spawning
+	}
 	for _, name := range sv.SecurityGroups {
-		sgs = append(sgs, map[string]any{"name": name})
-	}
-	v := map[string]any{
-		"id": sv.ID, "name": sv.Name, "status": sv.Status, "tenant_id": sv.ProjectID, "user_id": sv.UserID,
-		"metadata": orEmptyMap(sv.Metadata), "hostId": hostID(sv), "image": map[string]any{"id": sv.ImageID, "links": s.link("/images/" + sv.ImageID)},
-		"created": sv.Created.Format(time.RFC3339), "updated": sv.Updated.Format(time.RFC3339), "addresses": addresses,
-		"accessIPv4": "", "accessIPv6": "", "links": s.link("/compute/v2.1/servers/" + sv.ID), "OS-DCF:diskConfig": "MANUAL",
-		"progress": 0, "OS-EXT-AZ:availability_zone": sv.AZ, "config_drive": "", "key_name": nilIfEmpty(sv.KeyName),
-		"OS-SRV-USG:launched_at": nil, "OS-SRV-USG:terminated_at": nil, "security_groups": orEmpty(sgs),
-		"OS-EXT-STS:task_state": task, "OS-EXT-STS:vm_state": vmState, "OS-EXT-STS:power_state": power,
-		"os-extended-volumes:volumes_attached": []any{},
+		v.SecurityGroups = append(v.SecurityGroups, nameJSON{name})
 	}
 	if sv.LaunchedAt != nil {
-		v["OS-SRV-USG:launched_at"] = sv.LaunchedAt.Format("2006-01-02T15:04:05.000000")
+		at := sv.LaunchedAt.Format("2006-01-02T15:04:05.000000")
+		v.LaunchedAt = &at
 	}
 	if f := w.Flavors[sv.FlavorID]; f != nil {
 		if mv >= 47 {
-			v["flavor"] = map[string]any{"original_name": f.Name, "vcpus": f.VCPUs, "ram": f.RAM, "disk": f.Disk, "ephemeral": 0, "swap": 0, "extra_specs": map[string]any{}}
+			v.Flavor = map[string]any{"original_name": f.Name, "vcpus": f.VCPUs, "ram": f.RAM, "disk": f.Disk, "ephemeral": 0, "swap": 0, "extra_specs": map[string]any{}}
 		} else {
-			v["flavor"] = map[string]any{"id": f.ID, "links": s.link("/flavors/" + f.ID)}
+			v.Flavor = refJSON{ID: f.ID, Links: s.links("/flavors/" + f.ID)}
 		}
 	}
 	if mv >= 26 {
-		v["tags"] = orEmpty(sv.Tags)
+		tags := orEmpty(sv.Tags)
+		v.Tags = &tags
 	}
 	if sv.Fault != "" {
-		v["fault"] = map[string]any{"code": 500, "message": sv.Fault, "created": sv.Updated.Format(time.RFC3339)}
+		v.Fault = &faultJSON{Code: 500, Message: sv.Fault, Created: sv.Updated.Format(time.RFC3339)}
 	}
 	if admin {
-		v["OS-EXT-SRV-ATTR:host"], v["OS-EXT-SRV-ATTR:hypervisor_hostname"] = nilIfEmpty(sv.Host), nilIfEmpty(sv.Host)
-		v["OS-EXT-SRV-ATTR:instance_name"] = "instance-" + fmt.Sprintf("%08x", sv.Seq)
+		v.serverAdminJSON = &serverAdminJSON{InstanceName: fmt.Sprintf("instance-%08x", sv.Seq)}
+		if sv.Host != "" {
+			v.Host, v.Hypervisor = &sv.Host, &sv.Host
+		}
 		if mv >= 3 {
-			v["OS-EXT-SRV-ATTR:user_data"] = nilIfEmpty(sv.UserData)
-			v["OS-EXT-SRV-ATTR:hostname"] = sv.Name
+			v.serverAdminV3JSON = &serverAdminV3JSON{Hostname: sv.Name}
+			if sv.UserData != "" {
+				v.UserData = &sv.UserData
+			}
 		}
 	}
 	return v
@@ -521,11 +608,12 @@ func (s *Sim) listServers(rw http.ResponseWriter, r *request, mv int) {
 		return
 	}
 	out := make([]any, 0, len(page))
+	fips := r.w.fipsByPort()
 	for _, sv := range page {
 		if detail {
-			out = append(out, s.serverView(r.w, sv, mv, r.tok.admin()))
+			out = append(out, s.serverView(r.w, sv, mv, r.tok.admin(), fips))
 		} else {
-			out = append(out, map[string]any{"id": sv.ID, "name": sv.Name, "links": s.link("/compute/v2.1/servers/" + sv.ID)})
+			out = append(out, map[string]any{"id": sv.ID, "name": sv.Name, "links": s.links("/compute/v2.1/servers/" + sv.ID)})
 		}
 	}
 	body := map[string]any{"servers": out}
@@ -646,7 +734,7 @@ func (s *Sim) createServer(rw http.ResponseWriter, r *request, mv int) {
 	for _, n := range sgNames {
 		sgs = append(sgs, map[string]any{"name": n})
 	}
-	writeJSON(rw, http.StatusAccepted, map[string]any{"server": map[string]any{"id": sv.ID, "links": s.link("/compute/v2.1/servers/" + sv.ID),
+	writeJSON(rw, http.StatusAccepted, map[string]any{"server": map[string]any{"id": sv.ID, "links": s.links("/compute/v2.1/servers/" + sv.ID),
 		"OS-DCF:diskConfig": "MANUAL", "security_groups": sgs, "adminPass": newSecret(6)}})
 }
 
@@ -822,7 +910,7 @@ func (s *Sim) getServer(rw http.ResponseWriter, r *request, mv int) {
 		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
 		return
 	}
-	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin())})
+	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.fipsByPort())})
 }
 
 func (s *Sim) deleteServer(rw http.ResponseWriter, r *request, _ int) {

@@ -11,17 +11,17 @@ import (
 
 // lbCommon holds what every Octavia object carries.
 type lbCommon struct {
-	ID                 string    `json:"id"`
-	Name               string    `json:"name"`
-	Description        string    `json:"description"`
-	ProjectID          string    `json:"project_id"`
-	TenantID           string    `json:"tenant_id"`
-	AdminStateUp       bool      `json:"admin_state_up"`
-	ProvisioningStatus string    `json:"provisioning_status"`
-	OperatingStatus    string    `json:"operating_status"`
-	Tags               []string  `json:"tags"`
-	Created            lbTime    `json:"created_at"`
-	Updated            lbTime    `json:"updated_at"`
+	ID                 string   `json:"id"`
+	Name               string   `json:"name"`
+	Description        string   `json:"description"`
+	ProjectID          string   `json:"project_id"`
+	TenantID           string   `json:"tenant_id"`
+	AdminStateUp       bool     `json:"admin_state_up"`
+	ProvisioningStatus string   `json:"provisioning_status"`
+	OperatingStatus    string   `json:"operating_status"`
+	Tags               []string `json:"tags"`
+	Created            lbTime   `json:"created_at"`
+	Updated            lbTime   `json:"updated_at"`
 	// LB is the load balancer the object belongs to (its own id for one);
 	// world.init derives it again from the API fields after a restore.
 	LB string `json:"-"`

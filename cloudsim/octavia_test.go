@@ -79,7 +79,9 @@ func TestOctaviaLifecycle(t *testing.T) {
 	if _, err := loadbalancers.Get(ctx, c, lb.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		t.Errorf("after delete: %v, want 404", err)
 	}
-	left := inspect(e.sim, func(w *world) int { return len(w.Listeners) + len(w.Pools) + len(w.Members) + len(w.Monitors) + countVIPs(w) })
+	left := inspect(e.sim, func(w *world) int {
+		return len(w.Listeners) + len(w.Pools) + len(w.Members) + len(w.Monitors) + countVIPs(w)
+	})
 	if left != 0 {
 		t.Errorf("a cascade delete left %d objects behind", left)
 	}

@@ -47,9 +47,9 @@ type env struct {
 }
 
 type clients struct {
-	provider                          *gophercloud.ProviderClient
+	provider                           *gophercloud.ProviderClient
 	compute, network, image, lb, swift *gophercloud.ServiceClient
-	identity                          *gophercloud.ServiceClient
+	identity                           *gophercloud.ServiceClient
 }
 
 func startEnv(t *testing.T, opts Options) *env {
@@ -80,7 +80,7 @@ func startEnv(t *testing.T, opts Options) *env {
 }
 
 // connect authenticates as a cloud of the clouds.yaml opke sim wrote.
-func (e *env) connect(t *testing.T, cloud string) *clients {
+func (e *env) connect(t testing.TB, cloud string) *clients {
 	t.Helper()
 	ctx := context.Background()
 	ao, eo, _, err := clouds.Parse(clouds.WithCloudName(cloud), clouds.WithLocations(filepath.Join(e.dir, "clouds.yaml")))
