@@ -6,7 +6,7 @@ BENCH    ?= .
 BENCHTIME ?= 1s
 
 .DEFAULT_GOAL := help
-.PHONY: build test run lint fuzz bench verify help
+.PHONY: build test run sim-cli lint fuzz bench verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -16,9 +16,14 @@ build:
 test:
 	$(GO) test -race -shuffle=on -timeout 15m ./...
 
-## run: validate the example fleet (the daemon arrives with `opke serve`)
+## run: validate the example fleet, then run the OpenStack simulator on 127.0.0.1:5050
 run: build
 	./$(BIN) validate .
+	./$(BIN) sim --listen 127.0.0.1:5050 --state .opke/sim
+
+## sim-cli: drive the simulator with the real openstack CLI (python3-openstackclient)
+sim-cli:
+	CI=$${CI:-local} $(GO) test -count=1 -run '^TestOpenStackCLI$$' -v ./cloudsim
 
 ## lint: go vet and staticcheck (pinned in go.mod's tool directive)
 lint:
@@ -48,4 +53,4 @@ verify:
 
 ## help: list the targets
 help:
-	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## //' | awk -F': ' '{printf "  %-7s %s\n", $$1, $$2}'
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## //' | awk -F': ' '{printf "  %-8s %s\n", $$1, $$2}'

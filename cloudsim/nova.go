@@ -543,13 +543,6 @@ func hostID(sv *server) string {
 	return fmt.Sprintf("%x", []byte(sv.ProjectID+sv.Host))[:56]
 }
 
-func nilIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 func orEmptyMap(m map[string]string) map[string]string {
 	if m == nil {
 		return map[string]string{}

@@ -110,6 +110,20 @@ func TestNovaServerLifecycle(t *testing.T) {
 	if err != nil || kp.Fingerprint == "" {
 		t.Fatalf("import keypair: %+v %v", kp, err)
 	}
+	if got, err := keypairs.Get(ctx, e.user.compute, "ops", nil).Extract(); err != nil || got.PublicKey != kp.PublicKey {
+		t.Fatalf("get keypair: %+v %v", got, err)
+	}
+	if _, err := keypairs.Create(ctx, e.user.compute, keypairs.CreateOpts{Name: "ops", PublicKey: kp.PublicKey}).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+		t.Errorf("import the same name twice: %v, want 409", err)
+	}
+	defer func() {
+		if err := keypairs.Delete(ctx, e.user.compute, "ops", nil).ExtractErr(); err != nil {
+			t.Errorf("delete keypair: %v", err)
+		}
+		if _, err := keypairs.Get(ctx, e.user.compute, "ops", nil).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			t.Errorf("get a deleted keypair: %v, want 404", err)
+		}
+	}()
 	userData := []byte("{\"ignition\":{\"version\":\"3.3.0\"}}")
 	sv, err := servers.Create(ctx, e.user.compute, keypairs.CreateOptsExt{KeyName: "ops", CreateOptsBuilder: servers.CreateOpts{
 		Name: "prod-worker-0", FlavorRef: "2", ImageRef: imageID(t, e.user, "flatcar"),
@@ -149,6 +163,12 @@ func TestNovaServerLifecycle(t *testing.T) {
 	}
 	if withUD.UserData == nil || *withUD.UserData != base64.StdEncoding.EncodeToString(userData) {
 		t.Errorf("admin user_data: %v", withUD.UserData)
+	}
+	member := *e.user.compute
+	member.Microversion = "2.3"
+	withUD.UserData = nil
+	if err := servers.Get(ctx, &member, sv.ID).ExtractInto(&withUD); err != nil || withUD.UserData != nil {
+		t.Errorf("a member sees user_data: %v %v", withUD.UserData, err)
 	}
 
 	// Tags: filters and the tags API.
@@ -265,6 +285,14 @@ func TestNovaAntiAffinityAndQuotas(t *testing.T) {
 	got, _ := servers.Get(ctx, e.user.compute, last).Extract()
 	if got.Status != "ERROR" || !strings.Contains(got.Fault.Message, "No valid host") {
 		t.Errorf("a 4th member over 3 hypervisors: status %s, fault %q; want ERROR, no valid host", got.Status, got.Fault.Message)
+	}
+
+	// Deleting the group frees its members; a second delete is 404.
+	if err := servergroups.Delete(ctx, &sc, g.ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := servergroups.Get(ctx, &sc, g.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("get a deleted group: %v, want 404", err)
 	}
 
 	// Quotas: the admin lowers them, the next create is refused with 403.

@@ -186,6 +186,10 @@ func values[V any](m map[string]V) []any {
 
 type lbObject interface{ lbBase() *lbCommon }
 
+// lbKindNames are the names Octavia's messages give each kind.
+var lbKindNames = map[string]string{"loadbalancer": "Load Balancer", "listener": "Listener", "pool": "Pool",
+	"member": "Member", "healthmonitor": "Health Monitor"}
+
 func (s *Sim) lbVersions(rw http.ResponseWriter, _ *http.Request) {
 	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{map[string]any{"id": "v2.0", "status": "CURRENT",
 		"updated": "2022-09-01T00:00:00Z", "links": []any{map[string]any{"rel": "self", "href": s.URL() + "/load-balancer/v2/"}}}}})
@@ -240,7 +244,7 @@ func (s *Sim) lbGet(singular string, get func(*world, string) any) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
 		v := get(r.w, r.PathValue("id"))
 		if v == nil || !r.visible(v.(lbObject).lbBase().ProjectID, false) {
-			octaviaError(rw, http.StatusNotFound, fmt.Sprintf("%s %s not found.", strings.Title(singular), r.PathValue("id"))) //nolint:staticcheck // ASCII names
+			octaviaError(rw, http.StatusNotFound, fmt.Sprintf("%s %s not found.", lbKindNames[singular], r.PathValue("id")))
 			return
 		}
 		writeJSON(rw, http.StatusOK, map[string]any{singular: v})
@@ -513,7 +517,7 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
 		o := r.w.lbChild(kind, r.PathValue("id"))
 		if o == nil || !r.visible(o.lbBase().ProjectID, false) {
-			octaviaError(rw, http.StatusNotFound, kind+" "+r.PathValue("id")+" not found.")
+			octaviaError(rw, http.StatusNotFound, lbKindNames[kind]+" "+r.PathValue("id")+" not found.")
 			return
 		}
 		b, ok := lbBody(rw, r, kind)
@@ -553,7 +557,7 @@ func (s *Sim) deleteLBChild(kind string) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
 		o := r.w.lbChild(kind, r.PathValue("id"))
 		if o == nil || !r.visible(o.lbBase().ProjectID, false) || o.lbBase().ProvisioningStatus == "PENDING_DELETE" {
-			octaviaError(rw, http.StatusNotFound, kind+" "+r.PathValue("id")+" not found.")
+			octaviaError(rw, http.StatusNotFound, lbKindNames[kind]+" "+r.PathValue("id")+" not found.")
 			return
 		}
 		lb, ok := mutableLB(rw, r, o.lbBase().LB)

@@ -279,8 +279,16 @@ func (s *Sim) apiHandler() http.Handler {
 	s.novaRoutes(mux)
 	s.neutronRoutes(mux)
 	s.octaviaRoutes(mux)
-	s.swiftRoutes(mux)
-	return mux
+	swift := s.swiftHandler()
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		// Swift names may hold "//" and "/./", which ServeMux would "clean"
+		// with a redirect; Swift takes them as they are.
+		if strings.HasPrefix(r.URL.Path, swiftPrefix) {
+			swift(rw, r)
+			return
+		}
+		mux.ServeHTTP(rw, r)
+	})
 }
 
 // request is what every API handler gets: the caller's token and the world,
@@ -301,7 +309,13 @@ func (s *Sim) route(mux *http.ServeMux, pattern string, h handlerFunc) {
 }
 
 func (s *Sim) routeAuth(mux *http.ServeMux, pattern string, auth bool, h handlerFunc) {
-	mux.HandleFunc(pattern, func(rw http.ResponseWriter, hr *http.Request) {
+	mux.HandleFunc(pattern, s.wrap(pattern, auth, h))
+}
+
+// wrap makes an API handler: it counts the request under pattern, applies
+// the injected faults, authenticates, and runs h with the world locked.
+func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
+	return func(rw http.ResponseWriter, hr *http.Request) {
 		s.count.add(pattern)
 		f := s.faults.match(pattern)
 		if f != nil && f.Latency.Duration > 0 {
@@ -354,7 +368,7 @@ func (s *Sim) routeAuth(mux *http.ServeMux, pattern string, auth bool, h handler
 			// The request took effect; the client never hears of it.
 			dropConnection(rw)
 		}
-	})
+	}
 }
 
 // recorder swallows a response that an injected fault drops.

@@ -31,26 +31,50 @@ type object struct {
 	Meta        map[string]string
 }
 
-func (s *Sim) swiftRoutes(mux *http.ServeMux) {
-	base := "/object-store/v1/{account}"
-	s.route(mux, "GET "+base, s.swiftAccount)
-	s.route(mux, "HEAD "+base, s.swiftAccount)
-	s.route(mux, "PUT "+base+"/{container}", s.swiftPutContainer)
-	s.route(mux, "POST "+base+"/{container}", s.swiftPostContainer)
-	s.route(mux, "GET "+base+"/{container}", s.swiftListObjects)
-	s.route(mux, "HEAD "+base+"/{container}", s.swiftListObjects)
-	s.route(mux, "DELETE "+base+"/{container}", s.swiftDeleteContainer)
-	s.route(mux, "PUT "+base+"/{container}/{object...}", s.swiftPutObject)
-	s.route(mux, "GET "+base+"/{container}/{object...}", s.swiftGetObject)
-	s.route(mux, "HEAD "+base+"/{container}/{object...}", s.swiftGetObject)
-	s.route(mux, "DELETE "+base+"/{container}/{object...}", s.swiftDeleteObject)
-	mux.HandleFunc("GET /info", s.swiftInfo)
-	mux.HandleFunc("GET /object-store/info", s.swiftInfo)
-}
+const swiftPrefix = "/object-store/v1/"
 
-func (s *Sim) swiftInfo(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"swift": map[string]any{"version": "2.30.0", "max_file_size": maxBody,
-		"container_listing_limit": 10000, "max_object_name_length": 1024}})
+// swiftHandler routes /object-store/v1/{account}[/{container}[/{object}]]
+// by hand: an object's name is everything after the container, slashes
+// included.
+func (s *Sim) swiftHandler() http.HandlerFunc {
+	routes := map[string]http.HandlerFunc{}
+	add := func(method, level string, h handlerFunc) {
+		pattern := method + " " + swiftPrefix + map[string]string{"account": "{account}",
+			"container": "{account}/{container}", "object": "{account}/{container}/{object...}"}[level]
+		routes[method+" "+level] = s.wrap(pattern, true, h)
+	}
+	add("GET", "account", s.swiftAccount)
+	add("HEAD", "account", s.swiftAccount)
+	add("PUT", "container", s.swiftPutContainer)
+	add("POST", "container", s.swiftPostContainer)
+	add("GET", "container", s.swiftListObjects)
+	add("HEAD", "container", s.swiftListObjects)
+	add("DELETE", "container", s.swiftDeleteContainer)
+	add("PUT", "object", s.swiftPutObject)
+	add("GET", "object", s.swiftGetObject)
+	add("HEAD", "object", s.swiftGetObject)
+	add("DELETE", "object", s.swiftDeleteObject)
+	return func(rw http.ResponseWriter, r *http.Request) {
+		account, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, swiftPrefix), "/")
+		container, object, _ := strings.Cut(rest, "/")
+		level := "account"
+		switch {
+		case object != "":
+			level = "object"
+		case container != "":
+			level = "container"
+		}
+		h := routes[r.Method+" "+level]
+		if h == nil || account == "" {
+			rw.Header().Set("Allow", "GET, HEAD, PUT, POST, DELETE")
+			rw.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		r.SetPathValue("account", account)
+		r.SetPathValue("container", container)
+		r.SetPathValue("object", object)
+		h(rw, r)
+	}
 }
 
 // swiftAcct returns the account of the path when the caller may use it.

@@ -1,0 +1,68 @@
+package cloudsim
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestOpenStackCLI drives the simulator with the upstream openstack CLI
+// (Debian's python3-openstackclient, python3-octaviaclient and
+// python3-swiftclient, which .ci/run installs). `make sim-cli` runs it.
+func TestOpenStackCLI(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("openstack")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the openstack CLI is not installed: %v", err)
+		}
+		t.Skip("the openstack CLI is not installed here; .ci/run installs it")
+	}
+	e := startEnv(t, Options{BootDelay: time.Second, Now: time.Now})
+	file := filepath.Join(t.TempDir(), "etcd-snapshot.db")
+	if err := os.WriteFile(file, []byte("snapshot"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	osc := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+filepath.Join(e.dir, "clouds.yaml"), "OS_CLOUD=sim", "HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("openstack %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	expect := func(out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q:\n%s", w, out)
+			}
+		}
+	}
+	expect(osc("token", "issue", "-f", "value", "-c", "expires"), "20")
+	expect(osc("network", "create", "prod", "-f", "value", "-c", "status"), "ACTIVE")
+	expect(osc("subnet", "create", "--network", "prod", "--subnet-range", "192.168.20.0/24", "prod", "-f", "value", "-c", "gateway_ip"), "192.168.20.1")
+	expect(osc("server", "create", "--flavor", "m1.small", "--image", "flatcar", "--network", "prod", "--wait", "prod-worker-0", "-f", "value", "-c", "status"), "ACTIVE")
+	expect(osc("--os-compute-api-version", "2.52", "server", "create", "--flavor", "m1.small", "--image", "flatcar", "--network", "prod",
+		"--tag", "opke-cluster=prod", "--wait", "prod-worker-1", "-f", "value", "-c", "status"), "ACTIVE")
+	tagged := osc("--os-compute-api-version", "2.26", "server", "list", "--tags", "opke-cluster=prod", "-f", "value", "-c", "Name")
+	if strings.TrimSpace(tagged) != "prod-worker-1" {
+		t.Errorf("server list --tags: %q, want only prod-worker-1", tagged)
+	}
+	expect(osc("loadbalancer", "create", "--name", "prod-api", "--vip-subnet-id", "prod", "--wait", "-f", "value", "-c", "provisioning_status"), "ACTIVE")
+	expect(osc("container", "create", "opke-backups"), "opke-backups")
+	expect(osc("object", "create", "opke-backups", file), file)
+	osc("server", "delete", "--wait", "prod-worker-0")
+	expect(osc("server", "list", "-f", "value", "-c", "Name"), "prod-worker-1")
+	if out := osc("server", "list", "-f", "value", "-c", "Name"); strings.Contains(out, "prod-worker-0") {
+		t.Errorf("prod-worker-0 still listed after delete:\n%s", out)
+	}
+}

@@ -1,0 +1,36 @@
+// Package cloudsim is OPKE's OpenStack simulator: a stateful HTTP server
+// that speaks the real REST APIs of Keystone v3, Nova (microversions up to
+// Zed's 2.93), Glance v2 (images), Neutron, Octavia and Swift, so that
+// gophercloud and the upstream openstack CLI work against it unchanged. It
+// is the cloud of `make run` and of every end-to-end test; the conformance
+// suite runs the same tests against a real control plane to keep it honest.
+//
+// It has a top-level folder because it is a boundary of its own: OPKE's
+// OpenStack code never knows whether it talks to it or to a cloud.
+//
+// One call starts it on 127.0.0.1 (it refuses any other address, and the
+// addresses it hands out exist only inside it):
+//
+//	sim, err := cloudsim.Start(ctx, cloudsim.Options{StateDir: dir})
+//	if err != nil { ... }
+//	defer sim.Close()
+//	// dir/clouds.yaml has the clouds "sim" (a member of project demo) and
+//	// "sim-admin"; dir/sim.json says where the APIs and the admin endpoint are.
+//
+// It starts seeded like a fresh cloud: the external network "public"
+// (203.0.113.0/24), flavors m1.small, m1.medium and m1.large, images flatcar
+// and fedora-coreos, projects demo and admin with finite quotas, and 8
+// hypervisors for anti-affinity. Servers go BUILD -> ACTIVE and load
+// balancers PENDING_* -> ACTIVE after Options.BootDelay, computed from the
+// clock on each request rather than by timers, so tests move time with
+// Options.Now.
+//
+// For tests and benchmarks: [Sim.Counters] counts requests per route
+// pattern ("POST /compute/v2.1/servers"), [Sim.SetFaults] injects errors
+// with Retry-After, latency, or a connection dropped after the request took
+// effect (the case that makes naive clients create duplicates), and
+// [Sim.Snapshot] writes the state to dir/state.json, which a restarted
+// simulator resumes. The admin endpoint offers the same over HTTP.
+//
+// Servers are state only: they do not boot or answer SSH yet.
+package cloudsim

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"opke.dev/opke/cloudsim"
+)
+
+func (a *app) simCommand() *cobra.Command {
+	opts := cloudsim.Options{}
+	var state string
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the OpenStack simulator",
+		Long: `Run OPKE's OpenStack simulator: Keystone, Nova, Glance, Neutron, Octavia and Swift
+over their real REST APIs on 127.0.0.1, so that gophercloud and the openstack CLI
+work against it unchanged. It writes STATE/clouds.yaml (clouds "sim" and
+"sim-admin") and STATE/sim.json (the admin endpoint for counters and faults),
+keeps its resources in STATE/state.json across restarts, and runs until
+interrupted.`,
+		Example: `  opke sim --listen 127.0.0.1:5050 --state .opke/sim
+  OS_CLIENT_CONFIG_FILE=.opke/sim/clouds.yaml OS_CLOUD=sim openstack server list`,
+		Args: argsAtMost(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.StateDir = state
+			opts.Logger = a.logger
+			sim, err := cloudsim.Start(cmd.Context(), opts)
+			if err != nil {
+				return fmt.Errorf("start simulator: %w", err)
+			}
+			fmt.Fprintf(a.stdout, "OpenStack simulator at %s (admin %s)\nclouds.yaml: %s (clouds sim, sim-admin)\n",
+				sim.URL(), sim.AdminURL(), filepath.Join(state, "clouds.yaml"))
+			<-cmd.Context().Done()
+			if err := sim.Close(); err != nil {
+				return fmt.Errorf("stop simulator: %w", err)
+			}
+			a.logger.Info("simulator stopped; state saved", "state", state)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:5050", "address of the APIs (127.0.0.1 only)")
+	f.StringVar(&opts.AdminListen, "admin-listen", "127.0.0.1:0", "address of the admin endpoint (127.0.0.1 only)")
+	f.StringVar(&state, "state", filepath.Join(".opke", "sim"), "state folder: clouds.yaml, sim.json, state.json")
+	f.DurationVar(&opts.BootDelay, "boot-delay", 2*time.Second, "time a server stays in BUILD and a load balancer in PENDING_*")
+	f.DurationVar(&opts.TokenTTL, "token-ttl", time.Hour, "lifetime of a Keystone token")
+	f.IntVar(&opts.Hypervisors, "hypervisors", 8, "compute hosts that anti-affinity groups spread over")
+	return cmd
+}
