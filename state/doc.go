@@ -1,0 +1,30 @@
+// Package state is OPKE's state store: etcd, embedded (server/v3/embed, in
+// the data dir) by default or external endpoints with TLS. It has a
+// top-level folder because it is a boundary of its own: everything OPKE
+// must remember between two reconciles lives here and nowhere else.
+//
+// One key layout under a prefix (default /opke/). Cluster names are
+// DNS-1123 labels, so keys starting with "_" never clash with them:
+//
+//	/opke/_meta/installation-id             the installation id (opke-owner tag)
+//	/opke/<cluster>/spec                    last applied spec (JSON) ...
+//	/opke/<cluster>/commit                  ... and the commit it came from
+//	/opke/<cluster>/pki/<name>.crt          certificates, PEM
+//	/opke/<cluster>/pki/<name>.key          private keys, PEM, sealed
+//	/opke/<cluster>/ssh/id_ed25519          OPKE's SSH private key, sealed
+//	/opke/<cluster>/ssh/id_ed25519.pub      ... and its public half
+//	/opke/<cluster>/hostkeys/<host>         pinned SSH host key (authorized_keys form)
+//	/opke/<cluster>/hosts/<host>/files/<path> applied file: {"sha256", "version"}
+//	/opke/<cluster>/kubeconfig              admin kubeconfig, sealed (it holds a key)
+//	/opke/<cluster>/journal/<plan>/<step>   the plan journal
+//	/opke/<cluster>/backups/<id>            backup records
+//
+// Sealed values are encrypted at rest with AES-256-GCM under the key of
+// --encryption-key-file, with the value's key as additional data, so a
+// sealed value copied to another key does not open. Without the encryption
+// key they cannot be read: [ErrSealed].
+//
+// [Store.ReadOnly] returns an overlay that reads through to the store and
+// keeps every write in memory: a pull-request plan renders with it and
+// persists nothing.
+package state

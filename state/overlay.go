@@ -1,0 +1,104 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// KV is the part of the store that rendering and planning read and write.
+// *Store and *Overlay implement it.
+type KV interface {
+	Key(parts ...string) string
+	Get(ctx context.Context, key string) ([]byte, error)
+	Put(ctx context.Context, key string, value []byte) error
+	GetSecret(ctx context.Context, key string) ([]byte, error)
+	PutSecret(ctx context.Context, key string, value []byte) error
+	List(ctx context.Context, prefix string) (map[string][]byte, error)
+}
+
+// Overlay reads through to a store and keeps every write in memory, so a
+// pull-request plan can render (and issue certificates) without persisting
+// anything.
+type Overlay struct {
+	base *Store
+	mu   sync.Mutex
+	// writes holds plain values; secrets are kept opened, never sealed.
+	writes map[string][]byte
+}
+
+var (
+	_ KV = (*Store)(nil)
+	_ KV = (*Overlay)(nil)
+)
+
+// ReadOnly returns an overlay on the store.
+func (s *Store) ReadOnly() *Overlay { return &Overlay{base: s, writes: map[string][]byte{}} }
+
+// Key implements KV.
+func (o *Overlay) Key(parts ...string) string { return o.base.Key(parts...) }
+
+// Get implements KV.
+func (o *Overlay) Get(ctx context.Context, key string) ([]byte, error) {
+	if v, ok := o.written(key); ok {
+		return v, nil
+	}
+	return o.base.Get(ctx, key)
+}
+
+// Put implements KV; the value stays in memory.
+func (o *Overlay) Put(_ context.Context, key string, value []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.writes[key] = append([]byte{}, value...)
+	return nil
+}
+
+// GetSecret implements KV.
+func (o *Overlay) GetSecret(ctx context.Context, key string) ([]byte, error) {
+	if v, ok := o.written(key); ok {
+		return v, nil
+	}
+	return o.base.GetSecret(ctx, key)
+}
+
+// PutSecret implements KV; the value stays in memory, never sealed.
+func (o *Overlay) PutSecret(ctx context.Context, key string, value []byte) error {
+	return o.Put(ctx, key, value)
+}
+
+// List implements KV: the store's values with the overlay's on top.
+func (o *Overlay) List(ctx context.Context, prefix string) (map[string][]byte, error) {
+	out, err := o.base.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("overlay: %w", err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, v := range o.writes {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// Written returns the keys the overlay holds, for a plan to say what it
+// would persist.
+func (o *Overlay) Written() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	keys := make([]string, 0, len(o.writes))
+	for k := range o.writes {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func (o *Overlay) written(key string) ([]byte, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v, ok := o.writes[key]
+	return v, ok
+}

@@ -1,0 +1,251 @@
+package state
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// DefaultPrefix is the prefix of every key OPKE writes.
+const DefaultPrefix = "/opke/"
+
+// Errors of the store, matched with errors.Is.
+var (
+	// ErrNotFound is returned for a key with no value.
+	ErrNotFound = errors.New("not found in the state store")
+	// ErrSealed is returned when a sealed value is read without the
+	// encryption key, or with the wrong one.
+	ErrSealed = errors.New("sealed value: the encryption key is missing or wrong")
+	// ErrLocked is returned when another process holds the data dir.
+	ErrLocked = errors.New("data dir is in use by another opke process")
+)
+
+// Options say where the state lives.
+type Options struct {
+	// DataDir holds the embedded etcd (DataDir/etcd) and its lock file.
+	// Ignored when Endpoints is set.
+	DataDir string
+	// Endpoints are external etcd client URLs.
+	Endpoints []string
+	// TLS secures the connection to external endpoints.
+	TLS *tls.Config
+	// Prefix of every key; default DefaultPrefix.
+	Prefix string
+	// EncryptionKey (32 bytes) seals private keys; without it sealed values
+	// can be neither written nor read.
+	EncryptionKey []byte
+	// Logger receives the store's logs.
+	Logger *slog.Logger
+}
+
+// Store is the state store. It is safe for concurrent use.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	seal   *sealer
+	log    *slog.Logger
+	etcd   *embed.Etcd
+	lock   *os.File
+}
+
+// Open connects to the state: an embedded etcd in DataDir, started here,
+// or the external Endpoints.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(opts.Prefix, "/") {
+		opts.Prefix += "/"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{prefix: opts.Prefix, log: opts.Logger}
+	if opts.EncryptionKey != nil {
+		seal, err := newSealer(opts.EncryptionKey)
+		if err != nil {
+			return nil, err
+		}
+		s.seal = seal
+	}
+	endpoints := opts.Endpoints
+	if len(endpoints) == 0 {
+		if opts.DataDir == "" {
+			return nil, errors.New("open state: a data dir or etcd endpoints are required")
+		}
+		if err := s.startEmbedded(ctx, opts.DataDir); err != nil {
+			return nil, err
+		}
+		endpoints = []string{"http://" + s.etcd.Clients[0].Addr().String()}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: opts.TLS, DialTimeout: 5 * time.Second,
+		Context: ctx, Logger: zap.NewNop()})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)
+	}
+	s.cli = cli
+	// A first read proves the endpoints answer, with the caller's deadline.
+	if _, err := cli.Get(ctx, s.prefix+"_meta/installation-id"); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("reach etcd %v: %w", endpoints, err)
+	}
+	return s, nil
+}
+
+// startEmbedded starts a single-member etcd in dir/etcd on 127.0.0.1, with
+// ports chosen by the kernel, after taking dir/lock.
+func (s *Store) startEmbedded(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return fmt.Errorf("%s: %w", dir, ErrLocked)
+	}
+	s.lock = lock
+	cfg := embed.NewConfig()
+	cfg.Dir = filepath.Join(dir, "etcd")
+	cfg.Name = "opke"
+	local := func() []url.URL { return []url.URL{{Scheme: "http", Host: "127.0.0.1:0"}} }
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = local(), local()
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = local(), local()
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ListenMetricsUrls = nil
+	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
+	}
+	s.etcd = e
+	select {
+	case <-e.Server.ReadyNotify():
+		return nil
+	case err := <-e.Err():
+		return fmt.Errorf("embedded etcd: %w", err)
+	case <-ctx.Done():
+		return fmt.Errorf("embedded etcd did not start: %w", ctx.Err())
+	case <-time.After(60 * time.Second):
+		return errors.New("embedded etcd did not start within 60s")
+	}
+}
+
+// Close disconnects and, for an embedded etcd, stops it and frees the data dir.
+func (s *Store) Close() error {
+	var err error
+	if s.cli != nil {
+		err = s.cli.Close()
+	}
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close())
+	}
+	return err
+}
+
+// Endpoints are the client URLs of the etcd in use.
+func (s *Store) Endpoints() []string { return s.cli.Endpoints() }
+
+// Client is the etcd client, for leases and transactions of other packages.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Key is a key below the prefix: Key("prod", "pki", "ca.crt") is /opke/prod/pki/ca.crt.
+func (s *Store) Key(parts ...string) string { return s.prefix + strings.Join(parts, "/") }
+
+// Get returns the value of key, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+// Put sets the value of key.
+func (s *Store) Put(ctx context.Context, key string, value []byte) error {
+	if _, err := s.cli.Put(ctx, key, string(value)); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes key; a missing key is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if _, err := s.cli.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// List returns every key below prefix with its value.
+func (s *Store) List(ctx context.Context, prefix string) (map[string][]byte, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	out := make(map[string][]byte, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = kv.Value
+	}
+	return out, nil
+}
+
+// GetSecret returns the opened value of a sealed key.
+func (s *Store) GetSecret(ctx context.Context, key string) ([]byte, error) {
+	sealed, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return s.seal.open(key, sealed)
+}
+
+// PutSecret seals value and stores it under key.
+func (s *Store) PutSecret(ctx context.Context, key string, value []byte) error {
+	sealed, err := s.seal.seal(key, value)
+	if err != nil {
+		return err
+	}
+	return s.Put(ctx, key, sealed)
+}
+
+// InstallationID returns the installation's id, creating it on first use.
+// A transaction makes two processes starting at once agree on one id.
+func (s *Store) InstallationID(ctx context.Context) (string, error) {
+	key := s.Key("_meta", "installation-id")
+	id := newInstallationID()
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, id)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return "", fmt.Errorf("installation id: %w", err)
+	}
+	if resp.Succeeded {
+		s.log.Info("new installation", "id", id)
+		return id, nil
+	}
+	return string(resp.Responses[0].GetResponseRange().Kvs[0].Value), nil
+}

@@ -1,0 +1,169 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func testKey(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
+
+func openStore(t *testing.T, dir string, key []byte) *Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Open(ctx, Options{DataDir: dir, EncryptionKey: key})
+	if err != nil {
+		t.Fatalf("open store in %s: %v", dir, err)
+	}
+	return s
+}
+
+func TestStoreEmbedded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openStore(t, dir, testKey(1))
+	if _, err := s.Get(ctx, s.Key("prod", "spec")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get of a missing key: %v, want ErrNotFound", err)
+	}
+	if err := s.Put(ctx, s.Key("prod", "spec"), []byte(`{"name":"prod"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, s.Key("prod", "commit"), []byte("abc123")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.List(ctx, s.Key("prod")+"/")
+	if err != nil || len(got) != 2 || string(got["/opke/prod/commit"]) != "abc123" {
+		t.Fatalf("list: %v %v", got, err)
+	}
+	id, err := s.InstallationID(ctx)
+	if err != nil || len(id) != 16 {
+		t.Fatalf("installation id: %q %v", id, err)
+	}
+
+	// A second process on the same data dir is refused while the first runs.
+	if _, err := Open(ctx, Options{DataDir: dir}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open of the data dir: %v, want ErrLocked", err)
+	}
+	// External mode: a client of the same etcd sees the same state.
+	ext, err := Open(ctx, Options{Endpoints: s.Endpoints()})
+	if err != nil {
+		t.Fatalf("open external endpoints: %v", err)
+	}
+	if v, err := ext.Get(ctx, ext.Key("prod", "commit")); err != nil || string(v) != "abc123" {
+		t.Errorf("external read: %q %v", v, err)
+	}
+	ext.Close()
+
+	// A restart keeps everything, the installation id included.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, testKey(1))
+	defer s.Close()
+	if again, err := s.InstallationID(ctx); err != nil || again != id {
+		t.Errorf("installation id after restart: %q, want %q (%v)", again, id, err)
+	}
+	if v, err := s.Get(ctx, s.Key("prod", "commit")); err != nil || string(v) != "abc123" {
+		t.Errorf("value after restart: %q %v", v, err)
+	}
+}
+
+func TestSecretsSealedAtRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openStore(t, dir, testKey(1))
+	key := s.Key("prod", "pki", "ca.key")
+	secret := []byte("-----BEGIN EC PRIVATE KEY-----\nsecret material\n-----END EC PRIVATE KEY-----\n")
+	if err := s.PutSecret(ctx, key, secret); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := s.Get(ctx, key)
+	if err != nil || bytes.Contains(raw, []byte("secret material")) || bytes.Contains(raw, []byte("PRIVATE KEY")) {
+		t.Fatalf("the stored value shows the secret: %q %v", raw, err)
+	}
+	if got, err := s.GetSecret(ctx, key); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("GetSecret: %q %v", got, err)
+	}
+	// Moving a sealed value to another key does not open it.
+	other := s.Key("demo", "pki", "ca.key")
+	if err := s.Put(ctx, other, raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSecret(ctx, other); !errors.Is(err, ErrSealed) {
+		t.Errorf("a sealed value moved to another key: %v, want ErrSealed", err)
+	}
+	s.Close()
+
+	for name, k := range map[string][]byte{"without the key": nil, "with the wrong key": testKey(2)} {
+		t.Run(name, func(t *testing.T) {
+			s := openStore(t, dir, k)
+			defer s.Close()
+			if _, err := s.GetSecret(ctx, key); !errors.Is(err, ErrSealed) {
+				t.Errorf("GetSecret: %v, want ErrSealed", err)
+			}
+			if k == nil {
+				if err := s.PutSecret(ctx, key, secret); !errors.Is(err, ErrSealed) {
+					t.Errorf("PutSecret without a key: %v, want ErrSealed", err)
+				}
+			}
+		})
+	}
+}
+
+func TestOverlayPersistsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), testKey(1))
+	defer s.Close()
+	if err := s.Put(ctx, s.Key("prod", "pki", "ca.crt"), []byte("ca")); err != nil {
+		t.Fatal(err)
+	}
+	o := s.ReadOnly()
+	if v, err := o.Get(ctx, o.Key("prod", "pki", "ca.crt")); err != nil || string(v) != "ca" {
+		t.Fatalf("overlay reads through: %q %v", v, err)
+	}
+	if err := o.PutSecret(ctx, o.Key("prod", "pki", "new.key"), []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Put(ctx, o.Key("prod", "pki", "ca.crt"), []byte("changed")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := o.GetSecret(ctx, o.Key("prod", "pki", "new.key")); string(v) != "k" {
+		t.Errorf("overlay reads its own writes: %q", v)
+	}
+	list, err := o.List(ctx, o.Key("prod", "pki")+"/")
+	if err != nil || len(list) != 2 || string(list["/opke/prod/pki/ca.crt"]) != "changed" {
+		t.Errorf("overlay list: %q %v", list, err)
+	}
+	all, err := s.List(ctx, s.Key(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || string(all["/opke/prod/pki/ca.crt"]) != "ca" {
+		t.Errorf("the store changed under the overlay: %q", all)
+	}
+	if len(o.Written()) != 2 {
+		t.Errorf("overlay written keys: %v", o.Written())
+	}
+}
+
+func TestKeyFiles(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/key"
+	k1, err := EnsureKeyFile(path)
+	if err != nil || len(k1) != KeySize {
+		t.Fatalf("EnsureKeyFile: %v", err)
+	}
+	k2, err := EnsureKeyFile(path)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Fatalf("the key changed on the second call: %v", err)
+	}
+	if _, err := ReadKeyFile(t.TempDir() + "/missing"); err == nil {
+		t.Error("a missing key file is an error")
+	}
+}
