@@ -1,0 +1,393 @@
+package pki
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"opke.dev/opke/state"
+)
+
+// Lifetimes of what Issue creates.
+const (
+	CAValidity    = 10 * 365 * 24 * time.Hour
+	LeafValidity  = 365 * 24 * time.Hour
+	DefaultRenew  = 30 * 24 * time.Hour
+	ClusterDomain = "cluster.local"
+)
+
+// Names of the CAs and of the cluster-wide certs.
+const (
+	CA                  = "ca"
+	EtcdCA              = "etcd-ca"
+	FrontProxyCA        = "front-proxy-ca"
+	APIServerEtcdClient = "apiserver-etcd-client"
+	APIServerKubelet    = "apiserver-kubelet-client"
+	FrontProxyClient    = "front-proxy-client"
+	ControllerManager   = "controller-manager"
+	Scheduler           = "scheduler"
+	Admin               = "admin"
+	EtcdOPKEClient      = "etcd-opke-client"
+	EtcdBackupClient    = "etcd-backup-client"
+	ServiceAccount      = "sa"
+)
+
+// Host is a server that gets its own certs.
+type Host struct {
+	Name string
+	IP   netip.Addr
+}
+
+// Request says what a cluster's PKI must cover.
+type Request struct {
+	Cluster     string
+	Controllers []Host
+	Workers     []Host
+	// APIVIP is the API's virtual IP; APIFloatingIP its floating IP, zero
+	// while it is not known (before the cluster exists).
+	APIVIP        netip.Addr
+	APIFloatingIP netip.Addr
+	ServiceCIDR   netip.Prefix
+	// Now is the time of issue; RenewWithin re-issues certs that expire
+	// within it (default DefaultRenew).
+	Now         time.Time
+	RenewWithin time.Duration
+}
+
+// Material is a cert (or a public key, for the service account) and its
+// private key, both PEM.
+type Material struct {
+	Cert []byte
+	Key  []byte
+}
+
+// Bundle is a cluster's PKI by name.
+type Bundle struct {
+	m map[string]Material
+}
+
+// Get returns the named material and whether it exists.
+func (b *Bundle) Get(name string) (Material, bool) {
+	m, ok := b.m[name]
+	return m, ok
+}
+
+// Names lists the material in the bundle, sorted.
+func (b *Bundle) Names() []string {
+	names := make([]string, 0, len(b.m))
+	for n := range b.m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// spec is one certificate to hold.
+type spec struct {
+	name     string
+	ca       string // "" for a CA
+	cn       string
+	orgs     []string
+	dns      []string
+	ips      []netip.Addr
+	server   bool
+	client   bool
+	validity time.Duration
+}
+
+// ServerName helpers: the per-host material names.
+func EtcdServer(host string) string { return "etcd-server-" + host }
+func EtcdPeer(host string) string   { return "etcd-peer-" + host }
+func APIServer(host string) string  { return "apiserver-" + host }
+func Kubelet(host string) string    { return "kubelet-" + host }
+
+func (r Request) specs() []spec {
+	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
+	svcIP := r.ServiceCIDR.Masked().Addr().Next()
+	out := []spec{
+		{name: CA, cn: "kubernetes", validity: CAValidity},
+		{name: EtcdCA, cn: "etcd-ca", validity: CAValidity},
+		{name: FrontProxyCA, cn: "front-proxy-ca", validity: CAValidity},
+		{name: APIServerEtcdClient, ca: EtcdCA, cn: "kube-apiserver-etcd-client", client: true},
+		{name: APIServerKubelet, ca: CA, cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, client: true},
+		{name: FrontProxyClient, ca: FrontProxyCA, cn: "front-proxy-client", client: true},
+		{name: ControllerManager, ca: CA, cn: "system:kube-controller-manager", client: true},
+		{name: Scheduler, ca: CA, cn: "system:kube-scheduler", client: true},
+		{name: Admin, ca: CA, cn: "kubernetes-admin", orgs: []string{"system:masters"}, client: true},
+		{name: EtcdOPKEClient, ca: EtcdCA, cn: "opke", client: true},
+		{name: EtcdBackupClient, ca: EtcdCA, cn: "opke-etcd-backup", client: true},
+	}
+	for _, h := range r.Controllers {
+		etcdIPs := append([]netip.Addr{h.IP}, loop...)
+		out = append(out,
+			spec{name: EtcdServer(h.Name), ca: EtcdCA, cn: h.Name, dns: []string{h.Name, "localhost"}, ips: etcdIPs, server: true, client: true},
+			spec{name: EtcdPeer(h.Name), ca: EtcdCA, cn: h.Name, dns: []string{h.Name, "localhost"}, ips: etcdIPs, server: true, client: true})
+		apiIPs := []netip.Addr{svcIP, h.IP, r.APIVIP}
+		if r.APIFloatingIP.IsValid() {
+			apiIPs = append(apiIPs, r.APIFloatingIP)
+		}
+		apiIPs = append(apiIPs, loop[0])
+		out = append(out, spec{name: APIServer(h.Name), ca: CA, cn: "kube-apiserver", server: true,
+			dns: []string{h.Name, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDomain, "localhost"},
+			ips: apiIPs})
+	}
+	for _, h := range slices.Concat(r.Controllers, r.Workers) {
+		out = append(out, spec{name: Kubelet(h.Name), ca: CA, cn: "system:node:" + h.Name, orgs: []string{"system:nodes"}, client: true})
+	}
+	return out
+}
+
+// Issue returns the cluster's PKI, reusing what the store holds and
+// issuing (and storing) only what is missing or due. issued names what was
+// new; a change to it means hosts need new files.
+func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, error) {
+	if r.Now.IsZero() {
+		r.Now = time.Now()
+	}
+	if r.RenewWithin == 0 {
+		r.RenewWithin = DefaultRenew
+	}
+	b := &Bundle{m: map[string]Material{}}
+	parsed := map[string]*x509.Certificate{}
+	signers := map[string]crypto.Signer{}
+	var issued []string
+	for _, sp := range r.specs() {
+		m, cert, key, err := load(ctx, kv, r.Cluster, sp.name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cert == nil || !r.usable(sp, cert, parsed[sp.ca]) {
+			m, cert, key, err = issue(sp, parsed[sp.ca], signers[sp.ca], r.Now)
+			if err != nil {
+				return nil, nil, fmt.Errorf("issue %s of %s: %w", sp.name, r.Cluster, err)
+			}
+			if err := store(ctx, kv, r.Cluster, sp.name, m); err != nil {
+				return nil, nil, err
+			}
+			issued = append(issued, sp.name)
+		}
+		b.m[sp.name], parsed[sp.name], signers[sp.name] = m, cert, key
+	}
+	sa, newSA, err := serviceAccountKey(ctx, kv, r.Cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.m[ServiceAccount] = sa
+	if newSA {
+		issued = append(issued, ServiceAccount)
+	}
+	return b, issued, nil
+}
+
+// usable reports whether an existing cert may be kept: signed by the
+// current CA, outside the renewal window, with the SANs and subject asked for.
+func (r Request) usable(sp spec, cert, ca *x509.Certificate) bool {
+	if r.Now.Add(r.RenewWithin).After(cert.NotAfter) || r.Now.Before(cert.NotBefore.Add(-time.Hour)) {
+		return false
+	}
+	if sp.ca != "" && (ca == nil || cert.CheckSignatureFrom(ca) != nil) {
+		return false
+	}
+	if cert.Subject.CommonName != sp.cn || !slices.Equal(cert.Subject.Organization, sp.orgs) {
+		return false
+	}
+	return slices.Equal(cert.DNSNames, sp.dns) && sameIPs(cert.IPAddresses, sp.ips)
+}
+
+func sameIPs(have []net.IP, want []netip.Addr) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i, ip := range have {
+		a, _ := netip.AddrFromSlice(ip)
+		if a.Unmap() != want[i].Unmap() {
+			return false
+		}
+	}
+	return true
+}
+
+func certKey(cluster, name string) (string, string) {
+	return cluster + "/pki/" + name + ".crt", cluster + "/pki/" + name + ".key"
+}
+
+// load reads a cert and its key; a missing one is (nil, nil, nil).
+func load(ctx context.Context, kv state.KV, cluster, name string) (Material, *x509.Certificate, crypto.Signer, error) {
+	ck, kk := certKey(cluster, name)
+	certPEM, err := kv.Get(ctx, kv.Key(ck))
+	if errors.Is(err, state.ErrNotFound) {
+		return Material{}, nil, nil, nil
+	}
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	keyPEM, err := kv.GetSecret(ctx, kv.Key(kk))
+	if errors.Is(err, state.ErrNotFound) {
+		return Material{}, nil, nil, nil // a cert without its key is re-issued
+	}
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("load %s key: %w", name, err)
+	}
+	cert, err := parseCert(certPEM)
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	key, err := parseKey(keyPEM)
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("load %s key: %w", name, err)
+	}
+	return Material{Cert: certPEM, Key: keyPEM}, cert, key, nil
+}
+
+func store(ctx context.Context, kv state.KV, cluster, name string, m Material) error {
+	ck, kk := certKey(cluster, name)
+	// The key first: a crash between the two leaves a key without a cert,
+	// which the next Issue replaces, never a cert without its key.
+	if err := kv.PutSecret(ctx, kv.Key(kk), m.Key); err != nil {
+		return fmt.Errorf("store %s key: %w", name, err)
+	}
+	if err := kv.Put(ctx, kv.Key(ck), m.Cert); err != nil {
+		return fmt.Errorf("store %s: %w", name, err)
+	}
+	return nil
+}
+
+func issue(sp spec, ca *x509.Certificate, caKey crypto.Signer, now time.Time) (Material, *x509.Certificate, crypto.Signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("serial: %w", err)
+	}
+	validity := sp.validity
+	if validity == 0 {
+		validity = LeafValidity
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: sp.cn, Organization: sp.orgs},
+		NotBefore:    now.Add(-5 * time.Minute).UTC().Truncate(time.Second),
+		NotAfter:     now.Add(validity).UTC().Truncate(time.Second),
+		DNSNames:     sp.dns,
+	}
+	for _, ip := range sp.ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
+	}
+	parent, signer := tmpl, crypto.Signer(key)
+	if sp.ca == "" {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
+	} else {
+		if ca == nil {
+			return Material{}, nil, nil, fmt.Errorf("CA %s is missing", sp.ca)
+		}
+		parent, signer = ca, caKey
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		if sp.server {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		}
+		if sp.client {
+			tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), signer)
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("sign: %w", err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return Material{}, nil, nil, fmt.Errorf("marshal key: %w", err)
+	}
+	return Material{
+		Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}, cert, key, nil
+}
+
+// serviceAccountKey returns the key pair that signs service-account tokens:
+// Cert holds the public key (PEM "PUBLIC KEY"), Key the private key.
+func serviceAccountKey(ctx context.Context, kv state.KV, cluster string) (Material, bool, error) {
+	pubKey, privKey := kv.Key(cluster, "pki", "sa.pub"), kv.Key(cluster, "pki", "sa.key")
+	pub, err := kv.Get(ctx, pubKey)
+	if err == nil {
+		priv, err := kv.GetSecret(ctx, privKey)
+		if err == nil {
+			return Material{Cert: pub, Key: priv}, false, nil
+		}
+		if !errors.Is(err, state.ErrNotFound) {
+			return Material{}, false, fmt.Errorf("load sa.key: %w", err)
+		}
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return Material{}, false, fmt.Errorf("load sa.pub: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Material{}, false, fmt.Errorf("generate sa key: %w", err)
+	}
+	pubDER, _ := x509.MarshalPKIXPublicKey(key.Public())
+	privDER, _ := x509.MarshalECPrivateKey(key)
+	m := Material{Cert: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}),
+		Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})}
+	if err := kv.PutSecret(ctx, privKey, m.Key); err != nil {
+		return Material{}, false, fmt.Errorf("store sa.key: %w", err)
+	}
+	if err := kv.Put(ctx, pubKey, m.Cert); err != nil {
+		return Material{}, false, fmt.Errorf("store sa.pub: %w", err)
+	}
+	return m, true, nil
+}
+
+func parseCert(b []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("not a PEM certificate")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate: %w", err)
+	}
+	return c, nil
+}
+
+func parseKey(b []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "EC PRIVATE KEY" {
+		return nil, errors.New("not a PEM EC private key")
+	}
+	k, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse key: %w", err)
+	}
+	return k, nil
+}
+
+// Equal reports whether two bundles hold the same bytes.
+func (b *Bundle) Equal(o *Bundle) bool {
+	if len(b.m) != len(o.m) {
+		return false
+	}
+	for n, m := range b.m {
+		om, ok := o.m[n]
+		if !ok || !bytes.Equal(m.Cert, om.Cert) || !bytes.Equal(m.Key, om.Key) {
+			return false
+		}
+	}
+	return true
+}

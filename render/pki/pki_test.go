@@ -1,0 +1,284 @@
+package pki
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+
+	"opke.dev/opke/state"
+)
+
+func openStore(t *testing.T) *state.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := state.Open(ctx, state.Options{DataDir: t.TempDir(), EncryptionKey: bytes.Repeat([]byte{7}, state.KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+var now = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+
+func request() Request {
+	return Request{
+		Cluster: "prod",
+		Controllers: []Host{
+			{"prod-controller-0", netip.MustParseAddr("192.168.20.10")},
+			{"prod-controller-1", netip.MustParseAddr("192.168.20.11")},
+			{"prod-controller-2", netip.MustParseAddr("192.168.20.12")},
+		},
+		Workers:     []Host{{"prod-general-0", netip.MustParseAddr("192.168.20.16")}},
+		APIVIP:      netip.MustParseAddr("192.168.20.5"),
+		ServiceCIDR: netip.MustParsePrefix("10.3.0.0/16"),
+		Now:         now,
+	}
+}
+
+func cert(t *testing.T, b *Bundle, name string) *x509.Certificate {
+	t.Helper()
+	m, ok := b.Get(name)
+	if !ok {
+		t.Fatalf("no %s in the bundle", name)
+	}
+	c, err := parseCert(m.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ipStrings(ips []net.IP) []string {
+	var out []string
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+func TestIssueChainsAndSANs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, issued, err := Issue(ctx, openStore(t), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(issued) != len(b.Names()) {
+		t.Errorf("a first issue creates everything: issued %d of %d", len(issued), len(b.Names()))
+	}
+	tests := []struct {
+		name, ca string
+		usage    x509.ExtKeyUsage
+		dns      []string
+		ips      []string
+		cn       string
+	}{
+		{EtcdServer("prod-controller-1"), EtcdCA, x509.ExtKeyUsageServerAuth, []string{"prod-controller-1", "localhost"},
+			[]string{"192.168.20.11", "127.0.0.1", "::1"}, "prod-controller-1"},
+		{EtcdPeer("prod-controller-0"), EtcdCA, x509.ExtKeyUsageClientAuth, []string{"prod-controller-0", "localhost"},
+			[]string{"192.168.20.10", "127.0.0.1", "::1"}, "prod-controller-0"},
+		{APIServer("prod-controller-0"), CA, x509.ExtKeyUsageServerAuth,
+			[]string{"prod-controller-0", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"},
+			[]string{"10.3.0.1", "192.168.20.10", "192.168.20.5", "127.0.0.1"}, "kube-apiserver"},
+		{APIServerEtcdClient, EtcdCA, x509.ExtKeyUsageClientAuth, nil, nil, "kube-apiserver-etcd-client"},
+		{EtcdBackupClient, EtcdCA, x509.ExtKeyUsageClientAuth, nil, nil, "opke-etcd-backup"},
+		{FrontProxyClient, FrontProxyCA, x509.ExtKeyUsageClientAuth, nil, nil, "front-proxy-client"},
+		{Kubelet("prod-general-0"), CA, x509.ExtKeyUsageClientAuth, nil, nil, "system:node:prod-general-0"},
+		{Admin, CA, x509.ExtKeyUsageClientAuth, nil, nil, "kubernetes-admin"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cert(t, b, tt.name)
+			pool := x509.NewCertPool()
+			pool.AddCert(cert(t, b, tt.ca))
+			if _, err := c.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{tt.usage}, CurrentTime: now}); err != nil {
+				t.Errorf("does not chain to %s for %v: %v", tt.ca, tt.usage, err)
+			}
+			if diff := cmp.Diff(tt.dns, c.DNSNames); diff != "" {
+				t.Errorf("DNS SANs (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.ips, ipStrings(c.IPAddresses)); diff != "" {
+				t.Errorf("IP SANs (-want +got):\n%s", diff)
+			}
+			if c.Subject.CommonName != tt.cn {
+				t.Errorf("CN %q, want %q", c.Subject.CommonName, tt.cn)
+			}
+			if _, ok := c.PublicKey.(*ecdsa.PublicKey); !ok {
+				t.Errorf("key type %T, want ECDSA", c.PublicKey)
+			}
+		})
+	}
+	if o := cert(t, b, Kubelet("prod-general-0")).Subject.Organization; !slices.Equal(o, []string{"system:nodes"}) {
+		t.Errorf("kubelet cert organization %v", o)
+	}
+}
+
+func TestIssueReusesAndReissuesOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t)
+	first, _, err := Issue(ctx, s, request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, issued, err := Issue(ctx, s, request())
+	if err != nil || len(issued) != 0 || !again.Equal(first) {
+		t.Fatalf("a second issue: issued %v, identical %v (%v)", issued, again.Equal(first), err)
+	}
+
+	tests := []struct {
+		name   string
+		change func(*Request)
+		want   []string
+	}{
+		{"the floating IP becomes known", func(r *Request) { r.APIFloatingIP = netip.MustParseAddr("203.0.113.20") },
+			[]string{APIServer("prod-controller-0"), APIServer("prod-controller-1"), APIServer("prod-controller-2")}},
+		{"a worker is added", func(r *Request) {
+			r.APIFloatingIP = netip.MustParseAddr("203.0.113.20")
+			r.Workers = append(r.Workers, Host{"prod-general-1", netip.MustParseAddr("192.168.20.17")})
+		}, []string{Kubelet("prod-general-1")}},
+		{"leaves near expiry are renewed, CAs kept", func(r *Request) {
+			r.APIFloatingIP = netip.MustParseAddr("203.0.113.20")
+			r.Workers = append(r.Workers, Host{"prod-general-1", netip.MustParseAddr("192.168.20.17")})
+			r.Now = now.Add(LeafValidity - 10*24*time.Hour)
+		}, nil},
+	}
+	for _, tt := range tests { // in order: each builds on the store the previous left
+		r := request()
+		tt.change(&r)
+		_, issued, err := Issue(ctx, s, r)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if tt.want == nil {
+			if slices.Contains(issued, CA) || slices.Contains(issued, EtcdCA) || !slices.Contains(issued, Admin) || !slices.Contains(issued, EtcdServer("prod-controller-0")) {
+				t.Errorf("%s: issued %v", tt.name, issued)
+			}
+			continue
+		}
+		if diff := cmp.Diff(tt.want, issued); diff != "" {
+			t.Errorf("%s: issued (-want +got):\n%s", tt.name, diff)
+		}
+	}
+	raw, err := s.Get(ctx, s.Key("prod", "pki", "ca.key"))
+	if err != nil || bytes.Contains(raw, []byte("PRIVATE KEY")) {
+		t.Errorf("the CA key is stored in the clear: %v", err)
+	}
+}
+
+// TestMutualTLS completes a handshake: a client with the rendered admin
+// cert against a server with the rendered apiserver cert, each checking
+// the other against the cluster CA, as kubectl and the apiserver do.
+func TestMutualTLS(t *testing.T) {
+	t.Parallel()
+	r := request()
+	r.Now = time.Now() // the handshake checks validity against the real clock
+	b, _, err := Issue(context.Background(), openStore(t), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair := func(name string) tls.Certificate {
+		m, _ := b.Get(name)
+		c, err := tls.X509KeyPair(m.Cert, m.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	pool := x509.NewCertPool()
+	ca, _ := b.Get(CA)
+	pool.AppendCertsFromPEM(ca.Cert)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair(APIServer("prod-controller-0"))},
+		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	serverSaw := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			serverSaw <- err.Error()
+			return
+		}
+		defer conn.Close()
+		tc := conn.(*tls.Conn)
+		if err := tc.Handshake(); err != nil {
+			serverSaw <- err.Error()
+			return
+		}
+		serverSaw <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}()
+	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "kubernetes.default.svc",
+		Certificates: []tls.Certificate{pair(Admin)}, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	conn.Close()
+	if cn := <-serverSaw; cn != "kubernetes-admin" {
+		t.Fatalf("server saw client %q", cn)
+	}
+}
+
+func TestOverlayIssuesWithoutPersisting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t)
+	if _, _, err := Issue(ctx, s.ReadOnly(), request()); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := s.List(ctx, s.Key("prod")+"/"); err != nil || len(all) != 0 {
+		t.Fatalf("a read-only issue persisted %d keys (%v)", len(all), err)
+	}
+}
+
+func TestAdminKubeconfig(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t)
+	b, _, err := Issue(ctx, s, request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.StoreAdminKubeconfig(ctx, s, "prod", "https://203.0.113.20:6443"); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := s.Get(ctx, s.Key("prod", "kubeconfig"))
+	if bytes.Contains(raw, []byte("client-key-data")) {
+		t.Fatal("the kubeconfig is stored in the clear")
+	}
+	kc, err := s.GetSecret(ctx, s.Key("prod", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `yaml:"server"`
+				CA     string `yaml:"certificate-authority-data"`
+			} `yaml:"cluster"`
+		} `yaml:"clusters"`
+	}
+	if err := yaml.Unmarshal(kc, &parsed); err != nil || len(parsed.Clusters) != 1 {
+		t.Fatalf("kubeconfig: %v\n%s", err, kc)
+	}
+	ca, _ := b.Get(CA)
+	got, _ := base64.StdEncoding.DecodeString(parsed.Clusters[0].Cluster.CA)
+	if parsed.Clusters[0].Cluster.Server != "https://203.0.113.20:6443" || !bytes.Equal(got, ca.Cert) || !strings.Contains(string(kc), "current-context: admin@prod") {
+		t.Errorf("kubeconfig content:\n%s", kc)
+	}
+}
