@@ -1,0 +1,182 @@
+package ignition
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	v33 "github.com/coreos/ignition/v2/config/v3_3"
+	"github.com/coreos/ignition/v2/config/v3_3/types"
+	"golang.org/x/crypto/ssh"
+)
+
+// MaxUserData is the most raw user_data may hold: Nova accepts 65,535 bytes
+// once base64-encoded, which is 49,149 raw bytes; we keep a margin.
+const MaxUserData = 49_000
+
+// Role is the kind of host a config is for.
+type Role string
+
+// The roles.
+const (
+	RoleController Role = "controller"
+	RoleWorker     Role = "worker"
+	RoleGateway    Role = "gateway"
+)
+
+// Roles lists every role, in render order.
+var Roles = []Role{RoleController, RoleWorker, RoleGateway}
+
+// Input is what a role's config depends on. It deliberately has no version
+// and no secret.
+type Input struct {
+	Role Role
+	// OPKEPublicKey is OPKE's SSH public key, authorized_keys form.
+	OPKEPublicKey string
+}
+
+// ErrTooLarge is returned for a config over MaxUserData.
+var ErrTooLarge = errors.New("ignition config is larger than user_data allows")
+
+// Render returns the role's config as JSON.
+func Render(in Input) ([]byte, error) {
+	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(in.OPKEPublicKey)); err != nil {
+		return nil, fmt.Errorf("render %s ignition: OPKE's public key: %w", in.Role, err)
+	}
+	cfg := types.Config{Ignition: types.Ignition{Version: "3.3.0"}}
+	cfg.Passwd.Users = []types.PasswdUser{{Name: "core", SSHAuthorizedKeys: []types.SSHAuthorizedKey{types.SSHAuthorizedKey(strings.TrimSpace(in.OPKEPublicKey))}}}
+	add := func(path string, mode int, content string) {
+		cfg.Storage.Files = append(cfg.Storage.Files, file(path, mode, content))
+	}
+	dir := func(path string, mode int) {
+		cfg.Storage.Directories = append(cfg.Storage.Directories, types.Directory{Node: types.Node{Path: path}, DirectoryEmbedded1: types.DirectoryEmbedded1{Mode: &mode}})
+	}
+	unit := func(name, contents string) {
+		cfg.Systemd.Units = append(cfg.Systemd.Units, types.Unit{Name: name, Contents: &contents, Enabled: ptr(true)})
+	}
+	add("/etc/opke/role", 0o644, string(in.Role)+"\n")
+	add("/etc/ssh/sshd_config.d/50-opke.conf", 0o600, sshdConfig(in.Role))
+	switch in.Role {
+	case RoleGateway:
+		// The gateway only forwards SSH to the cluster's hosts.
+	case RoleController, RoleWorker:
+		add("/etc/sysctl.d/80-opke.conf", 0o644, sysctls)
+		add("/etc/modules-load.d/opke.conf", 0o644, "overlay\nbr_netfilter\n")
+		for _, d := range []struct {
+			path string
+			mode int
+		}{
+			{"/etc/kubernetes", 0o755}, {"/etc/kubernetes/pki", 0o700}, {"/etc/kubernetes/manifests", 0o755},
+			{"/var/lib/kubelet", 0o755}, {"/etc/cni/net.d", 0o755}, {"/opt/cni/bin", 0o755},
+		} {
+			dir(d.path, d.mode)
+		}
+		unit("kubelet.service", kubeletUnit)
+		if in.Role == RoleController {
+			dir("/etc/kubernetes/pki/etcd", 0o700)
+			dir("/var/lib/etcd", 0o700)
+			unit("etcd-member.service", etcdUnit)
+		}
+	default:
+		return nil, fmt.Errorf("render ignition: unknown role %q", in.Role)
+	}
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("render %s ignition: %w", in.Role, err)
+	}
+	if _, rpt, err := v33.Parse(out); err != nil || rpt.IsFatal() {
+		return nil, fmt.Errorf("render %s ignition: invalid config: %v %w", in.Role, rpt.String(), err)
+	}
+	if len(out) > MaxUserData {
+		return nil, fmt.Errorf("render %s ignition: %d bytes: %w", in.Role, len(out), ErrTooLarge)
+	}
+	return out, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func file(path string, mode int, content string) types.File {
+	src := "data:;base64," + base64.StdEncoding.EncodeToString([]byte(content))
+	return types.File{
+		Node:          types.Node{Path: path, Overwrite: ptr(true)},
+		FileEmbedded1: types.FileEmbedded1{Mode: &mode, Contents: types.Resource{Source: &src}},
+	}
+}
+
+func sshdConfig(role Role) string {
+	c := "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\n"
+	if role == RoleGateway {
+		return c + "AllowTcpForwarding yes\nAllowAgentForwarding no\nX11Forwarding no\n"
+	}
+	return c + "AllowTcpForwarding local\n"
+}
+
+const sysctls = `net.ipv4.ip_forward = 1
+net.bridge.bridge-nf-call-iptables = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+fs.inotify.max_user_watches = 524288
+fs.inotify.max_user_instances = 8192
+`
+
+// kubeletUnit runs the kubelet from the container image that the pushed
+// /etc/kubernetes/kubelet.env names (KUBELET_IMAGE, KUBELET_ARGS), as the
+// seed ran hyperkube from a version in an env file. It waits for that file.
+const kubeletUnit = `[Unit]
+Description=Kubernetes kubelet (image from /etc/kubernetes/kubelet.env)
+Wants=network-online.target
+After=network-online.target containerd.service docker.service
+ConditionPathExists=/etc/kubernetes/kubelet.env
+
+[Service]
+EnvironmentFile=/etc/kubernetes/kubelet.env
+ExecStartPre=-/usr/bin/docker rm -f kubelet
+ExecStart=/usr/bin/docker run --name kubelet --rm --privileged --net=host --pid=host \
+  -v /etc/kubernetes:/etc/kubernetes:ro -v /var/lib/kubelet:/var/lib/kubelet:rshared \
+  -v /etc/cni/net.d:/etc/cni/net.d:ro -v /opt/cni/bin:/opt/cni/bin:ro \
+  -v /run:/run -v /sys:/sys:ro -v /var/log:/var/log -v /dev:/dev \
+  ${KUBELET_IMAGE} kubelet --config=/var/lib/kubelet/config.yaml \
+  --kubeconfig=/etc/kubernetes/kubelet.conf $KUBELET_ARGS
+ExecStop=-/usr/bin/docker stop kubelet
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// etcdUnit runs the controller's etcd member from the image and flags in
+// the pushed /etc/kubernetes/etcd.env (ETCD_IMAGE and etcd's own ETCD_*).
+const etcdUnit = `[Unit]
+Description=etcd member (image and settings from /etc/kubernetes/etcd.env)
+Wants=network-online.target
+After=network-online.target docker.service
+ConditionPathExists=/etc/kubernetes/etcd.env
+
+[Service]
+EnvironmentFile=/etc/kubernetes/etcd.env
+ExecStartPre=-/usr/bin/docker rm -f etcd-member
+ExecStart=/usr/bin/docker run --name etcd-member --rm --net=host --env-file=/etc/kubernetes/etcd.env \
+  -v /var/lib/etcd:/var/lib/etcd -v /etc/kubernetes/pki/etcd:/etc/kubernetes/pki/etcd:ro \
+  ${ETCD_IMAGE} etcd
+ExecStop=-/usr/bin/docker stop etcd-member
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// decodeDataURL reads back what file() wrote.
+func decodeDataURL(src string) ([]byte, error) {
+	data, ok := strings.CutPrefix(src, "data:;base64,")
+	if !ok {
+		return nil, fmt.Errorf("not a base64 data URL: %.30q", src)
+	}
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return nil, fmt.Errorf("data URL: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,236 @@
+package ignition
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const opkeKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG opke@prod"
+
+func render(t *testing.T, role Role) []byte {
+	t.Helper()
+	out, err := Render(Input{Role: role, OPKEPublicKey: opkeKey})
+	if err != nil {
+		t.Fatalf("render %s: %v", role, err)
+	}
+	return out
+}
+
+// TestGolden keeps each role's config under testdata/<role>.ign, indented
+// for review; regenerate with go test -update.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	for _, role := range Roles {
+		t.Run(string(role), func(t *testing.T) {
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, render(t, role), "", "  "); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", string(role)+".ign")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("golden file (go test -update writes it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), pretty.String()); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// secretOrVersion matches what must never ride in user_data: private keys,
+// bearer or bootstrap tokens, and Kubernetes or etcd versions.
+var secretOrVersion = regexp.MustCompile(`PRIVATE KEY|BEGIN CERTIFICATE|[a-z0-9]{6}\.[a-z0-9]{16}|(?i)token|v1\.[0-9]+\.[0-9]+|:v?[0-9]+\.[0-9]+\.[0-9]+`)
+
+func TestUserDataHoldsNoSecretNorVersion(t *testing.T) {
+	t.Parallel()
+	for _, role := range Roles {
+		raw := render(t, role)
+		if len(raw) > MaxUserData {
+			t.Errorf("%s: %d bytes, over %d", role, len(raw), MaxUserData)
+		}
+		t.Logf("%s user_data: %d bytes", role, len(raw))
+		// Scan the decoded file contents too, not only the JSON.
+		text := string(raw) + decodedContents(t, raw)
+		if m := secretOrVersion.FindString(text); m != "" {
+			t.Errorf("%s user_data holds %q", role, m)
+		}
+	}
+	if m := secretOrVersion.FindString("image: registry.k8s.io/kube-apiserver:v1.35.1"); m == "" {
+		t.Fatal("the scan itself misses a version")
+	}
+}
+
+func decodedContents(t *testing.T, raw []byte) string {
+	t.Helper()
+	var cfg struct {
+		Storage struct {
+			Files []struct {
+				Contents struct {
+					Source string `json:"source"`
+				} `json:"contents"`
+			} `json:"files"`
+		} `json:"storage"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range cfg.Storage.Files {
+		data, err := decodeDataURL(f.Contents.Source)
+		if err != nil {
+			t.Fatalf("file source %q: %v", f.Contents.Source, err)
+		}
+		b.Write(data)
+	}
+	return b.String()
+}
+
+func TestRenderRefuses(t *testing.T) {
+	t.Parallel()
+	if _, err := Render(Input{Role: RoleWorker, OPKEPublicKey: "not a key"}); err == nil {
+		t.Error("a bad public key is refused")
+	}
+	if _, err := Render(Input{Role: "bastion", OPKEPublicKey: opkeKey}); err == nil {
+		t.Error("an unknown role is refused")
+	}
+}
+
+// ignitionBinary is Debian's ignition; .ci/run installs the package.
+const ignitionBinary = "/usr/lib/dracut/modules.d/30ignition/ignition"
+
+// TestDebianIgnitionAppliesEachRole runs the real ignition (fetch-offline,
+// then files) on each role's config against a folder standing for the
+// host's root, and checks the files, units and keys it wrote.
+func TestDebianIgnitionAppliesEachRole(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat(ignitionBinary); err != nil || os.Geteuid() != 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must run this as root with Debian's ignition installed (%v, euid %d)", err, os.Geteuid())
+		}
+		t.Skip("needs root and Debian's ignition package; .ci/run has both")
+	}
+	// Debian builds Ignition to relabel what it writes with SELinux's
+	// setfiles; a folder standing for a root has no SELinux, so a no-op
+	// setfiles on PATH stands in for the host's.
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "setfiles"), []byte("#!/bin/sh\ncat >/dev/null\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
+	for _, role := range Roles {
+		t.Run(string(role), func(t *testing.T) {
+			dir := t.TempDir()
+			root := seedRoot(t, dir)
+			cfg := filepath.Join(dir, "config.ign")
+			if err := os.WriteFile(cfg, render(t, role), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, stage := range []string{"fetch-offline", "files"} {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				cmd := exec.CommandContext(ctx, ignitionBinary, "-platform", "file", "-stage", stage, "-root", root,
+					"-config-cache", filepath.Join(dir, "cache.json"), "-state-file", filepath.Join(dir, "state"),
+					"-neednet", filepath.Join(dir, "neednet"), "-log-to-stdout")
+				cmd.Env = append(os.Environ(), "IGNITION_CONFIG_FILE="+cfg, "PATH="+path)
+				out, err := cmd.CombinedOutput()
+				cancel()
+				if err != nil || !bytes.Contains(out, []byte("Ignition finished successfully")) {
+					t.Fatalf("ignition %s: %v\n%s", stage, err, out)
+				}
+			}
+			read := func(p string) string {
+				t.Helper()
+				b, err := os.ReadFile(filepath.Join(root, p))
+				if err != nil {
+					t.Fatalf("ignition did not write %s: %v", p, err)
+				}
+				return string(b)
+			}
+			if got := read("/etc/opke/role"); got != string(role)+"\n" {
+				t.Errorf("/etc/opke/role = %q", got)
+			}
+			if !strings.Contains(read("/home/core/.ssh/authorized_keys.d/ignition"), opkeKey) {
+				t.Error("OPKE's key is not authorized for core")
+			}
+			if role == RoleGateway {
+				if !strings.Contains(read("/etc/ssh/sshd_config.d/50-opke.conf"), "AllowTcpForwarding yes") {
+					t.Error("the gateway does not forward")
+				}
+				if _, err := os.Stat(filepath.Join(root, "etc/systemd/system/kubelet.service")); err == nil {
+					t.Error("the gateway runs no kubelet")
+				}
+				return
+			}
+			preset := read("/etc/systemd/system-preset/20-ignition.preset")
+			if !strings.Contains(read("/etc/systemd/system/kubelet.service"), "EnvironmentFile=/etc/kubernetes/kubelet.env") ||
+				!strings.Contains(preset, "enable kubelet.service") {
+				t.Errorf("kubelet unit not written or not enabled; preset:\n%s", preset)
+			}
+			st, err := os.Stat(filepath.Join(root, "etc/kubernetes/pki"))
+			if err != nil || st.Mode().Perm() != 0o700 {
+				t.Errorf("/etc/kubernetes/pki: %v %v, want mode 0700", st, err)
+			}
+			if role == RoleController && !strings.Contains(preset, "enable etcd-member.service") {
+				t.Error("the etcd member unit is not enabled on a controller")
+			}
+		})
+	}
+}
+
+// seedRoot makes a folder look like a fresh Flatcar root: a core user
+// (uid 500) with its home.
+func seedRoot(t *testing.T, dir string) string {
+	t.Helper()
+	// Ignition writes the home as the user: uid 500 must traverse the path.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(dir, "root")
+	files := map[string]string{
+		"etc/passwd":  "root:x:0:0:root:/root:/bin/bash\ncore:x:500:500:CoreOS Admin:/home/core:/bin/bash\n",
+		"etc/group":   "root:x:0:\ncore:x:500:\n",
+		"etc/shadow":  "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n",
+		"etc/gshadow": "root:*::\ncore:!::\n",
+		// As on Flatcar: Ignition reads it to decide whether to relabel.
+		"etc/selinux/config": "SELINUX=disabled\nSELINUXTYPE=mcs\n",
+	}
+	for p, body := range files {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	home := filepath.Join(root, "home", "core")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, 500, 500); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
