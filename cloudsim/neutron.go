@@ -463,6 +463,13 @@ func strList(body map[string]any, key string) []string {
 	return out
 }
 
+// setStr sets *dst from the body when the body has key.
+func setStr(body map[string]any, key string, dst *string) {
+	if _, ok := body[key]; ok {
+		*dst = str(body, key)
+	}
+}
+
 // onlyKeys answers 400 for attributes the resource does not have.
 func onlyKeys(rw http.ResponseWriter, body map[string]any, allowed ...string) bool {
 	var bad []string
@@ -510,12 +517,8 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "name", "description", "admin_state_up", "mtu", "port_security_enabled") {
 				return false
 			}
-			if _, ok := b["name"]; ok {
-				n.Name = str(b, "name")
-			}
-			if _, ok := b["description"]; ok {
-				n.Description = str(b, "description")
-			}
+			setStr(b, "name", &n.Name)
+			setStr(b, "description", &n.Description)
 			n.AdminStateUp = boolOr(b, "admin_state_up", n.AdminStateUp)
 			return true
 		},
@@ -545,12 +548,8 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "name", "description", "dns_nameservers", "enable_dhcp", "gateway_ip", "host_routes", "allocation_pools") {
 				return false
 			}
-			if _, ok := b["name"]; ok {
-				sn.Name = str(b, "name")
-			}
-			if _, ok := b["description"]; ok {
-				sn.Description = str(b, "description")
-			}
+			setStr(b, "name", &sn.Name)
+			setStr(b, "description", &sn.Description)
 			if _, ok := b["dns_nameservers"]; ok {
 				ns := strList(b, "dns_nameservers")
 				for _, a := range ns {
@@ -634,9 +633,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "name", "description", "security_groups", "allowed_address_pairs", "admin_state_up", "device_id", "device_owner", "port_security_enabled") {
 				return false
 			}
-			if _, ok := b["name"]; ok {
-				p.Name = str(b, "name")
-			}
+			setStr(b, "name", &p.Name)
 			if _, ok := b["security_groups"]; ok {
 				p.SecurityGroups = append([]string{}, strList(b, "security_groups")...)
 			}
@@ -682,9 +679,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "name", "description", "admin_state_up", "external_gateway_info", "routes") {
 				return false
 			}
-			if _, ok := b["name"]; ok {
-				rt.Name = str(b, "name")
-			}
+			setStr(b, "name", &rt.Name)
 			if gwRaw, ok := b["external_gateway_info"]; ok {
 				gw, _ := gwRaw.(map[string]any)
 				if len(gw) == 0 {
@@ -725,9 +720,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "name", "description", "stateful") {
 				return false
 			}
-			if _, ok := b["name"]; ok {
-				g.Name = str(b, "name")
-			}
+			setStr(b, "name", &g.Name)
 			return true
 		},
 		remove: func(rw http.ResponseWriter, r *request, g *secGroup) bool {

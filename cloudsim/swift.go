@@ -92,6 +92,22 @@ func (r *request) swiftAcct(rw http.ResponseWriter) *account {
 	return a
 }
 
+// swiftContainer starts a container or object request: the account, the
+// transaction headers, and the container, answering 403 or 404 itself.
+func (r *request) swiftContainer(rw http.ResponseWriter) (*account, *container, bool) {
+	a := r.swiftAcct(rw)
+	if a == nil {
+		return nil, nil, false
+	}
+	transHeaders(rw, r.now)
+	c := a.Containers[r.PathValue("container")]
+	if c == nil {
+		swiftError(rw, http.StatusNotFound)
+		return nil, nil, false
+	}
+	return a, c, true
+}
+
 func swiftError(rw http.ResponseWriter, code int) {
 	body := map[int]string{401: "<html><h1>Unauthorized</h1><p>This server could not verify that you are authorized to access the document you requested.</p></html>",
 		403: "<html><h1>Forbidden</h1><p>Access was denied to this resource.</p></html>", 404: "<html><h1>Not Found</h1><p>The resource could not be found.</p></html>",
@@ -218,14 +234,8 @@ func (s *Sim) swiftPostContainer(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftListObjects(rw http.ResponseWriter, r *request) {
-	a := r.swiftAcct(rw)
-	if a == nil {
-		return
-	}
-	transHeaders(rw, r.now)
-	c := a.Containers[r.PathValue("container")]
-	if c == nil {
-		swiftError(rw, http.StatusNotFound)
+	_, c, ok := r.swiftContainer(rw)
+	if !ok {
 		return
 	}
 	var all []string
@@ -246,15 +256,11 @@ func (s *Sim) swiftListObjects(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftDeleteContainer(rw http.ResponseWriter, r *request) {
-	a := r.swiftAcct(rw)
-	if a == nil {
+	a, c, ok := r.swiftContainer(rw)
+	if !ok {
 		return
 	}
-	transHeaders(rw, r.now)
-	c := a.Containers[r.PathValue("container")]
 	switch {
-	case c == nil:
-		swiftError(rw, http.StatusNotFound)
 	case len(c.Objects) > 0:
 		swiftError(rw, http.StatusConflict)
 	default:
@@ -264,14 +270,8 @@ func (s *Sim) swiftDeleteContainer(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftPutObject(rw http.ResponseWriter, r *request) {
-	a := r.swiftAcct(rw)
-	if a == nil {
-		return
-	}
-	transHeaders(rw, r.now)
-	c := a.Containers[r.PathValue("container")]
-	if c == nil {
-		swiftError(rw, http.StatusNotFound)
+	_, c, ok := r.swiftContainer(rw)
+	if !ok {
 		return
 	}
 	data, err := io.ReadAll(r.Body)
@@ -303,13 +303,11 @@ func (s *Sim) swiftPutObject(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftGetObject(rw http.ResponseWriter, r *request) {
-	a := r.swiftAcct(rw)
-	if a == nil {
+	_, c, ok := r.swiftContainer(rw)
+	if !ok {
 		return
 	}
-	transHeaders(rw, r.now)
-	c := a.Containers[r.PathValue("container")]
-	if c == nil || c.Objects[r.PathValue("object")] == nil {
+	if c.Objects[r.PathValue("object")] == nil {
 		swiftError(rw, http.StatusNotFound)
 		return
 	}
@@ -330,13 +328,11 @@ func (s *Sim) swiftGetObject(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftDeleteObject(rw http.ResponseWriter, r *request) {
-	a := r.swiftAcct(rw)
-	if a == nil {
+	_, c, ok := r.swiftContainer(rw)
+	if !ok {
 		return
 	}
-	transHeaders(rw, r.now)
-	c := a.Containers[r.PathValue("container")]
-	if c == nil || c.Objects[r.PathValue("object")] == nil {
+	if c.Objects[r.PathValue("object")] == nil {
 		swiftError(rw, http.StatusNotFound)
 		return
 	}
