@@ -1253,9 +1253,11 @@ func (w *world) associateFIP(rw http.ResponseWriter, r *request, f *floatingIP, 
 	return true
 }
 
-func (w *world) findSecGroup(project, nameOrID string) *secGroup {
+// findSecGroup finds a group by id or name; "default" is created at now
+// when the project has none yet.
+func (w *world) findSecGroup(project, nameOrID string, now time.Time) *secGroup {
 	if nameOrID == "default" {
-		return w.defaultSecGroup(project, time.Now())
+		return w.defaultSecGroup(project, now)
 	}
 	if g := w.SecGroups[nameOrID]; g != nil {
 		return g

@@ -694,7 +694,7 @@ func (s *Sim) createServer(rw http.ResponseWriter, r *request, mv int) {
 	if len(req.SecurityGroups) > 0 {
 		sgNames = nil
 		for _, sg := range req.SecurityGroups {
-			if w.findSecGroup(r.tok.ProjectID, sg.Name) == nil {
+			if w.findSecGroup(r.tok.ProjectID, sg.Name, r.now) == nil {
 				novaError(rw, http.StatusBadRequest, "Security group "+sg.Name+" not found for project "+r.tok.ProjectID+".")
 				return
 			}
@@ -833,7 +833,7 @@ func (w *world) attachNetworks(sv *server, networks any, now time.Time) (int, st
 		}
 		var sgIDs []string
 		for _, name := range sv.SecurityGroups {
-			sgIDs = append(sgIDs, w.findSecGroup(sv.ProjectID, name).ID)
+			sgIDs = append(sgIDs, w.findSecGroup(sv.ProjectID, name, now).ID)
 		}
 		p, code, msg := w.newPort(sv.ProjectID, nr.uuid, fixed, sgIDs, now)
 		if code != 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/tags"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 )
@@ -135,6 +136,15 @@ func TestNovaServerLifecycle(t *testing.T) {
 	got, err := servers.Get(ctx, e.user.compute, sv.ID).Extract()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The server's create made the project's default security group, at
+	// the cloud's time.
+	sgPages, err := groups.List(e.user.network, groups.ListOpts{Name: "default"}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sgs, _ := groups.ExtractGroups(sgPages); len(sgs) != 1 || !sgs[0].CreatedAt.Equal(newClock().Now()) {
+		t.Errorf("default security group: %+v, want one created at the simulated clock's time", sgs)
 	}
 	if got.Status != "BUILD" {
 		t.Errorf("status right after create: %s, want BUILD", got.Status)

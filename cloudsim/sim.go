@@ -182,10 +182,17 @@ func (s *Sim) Snapshot() error {
 	data, err := json.Marshal(s.w)
 	s.dirty = false
 	s.mu.Unlock()
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(s.opts.StateDir, "state.json"), data, 0o600)
+	}
 	if err != nil {
+		// The state still differs from the file: the next flush tries again.
+		s.mu.Lock()
+		s.dirty = true
+		s.mu.Unlock()
 		return fmt.Errorf("snapshot: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(s.opts.StateDir, "state.json"), data, 0o600)
+	return nil
 }
 
 // flushLoop writes the state soon after it changes.

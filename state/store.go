@@ -90,8 +90,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 		endpoints = []string{"http://" + s.etcd.Clients[0].Addr().String()}
 	}
+	// ctx bounds the opening only: the client lives until Close.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: opts.TLS, DialTimeout: 5 * time.Second,
-		Context: ctx, Logger: zap.NewNop()})
+		Logger: zap.NewNop()})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)

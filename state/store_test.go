@@ -167,3 +167,23 @@ func TestKeyFiles(t *testing.T) {
 		t.Error("a missing key file is an error")
 	}
 }
+
+// TestClientOutlivesOpenContext: the context given to Open bounds the
+// opening only; the client (and the leases and watches built on it later)
+// lives until Close.
+func TestClientOutlivesOpenContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	s, err := Open(ctx, Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cancel()
+	if err := s.Client().Ctx().Err(); err != nil {
+		t.Fatalf("the client died with Open's context: %v", err)
+	}
+	if err := s.Put(context.Background(), s.Key("prod", "commit"), []byte("abc")); err != nil {
+		t.Fatalf("put after Open's context ended: %v", err)
+	}
+}
