@@ -332,6 +332,20 @@ func ownUser(rw http.ResponseWriter, r *request) bool {
 	return true
 }
 
+// ownAppCred returns the caller's application credential named by the
+// path, answering 403 or 404 itself.
+func ownAppCred(rw http.ResponseWriter, r *request) (*appCred, bool) {
+	if !ownUser(rw, r) {
+		return nil, false
+	}
+	ac, ok := r.w.AppCreds[r.PathValue("id")]
+	if !ok || ac.UserID != r.tok.UserID {
+		keystoneError(rw, http.StatusNotFound, "Not Found", "Could not find application credential: "+r.PathValue("id")+".")
+		return nil, false
+	}
+	return ac, true
+}
+
 func appCredView(ac *appCred, withSecret bool) map[string]any {
 	roles := make([]any, 0, len(ac.Roles))
 	for _, role := range ac.Roles {
@@ -414,24 +428,16 @@ func (s *Sim) listAppCreds(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) getAppCred(rw http.ResponseWriter, r *request) {
-	if !ownUser(rw, r) {
-		return
-	}
-	ac, ok := r.w.AppCreds[r.PathValue("id")]
-	if !ok || ac.UserID != r.tok.UserID {
-		keystoneError(rw, http.StatusNotFound, "Not Found", "Could not find application credential: "+r.PathValue("id")+".")
+	ac, ok := ownAppCred(rw, r)
+	if !ok {
 		return
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"application_credential": appCredView(ac, false)})
 }
 
 func (s *Sim) deleteAppCred(rw http.ResponseWriter, r *request) {
-	if !ownUser(rw, r) {
-		return
-	}
-	ac, ok := r.w.AppCreds[r.PathValue("id")]
-	if !ok || ac.UserID != r.tok.UserID {
-		keystoneError(rw, http.StatusNotFound, "Not Found", "Could not find application credential: "+r.PathValue("id")+".")
+	ac, ok := ownAppCred(rw, r)
+	if !ok {
 		return
 	}
 	delete(r.w.AppCreds, ac.ID)

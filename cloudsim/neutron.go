@@ -208,13 +208,16 @@ func registerNeutron[T interface{ base() *common }](s *Sim, mux *http.ServeMux, 
 			return
 		}
 		body, ok := neutronBody(rw, r, k.singular)
-		if !ok || k.update == nil && len(body) > 0 {
-			if ok {
-				badRequest(rw, "Cannot update "+k.singular)
-			}
+		if !ok {
 			return
 		}
-		if k.update != nil && !k.update(rw, r, v, body) {
+		switch {
+		case k.update != nil:
+			if !k.update(rw, r, v, body) {
+				return
+			}
+		case len(body) > 0:
+			badRequest(rw, "Cannot update "+k.singular)
 			return
 		}
 		v.base().touch(r.now)
@@ -1105,15 +1108,25 @@ func (w *world) clearRouterGateway(rt *router) {
 	rt.Gateway = nil
 }
 
-func (s *Sim) addRouterInterface(rw http.ResponseWriter, r *request) {
+// routerAction starts an add/remove_router_interface call: the router of
+// the path and the request body, or the error it answered.
+func (r *request) routerAction(rw http.ResponseWriter) (*router, map[string]any, bool) {
 	rt := r.w.Routers[r.PathValue("id")]
 	if rt == nil || !r.visible(rt.ProjectID, false) {
 		neutronError(rw, http.StatusNotFound, "RouterNotFound", "Router "+r.PathValue("id")+" could not be found")
-		return
+		return nil, nil, false
 	}
 	var b map[string]any
 	if err := decodeBody(r, &b); err != nil {
 		badRequest(rw, err.Error())
+		return nil, nil, false
+	}
+	return rt, b, true
+}
+
+func (s *Sim) addRouterInterface(rw http.ResponseWriter, r *request) {
+	rt, b, ok := r.routerAction(rw)
+	if !ok {
 		return
 	}
 	var p *port
@@ -1166,14 +1179,8 @@ func (s *Sim) addRouterInterface(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) removeRouterInterface(rw http.ResponseWriter, r *request) {
-	rt := r.w.Routers[r.PathValue("id")]
-	if rt == nil || !r.visible(rt.ProjectID, false) {
-		neutronError(rw, http.StatusNotFound, "RouterNotFound", "Router "+r.PathValue("id")+" could not be found")
-		return
-	}
-	var b map[string]any
-	if err := decodeBody(r, &b); err != nil {
-		badRequest(rw, err.Error())
+	rt, b, ok := r.routerAction(rw)
+	if !ok {
 		return
 	}
 	for _, p := range r.w.Ports {

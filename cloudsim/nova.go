@@ -676,9 +676,9 @@ func (s *Sim) createServer(rw http.ResponseWriter, r *request, mv int) {
 		return
 	}
 	var group *serverGroup
-	if req := body.Hints.Group; req != "" {
-		if group = w.ServerGroups[req]; group == nil {
-			novaError(rw, http.StatusBadRequest, "Invalid server group: "+req)
+	if id := body.Hints.Group; id != "" {
+		if group = w.ServerGroups[id]; group == nil {
+			novaError(rw, http.StatusBadRequest, "Invalid server group: "+id)
 			return
 		}
 		if len(group.Members) >= w.quota(r.tok.ProjectID, "server_group_members") {
@@ -1128,19 +1128,28 @@ func (s *Sim) createServerGroup(rw http.ResponseWriter, r *request, mv int) {
 	writeJSON(rw, http.StatusOK, map[string]any{"server_group": serverGroupView(g, mv)})
 }
 
-func (s *Sim) getServerGroup(rw http.ResponseWriter, r *request, mv int) {
+// visibleServerGroup returns the group named by the path, answering 404 for
+// one the caller may not see.
+func (r *request) visibleServerGroup(rw http.ResponseWriter) (*serverGroup, bool) {
 	g := r.w.ServerGroups[r.PathValue("id")]
-	if g == nil || (g.ProjectID != r.tok.ProjectID && !r.tok.admin()) {
+	if g == nil || !r.visible(g.ProjectID, false) {
 		novaError(rw, http.StatusNotFound, "Instance group "+r.PathValue("id")+" could not be found.")
+		return nil, false
+	}
+	return g, true
+}
+
+func (s *Sim) getServerGroup(rw http.ResponseWriter, r *request, mv int) {
+	g, ok := r.visibleServerGroup(rw)
+	if !ok {
 		return
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"server_group": serverGroupView(g, mv)})
 }
 
 func (s *Sim) deleteServerGroup(rw http.ResponseWriter, r *request, _ int) {
-	g := r.w.ServerGroups[r.PathValue("id")]
-	if g == nil || (g.ProjectID != r.tok.ProjectID && !r.tok.admin()) {
-		novaError(rw, http.StatusNotFound, "Instance group "+r.PathValue("id")+" could not be found.")
+	g, ok := r.visibleServerGroup(rw)
+	if !ok {
 		return
 	}
 	for _, id := range g.Members {

@@ -133,47 +133,33 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 		base := "/load-balancer/" + v + "/lbaas/"
 		s.route(mux, "GET "+base+"loadbalancers", s.lbList("loadbalancers", func(w *world) []any { return values(w.LoadBalancer) }))
 		s.route(mux, "POST "+base+"loadbalancers", s.createLB)
-		s.route(mux, "GET "+base+"loadbalancers/{id}", s.lbGet("loadbalancer", func(w *world, id string) any { return lbOrNil(w.LoadBalancer[id]) }))
+		s.route(mux, "GET "+base+"loadbalancers/{id}", s.lbGet("loadbalancer"))
 		s.route(mux, "PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
 		s.route(mux, "DELETE "+base+"loadbalancers/{id}", s.deleteLB)
 		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.lbStatusTree)
 		s.route(mux, "GET "+base+"listeners", s.lbList("listeners", func(w *world) []any { return values(w.Listeners) }))
 		s.route(mux, "POST "+base+"listeners", s.createListener)
-		s.route(mux, "GET "+base+"listeners/{id}", s.lbGet("listener", func(w *world, id string) any { return listenerOrNil(w.Listeners[id]) }))
+		s.route(mux, "GET "+base+"listeners/{id}", s.lbGet("listener"))
 		s.route(mux, "PUT "+base+"listeners/{id}", s.updateLBObject("listener"))
 		s.route(mux, "DELETE "+base+"listeners/{id}", s.deleteLBChild("listener"))
 		s.route(mux, "GET "+base+"pools", s.lbList("pools", func(w *world) []any { return values(w.Pools) }))
 		s.route(mux, "POST "+base+"pools", s.createPool)
-		s.route(mux, "GET "+base+"pools/{id}", s.lbGet("pool", func(w *world, id string) any { return poolOrNil(w.Pools[id]) }))
+		s.route(mux, "GET "+base+"pools/{id}", s.lbGet("pool"))
 		s.route(mux, "PUT "+base+"pools/{id}", s.updateLBObject("pool"))
 		s.route(mux, "DELETE "+base+"pools/{id}", s.deleteLBChild("pool"))
 		s.route(mux, "GET "+base+"pools/{pool}/members", s.lbList("members", func(w *world) []any { return values(w.Members) }))
 		s.route(mux, "POST "+base+"pools/{pool}/members", s.createMember)
-		s.route(mux, "GET "+base+"pools/{pool}/members/{id}", s.lbGet("member", func(w *world, id string) any { return memberOrNil(w.Members[id]) }))
+		s.route(mux, "GET "+base+"pools/{pool}/members/{id}", s.lbGet("member"))
 		s.route(mux, "PUT "+base+"pools/{pool}/members/{id}", s.updateLBObject("member"))
 		s.route(mux, "DELETE "+base+"pools/{pool}/members/{id}", s.deleteLBChild("member"))
 		s.route(mux, "GET "+base+"healthmonitors", s.lbList("healthmonitors", func(w *world) []any { return values(w.Monitors) }))
 		s.route(mux, "POST "+base+"healthmonitors", s.createMonitor)
-		s.route(mux, "GET "+base+"healthmonitors/{id}", s.lbGet("healthmonitor", func(w *world, id string) any { return monitorOrNil(w.Monitors[id]) }))
+		s.route(mux, "GET "+base+"healthmonitors/{id}", s.lbGet("healthmonitor"))
 		s.route(mux, "PUT "+base+"healthmonitors/{id}", s.updateLBObject("healthmonitor"))
 		s.route(mux, "DELETE "+base+"healthmonitors/{id}", s.deleteLBChild("healthmonitor"))
 	}
 	mux.HandleFunc("GET /load-balancer", s.lbVersions)
 	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)
-}
-
-// The typed nils below keep a missing object from looking present in an interface.
-func lbOrNil(v *loadBalancer) any   { return nilOr(v) }
-func listenerOrNil(v *listener) any { return nilOr(v) }
-func poolOrNil(v *lbPool) any       { return nilOr(v) }
-func memberOrNil(v *member) any     { return nilOr(v) }
-func monitorOrNil(v *monitor) any   { return nilOr(v) }
-
-func nilOr[T any](v *T) any {
-	if v == nil {
-		return nil
-	}
-	return v
 }
 
 func values[V any](m map[string]V) []any {
@@ -240,15 +226,25 @@ func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {
 	}
 }
 
-func (s *Sim) lbGet(singular string, get func(*world, string) any) handlerFunc {
+func (s *Sim) lbGet(kind string) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
-		v := get(r.w, r.PathValue("id"))
-		if v == nil || !r.visible(v.(lbObject).lbBase().ProjectID, false) {
-			octaviaError(rw, http.StatusNotFound, fmt.Sprintf("%s %s not found.", lbKindNames[singular], r.PathValue("id")))
-			return
+		if o, ok := r.findLB(rw, kind); ok {
+			writeJSON(rw, http.StatusOK, map[string]any{kind: o})
 		}
-		writeJSON(rw, http.StatusOK, map[string]any{singular: v})
 	}
+}
+
+// findLB returns the object of kind named by the path's id, answering 404
+// for one the caller may not see, or a member of another pool.
+func (r *request) findLB(rw http.ResponseWriter, kind string) (lbObject, bool) {
+	o := r.w.lbChild(kind, r.PathValue("id"))
+	if o != nil && r.visible(o.lbBase().ProjectID, false) {
+		if m, isMember := o.(*member); !isMember || m.PoolID == r.PathValue("pool") {
+			return o, true
+		}
+	}
+	octaviaError(rw, http.StatusNotFound, fmt.Sprintf("%s %s not found.", lbKindNames[kind], r.PathValue("id")))
+	return nil, false
 }
 
 // lbBody reads {"<singular>": {...}}.
@@ -515,9 +511,8 @@ func nilObj[T any, P interface {
 
 func (s *Sim) updateLBObject(kind string) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
-		o := r.w.lbChild(kind, r.PathValue("id"))
-		if o == nil || !r.visible(o.lbBase().ProjectID, false) {
-			octaviaError(rw, http.StatusNotFound, lbKindNames[kind]+" "+r.PathValue("id")+" not found.")
+		o, ok := r.findLB(rw, kind)
+		if !ok {
 			return
 		}
 		b, ok := lbBody(rw, r, kind)
@@ -555,8 +550,11 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 
 func (s *Sim) deleteLBChild(kind string) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
-		o := r.w.lbChild(kind, r.PathValue("id"))
-		if o == nil || !r.visible(o.lbBase().ProjectID, false) || o.lbBase().ProvisioningStatus == "PENDING_DELETE" {
+		o, ok := r.findLB(rw, kind)
+		if !ok {
+			return
+		}
+		if o.lbBase().ProvisioningStatus == "PENDING_DELETE" {
 			octaviaError(rw, http.StatusNotFound, lbKindNames[kind]+" "+r.PathValue("id")+" not found.")
 			return
 		}

@@ -62,6 +62,9 @@ func TestOctaviaLifecycle(t *testing.T) {
 	if m, _ = pools.GetMember(ctx, c, pool.ID, m.ID).Extract(); m.ProvisioningStatus != "ACTIVE" {
 		t.Errorf("member: %s", m.ProvisioningStatus)
 	}
+	if _, err := pools.GetMember(ctx, c, "another-pool", m.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("a member read through another pool: %v, want 404", err)
+	}
 	pages, err := loadbalancers.List(c, loadbalancers.ListOpts{Tags: []string{"opke-cluster=prod"}}).AllPages(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -108,6 +108,20 @@ func (r *request) swiftContainer(rw http.ResponseWriter) (*account, *container, 
 	return a, c, true
 }
 
+// swiftObject is swiftContainer for an object that must exist.
+func (r *request) swiftObject(rw http.ResponseWriter) (*container, *object, bool) {
+	_, c, ok := r.swiftContainer(rw)
+	if !ok {
+		return nil, nil, false
+	}
+	o := c.Objects[r.PathValue("object")]
+	if o == nil {
+		swiftError(rw, http.StatusNotFound)
+		return nil, nil, false
+	}
+	return c, o, true
+}
+
 func swiftError(rw http.ResponseWriter, code int) {
 	body := map[int]string{401: "<html><h1>Unauthorized</h1><p>This server could not verify that you are authorized to access the document you requested.</p></html>",
 		403: "<html><h1>Forbidden</h1><p>Access was denied to this resource.</p></html>", 404: "<html><h1>Not Found</h1><p>The resource could not be found.</p></html>",
@@ -303,15 +317,10 @@ func (s *Sim) swiftPutObject(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftGetObject(rw http.ResponseWriter, r *request) {
-	_, c, ok := r.swiftContainer(rw)
+	_, o, ok := r.swiftObject(rw)
 	if !ok {
 		return
 	}
-	if c.Objects[r.PathValue("object")] == nil {
-		swiftError(rw, http.StatusNotFound)
-		return
-	}
-	o := c.Objects[r.PathValue("object")]
 	h := rw.Header()
 	h.Set("ETag", o.ETag)
 	h.Set("Content-Type", o.ContentType)
@@ -328,12 +337,8 @@ func (s *Sim) swiftGetObject(rw http.ResponseWriter, r *request) {
 }
 
 func (s *Sim) swiftDeleteObject(rw http.ResponseWriter, r *request) {
-	_, c, ok := r.swiftContainer(rw)
+	c, _, ok := r.swiftObject(rw)
 	if !ok {
-		return
-	}
-	if c.Objects[r.PathValue("object")] == nil {
-		swiftError(rw, http.StatusNotFound)
 		return
 	}
 	delete(c.Objects, r.PathValue("object"))

@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"slices"
 )
 
 // ClustersDir is the folder of a fleet root that holds one folder per cluster.
@@ -38,14 +37,19 @@ func (fl *Fleet) Clusters() map[string]*Cluster {
 	return out
 }
 
-// file returns the file of the named cluster, nil if none.
-func (fl *Fleet) file(name string) *File {
+// filesByName indexes the files that name a cluster; with duplicates,
+// the first file wins, as checkUniqueNames reports the others.
+func (fl *Fleet) filesByName() map[string]*File {
+	out := make(map[string]*File, len(fl.Files))
 	for _, f := range fl.Files {
-		if f.Cluster != nil && f.Cluster.Metadata.Name == name {
-			return f
+		if f.Cluster == nil {
+			continue
+		}
+		if _, dup := out[f.Cluster.Metadata.Name]; !dup {
+			out[f.Cluster.Metadata.Name] = f
 		}
 	}
-	return nil
+	return out
 }
 
 // LoadFleet reads and validates every clusters/<name>/cluster.yaml of fsys.
@@ -121,7 +125,7 @@ func (fl *Fleet) checkUniqueNames() {
 func readBounded(fsys fs.FS, name string) ([]byte, error) {
 	f, err := fsys.Open(name)
 	if err != nil {
-		return nil, err //nolint:wrapcheck // the caller wraps it with the path
+		return nil, err // the caller wraps it with the path
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, MaxFileSize+1))
@@ -130,12 +134,12 @@ func readBounded(fsys fs.FS, name string) ([]byte, error) {
 // CheckTransitions applies the transition rules from the fleet base (the
 // fleet at an earlier revision) to fl, adding their findings to fl.
 func (fl *Fleet) CheckTransitions(base *Fleet) {
-	baseClusters := base.Clusters()
+	baseClusters, baseFiles, files := base.Clusters(), base.filesByName(), fl.filesByName()
 	for _, name := range sortedKeys(baseClusters) {
 		old := baseClusters[name]
-		f := fl.file(name)
+		f := files[name]
 		if f == nil {
-			fl.Findings = append(fl.Findings, removalFinding(base.file(name), old))
+			fl.Findings = append(fl.Findings, removalFinding(baseFiles[name], old))
 			continue
 		}
 		if f.Findings.HasErrors() {
@@ -145,7 +149,6 @@ func (fl *Fleet) CheckTransitions(base *Fleet) {
 			fl.Findings = append(fl.Findings, f.finding(p, SeverityError))
 		}
 	}
-	fl.Findings = slices.Clip(fl.Findings)
 	fl.Findings.Sort()
 }
 
