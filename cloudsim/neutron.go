@@ -163,8 +163,10 @@ type neutronKind[T interface{ base() *common }] struct {
 	update func(rw http.ResponseWriter, r *request, v T, body map[string]any) bool
 	// remove deletes the resource, or answers an error.
 	remove func(rw http.ResponseWriter, r *request, v T) bool
-	// view adapts the stored value for output; nil shows it as stored.
-	view func(w *world, v T) any
+	// viewer returns the function that adapts stored values for output; nil
+	// shows them as stored. It is called once per request, so that it can
+	// index what its views share.
+	viewer func(w *world) func(T) any
 	// quota is the quota name counted by create; "" for none.
 	quota string
 	// notFound is the error type of a missing resource (NetworkNotFound).
@@ -295,12 +297,16 @@ func registerNeutron[T interface{ base() *common }](s *Sim, mux *http.ServeMux, 
 	})
 }
 
-func (k neutronKind[T]) show(w *world, v T) any {
-	if k.view != nil {
-		return k.view(w, v)
+// shower returns the view function of one request.
+func (k neutronKind[T]) shower(w *world) func(T) any {
+	if k.viewer != nil {
+		return k.viewer(w)
 	}
-	return v
+	return func(v T) any { return v }
 }
+
+// show is the view of a single value.
+func (k neutronKind[T]) show(w *world, v T) any { return k.shower(w)(v) }
 
 func countOwned[T interface{ base() *common }](m map[string]T, project string) int {
 	n := 0
@@ -367,13 +373,14 @@ func neutronList[T interface{ base() *common }](rw http.ResponseWriter, r *reque
 			filters[key] = vals
 		}
 	}
+	show := k.shower(r.w)
 	var matches []T
 	for _, v := range k.table(r.w) {
 		b := v.base()
 		if !r.visible(b.ProjectID, isShared(v)) || !tags.match(b.Tags) {
 			continue
 		}
-		if len(filters) > 0 && !fieldsMatch(k.show(r.w, v), filters) {
+		if len(filters) > 0 && !fieldsMatch(show(v), filters) {
 			continue
 		}
 		matches = append(matches, v)
@@ -387,7 +394,7 @@ func neutronList[T interface{ base() *common }](rw http.ResponseWriter, r *reque
 	out := make([]any, 0, len(page))
 	fields := q["fields"]
 	for _, v := range page {
-		out = append(out, selectFields(k.show(r.w, v), fields))
+		out = append(out, selectFields(show(v), fields))
 	}
 	body := map[string]any{k.plural: out}
 	if more {
@@ -740,15 +747,18 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			}
 			return true
 		},
-		view: func(w *world, g *secGroup) any {
-			v := *g
-			v.Rules = []secRule{}
+		viewer: func(w *world) func(*secGroup) any {
+			// The rules are indexed by group once per request, not scanned
+			// (and sorted) once per group shown.
+			byGroup := map[string][]secRule{}
 			for _, rule := range sortedBy(w.SecRules, func(x *secRule) string { return x.ID }) {
-				if rule.SecurityGroupID == g.ID {
-					v.Rules = append(v.Rules, *rule)
-				}
+				byGroup[rule.SecurityGroupID] = append(byGroup[rule.SecurityGroupID], *rule)
 			}
-			return &v
+			return func(g *secGroup) any {
+				v := *g
+				v.Rules = orEmpty(byGroup[g.ID])
+				return &v
+			}
 		},
 	})
 

@@ -2,6 +2,8 @@ package cloudsim
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"testing"
 
@@ -158,5 +160,37 @@ func TestNeutronTagsAndPagination(t *testing.T) {
 	}
 	if ok, err := attributestags.Confirm(ctx, c, "networks", ids[0], "extra").Extract(); !ok || err != nil {
 		t.Errorf("confirm tag: %v %v", ok, err)
+	}
+}
+
+// BenchmarkListSecurityGroups lists the groups of a fleet-sized project:
+// 1,000 groups of 8 rules, one page, read but not decoded.
+func BenchmarkListSecurityGroups(b *testing.B) {
+	e := startBenchEnv(b)
+	e.sim.mu.Lock()
+	now := e.sim.opts.Now()
+	for i := range 1000 {
+		g := e.sim.w.newSecGroup(e.sim.w.DemoProject, fmt.Sprintf("c%04d-hosts", i), "", now)
+		e.sim.w.SecGroups[g.ID] = g
+		for port := range 6 {
+			p := 22 + port
+			rule := &secRule{common: newCommon(g.ProjectID, now), SecurityGroupID: g.ID, Direction: "ingress", EtherType: "IPv4", PortRangeMin: &p, PortRangeMax: &p}
+			e.sim.w.SecRules[rule.ID] = rule
+		}
+	}
+	e.sim.mu.Unlock()
+	url := e.sim.URL() + "/network/v2.0/security-groups?limit=1000"
+	for b.Loop() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("X-Auth-Token", e.user.provider.Token())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || n < 1000 {
+			b.Fatalf("%s, %d bytes", resp.Status, n)
+		}
 	}
 }
