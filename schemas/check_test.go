@@ -116,7 +116,7 @@ func TestParseRules(t *testing.T) {
 		}},
 		{"unknown cni", func(t *testing.T) string {
 			return edit(t, "    externalNetwork: public\n", "    externalNetwork: public\n    cni: weave\n")
-		}, []string{file + ":13: spec.network.cni: must be one of flannel, calico; got weave"}},
+		}, []string{file + ":13: spec.network.cni: must be flannel; got weave"}},
 		{"duplicate pool names and a reserved one", func(t *testing.T) string {
 			return edit(t, "  gateway:\n", "    - name: general\n      count: 1\n      flavor: m1.small\n    - name: gateway\n      count: 1\n      flavor: m1.small\n  gateway:\n")
 		}, []string{

@@ -137,6 +137,9 @@ func describe(path Path, e *jsonschema.ValidationError) []Problem {
 		for i, w := range k.Want {
 			want[i] = fmt.Sprint(w)
 		}
+		if len(want) == 1 {
+			return one(fmt.Sprintf("must be %s; got %v", want[0], k.Got))
+		}
 		return one(fmt.Sprintf("must be one of %s; got %v", strings.Join(want, ", "), k.Got))
 	case *kind.Minimum:
 		return one("must be >= " + ratString(k.Want))

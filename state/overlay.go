@@ -15,7 +15,12 @@ type KV interface {
 	Put(ctx context.Context, key string, value []byte) error
 	GetSecret(ctx context.Context, key string) ([]byte, error)
 	PutSecret(ctx context.Context, key string, value []byte) error
+	// PutMany writes entries, sealing the secret ones, in few round trips.
+	PutMany(ctx context.Context, entries []Entry) error
+	// List returns the raw values below prefix: secrets stay sealed.
 	List(ctx context.Context, prefix string) (map[string][]byte, error)
+	// Open opens a sealed value that List returned.
+	Open(key string, sealed []byte) ([]byte, error)
 }
 
 // Overlay reads through to a store and keeps every write in memory, so a
@@ -24,7 +29,8 @@ type KV interface {
 type Overlay struct {
 	base *Store
 	mu   sync.Mutex
-	// writes holds plain values; secrets are kept opened, never sealed.
+	// writes holds values as the store would: secrets sealed, with the
+	// store's key, so List and Open behave alike on both.
 	writes map[string][]byte
 }
 
@@ -58,15 +64,36 @@ func (o *Overlay) Put(_ context.Context, key string, value []byte) error {
 // GetSecret implements KV.
 func (o *Overlay) GetSecret(ctx context.Context, key string) ([]byte, error) {
 	if v, ok := o.written(key); ok {
-		return v, nil
+		return o.base.Open(key, v)
 	}
 	return o.base.GetSecret(ctx, key)
 }
 
-// PutSecret implements KV; the value stays in memory, never sealed.
+// PutSecret implements KV; the value stays in memory, sealed.
 func (o *Overlay) PutSecret(ctx context.Context, key string, value []byte) error {
-	return o.Put(ctx, key, value)
+	sealed, err := o.base.seal.seal(key, value)
+	if err != nil {
+		return err
+	}
+	return o.Put(ctx, key, sealed)
 }
+
+// PutMany implements KV; the values stay in memory.
+func (o *Overlay) PutMany(ctx context.Context, entries []Entry) error {
+	for _, e := range entries {
+		put := o.Put
+		if e.Secret {
+			put = o.PutSecret
+		}
+		if err := put(ctx, e.Key, e.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Open implements KV.
+func (o *Overlay) Open(key string, sealed []byte) ([]byte, error) { return o.base.Open(key, sealed) }
 
 // List implements KV: the store's values with the overlay's on top.
 func (o *Overlay) List(ctx context.Context, prefix string) (map[string][]byte, error) {

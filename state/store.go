@@ -231,6 +231,51 @@ func (s *Store) PutSecret(ctx context.Context, key string, value []byte) error {
 	return s.Put(ctx, key, sealed)
 }
 
+// Entry is one value of a PutMany; Secret values are sealed.
+type Entry struct {
+	Key    string
+	Value  []byte
+	Secret bool
+}
+
+// maxTxnOps stays under etcd's default --max-txn-ops (128).
+const maxTxnOps = 100
+
+// PutMany writes entries in as few transactions as etcd allows, in order:
+// each run of up to maxTxnOps entries is atomic.
+func (s *Store) PutMany(ctx context.Context, entries []Entry) error {
+	ops := make([]clientv3.Op, 0, min(len(entries), maxTxnOps))
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("put %d keys from %s: %w", len(ops), string(ops[0].KeyBytes()), err)
+		}
+		ops = ops[:0]
+		return nil
+	}
+	for _, e := range entries {
+		v := e.Value
+		if e.Secret {
+			var err error
+			if v, err = s.seal.seal(e.Key, v); err != nil {
+				return err
+			}
+		}
+		ops = append(ops, clientv3.OpPut(e.Key, string(v)))
+		if len(ops) == maxTxnOps {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// Open opens a sealed value read with List.
+func (s *Store) Open(key string, sealed []byte) ([]byte, error) { return s.seal.open(key, sealed) }
+
 // InstallationID returns the installation's id, creating it on first use.
 // A transaction makes two processes starting at once agree on one id.
 func (s *Store) InstallationID(ctx context.Context) (string, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -185,5 +186,54 @@ func TestClientOutlivesOpenContext(t *testing.T) {
 	}
 	if err := s.Put(context.Background(), s.Key("prod", "commit"), []byte("abc")); err != nil {
 		t.Fatalf("put after Open's context ended: %v", err)
+	}
+}
+
+// TestPutManyAndOpen: a batch larger than one transaction lands whole,
+// secrets sealed; List returns them sealed on the store and on an overlay
+// alike, and Open opens them.
+func TestPutManyAndOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), testKey(1))
+	defer s.Close()
+	var entries []Entry
+	for i := range 2*maxTxnOps + 7 {
+		entries = append(entries, Entry{Key: s.Key("prod", "pki", fmt.Sprintf("k%03d", i)), Value: []byte(fmt.Sprint(i)), Secret: i%2 == 0})
+	}
+	for name, kv := range map[string]KV{"store": s, "overlay": s.ReadOnly()} {
+		t.Run(name, func(t *testing.T) {
+			prefix := kv.Key(name) + "/"
+			batch := make([]Entry, len(entries))
+			for i, e := range entries {
+				e.Key = prefix + e.Key
+				batch[i] = e
+			}
+			if err := kv.PutMany(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			got, err := kv.List(ctx, prefix)
+			if err != nil || len(got) != len(batch) {
+				t.Fatalf("list: %d values, %v; want %d", len(got), err, len(batch))
+			}
+			for _, e := range batch {
+				raw := got[e.Key]
+				if !e.Secret {
+					if !bytes.Equal(raw, e.Value) {
+						t.Fatalf("%s: %q", e.Key, raw)
+					}
+					continue
+				}
+				if bytes.Equal(raw, e.Value) {
+					t.Fatalf("%s is not sealed", e.Key)
+				}
+				if v, err := kv.Open(e.Key, raw); err != nil || !bytes.Equal(v, e.Value) {
+					t.Fatalf("open %s: %q %v", e.Key, v, err)
+				}
+			}
+		})
+	}
+	if all, _ := s.List(ctx, s.Key("overlay")); len(all) != 0 {
+		t.Errorf("the overlay's batch reached the store: %d keys", len(all))
 	}
 }

@@ -106,7 +106,10 @@ func file(path string, mode int, content string) types.File {
 }
 
 func sshdConfig(role Role) string {
-	c := "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\n"
+	// Ignition writes core's keys to authorized_keys.d/ignition; OPKE pushes
+	// the operators' keys (spec.sshAuthorizedKeys) to .../opke-operators.
+	c := "AuthorizedKeysFile .ssh/authorized_keys .ssh/authorized_keys.d/ignition .ssh/authorized_keys.d/opke-operators\n" +
+		"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\n"
 	if role == RoleGateway {
 		return c + "AllowTcpForwarding yes\nAllowAgentForwarding no\nX11Forwarding no\n"
 	}

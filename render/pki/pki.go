@@ -164,9 +164,16 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	b := &Bundle{m: map[string]Material{}}
 	parsed := map[string]*x509.Certificate{}
 	signers := map[string]crypto.Signer{}
+	// One range read for everything the cluster holds, one batch of writes
+	// for what is new: a render costs two round trips, not two per cert.
+	held, err := kv.List(ctx, kv.Key(r.Cluster, "pki")+"/")
+	if err != nil {
+		return nil, nil, fmt.Errorf("load PKI of %s: %w", r.Cluster, err)
+	}
 	var issued []string
+	var writes []state.Entry
 	for _, sp := range r.specs() {
-		m, cert, key, err := load(ctx, kv, r.Cluster, sp.name)
+		m, cert, key, err := load(kv, held, r.Cluster, sp.name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -175,20 +182,34 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 			if err != nil {
 				return nil, nil, fmt.Errorf("issue %s of %s: %w", sp.name, r.Cluster, err)
 			}
-			if err := store(ctx, kv, r.Cluster, sp.name, m); err != nil {
-				return nil, nil, err
-			}
+			writes = append(writes, entries(kv, r.Cluster, sp.name, ".crt", m)...)
 			issued = append(issued, sp.name)
 		}
 		b.m[sp.name], parsed[sp.name], signers[sp.name] = m, cert, key
 	}
-	sa, newSA, err := serviceAccountKey(ctx, kv, r.Cluster)
+	sa, newSA, err := serviceAccountKey(kv, held, r.Cluster)
 	if err != nil {
 		return nil, nil, err
 	}
 	b.m[ServiceAccount] = sa
 	if newSA {
+		writes = append(writes, entries(kv, r.Cluster, ServiceAccount, ".pub", sa)...)
 		issued = append(issued, ServiceAccount)
+	}
+	// Keys before certs: a crash between two transactions leaves a key
+	// without its cert, which the next Issue replaces, never a cert
+	// without its key.
+	slices.SortStableFunc(writes, func(a, b state.Entry) int {
+		switch {
+		case a.Secret == b.Secret:
+			return 0
+		case a.Secret:
+			return -1
+		}
+		return 1
+	})
+	if err := kv.PutMany(ctx, writes); err != nil {
+		return nil, nil, fmt.Errorf("store PKI of %s: %w", r.Cluster, err)
 	}
 	return b, issued, nil
 }
@@ -225,20 +246,16 @@ func certKey(cluster, name string) (string, string) {
 	return cluster + "/pki/" + name + ".crt", cluster + "/pki/" + name + ".key"
 }
 
-// load reads a cert and its key; a missing one is (nil, nil, nil).
-func load(ctx context.Context, kv state.KV, cluster, name string) (Material, *x509.Certificate, crypto.Signer, error) {
+// load takes a cert and its key from what the store holds; a missing one
+// is (nil, nil, nil).
+func load(kv state.KV, held map[string][]byte, cluster, name string) (Material, *x509.Certificate, crypto.Signer, error) {
 	ck, kk := certKey(cluster, name)
-	certPEM, err := kv.Get(ctx, kv.Key(ck))
-	if errors.Is(err, state.ErrNotFound) {
-		return Material{}, nil, nil, nil
-	}
-	if err != nil {
-		return Material{}, nil, nil, fmt.Errorf("load %s: %w", name, err)
-	}
-	keyPEM, err := kv.GetSecret(ctx, kv.Key(kk))
-	if errors.Is(err, state.ErrNotFound) {
+	certPEM, okCert := held[kv.Key(ck)]
+	sealed, okKey := held[kv.Key(kk)]
+	if !okCert || !okKey {
 		return Material{}, nil, nil, nil // a cert without its key is re-issued
 	}
+	keyPEM, err := kv.Open(kv.Key(kk), sealed)
 	if err != nil {
 		return Material{}, nil, nil, fmt.Errorf("load %s key: %w", name, err)
 	}
@@ -253,17 +270,13 @@ func load(ctx context.Context, kv state.KV, cluster, name string) (Material, *x5
 	return Material{Cert: certPEM, Key: keyPEM}, cert, key, nil
 }
 
-func store(ctx context.Context, kv state.KV, cluster, name string, m Material) error {
-	ck, kk := certKey(cluster, name)
-	// The key first: a crash between the two leaves a key without a cert,
-	// which the next Issue replaces, never a cert without its key.
-	if err := kv.PutSecret(ctx, kv.Key(kk), m.Key); err != nil {
-		return fmt.Errorf("store %s key: %w", name, err)
+// entries are the writes that store m: the key sealed, the cert (or the
+// public key, ext ".pub") plain.
+func entries(kv state.KV, cluster, name, ext string, m Material) []state.Entry {
+	return []state.Entry{
+		{Key: kv.Key(cluster, "pki", name+".key"), Value: m.Key, Secret: true},
+		{Key: kv.Key(cluster, "pki", name+ext), Value: m.Cert},
 	}
-	if err := kv.Put(ctx, kv.Key(ck), m.Cert); err != nil {
-		return fmt.Errorf("store %s: %w", name, err)
-	}
-	return nil
 }
 
 func issue(sp spec, ca *x509.Certificate, caKey crypto.Signer, now time.Time) (Material, *x509.Certificate, crypto.Signer, error) {
@@ -323,19 +336,16 @@ func issue(sp spec, ca *x509.Certificate, caKey crypto.Signer, now time.Time) (M
 
 // serviceAccountKey returns the key pair that signs service-account tokens:
 // Cert holds the public key (PEM "PUBLIC KEY"), Key the private key.
-func serviceAccountKey(ctx context.Context, kv state.KV, cluster string) (Material, bool, error) {
+func serviceAccountKey(kv state.KV, held map[string][]byte, cluster string) (Material, bool, error) {
 	pubKey, privKey := kv.Key(cluster, "pki", "sa.pub"), kv.Key(cluster, "pki", "sa.key")
-	pub, err := kv.Get(ctx, pubKey)
-	if err == nil {
-		priv, err := kv.GetSecret(ctx, privKey)
-		if err == nil {
-			return Material{Cert: pub, Key: priv}, false, nil
-		}
-		if !errors.Is(err, state.ErrNotFound) {
+	pub, okPub := held[pubKey]
+	sealed, okPriv := held[privKey]
+	if okPub && okPriv {
+		priv, err := kv.Open(privKey, sealed)
+		if err != nil {
 			return Material{}, false, fmt.Errorf("load sa.key: %w", err)
 		}
-	} else if !errors.Is(err, state.ErrNotFound) {
-		return Material{}, false, fmt.Errorf("load sa.pub: %w", err)
+		return Material{Cert: pub, Key: priv}, false, nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -345,12 +355,6 @@ func serviceAccountKey(ctx context.Context, kv state.KV, cluster string) (Materi
 	privDER, _ := x509.MarshalECPrivateKey(key)
 	m := Material{Cert: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}),
 		Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})}
-	if err := kv.PutSecret(ctx, privKey, m.Key); err != nil {
-		return Material{}, false, fmt.Errorf("store sa.key: %w", err)
-	}
-	if err := kv.Put(ctx, pubKey, m.Cert); err != nil {
-		return Material{}, false, fmt.Errorf("store sa.pub: %w", err)
-	}
 	return m, true, nil
 }
 

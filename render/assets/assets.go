@@ -1,0 +1,259 @@
+package assets
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+)
+
+// Roles of hosts. A worker's pool is in [Host].Pool.
+const (
+	RoleController = "controller"
+	RoleWorker     = "worker"
+	RoleGateway    = "gateway"
+)
+
+// Units a pushed file can ask to restart.
+const (
+	UnitKubelet = "kubelet.service"
+	UnitEtcd    = "etcd-member.service"
+)
+
+// Errors Render reports; match them with errors.Is.
+var (
+	ErrUnsupportedVersion = errors.New("unsupported kubernetes version")
+	ErrMissingMaterial    = errors.New("PKI material missing")
+	ErrBadInput           = errors.New("invalid render input")
+)
+
+// Host is a server that receives files.
+type Host struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+	Pool string `json:"pool,omitempty"`
+	// IP is the host's fixed IP; zero for a worker not created yet (its
+	// address comes from DHCP), which no rendered file needs.
+	IP netip.Addr `json:"ip,omitzero"`
+}
+
+// PlannedHosts lists the hosts the spec asks for with their planned
+// addresses: controllers and the gateway at their fixed IPs, workers by
+// pool and index without one. The order is controllers, workers pool by
+// pool, gateway.
+func PlannedHosts(c *schemas.Cluster) ([]Host, error) {
+	var hosts []Host
+	for i := range c.Spec.Controllers.Count {
+		ip, err := c.ControllerIP(i)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+		hosts = append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, schemas.RoleController, i), Role: RoleController, IP: ip})
+	}
+	for _, p := range c.Spec.WorkerPools {
+		for i := range p.Count {
+			hosts = append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, p.Name, i), Role: RoleWorker, Pool: p.Name})
+		}
+	}
+	gw, err := c.GatewayIP()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, schemas.RoleGateway, 0), Role: RoleGateway, IP: gw}), nil
+}
+
+// CloudCredential is the OpenStack application credential the cluster's
+// cloud provider and CSI driver use; it goes into cloud.conf (0600) and
+// nowhere else. SubnetID and FloatingNetworkID are optional hints for
+// load balancers (known after the network exists).
+type CloudCredential struct {
+	AuthURL           string `json:"auth_url"`
+	Region            string `json:"region,omitempty"`
+	ID                string `json:"application_credential_id"`
+	Secret            string `json:"application_credential_secret"`
+	SubnetID          string `json:"subnet_id,omitempty"`
+	FloatingNetworkID string `json:"floating_network_id,omitempty"`
+}
+
+// Input is everything a cluster's files depend on.
+type Input struct {
+	// Cluster is the spec, defaulted.
+	Cluster *schemas.Cluster
+	// PKI holds the material of every host in Hosts.
+	PKI *pki.Bundle
+	// Hosts are the hosts to render for (see PlannedHosts).
+	Hosts []Host
+	// Cloud, when set, renders cloud.conf.
+	Cloud *CloudCredential
+	// KubeletImage is the kubelet image repository; DefaultKubeletImage if empty.
+	KubeletImage string
+}
+
+// File is one file to push. Data is never serialised: the JSON form
+// (manifest.json, plans) carries the checksum only.
+type File struct {
+	Path   string      `json:"path"`
+	Mode   fs.FileMode `json:"-"`
+	Owner  string      `json:"owner"`
+	SHA256 string      `json:"sha256"`
+	Size   int         `json:"size"`
+	Secret bool        `json:"secret,omitempty"`
+	// Restart lists the units to restart once the file changed.
+	Restart []string `json:"restart,omitempty"`
+	Data    []byte   `json:"-"`
+}
+
+// MarshalJSON writes the mode in octal, as people read modes.
+func (f File) MarshalJSON() ([]byte, error) {
+	type plain File
+	return json.Marshal(struct {
+		plain
+		Mode string `json:"mode"`
+	}{plain(f), fmt.Sprintf("%04o", uint32(f.Mode.Perm()))})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote (without the data).
+func (f *File) UnmarshalJSON(b []byte) error {
+	type plain File
+	var v struct {
+		plain
+		Mode string `json:"mode"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("file: %w", err)
+	}
+	m, err := strconv.ParseUint(v.Mode, 8, 32)
+	if err != nil {
+		return fmt.Errorf("file %s: mode %q: %w", v.Path, v.Mode, err)
+	}
+	*f = File(v.plain)
+	f.Mode = fs.FileMode(m)
+	return nil
+}
+
+// HostFiles is a host and the files it receives, sorted by path.
+type HostFiles struct {
+	Host
+	Files []File `json:"files"`
+}
+
+// Set is the rendered files of one cluster.
+type Set struct {
+	Cluster string      `json:"cluster"`
+	Version string      `json:"version"`
+	Hosts   []HostFiles `json:"hosts"`
+}
+
+// Host returns the files of the named host.
+func (s *Set) Host(name string) (HostFiles, bool) {
+	for _, h := range s.Hosts {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return HostFiles{}, false
+}
+
+// File returns the file at path on the named host.
+func (h HostFiles) File(path string) (File, bool) {
+	for _, f := range h.Files {
+		if f.Path == path {
+			return f, true
+		}
+	}
+	return File{}, false
+}
+
+// Paths of the pushed files; kubeadm's where kubeadm has one.
+const (
+	PathKubeletEnv       = "/etc/kubernetes/kubelet.env"
+	PathKubeletConfig    = "/var/lib/kubelet/config.yaml"
+	PathKubeletConf      = "/etc/kubernetes/kubelet.conf"
+	PathEtcdEnv          = "/etc/kubernetes/etcd.env"
+	PathCloudConf        = "/etc/kubernetes/cloud.conf"
+	PathManifests        = "/etc/kubernetes/manifests"
+	PathAddons           = "/etc/kubernetes/addons"
+	PathPKI              = "/etc/kubernetes/pki"
+	PathOperatorKeys     = "/home/core/.ssh/authorized_keys.d/opke-operators"
+	ownerRoot, ownerCore = "root:root", "core:core"
+)
+
+// Render renders every file of every host in in.Hosts.
+func Render(in Input) (*Set, error) {
+	r, err := newRenderer(in)
+	if err != nil {
+		return nil, err
+	}
+	set := &Set{Cluster: r.c.Metadata.Name, Version: r.version.String()}
+	var clusterManifests []File
+	for _, h := range in.Hosts {
+		var files []File
+		switch h.Role {
+		case RoleController:
+			if clusterManifests == nil {
+				if clusterManifests, err = r.clusterManifests(); err != nil {
+					return nil, err
+				}
+			}
+			files, err = r.controller(h)
+			files = append(files, clusterManifests...)
+		case RoleWorker:
+			files, err = r.worker(h)
+		case RoleGateway:
+			files = nil
+		default:
+			err = fmt.Errorf("%w: host %s has unknown role %q", ErrBadInput, h.Name, h.Role)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if keys := r.operatorKeys(); keys != nil {
+			files = append(files, *keys)
+		}
+		slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+		for i := 1; i < len(files); i++ {
+			if files[i].Path == files[i-1].Path {
+				return nil, fmt.Errorf("render %s: two files at %s", h.Name, files[i].Path)
+			}
+		}
+		set.Hosts = append(set.Hosts, HostFiles{Host: h, Files: files})
+	}
+	return set, nil
+}
+
+// newFile fills in the checksum.
+func newFile(path string, mode fs.FileMode, data []byte, restart ...string) File {
+	sum := sha256.Sum256(data)
+	return File{Path: path, Mode: mode, Owner: ownerRoot, Data: data, SHA256: hex.EncodeToString(sum[:]), Size: len(data), Restart: restart}
+}
+
+func secretFile(path string, data []byte, restart ...string) File {
+	f := newFile(path, 0o600, data, restart...)
+	f.Secret = true
+	return f
+}
+
+// operatorKeys is the core user's extra authorized_keys file, or nil.
+func (r *renderer) operatorKeys() *File {
+	if len(r.c.Spec.SSHAuthorizedKeys) == 0 {
+		return nil
+	}
+	var b bytes.Buffer
+	b.WriteString("# Operators' keys from spec.sshAuthorizedKeys of " + r.c.Metadata.Name + ", pushed by OPKE.\n")
+	for _, k := range r.c.Spec.SSHAuthorizedKeys {
+		b.WriteString(strings.TrimSpace(k) + "\n")
+	}
+	f := newFile(PathOperatorKeys, 0o600, b.Bytes())
+	f.Owner = ownerCore
+	return &f
+}

@@ -1,0 +1,625 @@
+package assets_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.yaml.in/yaml/v3"
+
+	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+var now = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+// credential is a cloud credential whose secret tests look for.
+var credential = &assets.CloudCredential{
+	AuthURL: "http://127.0.0.1:5050/identity/v3", Region: "RegionOne",
+	ID: "0a1b2c3d4e5f", Secret: "s3cr3t-app-credential-value",
+}
+
+func openStore(t testing.TB) *state.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := state.Open(ctx, state.Options{DataDir: t.TempDir(), EncryptionKey: bytes.Repeat([]byte{9}, state.KeySize)})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// loadSpec reads testdata/<name>.yaml, which must be valid.
+func loadSpec(t testing.TB, name string) *schemas.Cluster {
+	t.Helper()
+	path := filepath.Join("testdata", name+".yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := schemas.Parse("clusters/"+name+"/cluster.yaml", data)
+	if len(f.Findings) > 0 || f.Cluster == nil {
+		t.Fatalf("%s: %v", path, f.Findings)
+	}
+	return f.Cluster
+}
+
+func renderCluster(t testing.TB, kv state.KV, c *schemas.Cluster, cloud *assets.CloudCredential) *render.Output {
+	t.Helper()
+	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: now, Cloud: cloud})
+	if err != nil {
+		t.Fatalf("render %s: %v", c.Metadata.Name, err)
+	}
+	return out
+}
+
+// TestGolden compares every rendered file with testdata/<case>/. Files that
+// carry PKI material are compared in a described form (subject, issuer,
+// SANs, usages; key types), since keys are random: what is golden is which
+// material goes where.
+func TestGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cloud *assets.CloudCredential
+	}{
+		{name: "demo"},
+		{name: "prod", cloud: credential},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := renderCluster(t, openStore(t), loadSpec(t, tc.name), tc.cloud)
+			got := map[string][]byte{}
+			for _, h := range out.Assets.Hosts {
+				for _, f := range h.Files {
+					got[filepath.Join(h.Name, f.Path)] = describe(t, f)
+				}
+			}
+			manifest, err := json.MarshalIndent(redactSums(out.Assets), "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got["files.json"] = append(manifest, '\n')
+			dir := filepath.Join("testdata", tc.name)
+			if *update {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				for name, b := range got {
+					if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			want := map[string][]byte{}
+			err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				rel, _ := filepath.Rel(dir, path)
+				want[rel], err = os.ReadFile(path)
+				return err
+			})
+			if err != nil {
+				t.Fatalf("read golden files (run go test -update to create them): %v", err)
+			}
+			if diff := cmp.Diff(keys(want), keys(got)); diff != "" {
+				t.Errorf("files (-golden +rendered):\n%s", diff)
+			}
+			for name, w := range want {
+				if g, ok := got[name]; ok {
+					if diff := cmp.Diff(string(w), string(g)); diff != "" {
+						t.Errorf("%s (-golden +rendered):\n%s", name, diff)
+					}
+				}
+			}
+		})
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// redactSums drops the checksums of PKI-bearing files from the manifest.
+func redactSums(s *assets.Set) *assets.Set {
+	c := *s
+	c.Hosts = slices.Clone(s.Hosts)
+	for i, h := range c.Hosts {
+		h.Files = slices.Clone(h.Files)
+		for j, f := range h.Files {
+			if carriesPKI(f) {
+				h.Files[j].SHA256, h.Files[j].Size = "(PKI material)", 0
+			}
+		}
+		c.Hosts[i] = h
+	}
+	return &c
+}
+
+func carriesPKI(f assets.File) bool {
+	return bytes.Contains(f.Data, []byte("-----BEGIN")) || bytes.Contains(f.Data, []byte("certificate-authority-data"))
+}
+
+// describe returns a file's golden form.
+func describe(t testing.TB, f assets.File) []byte {
+	t.Helper()
+	switch {
+	case bytes.HasPrefix(f.Data, []byte("-----BEGIN")):
+		return []byte(describePEM(t, f.Data))
+	case bytes.Contains(f.Data, []byte("certificate-authority-data")):
+		var kc map[string]any
+		if err := yaml.Unmarshal(f.Data, &kc); err != nil {
+			t.Fatalf("%s: %v", f.Path, err)
+		}
+		walkStrings(kc, func(k, v string) string {
+			if strings.HasSuffix(k, "-data") {
+				return "(" + strings.TrimSpace(describePEMBase64(t, v)) + ")"
+			}
+			return v
+		})
+		b, err := yaml.Marshal(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return f.Data
+}
+
+func walkStrings(v any, fn func(k, v string) string) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if s, ok := x.(string); ok {
+				v[k] = fn(k, s)
+				continue
+			}
+			walkStrings(x, fn)
+		}
+	case []any:
+		for _, x := range v {
+			walkStrings(x, fn)
+		}
+	}
+}
+
+func describePEMBase64(t testing.TB, s string) string {
+	var b []byte
+	if err := json.Unmarshal([]byte(`"`+s+`"`), &b); err != nil { // base64 via json
+		t.Fatalf("base64: %v", err)
+	}
+	return describePEM(t, b)
+}
+
+// describePEM names what a PEM file holds without its random bytes.
+func describePEM(t testing.TB, b []byte) string {
+	t.Helper()
+	var out strings.Builder
+	for {
+		block, rest := pem.Decode(b)
+		if block == nil {
+			break
+		}
+		b = rest
+		switch block.Type {
+		case "CERTIFICATE":
+			c, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var usage []string
+			for _, u := range c.ExtKeyUsage {
+				usage = append(usage, map[x509.ExtKeyUsage]string{x509.ExtKeyUsageServerAuth: "server", x509.ExtKeyUsageClientAuth: "client"}[u])
+			}
+			fmt.Fprintf(&out, "certificate subject=%q issuer=%q ca=%v dns=%v ips=%v usage=%v validity=%v key=%v\n",
+				c.Subject.String(), c.Issuer.String(), c.IsCA, c.DNSNames, c.IPAddresses, usage, c.NotAfter.Sub(c.NotBefore), c.PublicKeyAlgorithm)
+		case "EC PRIVATE KEY":
+			k, err := x509.ParseECPrivateKey(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&out, "EC private key %s\n", k.Curve.Params().Name)
+		case "PUBLIC KEY":
+			if _, err := x509.ParsePKIXPublicKey(block.Bytes); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&out, "public key\n")
+		default:
+			t.Fatalf("unexpected PEM block %s", block.Type)
+		}
+	}
+	return out.String()
+}
+
+// TestVersionBump: a patch and a minor upgrade change kubelet.env, the
+// static pods and the cluster manifests, never a byte of user_data, never
+// a TLS file.
+func TestVersionBump(t *testing.T) {
+	for _, tc := range []struct {
+		name, to string
+		etcd     bool // etcd.env changes too (a new minor pins a new etcd)
+	}{
+		{name: "patch", to: "v1.34.5"},
+		{name: "minor", to: "v1.35.0", etcd: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := openStore(t)
+			c := loadSpec(t, "prod")
+			before := renderCluster(t, store, c, credential)
+			c.Spec.Kubernetes.Version = tc.to
+			after := renderCluster(t, store, c, credential)
+
+			if diff := cmp.Diff(before.UserData, after.UserData); diff != "" {
+				t.Fatalf("user_data changed with the version:\n%s", diff)
+			}
+			if len(after.Issued) != 0 {
+				t.Errorf("the upgrade issued %v", after.Issued)
+			}
+			// want must change; may change or not (an addon whose image is
+			// the same in both minors); nothing else may.
+			var want, may []string
+			for _, h := range after.Assets.Hosts {
+				switch h.Role {
+				case assets.RoleController:
+					want = append(want, h.Name+":"+assets.PathKubeletEnv, h.Name+":"+assets.PathAddons+"/00-kube-proxy.yaml")
+					for _, p := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+						want = append(want, h.Name+":"+assets.PathManifests+"/"+p+".yaml")
+					}
+					if tc.etcd {
+						want = append(want, h.Name+":"+assets.PathEtcdEnv, h.Name+":"+assets.PathAddons+"/01-coredns.yaml")
+						for _, f := range h.Files {
+							if strings.HasPrefix(f.Path, assets.PathAddons) {
+								may = append(may, h.Name+":"+f.Path)
+							}
+						}
+					}
+				case assets.RoleWorker:
+					want = append(want, h.Name+":"+assets.PathKubeletEnv)
+				}
+			}
+			slices.Sort(want)
+			var changed []string
+			for _, p := range changedPaths(before.Assets, after.Assets) {
+				if slices.Contains(want, p) || !slices.Contains(may, p) {
+					changed = append(changed, p)
+				}
+			}
+			if diff := cmp.Diff(want, changed); diff != "" {
+				t.Errorf("changed files (-want +got):\n%s", diff)
+			}
+			h, _ := after.Assets.Host("prod-general-0")
+			env, _ := h.File(assets.PathKubeletEnv)
+			if !bytes.Contains(env.Data, []byte("KUBELET_IMAGE="+assets.DefaultKubeletImage+":"+tc.to+"\n")) {
+				t.Errorf("kubelet.env does not name the new version:\n%s", env.Data)
+			}
+		})
+	}
+}
+
+// changedPaths lists host:path of every file added, removed or changed.
+func changedPaths(a, b *assets.Set) []string {
+	sums := func(s *assets.Set) map[string]string {
+		m := map[string]string{}
+		for _, h := range s.Hosts {
+			for _, f := range h.Files {
+				m[h.Name+":"+f.Path] = f.SHA256
+			}
+		}
+		return m
+	}
+	x, y := sums(a), sums(b)
+	var out []string
+	for k, v := range x {
+		if y[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range y {
+		if _, ok := x[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestAddPool: a new worker pool leaves every user_data and every file of
+// the controllers and existing workers unchanged; only the new hosts get
+// files.
+func TestAddPool(t *testing.T) {
+	store := openStore(t)
+	c := loadSpec(t, "prod")
+	before := renderCluster(t, store, c, credential)
+	c.Spec.WorkerPools = append(c.Spec.WorkerPools, schemas.WorkerPool{Name: "gpu", Count: 2, Flavor: "m1.large"})
+	after := renderCluster(t, store, c, credential)
+	if diff := cmp.Diff(before.UserData, after.UserData); diff != "" {
+		t.Fatalf("user_data changed:\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{pki.Kubelet("prod-gpu-0"), pki.Kubelet("prod-gpu-1")}, after.Issued); diff != "" {
+		t.Errorf("issued (-want +got):\n%s", diff)
+	}
+	var added []string
+	for _, p := range changedPaths(before.Assets, after.Assets) {
+		if !strings.HasPrefix(p, "prod-gpu-") {
+			t.Errorf("%s changed", p)
+		}
+		added = append(added, p)
+	}
+	if len(added) == 0 {
+		t.Fatal("the new pool's hosts got no files")
+	}
+}
+
+// TestRenderTwiceIsIdentical: a second render with the same store yields
+// the same bytes everywhere and issues nothing.
+func TestRenderTwiceIsIdentical(t *testing.T) {
+	store := openStore(t)
+	c := loadSpec(t, "prod")
+	first := renderCluster(t, store, c, credential)
+	second := renderCluster(t, store, c, credential)
+	if len(second.Issued) != 0 {
+		t.Errorf("second render issued %v", second.Issued)
+	}
+	first.Issued = nil
+	if diff := cmp.Diff(first, second, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("second render differs:\n%s", diff)
+	}
+}
+
+// TestNoSecretOrVersionInUserData scans every user_data for private keys,
+// tokens, the credential and the version; and checks that secret bytes
+// live only in secret files.
+func TestNoSecretOrVersionInUserData(t *testing.T) {
+	c := loadSpec(t, "prod")
+	out := renderCluster(t, openStore(t), c, credential)
+	v, _ := schemas.ParseVersion(c.Spec.Kubernetes.Version)
+	forbidden := []*regexp.Regexp{
+		regexp.MustCompile(`PRIVATE KEY`),
+		regexp.MustCompile(`(?i)token`),
+		regexp.MustCompile(regexp.QuoteMeta(credential.Secret)),
+		regexp.MustCompile(regexp.QuoteMeta(v.MinorString())),
+	}
+	for role, ud := range out.UserData {
+		plain := decodeUserData(t, ud)
+		for _, re := range forbidden {
+			if re.Match(plain) {
+				t.Errorf("%s user_data matches %s", role, re)
+			}
+		}
+	}
+	var secrets [][]byte
+	for _, h := range out.Assets.Hosts {
+		for _, f := range h.Files {
+			if f.Secret {
+				if f.Mode != 0o600 {
+					t.Errorf("%s:%s is secret with mode %o", h.Name, f.Path, f.Mode)
+				}
+				secrets = append(secrets, f.Data)
+			}
+			if strings.HasPrefix(f.Path, assets.PathPKI+"/") && f.Mode != 0o600 {
+				t.Errorf("%s:%s: TLS file with mode %o", h.Name, f.Path, f.Mode)
+			}
+			if !f.Secret && (bytes.Contains(f.Data, []byte("PRIVATE KEY")) || bytes.Contains(f.Data, []byte(credential.Secret)) ||
+				bytes.Contains(f.Data, []byte("client-key-data"))) {
+				t.Errorf("%s:%s holds a secret but is not marked secret", h.Name, f.Path)
+			}
+		}
+	}
+	if len(secrets) == 0 {
+		t.Fatal("no secret files")
+	}
+	manifest, _ := json.Marshal(out.Assets)
+	for _, s := range secrets {
+		if bytes.Contains(manifest, s) {
+			t.Error("the JSON form of the set carries a secret file's bytes")
+		}
+	}
+}
+
+// decodeUserData returns the config with every data URL decoded, so a
+// scan sees file contents too.
+func decodeUserData(t testing.TB, ud []byte) []byte {
+	t.Helper()
+	var cfg struct {
+		Storage struct {
+			Files []struct {
+				Contents struct {
+					Source string `json:"source"`
+				} `json:"contents"`
+			} `json:"files"`
+		} `json:"storage"`
+	}
+	if err := json.Unmarshal(ud, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := append([]byte{}, ud...)
+	for _, f := range cfg.Storage.Files {
+		var b []byte
+		data, _ := strings.CutPrefix(f.Contents.Source, "data:;base64,")
+		if err := json.Unmarshal([]byte(`"`+data+`"`), &b); err != nil {
+			t.Fatal(err)
+		}
+		out = append(append(out, '\n'), b...)
+	}
+	return out
+}
+
+// TestCloudConf: the credential goes to controllers always and to workers
+// only when cinder-csi needs it there; without a credential, no cloud.conf.
+func TestCloudConf(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		cloud      *assets.CloudCredential
+		addons     []schemas.Addon
+		controller bool
+		worker     bool
+	}{
+		{name: "no credential", addons: []schemas.Addon{{Name: "cinder-csi"}}},
+		{name: "controllers only", cloud: credential, addons: []schemas.Addon{{Name: "openstack-cloud-controller-manager"}}, controller: true},
+		{name: "cinder on workers too", cloud: credential, addons: []schemas.Addon{{Name: "cinder-csi"}}, controller: true, worker: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := loadSpec(t, "prod")
+			c.Spec.Addons = tc.addons
+			out := renderCluster(t, openStore(t), c, tc.cloud)
+			for name, want := range map[string]bool{"prod-controller-0": tc.controller, "prod-general-0": tc.worker, "prod-gateway-0": false} {
+				h, _ := out.Assets.Host(name)
+				f, got := h.File(assets.PathCloudConf)
+				if got != want {
+					t.Errorf("%s has cloud.conf: %v, want %v", name, got, want)
+				}
+				if got && (!f.Secret || f.Mode != 0o600 || !bytes.Contains(f.Data, []byte("application-credential-secret="+credential.Secret+"\n"))) {
+					t.Errorf("%s cloud.conf: secret=%v mode=%o\n%s", name, f.Secret, f.Mode, f.Data)
+				}
+			}
+		})
+	}
+}
+
+// TestPushedTLSFilesVerify: the files a controller receives chain to the
+// CA files next to them, with the SANs the clients dial.
+func TestPushedTLSFilesVerify(t *testing.T) {
+	out := renderCluster(t, openStore(t), loadSpec(t, "prod"), nil)
+	h, _ := out.Assets.Host("prod-controller-1")
+	read := func(p string) []byte {
+		f, ok := h.File(p)
+		if !ok {
+			t.Fatalf("no %s", p)
+		}
+		return f.Data
+	}
+	for _, tc := range []struct {
+		name, cert, ca, dnsOrIP string
+		usage                   x509.ExtKeyUsage
+	}{
+		{name: "apiserver by host IP", cert: "/etc/kubernetes/pki/apiserver.crt", ca: "/etc/kubernetes/pki/ca.crt", dnsOrIP: "192.168.20.11", usage: x509.ExtKeyUsageServerAuth},
+		{name: "apiserver by VIP", cert: "/etc/kubernetes/pki/apiserver.crt", ca: "/etc/kubernetes/pki/ca.crt", dnsOrIP: "192.168.20.5", usage: x509.ExtKeyUsageServerAuth},
+		{name: "apiserver by service name", cert: "/etc/kubernetes/pki/apiserver.crt", ca: "/etc/kubernetes/pki/ca.crt", dnsOrIP: "kubernetes.default.svc.cluster.local", usage: x509.ExtKeyUsageServerAuth},
+		{name: "etcd server", cert: "/etc/kubernetes/pki/etcd/server.crt", ca: "/etc/kubernetes/pki/etcd/ca.crt", dnsOrIP: "192.168.20.11", usage: x509.ExtKeyUsageServerAuth},
+		{name: "etcd peer", cert: "/etc/kubernetes/pki/etcd/peer.crt", ca: "/etc/kubernetes/pki/etcd/ca.crt", dnsOrIP: "prod-controller-1", usage: x509.ExtKeyUsageClientAuth},
+		{name: "apiserver to etcd", cert: "/etc/kubernetes/pki/apiserver-etcd-client.crt", ca: "/etc/kubernetes/pki/etcd/ca.crt", usage: x509.ExtKeyUsageClientAuth},
+		{name: "front proxy", cert: "/etc/kubernetes/pki/front-proxy-client.crt", ca: "/etc/kubernetes/pki/front-proxy-ca.crt", usage: x509.ExtKeyUsageClientAuth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(read(tc.ca)) {
+				t.Fatal("bad CA file")
+			}
+			block, _ := pem.Decode(read(tc.cert))
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: tc.dnsOrIP, KeyUsages: []x509.ExtKeyUsage{tc.usage}, CurrentTime: now}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestRenderErrors: bad input fails with an error naming it, matched by kind.
+func TestRenderErrors(t *testing.T) {
+	store := openStore(t)
+	c := loadSpec(t, "demo")
+	renderCluster(t, store, c, nil)
+	bundle, _, err := pki.Issue(context.Background(), store, pki.Request{Cluster: "demo", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := assets.PlannedHosts(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *c
+	old.Spec.Kubernetes.Version = "v1.20.0"
+	for _, tc := range []struct {
+		name string
+		in   assets.Input
+		want error
+	}{
+		{name: "no PKI", in: assets.Input{Cluster: c, Hosts: hosts}, want: assets.ErrBadInput},
+		{name: "unsupported minor", in: assets.Input{Cluster: &old, PKI: bundle, Hosts: hosts}, want: assets.ErrUnsupportedVersion},
+		{name: "material of another host set", in: assets.Input{Cluster: c, PKI: bundle, Hosts: hosts}, want: assets.ErrMissingMaterial},
+		{name: "unknown role", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-x-0", Role: "bastion"}}}, want: assets.ErrBadInput},
+		{name: "controller without IP", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-controller-0", Role: assets.RoleController}}}, want: assets.ErrBadInput},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := assets.Render(tc.in)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestMatrixCoversSupportedMinors: every minor the schema accepts has images.
+func TestMatrixCoversSupportedMinors(t *testing.T) {
+	for _, m := range schemas.SupportedMinors {
+		v, err := schemas.ParseVersion("v" + m + ".0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := assets.ImagesFor(v)
+		if err != nil {
+			t.Errorf("%s: %v", m, err)
+			continue
+		}
+		if im.Etcd == "" || im.CoreDNS == "" || im.Pause == "" || im.Flannel == "" || im.FlannelCNI == "" {
+			t.Errorf("%s: incomplete row %+v", m, im)
+		}
+	}
+	if len(assets.Matrix) != len(schemas.SupportedMinors) {
+		t.Errorf("the matrix has %d rows for %d supported minors", len(assets.Matrix), len(schemas.SupportedMinors))
+	}
+}
+
+// TestFileJSON: the JSON form has the octal mode, the checksum and no data,
+// and reads back.
+func TestFileJSON(t *testing.T) {
+	f := assets.File{Path: "/etc/x", Mode: 0o600, Owner: "root:root", SHA256: "ab", Size: 3, Secret: true, Restart: []string{assets.UnitKubelet}, Data: []byte("key")}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"path":"/etc/x","owner":"root:root","sha256":"ab","size":3,"secret":true,"restart":["kubelet.service"],"mode":"0600"}`
+	if diff := cmp.Diff(want, string(b)); diff != "" {
+		t.Fatalf("json (-want +got):\n%s", diff)
+	}
+	var back assets.File
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	f.Data = nil
+	if diff := cmp.Diff(f, back); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,417 @@
+package assets
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"text/template"
+
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+)
+
+//go:embed manifests
+var manifestFS embed.FS
+
+var templates = template.Must(template.New("").Option("missingkey=error").Funcs(template.FuncMap{
+	"quote": func(s string) string { return fmt.Sprintf("%q", s) },
+}).ParseFS(manifestFS, "manifests/*.yaml", "manifests/static/*.yaml"))
+
+// Addons in the order their manifests are written; core first.
+var coreManifests = []string{"kube-proxy", "coredns", "flannel"}
+
+// AddonManifests are the optional addons the spec can select.
+var AddonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
+
+// renderer holds what every file of a cluster derives from.
+type renderer struct {
+	in      Input
+	c       *schemas.Cluster
+	version schemas.Version
+	images  Images
+	data    tmplData
+	addons  map[string]bool
+}
+
+// tmplData is what templates see.
+type tmplData struct {
+	Cluster        string
+	Version        string
+	Images         Images
+	Registry       string
+	PodCIDR        string
+	ServiceCIDR    string
+	DNSIP          string
+	APIServer      string // https://VIP:6443
+	APIVIP         string
+	ClusterDomain  string
+	CloudProvider  bool   // openstack-cloud-controller-manager selected
+	ControllerHost string // for static pods
+	Flags          []string
+}
+
+func newRenderer(in Input) (*renderer, error) {
+	if in.Cluster == nil || in.PKI == nil {
+		return nil, fmt.Errorf("%w: cluster and PKI are required", ErrBadInput)
+	}
+	c := in.Cluster
+	v, err := schemas.ParseVersion(c.Spec.Kubernetes.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnsupportedVersion, err)
+	}
+	images, err := ImagesFor(v)
+	if err != nil {
+		return nil, err
+	}
+	vip, err := c.APIVIP()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	svc, err := netip.ParsePrefix(c.Spec.Network.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("%w: serviceCIDR: %w", ErrBadInput, err)
+	}
+	dns := svc.Masked().Addr()
+	for range 10 { // kubeadm's choice: the 10th service IP
+		dns = dns.Next()
+	}
+	r := &renderer{in: in, c: c, version: v, images: images, addons: map[string]bool{}}
+	for _, a := range c.Spec.Addons {
+		r.addons[a.Name] = true
+	}
+	r.data = tmplData{
+		Cluster: c.Metadata.Name, Version: v.String(), Images: images, Registry: KubernetesRegistry,
+		PodCIDR: c.Spec.Network.PodCIDR, ServiceCIDR: c.Spec.Network.ServiceCIDR, DNSIP: dns.String(),
+		APIServer: "https://" + netip.AddrPortFrom(vip, 6443).String(), APIVIP: vip.String(),
+		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],
+	}
+	if r.data.PodCIDR == "" || r.data.ServiceCIDR == "" {
+		return nil, fmt.Errorf("%w: the spec is not defaulted (podCIDR or serviceCIDR empty)", ErrBadInput)
+	}
+	return r, nil
+}
+
+// execute renders a template with data.
+func execute(name string, data any) ([]byte, error) {
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	return b.Bytes(), nil
+}
+
+// material returns the named PKI material or ErrMissingMaterial.
+func (r *renderer) material(name string) (pki.Material, error) {
+	m, ok := r.in.PKI.Get(name)
+	if !ok {
+		return pki.Material{}, fmt.Errorf("render %s: %s: %w", r.c.Metadata.Name, name, ErrMissingMaterial)
+	}
+	return m, nil
+}
+
+// tlsFiles maps material to kubeadm's file names under dir: NAME.crt is
+// the cert only, NAME.key the key only, a bare NAME both. Keys are secret;
+// every TLS file is 0600.
+func (r *renderer) tlsFiles(dir string, pairs [][2]string, restart ...string) ([]File, error) {
+	var out []File
+	for _, p := range pairs {
+		m, err := r.material(p[0])
+		if err != nil {
+			return nil, err
+		}
+		base := dir + "/" + p[1]
+		switch {
+		case strings.HasSuffix(base, ".crt"):
+			out = append(out, newFile(base, 0o600, m.Cert, restart...))
+			continue
+		case strings.HasSuffix(base, ".key"):
+			out = append(out, secretFile(base, m.Key, restart...))
+			continue
+		}
+		out = append(out, newFile(base+".crt", 0o600, m.Cert, restart...), secretFile(base+".key", m.Key, restart...))
+	}
+	return out, nil
+}
+
+// kubeletFiles are every node's kubelet env, config, kubeconfig and CA.
+func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string, controller bool) ([]File, error) {
+	image := r.in.KubeletImage
+	if image == "" {
+		image = DefaultKubeletImage
+	}
+	args := []string{"--hostname-override=" + h.Name}
+	if h.IP.IsValid() {
+		args = append(args, "--node-ip="+h.IP.String())
+	}
+	if len(labels) > 0 {
+		kv := make([]string, 0, len(labels))
+		for _, k := range sortedKeys(labels) {
+			kv = append(kv, k+"="+labels[k])
+		}
+		args = append(args, "--node-labels="+strings.Join(kv, ","))
+	}
+	if controller {
+		args = append(args, "--register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule")
+	}
+	if r.data.CloudProvider {
+		args = append(args, "--cloud-provider=external")
+	}
+	env := fmt.Sprintf("# kubelet of %s, Kubernetes %s; rendered and pushed by OPKE.\nKUBELET_IMAGE=%s:%s\nKUBELET_ARGS=%q\n",
+		h.Name, r.version, image, r.version, strings.Join(args, " "))
+	d := r.data
+	if controller {
+		d.ControllerHost = h.Name
+	}
+	config, err := execute("kubelet-config.yaml", d)
+	if err != nil {
+		return nil, err
+	}
+	kubeconf, err := r.in.PKI.Kubeconfig(r.c.Metadata.Name, pki.Kubelet(h.Name), server)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMissingMaterial, err)
+	}
+	ca, err := r.material(pki.CA)
+	if err != nil {
+		return nil, err
+	}
+	return []File{
+		newFile(PathKubeletEnv, 0o644, []byte(env), UnitKubelet),
+		newFile(PathKubeletConfig, 0o644, config, UnitKubelet),
+		secretFile(PathKubeletConf, kubeconf, UnitKubelet),
+		newFile(PathPKI+"/ca.crt", 0o600, ca.Cert, UnitKubelet),
+	}, nil
+}
+
+// worker renders a worker's files. Workers talk to the API's VIP.
+func (r *renderer) worker(h Host) ([]File, error) {
+	labels := map[string]string{"opke.dev/pool": h.Pool}
+	for _, p := range r.c.Spec.WorkerPools {
+		if p.Name == h.Pool {
+			for k, v := range p.Labels {
+				labels[k] = v
+			}
+		}
+	}
+	files, err := r.kubeletFiles(h, r.data.APIServer, labels, false)
+	if err != nil {
+		return nil, err
+	}
+	if r.in.Cloud != nil && r.addons["cinder-csi"] { // the CSI node plugin reads it
+		files = append(files, r.cloudConf())
+	}
+	return files, nil
+}
+
+// controller renders a controller's files: kubeadm's layout. The control
+// plane of a controller talks to its own API server.
+func (r *renderer) controller(h Host) ([]File, error) {
+	if !h.IP.IsValid() {
+		return nil, fmt.Errorf("%w: controller %s has no fixed IP", ErrBadInput, h.Name)
+	}
+	local := "https://" + netip.AddrPortFrom(h.IP, 6443).String()
+	files, err := r.kubeletFiles(h, local, map[string]string{"opke.dev/role": RoleController}, true)
+	if err != nil {
+		return nil, err
+	}
+	tls, err := r.tlsFiles(PathPKI, [][2]string{
+		{pki.CA, "ca.key"}, {pki.APIServer(h.Name), "apiserver"}, {pki.APIServerKubelet, "apiserver-kubelet-client"},
+		{pki.APIServerEtcdClient, "apiserver-etcd-client"}, {pki.FrontProxyCA, "front-proxy-ca.crt"},
+		{pki.FrontProxyClient, "front-proxy-client"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, tls...)
+	sa, err := r.material(pki.ServiceAccount)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, secretFile(PathPKI+"/sa.key", sa.Key), newFile(PathPKI+"/sa.pub", 0o600, sa.Cert))
+	etcdTLS, err := r.tlsFiles(PathPKI+"/etcd", [][2]string{
+		{pki.EtcdCA, "ca.crt"}, {pki.EtcdServer(h.Name), "server"}, {pki.EtcdPeer(h.Name), "peer"},
+	}, UnitEtcd)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, etcdTLS...)
+	etcdEnv, err := r.etcdEnv(h)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, newFile(PathEtcdEnv, 0o644, etcdEnv, UnitEtcd))
+	for _, kc := range []struct{ name, file string }{
+		{pki.Admin, "admin.conf"}, {pki.ControllerManager, "controller-manager.conf"}, {pki.Scheduler, "scheduler.conf"},
+	} {
+		b, err := r.in.PKI.Kubeconfig(r.c.Metadata.Name, kc.name, local)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMissingMaterial, err)
+		}
+		files = append(files, secretFile("/etc/kubernetes/"+kc.file, b))
+	}
+	pods, err := r.staticPods(h)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, pods...)
+	if r.in.Cloud != nil {
+		files = append(files, r.cloudConf())
+	}
+	return files, nil
+}
+
+// etcdEnv is the etcd member's environment: etcd's own ETCD_* settings,
+// kubeadm's paths, and the image the etcd-member unit runs.
+func (r *renderer) etcdEnv(h Host) ([]byte, error) {
+	var initial []string
+	for i := range r.c.Spec.Controllers.Count {
+		ip, err := r.c.ControllerIP(i)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+		initial = append(initial, schemas.ServerName(r.c.Metadata.Name, schemas.RoleController, i)+"=https://"+netip.AddrPortFrom(ip, 2380).String())
+	}
+	ip := h.IP.String()
+	const dir = PathPKI + "/etcd/"
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# etcd member %s of %s; rendered and pushed by OPKE.\n", h.Name, r.c.Metadata.Name)
+	for _, kv := range [][2]string{
+		{"ETCD_IMAGE", r.images.Etcd},
+		{"ETCD_NAME", h.Name},
+		{"ETCD_DATA_DIR", "/var/lib/etcd"},
+		{"ETCD_LISTEN_CLIENT_URLS", "https://127.0.0.1:2379,https://" + ip + ":2379"},
+		{"ETCD_ADVERTISE_CLIENT_URLS", "https://" + ip + ":2379"},
+		{"ETCD_LISTEN_PEER_URLS", "https://" + ip + ":2380"},
+		{"ETCD_INITIAL_ADVERTISE_PEER_URLS", "https://" + ip + ":2380"},
+		{"ETCD_INITIAL_CLUSTER", strings.Join(initial, ",")},
+		{"ETCD_INITIAL_CLUSTER_STATE", "new"},
+		{"ETCD_INITIAL_CLUSTER_TOKEN", r.c.Metadata.Name},
+		{"ETCD_LISTEN_METRICS_URLS", "http://127.0.0.1:2381"},
+		{"ETCD_SNAPSHOT_COUNT", "10000"},
+		{"ETCD_CLIENT_CERT_AUTH", "true"},
+		{"ETCD_TRUSTED_CA_FILE", dir + "ca.crt"},
+		{"ETCD_CERT_FILE", dir + "server.crt"},
+		{"ETCD_KEY_FILE", dir + "server.key"},
+		{"ETCD_PEER_CLIENT_CERT_AUTH", "true"},
+		{"ETCD_PEER_TRUSTED_CA_FILE", dir + "ca.crt"},
+		{"ETCD_PEER_CERT_FILE", dir + "peer.crt"},
+		{"ETCD_PEER_KEY_FILE", dir + "peer.key"},
+	} {
+		fmt.Fprintf(&b, "%s=%s\n", kv[0], kv[1])
+	}
+	return b.Bytes(), nil
+}
+
+// staticPods renders kubeadm's control-plane static pods with their flags
+// sorted, as kubeadm writes them.
+func (r *renderer) staticPods(h Host) ([]File, error) {
+	etcd := make([]string, 0, r.c.Spec.Controllers.Count)
+	for i := range r.c.Spec.Controllers.Count {
+		ip, err := r.c.ControllerIP(i)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+		etcd = append(etcd, "https://"+netip.AddrPortFrom(ip, 2379).String())
+	}
+	const p = PathPKI + "/"
+	flags := map[string]map[string]string{
+		"kube-apiserver": {
+			"advertise-address": h.IP.String(), "allow-privileged": "true", "authorization-mode": "Node,RBAC",
+			"client-ca-file": p + "ca.crt", "enable-admission-plugins": "NodeRestriction",
+			"etcd-cafile": p + "etcd/ca.crt", "etcd-certfile": p + "apiserver-etcd-client.crt", "etcd-keyfile": p + "apiserver-etcd-client.key",
+			"etcd-servers":               strings.Join(etcd, ","),
+			"kubelet-client-certificate": p + "apiserver-kubelet-client.crt", "kubelet-client-key": p + "apiserver-kubelet-client.key",
+			"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+			"proxy-client-cert-file":          p + "front-proxy-client.crt", "proxy-client-key-file": p + "front-proxy-client.key",
+			"requestheader-allowed-names": "front-proxy-client", "requestheader-client-ca-file": p + "front-proxy-ca.crt",
+			"requestheader-extra-headers-prefix": "X-Remote-Extra-", "requestheader-group-headers": "X-Remote-Group",
+			"requestheader-username-headers": "X-Remote-User", "secure-port": "6443",
+			"service-account-issuer":   "https://kubernetes.default.svc." + pki.ClusterDomain,
+			"service-account-key-file": p + "sa.pub", "service-account-signing-key-file": p + "sa.key",
+			"service-cluster-ip-range": r.data.ServiceCIDR, "tls-cert-file": p + "apiserver.crt", "tls-private-key-file": p + "apiserver.key",
+		},
+		"kube-controller-manager": {
+			"allocate-node-cidrs": "true", "authentication-kubeconfig": "/etc/kubernetes/controller-manager.conf",
+			"authorization-kubeconfig": "/etc/kubernetes/controller-manager.conf", "bind-address": "127.0.0.1",
+			"client-ca-file": p + "ca.crt", "cluster-cidr": r.data.PodCIDR, "cluster-name": r.c.Metadata.Name,
+			"cluster-signing-cert-file": p + "ca.crt", "cluster-signing-key-file": p + "ca.key",
+			"controllers": "*,bootstrapsigner,tokencleaner", "kubeconfig": "/etc/kubernetes/controller-manager.conf",
+			"leader-elect": "true", "requestheader-client-ca-file": p + "front-proxy-ca.crt", "root-ca-file": p + "ca.crt",
+			"service-account-private-key-file": p + "sa.key", "service-cluster-ip-range": r.data.ServiceCIDR,
+			"use-service-account-credentials": "true",
+		},
+		"kube-scheduler": {
+			"authentication-kubeconfig": "/etc/kubernetes/scheduler.conf", "authorization-kubeconfig": "/etc/kubernetes/scheduler.conf",
+			"bind-address": "127.0.0.1", "kubeconfig": "/etc/kubernetes/scheduler.conf", "leader-elect": "true",
+		},
+	}
+	if r.data.CloudProvider {
+		flags["kube-controller-manager"]["cloud-provider"] = "external"
+	}
+	var out []File
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		d := r.data
+		d.ControllerHost = h.IP.String()
+		for _, k := range sortedKeys(flags[name]) {
+			d.Flags = append(d.Flags, "--"+k+"="+flags[name][k])
+		}
+		b, err := execute(name+".yaml", d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, newFile(PathManifests+"/"+name+".yaml", 0o600, b))
+	}
+	return out, nil
+}
+
+// clusterManifests are the API objects the applier sends to the cluster,
+// one file per component, kept on every controller.
+func (r *renderer) clusterManifests() ([]File, error) {
+	names := slices.Clone(coreManifests)
+	for _, a := range AddonManifests {
+		if r.addons[a] {
+			names = append(names, a)
+		}
+	}
+	out := make([]File, 0, len(names))
+	for i, name := range names {
+		b, err := execute(name+".yaml", r.data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, newFile(fmt.Sprintf("%s/%02d-%s.yaml", PathAddons, i, name), 0o644, b))
+	}
+	return out, nil
+}
+
+// cloudConf is the OpenStack cloud provider's configuration (INI).
+func (r *renderer) cloudConf() File {
+	c := r.in.Cloud
+	var b strings.Builder
+	b.WriteString("# OpenStack cloud provider configuration of " + r.c.Metadata.Name + "; rendered and pushed by OPKE.\n[Global]\n")
+	kv := func(k, v string) {
+		if v != "" {
+			b.WriteString(k + "=" + v + "\n")
+		}
+	}
+	kv("auth-url", c.AuthURL)
+	kv("region", c.Region)
+	kv("application-credential-id", c.ID)
+	kv("application-credential-secret", c.Secret)
+	b.WriteString("\n[LoadBalancer]\n")
+	kv("subnet-id", c.SubnetID)
+	kv("floating-network-id", c.FloatingNetworkID)
+	b.WriteString("create-monitor=true\n")
+	return secretFile(PathCloudConf, []byte(b.String()))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

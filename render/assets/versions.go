@@ -1,0 +1,76 @@
+package assets
+
+import (
+	"fmt"
+
+	"opke.dev/opke/schemas"
+)
+
+// Images are the container images of one Kubernetes minor besides the
+// Kubernetes components themselves, which take the cluster's version.
+type Images struct {
+	Etcd          string
+	CoreDNS       string
+	Pause         string
+	Flannel       string
+	FlannelCNI    string
+	MetricsServer string
+	IngressNginx  string
+	CloudProvider string // openstack-cloud-controller-manager and cinder-csi
+	Dashboard     string
+	Prometheus    string
+	NodeExporter  string
+}
+
+// Matrix maps each supported minor to its images. The etcd, CoreDNS and
+// pause versions are the ones kubeadm of that minor pins; the others are
+// the releases their projects document for that minor. Every minor in
+// schemas.SupportedMinors has a row (TestMatrixCoversSupportedMinors).
+var Matrix = map[string]Images{
+	"1.33": {
+		Etcd: "registry.k8s.io/etcd:3.5.21-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.0", Pause: "registry.k8s.io/pause:3.10",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.1",
+		CloudProvider: "v1.33.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v3.3.1", NodeExporter: "quay.io/prometheus/node-exporter:v1.9.1",
+	},
+	"1.34": {
+		Etcd: "registry.k8s.io/etcd:3.6.4-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.1", Pause: "registry.k8s.io/pause:3.10.1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.3", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.13.2",
+		CloudProvider: "v1.34.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v3.5.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.9.1",
+	},
+	"1.35": {
+		Etcd: "registry.k8s.io/etcd:3.6.5-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
+		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
+	},
+	"1.36": {
+		Etcd: "registry.k8s.io/etcd:3.6.6-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
+		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
+	},
+}
+
+// KubernetesRegistry is where the control-plane images come from.
+const KubernetesRegistry = "registry.k8s.io"
+
+// DefaultKubeletImage is the repository of the kubelet container image
+// that kubelet.env names, tagged with the cluster's version. Upstream
+// ships no kubelet image; this is OPKE's build of the release binary in a
+// minimal image, as hyperkube was. [Input].KubeletImage overrides it.
+const DefaultKubeletImage = "ghcr.io/opke-dev/kubelet"
+
+// ImagesFor returns the matrix row of v's minor.
+func ImagesFor(v schemas.Version) (Images, error) {
+	im, ok := Matrix[v.MinorString()]
+	if !ok {
+		return Images{}, fmt.Errorf("kubernetes %s: no image versions for minor %s: %w", v, v.MinorString(), ErrUnsupportedVersion)
+	}
+	return im, nil
+}

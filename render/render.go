@@ -1,0 +1,89 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+// Options are the inputs of a render besides the spec and the store.
+type Options struct {
+	// Now is the time certificates are checked against and issued at.
+	Now time.Time
+	// Hosts overrides the planned hosts (assets.PlannedHosts), for example
+	// with the observed addresses of workers.
+	Hosts []assets.Host
+	// APIFloatingIP is the API's floating IP once known; zero before the
+	// cluster exists, which leaves it out of the serving certs' SANs.
+	APIFloatingIP netip.Addr
+	// Cloud is the application credential for cloud.conf, if any.
+	Cloud *assets.CloudCredential
+	// KubeletImage overrides assets.DefaultKubeletImage.
+	KubeletImage string
+}
+
+// Output is a cluster rendered.
+type Output struct {
+	Cluster string
+	// UserData is each role's Ignition config, by role.
+	UserData map[ignition.Role][]byte
+	Assets   *assets.Set
+	// Issued names the PKI material created by this render.
+	Issued []string
+	// SSHPublicKey is OPKE's key for the cluster, authorized_keys form.
+	SSHPublicKey string
+}
+
+// Cluster renders c, which must be valid and defaulted.
+func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*Output, error) {
+	name := c.Metadata.Name
+	hosts := o.Hosts
+	if hosts == nil {
+		var err error
+		if hosts, err = assets.PlannedHosts(c); err != nil {
+			return nil, fmt.Errorf("render %s: %w", name, err)
+		}
+	}
+	vip, err := c.APIVIP()
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	svc, err := netip.ParsePrefix(c.Spec.Network.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: serviceCIDR: %w", name, err)
+	}
+	req := pki.Request{Cluster: name, APIVIP: vip, APIFloatingIP: o.APIFloatingIP, ServiceCIDR: svc, Now: o.Now}
+	for _, h := range hosts {
+		switch h.Role {
+		case assets.RoleController:
+			req.Controllers = append(req.Controllers, pki.Host{Name: h.Name, IP: h.IP})
+		case assets.RoleWorker:
+			req.Workers = append(req.Workers, pki.Host{Name: h.Name, IP: h.IP})
+		}
+	}
+	bundle, issued, err := pki.Issue(ctx, kv, req)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	_, pub, err := pki.SSHKey(ctx, kv, name)
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	out := &Output{Cluster: name, UserData: map[ignition.Role][]byte{}, Issued: issued, SSHPublicKey: pub}
+	for _, role := range ignition.Roles {
+		if out.UserData[role], err = ignition.Render(ignition.Input{Role: role, OPKEPublicKey: pub}); err != nil {
+			return nil, fmt.Errorf("render %s: %w", name, err)
+		}
+	}
+	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, KubeletImage: o.KubeletImage}); err != nil {
+		return nil, fmt.Errorf("render %s: %w", name, err)
+	}
+	return out, nil
+}
