@@ -1,11 +1,13 @@
 package ignition
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	v33 "github.com/coreos/ignition/v2/config/v3_3"
 	"github.com/coreos/ignition/v2/config/v3_3/types"
@@ -40,8 +42,38 @@ type Input struct {
 // ErrTooLarge is returned for a config over MaxUserData.
 var ErrTooLarge = errors.New("ignition config is larger than user_data allows")
 
+// rendered keeps the configs already built and checked, by input: a config
+// depends on its input only, and Ignition's validation is the costly part
+// of a re-render. Emptied when full.
+var rendered = struct {
+	sync.Mutex
+	m map[Input][]byte
+}{m: map[Input][]byte{}}
+
+const maxRendered = 1 << 14
+
 // Render returns the role's config as JSON.
 func Render(in Input) ([]byte, error) {
+	rendered.Lock()
+	cached, ok := rendered.m[in]
+	rendered.Unlock()
+	if ok {
+		return bytes.Clone(cached), nil
+	}
+	out, err := build(in)
+	if err != nil {
+		return nil, err
+	}
+	rendered.Lock()
+	if len(rendered.m) >= maxRendered {
+		clear(rendered.m)
+	}
+	rendered.m[in] = out
+	rendered.Unlock()
+	return bytes.Clone(out), nil
+}
+
+func build(in Input) ([]byte, error) {
 	if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(in.OPKEPublicKey)); err != nil {
 		return nil, fmt.Errorf("render %s ignition: OPKE's public key: %w", in.Role, err)
 	}

@@ -4,46 +4,40 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-
-	"go.yaml.in/yaml/v3"
+	"regexp"
 
 	"opke.dev/opke/state"
 )
 
-// kubeconfig is the subset of client-go's Config that OPKE writes.
-type kubeconfig struct {
-	APIVersion     string         `yaml:"apiVersion"`
-	Kind           string         `yaml:"kind"`
-	Clusters       []namedCluster `yaml:"clusters"`
-	Users          []namedUser    `yaml:"users"`
-	Contexts       []namedContext `yaml:"contexts"`
-	CurrentContext string         `yaml:"current-context"`
-}
+// kubeconfigFormat is client-go's Config with one cluster, user and
+// context. It is written by hand rather than marshalled: every value is a
+// name, a URL or base64, none needs quoting, and a render writes thousands
+// (the strict decoding test reads them back with client-go's own type).
+const kubeconfigFormat = `apiVersion: v1
+kind: Config
+clusters:
+  - name: %[1]s
+    cluster:
+      server: %[2]s
+      certificate-authority-data: %[3]s
+users:
+  - name: %[4]s
+    user:
+      client-certificate-data: %[5]s
+      client-key-data: %[6]s
+contexts:
+  - name: %[4]s
+    context:
+      cluster: %[1]s
+      user: %[4]s
+current-context: %[4]s
+`
 
-type namedCluster struct {
-	Name    string `yaml:"name"`
-	Cluster struct {
-		Server string `yaml:"server"`
-		CAData string `yaml:"certificate-authority-data"` // base64
-
-	} `yaml:"cluster"`
-}
-
-type namedUser struct {
-	Name string `yaml:"name"`
-	User struct {
-		CertData string `yaml:"client-certificate-data"` // base64
-		KeyData  string `yaml:"client-key-data"`         // base64
-	} `yaml:"user"`
-}
-
-type namedContext struct {
-	Name    string `yaml:"name"`
-	Context struct {
-		Cluster string `yaml:"cluster"`
-		User    string `yaml:"user"`
-	} `yaml:"context"`
-}
+// Values that are safe unquoted in YAML.
+var (
+	plainName   = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+	plainServer = regexp.MustCompile(`^https://[A-Za-z0-9.\[\]:-]+$`)
+)
 
 // Kubeconfig returns a kubeconfig for the client material name (Admin,
 // ControllerManager, Scheduler, Kubelet(host)) of cluster, talking to server.
@@ -53,20 +47,11 @@ func (b *Bundle) Kubeconfig(cluster, name, server string) ([]byte, error) {
 	if !ok || !okCA {
 		return nil, fmt.Errorf("kubeconfig %s: material %s or the CA is missing", cluster, name)
 	}
-	user := name + "@" + cluster
-	kc := kubeconfig{APIVersion: "v1", Kind: "Config", CurrentContext: user}
-	c := namedCluster{Name: cluster}
-	c.Cluster.Server, c.Cluster.CAData = server, base64.StdEncoding.EncodeToString(ca.Cert)
-	u := namedUser{Name: user}
-	u.User.CertData, u.User.KeyData = base64.StdEncoding.EncodeToString(m.Cert), base64.StdEncoding.EncodeToString(m.Key)
-	x := namedContext{Name: user}
-	x.Context.Cluster, x.Context.User = cluster, user
-	kc.Clusters, kc.Users, kc.Contexts = []namedCluster{c}, []namedUser{u}, []namedContext{x}
-	out, err := yaml.Marshal(kc)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", cluster, err)
+	if !plainName.MatchString(cluster) || !plainName.MatchString(name) || !plainServer.MatchString(server) {
+		return nil, fmt.Errorf("kubeconfig %s: %q or %q would need quoting", cluster, name, server)
 	}
-	return out, nil
+	b64 := base64.StdEncoding.EncodeToString
+	return fmt.Appendf(nil, kubeconfigFormat, cluster, server, b64(ca.Cert), name+"@"+cluster, b64(m.Cert), b64(m.Key)), nil
 }
 
 // StoreAdminKubeconfig writes the admin kubeconfig to /opke/<cluster>/kubeconfig,

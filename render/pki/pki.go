@@ -7,8 +7,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"opke.dev/opke/state"
@@ -163,7 +166,7 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	}
 	b := &Bundle{m: map[string]Material{}}
 	parsed := map[string]*x509.Certificate{}
-	signers := map[string]crypto.Signer{}
+	signers := map[string]crypto.Signer{} // parsed on demand: only a CA that signs needs its key
 	// One range read for everything the cluster holds, one batch of writes
 	// for what is new: a render costs two round trips, not two per cert.
 	held, err := kv.List(ctx, kv.Key(r.Cluster, "pki")+"/")
@@ -173,19 +176,32 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	var issued []string
 	var writes []state.Entry
 	for _, sp := range r.specs() {
-		m, cert, key, err := load(kv, held, r.Cluster, sp.name)
+		m, cert, err := load(kv, held, r.Cluster, sp.name)
 		if err != nil {
 			return nil, nil, err
 		}
+		var key crypto.Signer
 		if cert == nil || !r.usable(sp, cert, parsed[sp.ca]) {
-			m, cert, key, err = issue(sp, parsed[sp.ca], signers[sp.ca], r.Now)
+			var caKey crypto.Signer
+			if sp.ca != "" {
+				if caKey = signers[sp.ca]; caKey == nil {
+					if caKey, err = parseKey(b.m[sp.ca].Key); err != nil {
+						return nil, nil, fmt.Errorf("load %s key: %w", sp.ca, err)
+					}
+					signers[sp.ca] = caKey
+				}
+			}
+			m, cert, key, err = issue(sp, parsed[sp.ca], caKey, r.Now)
 			if err != nil {
 				return nil, nil, fmt.Errorf("issue %s of %s: %w", sp.name, r.Cluster, err)
 			}
 			writes = append(writes, entries(kv, r.Cluster, sp.name, ".crt", m)...)
 			issued = append(issued, sp.name)
 		}
-		b.m[sp.name], parsed[sp.name], signers[sp.name] = m, cert, key
+		b.m[sp.name], parsed[sp.name] = m, cert
+		if key != nil {
+			signers[sp.name] = key
+		}
 	}
 	sa, newSA, err := serviceAccountKey(kv, held, r.Cluster)
 	if err != nil {
@@ -220,7 +236,7 @@ func (r Request) usable(sp spec, cert, ca *x509.Certificate) bool {
 	if r.Now.Add(r.RenewWithin).After(cert.NotAfter) || r.Now.Before(cert.NotBefore.Add(-time.Hour)) {
 		return false
 	}
-	if sp.ca != "" && (ca == nil || cert.CheckSignatureFrom(ca) != nil) {
+	if sp.ca != "" && (ca == nil || !signedBy(cert, ca)) {
 		return false
 	}
 	if cert.Subject.CommonName != sp.cn || !slices.Equal(cert.Subject.Organization, sp.orgs) {
@@ -247,27 +263,88 @@ func certKey(cluster, name string) (string, string) {
 }
 
 // load takes a cert and its key from what the store holds; a missing one
-// is (nil, nil, nil).
-func load(kv state.KV, held map[string][]byte, cluster, name string) (Material, *x509.Certificate, crypto.Signer, error) {
+// is (nil, nil). The key stays PEM: it is parsed only if it must sign.
+func load(kv state.KV, held map[string][]byte, cluster, name string) (Material, *x509.Certificate, error) {
 	ck, kk := certKey(cluster, name)
 	certPEM, okCert := held[kv.Key(ck)]
 	sealed, okKey := held[kv.Key(kk)]
 	if !okCert || !okKey {
-		return Material{}, nil, nil, nil // a cert without its key is re-issued
+		return Material{}, nil, nil // a cert without its key is re-issued
 	}
 	keyPEM, err := kv.Open(kv.Key(kk), sealed)
 	if err != nil {
-		return Material{}, nil, nil, fmt.Errorf("load %s key: %w", name, err)
+		return Material{}, nil, fmt.Errorf("load %s key: %w", name, err)
 	}
 	cert, err := parseCert(certPEM)
 	if err != nil {
-		return Material{}, nil, nil, fmt.Errorf("load %s: %w", name, err)
+		return Material{}, nil, fmt.Errorf("load %s: %w", name, err)
 	}
-	key, err := parseKey(keyPEM)
-	if err != nil {
-		return Material{}, nil, nil, fmt.Errorf("load %s key: %w", name, err)
+	if matchesKey(cert, keyPEM) != nil {
+		return Material{}, nil, nil // a key that is not the cert's: re-issued
 	}
-	return Material{Cert: certPEM, Key: keyPEM}, cert, key, nil
+	return Material{Cert: certPEM, Key: keyPEM}, cert, nil
+}
+
+// matchesKey checks, without the cost of deriving the public key from the
+// private one, that keyPEM is an EC key whose public point is the cert's:
+// the DER of an EC private key carries its public key.
+func matchesKey(cert *x509.Certificate, keyPEM []byte) error {
+	block, _ := pem.Decode(keyPEM)
+	if block == nil || block.Type != "EC PRIVATE KEY" {
+		return errors.New("key is not a PEM EC private key")
+	}
+	var k struct {
+		Version    int
+		PrivateKey []byte
+		Params     asn1.ObjectIdentifier `asn1:"optional,explicit,tag:0"`
+		PublicKey  asn1.BitString        `asn1:"optional,explicit,tag:1"`
+	}
+	if _, err := asn1.Unmarshal(block.Bytes, &k); err != nil {
+		return fmt.Errorf("key: %w", err)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return errors.New("cert has no ECDSA key")
+	}
+	point, err := pub.Bytes()
+	if err != nil || !bytes.Equal(point, k.PublicKey.Bytes) {
+		return errors.New("key does not match the cert")
+	}
+	return nil
+}
+
+// verified remembers signature checks that passed, by the SHA-256 of the
+// cert and of its CA, so a re-render does not verify again what it has
+// verified before. It holds digests only, and is emptied when full.
+var verified = struct {
+	sync.Mutex
+	m map[[64]byte]struct{}
+}{m: map[[64]byte]struct{}{}}
+
+const maxVerified = 1 << 17
+
+// signedBy reports whether ca signed cert.
+func signedBy(cert, ca *x509.Certificate) bool {
+	var k [64]byte
+	a, b := sha256.Sum256(cert.Raw), sha256.Sum256(ca.Raw)
+	copy(k[:32], a[:])
+	copy(k[32:], b[:])
+	verified.Lock()
+	_, ok := verified.m[k]
+	verified.Unlock()
+	if ok {
+		return true
+	}
+	if cert.CheckSignatureFrom(ca) != nil {
+		return false
+	}
+	verified.Lock()
+	if len(verified.m) >= maxVerified {
+		clear(verified.m)
+	}
+	verified.m[k] = struct{}{}
+	verified.Unlock()
+	return true
 }
 
 // entries are the writes that store m: the key sealed, the cert (or the

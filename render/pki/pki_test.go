@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -280,5 +281,47 @@ func TestAdminKubeconfig(t *testing.T) {
 	got, _ := base64.StdEncoding.DecodeString(parsed.Clusters[0].Cluster.CA)
 	if parsed.Clusters[0].Cluster.Server != "https://203.0.113.20:6443" || !bytes.Equal(got, ca.Cert) || !strings.Contains(string(kc), "current-context: admin@prod") {
 		t.Errorf("kubeconfig content:\n%s", kc)
+	}
+}
+
+// TestDamagedMaterial: a key that is not its cert's, or a cert signed by
+// another CA, is re-issued; a key sealed under another encryption key is
+// an error, never silently replaced.
+func TestDamagedMaterial(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t)
+	if _, _, err := Issue(ctx, s, request()); err != nil {
+		t.Fatal(err)
+	}
+	copyKey := func(from, to string) {
+		v, err := s.Get(ctx, s.Key("prod", "pki", from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Re-seal under the destination's key path, as a mix-up would.
+		plain, err := s.Open(s.Key("prod", "pki", from), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutSecret(ctx, s.Key("prod", "pki", to), plain); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyKey("admin.key", "scheduler.key")
+	_, issued, err := Issue(ctx, s, request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{Scheduler}, issued); diff != "" {
+		t.Errorf("after a key mix-up, issued (-want +got):\n%s", diff)
+	}
+	// A raw sealed value moved to another path does not open: an error.
+	raw, _ := s.Get(ctx, s.Key("prod", "pki", "admin.key"))
+	if err := s.Put(ctx, s.Key("prod", "pki", "scheduler.key"), raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Issue(ctx, s, request()); !errors.Is(err, state.ErrSealed) {
+		t.Errorf("a key that does not open: %v, want ErrSealed", err)
 	}
 }

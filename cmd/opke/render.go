@@ -1,0 +1,305 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+
+	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
+)
+
+// renderManifest is OUT/manifest.json: what was rendered, without bytes.
+type renderManifest struct {
+	Cluster  string            `json:"cluster"`
+	Version  string            `json:"version"`
+	UserData []renderUserData  `json:"userdata"`
+	Files    []renderFileEntry `json:"files"`
+	Issued   []string          `json:"issued"`
+	Hosts    []assets.Host     `json:"hosts"`
+}
+
+type renderUserData struct {
+	Role   ignition.Role `json:"role"`
+	Path   string        `json:"path"`
+	SHA256 string        `json:"sha256"`
+	Size   int           `json:"size"`
+}
+
+// renderFileEntry is one host file of the manifest, without its bytes.
+type renderFileEntry struct {
+	Host    string   `json:"host"`
+	Path    string   `json:"path"`
+	Mode    string   `json:"mode"`
+	Owner   string   `json:"owner"`
+	SHA256  string   `json:"sha256"`
+	Size    int      `json:"size"`
+	Secret  bool     `json:"secret,omitempty"`
+	Restart []string `json:"restart,omitempty"`
+}
+
+func (a *app) renderCommand() *cobra.Command {
+	var st stateFlags
+	var repo, rev, cluster, out, credFile, kubeletImage, fip string
+	cmd := &cobra.Command{
+		Use:   "render --cluster NAME --out DIR",
+		Short: "Render a cluster's user_data and host files into a folder",
+		Long: `Render every asset of one cluster of the fleet under --repo: the Ignition
+config of each role (OUT/userdata/<role>.ign), the files pushed to each host
+over SSH (OUT/hosts/<host>/<absolute path>) and OUT/manifest.json (host, path,
+mode, sha256 of every file). Missing TLS material is issued into the state
+store and reused by the next render, so rendering twice gives the same bytes.
+
+Before the cluster exists its planned addresses are used and the API's
+floating IP is left out of the serving certificates (--api-floating-ip adds
+it). Secret files are written 0600 and never printed. OUT is replaced as a
+whole; a non-empty folder that is not an earlier render is refused.`,
+		Example: `  opke render --cluster prod --out /tmp/prod
+  opke render --repo fleet/ --rev origin/main --cluster prod --out out/ --app-credential cred.yaml`,
+		Args: argsAtMost(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cluster == "" || out == "" {
+				return usagef("--cluster and --out are required")
+			}
+			var floating netip.Addr
+			if fip != "" {
+				var err error
+				if floating, err = netip.ParseAddr(fip); err != nil {
+					return usagef("--api-floating-ip: %w", err)
+				}
+			}
+			if err := checkOutDir(out); err != nil {
+				return err
+			}
+			c, err := a.loadCluster(cmd, repo, rev, cluster)
+			if err != nil {
+				return err
+			}
+			opts := render.Options{Now: time.Now(), APIFloatingIP: floating, KubeletImage: kubeletImage}
+			if credFile != "" {
+				if opts.Cloud, err = readCredential(credFile); err != nil {
+					return usageError{err}
+				}
+			}
+			store, err := st.open(cmd.Context(), a)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			rendered, err := render.Cluster(cmd.Context(), store, c, opts)
+			if err != nil {
+				return err
+			}
+			m, err := writeRender(out, rendered)
+			if err != nil {
+				return err
+			}
+			files, secret := 0, 0
+			for _, f := range m.Files {
+				files++
+				if f.Secret {
+					secret++
+				}
+			}
+			fmt.Fprintf(a.stdout, "rendered %s (Kubernetes %s) into %s: user_data for %d roles, %d files for %d hosts (%d secret, 0600); %d new TLS items issued\n",
+				c.Metadata.Name, m.Version, out, len(m.UserData), files, len(m.Hosts), secret, len(rendered.Issued))
+			if opts.Cloud == nil && slices.ContainsFunc(c.Spec.Addons, func(ad schemas.Addon) bool {
+				return ad.Name == "openstack-cloud-controller-manager" || ad.Name == "cinder-csi"
+			}) {
+				fmt.Fprintln(a.stdout, "note: no --app-credential, so no cloud.conf; the cloud provider addons need one")
+			}
+			return nil
+		},
+	}
+	st.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
+	fl.StringVar(&rev, "rev", "", "render the fleet at this git revision instead of the work tree")
+	fl.StringVar(&cluster, "cluster", "", "the cluster to render")
+	fl.StringVar(&out, "out", "", "the folder to write into")
+	fl.StringVar(&credFile, "app-credential", "", "YAML or JSON file with auth_url, region, application_credential_id and _secret, for cloud.conf")
+	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
+	fl.StringVar(&fip, "api-floating-ip", "", "the API's floating IP, once known, for the serving certificates")
+	return cmd
+}
+
+// loadCluster reads the fleet (at rev when set) and returns the named,
+// valid cluster; findings are printed and end the command with code 1.
+func (a *app) loadCluster(cmd *cobra.Command, repo, rev, name string) (*schemas.Cluster, error) {
+	if st, err := os.Stat(repo); err != nil || !st.IsDir() {
+		return nil, usagef("--repo %s: not a folder", repo)
+	}
+	var fsys fs.FS = os.DirFS(repo)
+	if rev != "" {
+		var err error
+		fsys, err = source.OpenRevision(cmd.Context(), repo, rev)
+		switch {
+		case errors.Is(err, source.ErrNoRepository), errors.Is(err, source.ErrUnknownRevision):
+			return nil, usagef("--rev: %w", err)
+		case err != nil:
+			return nil, fmt.Errorf("--rev: %w", err)
+		}
+	}
+	fleet, err := schemas.LoadFleet(fsys, repo)
+	if errors.Is(err, schemas.ErrNotFleet) {
+		return nil, usagef("--repo %s: %w", repo, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load fleet: %w", err)
+	}
+	var findings []schemas.Finding
+	for _, f := range fleet.Findings {
+		if f.Severity == schemas.SeverityError && strings.Contains(f.File, "clusters/"+name+"/") {
+			findings = append(findings, f)
+		}
+	}
+	if len(findings) > 0 {
+		for _, f := range findings {
+			fmt.Fprintln(a.stderr, f)
+		}
+		fmt.Fprintf(a.stderr, "opke: cluster %s is not valid; nothing rendered\n", name)
+		return nil, exitCodeError{exitFindings}
+	}
+	c, ok := fleet.Clusters()[name]
+	if !ok {
+		return nil, usagef("cluster %q is not in %s (clusters: %s)", name, repo, strings.Join(slices.Sorted(maps.Keys(fleet.Clusters())), ", "))
+	}
+	return c, nil
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// readCredential reads an application credential file (YAML or JSON).
+func readCredential(path string) (*assets.CloudCredential, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--app-credential: %w", err)
+	}
+	var raw map[string]string
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		// The file holds a secret: never echo its content.
+		return nil, fmt.Errorf("--app-credential %s: not a YAML or JSON map of strings", path)
+	}
+	c := &assets.CloudCredential{AuthURL: raw["auth_url"], Region: raw["region"], ID: raw["application_credential_id"],
+		Secret: raw["application_credential_secret"], SubnetID: raw["subnet_id"], FloatingNetworkID: raw["floating_network_id"]}
+	if c.AuthURL == "" || c.ID == "" || c.Secret == "" {
+		return nil, fmt.Errorf("--app-credential %s: auth_url, application_credential_id and application_credential_secret are required", path)
+	}
+	return c, nil
+}
+
+// checkOutDir refuses an output folder that holds something other than an
+// earlier render.
+func checkOutDir(out string) error {
+	entries, err := os.ReadDir(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return usagef("--out %s: %w", out, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(out, "manifest.json")); err != nil {
+		return usagef("--out %s: not empty and not an earlier render (no manifest.json); refusing to replace it", out)
+	}
+	return nil
+}
+
+// writeRender writes the render into a fresh folder beside out, then swaps
+// it in, so out is either the old render or the new one, never a mix.
+func writeRender(out string, r *render.Output) (*renderManifest, error) {
+	parent := filepath.Dir(filepath.Clean(out))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".new-")
+	if err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	m := &renderManifest{Cluster: r.Cluster, Version: r.Assets.Version}
+	for _, role := range ignition.Roles {
+		ud := r.UserData[role]
+		rel := filepath.Join("userdata", string(role)+".ign")
+		if err := writeFile(filepath.Join(tmp, rel), ud, 0o644); err != nil {
+			return nil, err
+		}
+		m.UserData = append(m.UserData, renderUserData{Role: role, Path: rel, SHA256: sha256Hex(ud), Size: len(ud)})
+	}
+	for _, h := range r.Assets.Hosts {
+		m.Hosts = append(m.Hosts, h.Host)
+		for _, f := range h.Files {
+			if err := writeFile(filepath.Join(tmp, "hosts", h.Name, filepath.FromSlash(f.Path)), f.Data, f.Mode); err != nil {
+				return nil, err
+			}
+			m.Files = append(m.Files, renderFileEntry{Host: h.Name, Path: f.Path, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())),
+				Owner: f.Owner, SHA256: f.SHA256, Size: f.Size, Secret: f.Secret, Restart: f.Restart})
+		}
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if err := writeFile(filepath.Join(tmp, "manifest.json"), append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	old := tmp + ".old"
+	if err := os.Rename(out, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		_ = os.Rename(old, out)
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	if err := os.RemoveAll(old); err != nil {
+		return nil, fmt.Errorf("--out: remove the previous render: %w", err)
+	}
+	return m, nil
+}
+
+// writeFile creates path with its final mode before any byte is written.
+func writeFile(path string, data []byte, mode fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode.Perm())
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(mode.Perm()); err != nil { // the umask may have narrowed it
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"opke.dev/opke/state"
+)
+
+// stateFlags are the state-store flags every command that reads or writes
+// OPKE's state shares.
+type stateFlags struct {
+	dataDir       string
+	endpoints     []string
+	etcdCA        string
+	etcdCert      string
+	etcdKey       string
+	prefix        string
+	encryptionKey string
+}
+
+// defaultKeyFile is the encryption key's file in the data dir, generated
+// at first use when --encryption-key-file is not given.
+const defaultKeyFile = "encryption.key"
+
+func (f *stateFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.dataDir, "data-dir", ".opke", "OPKE's data dir: the embedded etcd and, by default, the encryption key")
+	fl.StringSliceVar(&f.endpoints, "etcd", nil, "external etcd client URLs (comma-separated) instead of the embedded etcd")
+	fl.StringVar(&f.etcdCA, "etcd-ca", "", "CA bundle that signs the external etcd's serving certs")
+	fl.StringVar(&f.etcdCert, "etcd-cert", "", "client certificate for the external etcd")
+	fl.StringVar(&f.etcdKey, "etcd-key", "", "client key for the external etcd")
+	fl.StringVar(&f.prefix, "etcd-prefix", state.DefaultPrefix, "prefix of every key OPKE writes")
+	fl.StringVar(&f.encryptionKey, "encryption-key-file", "",
+		"key that seals private keys in the store: 32 bytes or 64 hex digits (default DATA_DIR/"+defaultKeyFile+", created if missing)")
+}
+
+// open opens the store the flags describe.
+func (f *stateFlags) open(ctx context.Context, a *app) (*state.Store, error) {
+	var key []byte
+	var err error
+	if f.encryptionKey != "" {
+		if key, err = state.ReadKeyFile(f.encryptionKey); err != nil {
+			return nil, usageError{err}
+		}
+	} else {
+		if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		if key, err = state.EnsureKeyFile(filepath.Join(f.dataDir, defaultKeyFile)); err != nil {
+			return nil, err
+		}
+	}
+	opts := state.Options{DataDir: f.dataDir, Endpoints: f.endpoints, Prefix: f.prefix, EncryptionKey: key, Logger: a.logger}
+	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
+		if opts.TLS, err = f.tlsConfig(); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	s, err := state.Open(ctx, opts)
+	if errors.Is(err, state.ErrLocked) {
+		return nil, fmt.Errorf("%w (is another opke running on this data dir?)", err)
+	}
+	return s, err
+}
+
+func (f *stateFlags) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.etcdCA != "" {
+		b, err := os.ReadFile(f.etcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--etcd-ca %s: no PEM certificate", f.etcdCA)
+		}
+	}
+	if (f.etcdCert == "") != (f.etcdKey == "") {
+		return nil, errors.New("--etcd-cert and --etcd-key go together")
+	}
+	if f.etcdCert != "" {
+		pair, err := tls.LoadX509KeyPair(f.etcdCert, f.etcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
