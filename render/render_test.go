@@ -1,29 +1,16 @@
 package render_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render"
 	"opke.dev/opke/schemas"
-	"opke.dev/opke/state"
 )
-
-func openStore(tb testing.TB) *state.Store {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := state.Open(ctx, state.Options{DataDir: tb.TempDir(), EncryptionKey: bytes.Repeat([]byte{3}, state.KeySize)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
-}
 
 // fleet returns n copies of the example prod cluster (3 controllers, 5
 // workers, 4 addons) with names and host networks of their own.
@@ -50,7 +37,7 @@ func fleet(tb testing.TB, n int, tag string) []*schemas.Cluster {
 // TestRenderOnReadOnlyOverlayPersistsNothing: a pull-request render issues
 // its material in memory only.
 func TestRenderOnReadOnlyOverlayPersistsNothing(t *testing.T) {
-	s := openStore(t)
+	s := statetest.Open(t)
 	c := fleet(t, 1, "pr")[0]
 	o := s.ReadOnly()
 	out, err := render.Cluster(context.Background(), o, c, render.Options{Now: time.Now()})
@@ -77,7 +64,7 @@ func BenchmarkRender(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1, 1000} {
 		b.Run(fmt.Sprintf("clusters=%d/first", n), func(b *testing.B) {
-			s := openStore(b)
+			s := statetest.Open(b)
 			i := 0
 			for b.Loop() {
 				b.StopTimer()
@@ -93,7 +80,7 @@ func BenchmarkRender(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*n), "ms/cluster")
 		})
 		b.Run(fmt.Sprintf("clusters=%d/rerender", n), func(b *testing.B) {
-			s := openStore(b)
+			s := statetest.Open(b)
 			cs := fleet(b, n, "r")
 			// Two warm-up renders: the first issues, the second verifies each
 			// signature once (a fresh process pays that, ~2 ms a cluster).

@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 
+	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
@@ -37,18 +38,6 @@ var now = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 var credential = &assets.CloudCredential{
 	AuthURL: "http://127.0.0.1:5050/identity/v3", Region: "RegionOne",
 	ID: "0a1b2c3d4e5f", Secret: "s3cr3t-app-credential-value",
-}
-
-func openStore(t testing.TB) *state.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := state.Open(ctx, state.Options{DataDir: t.TempDir(), EncryptionKey: bytes.Repeat([]byte{9}, state.KeySize)})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
 }
 
 // loadSpec reads testdata/<name>.yaml, which must be valid.
@@ -88,7 +77,7 @@ func TestGolden(t *testing.T) {
 		{name: "prod", cloud: credential},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := renderCluster(t, openStore(t), loadSpec(t, tc.name), tc.cloud)
+			out := renderCluster(t, statetest.Open(t), loadSpec(t, tc.name), tc.cloud)
 			got := map[string][]byte{}
 			for _, h := range out.Assets.Hosts {
 				for _, f := range h.Files {
@@ -272,7 +261,7 @@ func TestVersionBump(t *testing.T) {
 		{name: "minor", to: "v1.35.0", etcd: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := openStore(t)
+			store := statetest.Open(t)
 			c := loadSpec(t, "prod")
 			before := renderCluster(t, store, c, credential)
 			c.Spec.Kubernetes.Version = tc.to
@@ -356,7 +345,7 @@ func changedPaths(a, b *assets.Set) []string {
 // the controllers and existing workers unchanged; only the new hosts get
 // files.
 func TestAddPool(t *testing.T) {
-	store := openStore(t)
+	store := statetest.Open(t)
 	c := loadSpec(t, "prod")
 	before := renderCluster(t, store, c, credential)
 	c.Spec.WorkerPools = append(c.Spec.WorkerPools, schemas.WorkerPool{Name: "gpu", Count: 2, Flavor: "m1.large"})
@@ -382,7 +371,7 @@ func TestAddPool(t *testing.T) {
 // TestRenderTwiceIsIdentical: a second render with the same store yields
 // the same bytes everywhere and issues nothing.
 func TestRenderTwiceIsIdentical(t *testing.T) {
-	store := openStore(t)
+	store := statetest.Open(t)
 	c := loadSpec(t, "prod")
 	first := renderCluster(t, store, c, credential)
 	second := renderCluster(t, store, c, credential)
@@ -400,7 +389,7 @@ func TestRenderTwiceIsIdentical(t *testing.T) {
 // live only in secret files.
 func TestNoSecretOrVersionInUserData(t *testing.T) {
 	c := loadSpec(t, "prod")
-	out := renderCluster(t, openStore(t), c, credential)
+	out := renderCluster(t, statetest.Open(t), c, credential)
 	v, _ := schemas.ParseVersion(c.Spec.Kubernetes.Version)
 	forbidden := []*regexp.Regexp{
 		regexp.MustCompile(`PRIVATE KEY`),
@@ -490,7 +479,7 @@ func TestCloudConf(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := loadSpec(t, "prod")
 			c.Spec.Addons = tc.addons
-			out := renderCluster(t, openStore(t), c, tc.cloud)
+			out := renderCluster(t, statetest.Open(t), c, tc.cloud)
 			for name, want := range map[string]bool{"prod-controller-0": tc.controller, "prod-general-0": tc.worker, "prod-gateway-0": false} {
 				h, _ := out.Assets.Host(name)
 				f, got := h.File(assets.PathCloudConf)
@@ -508,7 +497,7 @@ func TestCloudConf(t *testing.T) {
 // TestPushedTLSFilesVerify: the files a controller receives chain to the
 // CA files next to them, with the SANs the clients dial.
 func TestPushedTLSFilesVerify(t *testing.T) {
-	out := renderCluster(t, openStore(t), loadSpec(t, "prod"), nil)
+	out := renderCluster(t, statetest.Open(t), loadSpec(t, "prod"), nil)
 	h, _ := out.Assets.Host("prod-controller-1")
 	read := func(p string) []byte {
 		f, ok := h.File(p)
@@ -548,7 +537,7 @@ func TestPushedTLSFilesVerify(t *testing.T) {
 
 // TestRenderErrors: bad input fails with an error naming it, matched by kind.
 func TestRenderErrors(t *testing.T) {
-	store := openStore(t)
+	store := statetest.Open(t)
 	c := loadSpec(t, "demo")
 	renderCluster(t, store, c, nil)
 	bundle, _, err := pki.Issue(context.Background(), store, pki.Request{Cluster: "demo", Now: now})

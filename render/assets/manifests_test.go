@@ -17,6 +17,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
+	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 )
@@ -93,7 +94,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 	for _, a := range assets.AddonManifests {
 		c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
 	}
-	out := renderCluster(t, openStore(t), c, credential)
+	out := renderCluster(t, statetest.Open(t), c, credential)
 	seen := map[string]bool{}
 	files := 0
 	for _, h := range out.Assets.Hosts {

@@ -18,20 +18,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/state"
 )
-
-func openStore(t *testing.T) *state.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := state.Open(ctx, state.Options{DataDir: t.TempDir(), EncryptionKey: bytes.Repeat([]byte{7}, state.KeySize)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 var now = time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 
@@ -74,7 +63,7 @@ func ipStrings(ips []net.IP) []string {
 func TestIssueChainsAndSANs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b, issued, err := Issue(ctx, openStore(t), request())
+	b, issued, err := Issue(ctx, statetest.Open(t), request())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +120,7 @@ func TestIssueChainsAndSANs(t *testing.T) {
 func TestIssueReusesAndReissuesOnlyWhatChanged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openStore(t)
+	s := statetest.Open(t)
 	first, _, err := Issue(ctx, s, request())
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +177,7 @@ func TestMutualTLS(t *testing.T) {
 	t.Parallel()
 	r := request()
 	r.Now = time.Now() // the handshake checks validity against the real clock
-	b, _, err := Issue(context.Background(), openStore(t), r)
+	b, _, err := Issue(context.Background(), statetest.Open(t), r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +227,7 @@ func TestMutualTLS(t *testing.T) {
 func TestOverlayIssuesWithoutPersisting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openStore(t)
+	s := statetest.Open(t)
 	if _, _, err := Issue(ctx, s.ReadOnly(), request()); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +239,7 @@ func TestOverlayIssuesWithoutPersisting(t *testing.T) {
 func TestAdminKubeconfig(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openStore(t)
+	s := statetest.Open(t)
 	b, _, err := Issue(ctx, s, request())
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +279,7 @@ func TestAdminKubeconfig(t *testing.T) {
 func TestDamagedMaterial(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := openStore(t)
+	s := statetest.Open(t)
 	if _, _, err := Issue(ctx, s, request()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,29 @@
+// Package statetest starts a real state store for tests: embedded etcd in
+// the test's temporary folder, with a fixed encryption key, closed when the
+// test ends.
+package statetest
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"opke.dev/opke/state"
+)
+
+// Key is the encryption key of the stores Open returns.
+var Key = bytes.Repeat([]byte{7}, state.KeySize)
+
+// Open starts an embedded store in tb.TempDir().
+func Open(tb testing.TB) *state.Store {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := state.Open(ctx, state.Options{DataDir: tb.TempDir(), EncryptionKey: Key})
+	if err != nil {
+		tb.Fatalf("open state store: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
