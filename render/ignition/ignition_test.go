@@ -6,14 +6,14 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"opke.dev/opke/cloudsim/firstboot"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -117,47 +117,30 @@ func TestRenderRefuses(t *testing.T) {
 	}
 }
 
-// ignitionBinary is Debian's ignition; .ci/run installs the package.
-const ignitionBinary = "/usr/lib/dracut/modules.d/30ignition/ignition"
-
 // TestDebianIgnitionAppliesEachRole runs the real ignition (fetch-offline,
 // then files) on each role's config against a folder standing for the
 // host's root, and checks the files, units and keys it wrote.
 func TestDebianIgnitionAppliesEachRole(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat(ignitionBinary); err != nil || os.Geteuid() != 0 {
+	if !firstboot.DebianAvailable() {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("CI must run this as root with Debian's ignition installed (%v, euid %d)", err, os.Geteuid())
+			t.Fatalf("CI must run this as root with Debian's ignition installed (euid %d)", os.Geteuid())
 		}
 		t.Skip("needs root and Debian's ignition package; .ci/run has both")
 	}
-	// Debian builds Ignition to relabel what it writes with SELinux's
-	// setfiles; a folder standing for a root has no SELinux, so a no-op
-	// setfiles on PATH stands in for the host's.
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "setfiles"), []byte("#!/bin/sh\ncat >/dev/null\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
 	for _, role := range Roles {
 		t.Run(string(role), func(t *testing.T) {
 			dir := t.TempDir()
-			root := seedRoot(t, dir)
-			cfg := filepath.Join(dir, "config.ign")
-			if err := os.WriteFile(cfg, render(t, role), 0o600); err != nil {
+			// uid 500 must reach core's home: open the test's own folder.
+			if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			for _, stage := range []string{"fetch-offline", "files"} {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				cmd := exec.CommandContext(ctx, ignitionBinary, "-platform", "file", "-stage", stage, "-root", root,
-					"-config-cache", filepath.Join(dir, "cache.json"), "-state-file", filepath.Join(dir, "state"),
-					"-neednet", filepath.Join(dir, "neednet"), "-log-to-stdout")
-				cmd.Env = append(os.Environ(), "IGNITION_CONFIG_FILE="+cfg, "PATH="+path)
-				out, err := cmd.CombinedOutput()
-				cancel()
-				if err != nil || !bytes.Contains(out, []byte("Ignition finished successfully")) {
-					t.Fatalf("ignition %s: %v\n%s", stage, err, out)
-				}
+			root, err := firstboot.Seed(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := firstboot.ApplyDebian(context.Background(), dir, root, render(t, role)); err != nil {
+				t.Fatal(err)
 			}
 			read := func(p string) string {
 				t.Helper()
@@ -196,41 +179,4 @@ func TestDebianIgnitionAppliesEachRole(t *testing.T) {
 			}
 		})
 	}
-}
-
-// seedRoot makes a folder look like a fresh Flatcar root: a core user
-// (uid 500) with its home.
-func seedRoot(t *testing.T, dir string) string {
-	t.Helper()
-	// Ignition writes the home as the user: uid 500 must traverse the path.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	root := filepath.Join(dir, "root")
-	files := map[string]string{
-		"etc/passwd":  "root:x:0:0:root:/root:/bin/bash\ncore:x:500:500:CoreOS Admin:/home/core:/bin/bash\n",
-		"etc/group":   "root:x:0:\ncore:x:500:\n",
-		"etc/shadow":  "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n",
-		"etc/gshadow": "root:*::\ncore:!::\n",
-		// As on Flatcar: Ignition reads it to decide whether to relabel.
-		"etc/selinux/config": "SELINUX=disabled\nSELINUXTYPE=mcs\n",
-	}
-	for p, body := range files {
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	home := filepath.Join(root, "home", "core")
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, 500, 500); err != nil {
-		t.Fatal(err)
-	}
-	return root
 }
