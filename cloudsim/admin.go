@@ -76,13 +76,13 @@ type Info struct {
 	API     string `json:"api"`
 	AuthURL string `json:"auth_url"`
 	Admin   string `json:"admin"`
-	// Edge is the SOCKS5 address to reach simulated floating IPs (part 2).
+	// Edge is the SOCKS5 address that reaches simulated floating IPs.
 	Edge string `json:"edge"`
 }
 
 // Info says where the simulator answers.
 func (s *Sim) Info() Info {
-	return Info{API: s.URL(), AuthURL: s.AuthURL(), Admin: s.AdminURL()}
+	return Info{API: s.URL(), AuthURL: s.AuthURL(), Admin: s.AdminURL(), Edge: s.Edge()}
 }
 
 // CloudsYAML returns a clouds.yaml with the clouds "sim" (the non-admin
@@ -121,5 +121,7 @@ func (s *Sim) writeClientFiles() error {
 	if err := writeFileAtomic(filepath.Join(dir, "sim.json"), append(info, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.Chmod(dir, 0o700)
+	// 0711: others may pass through (Ignition writes core's home as uid
+	// 500 under hosts/) but not list; the secret files are 0600 themselves.
+	return os.Chmod(dir, 0o711)
 }

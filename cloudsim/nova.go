@@ -88,6 +88,8 @@ type server struct {
 	NovaPorts      []string          `json:"nova_ports"` // created by Nova, deleted with the server
 	SecurityGroups []string          `json:"security_groups"`
 	LaunchedAt     *time.Time        `json:"launched_at,omitempty"`
+	// HostKey is the host's SSH private key (OpenSSH PEM), made at first boot.
+	HostKey string `json:"host_key,omitempty"`
 }
 
 type serverGroup struct {
@@ -889,6 +891,12 @@ func (w *world) activateServer(id string, now time.Time) {
 		return
 	}
 	t := now.UTC()
+	if w.boot != nil {
+		if err := w.boot(sv); err != nil {
+			sv.Status, sv.Fault, sv.Updated = "ERROR", "Build of instance "+sv.ID+" aborted: "+err.Error(), t.Truncate(time.Second)
+			return
+		}
+	}
 	sv.Status, sv.Updated, sv.LaunchedAt = "ACTIVE", t.Truncate(time.Second), &t
 	for _, pid := range sv.Ports {
 		if p := w.Ports[pid]; p != nil {
@@ -927,6 +935,9 @@ func (w *world) removeServer(sv *server, now time.Time) {
 		g.Members = slices.DeleteFunc(g.Members, func(id string) bool { return id == sv.ID })
 	}
 	delete(w.Servers, sv.ID)
+	if w.release != nil {
+		w.release(sv.ID)
+	}
 }
 
 // releaseServerPorts deletes the ports Nova created for the server.
@@ -957,6 +968,12 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 				length = int(l)
 			}
 		}
+		if sv.Status == "ACTIVE" {
+			if err := ensureHostKey(sv); err != nil {
+				novaError(rw, http.StatusInternalServerError, err.Error())
+				return
+			}
+		}
 		writeJSON(rw, http.StatusOK, map[string]any{"output": consoleOutput(sv, length)})
 	case body["reboot"] != nil, body["os-start"] != nil, body["os-stop"] != nil:
 		if sv.Status != "ACTIVE" {
@@ -978,8 +995,14 @@ func consoleOutput(sv *server, length int) string {
 		"[    0.000000] Linux version 6.6.0 (simulated)",
 		"[    1.000000] ignition[1]: fetching config from the metadata service",
 		"[    2.000000] systemd[1]: Started sshd.service.",
-		sv.Name + " login: ",
 	}
+	// As cloud images print them, for clients to pin the host key.
+	if signer, err := ssh.ParsePrivateKey([]byte(sv.HostKey)); err == nil {
+		lines = append(lines, "-----BEGIN SSH HOST KEY KEYS-----",
+			strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))+" root@"+sv.Name,
+			"-----END SSH HOST KEY KEYS-----")
+	}
+	lines = append(lines, sv.Name+" login: ")
 	if length >= 0 && length < len(lines) {
 		lines = lines[len(lines)-length:]
 	}

@@ -39,6 +39,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; tests move it to expire tokens. Default time.Now.
 	Now func() time.Time
+	// EdgeListen is the SOCKS5 edge's address, the only way to the
+	// simulated floating IPs. Default 127.0.0.1:0.
+	EdgeListen string
 }
 
 // ErrNotLoopback is returned for a listen address off 127.0.0.1.
@@ -59,6 +62,12 @@ type Sim struct {
 	w     *world
 	dirty bool
 
+	edgeLn   net.Listener
+	hostsDir string // StateDir/hosts, or a temporary folder
+	tempDir  bool
+	hostsMu  sync.Mutex // guards hosts; never taken before mu
+	hosts    map[string]*simHost
+
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -73,6 +82,9 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 	if opts.AdminListen == "" {
 		opts.AdminListen = "127.0.0.1:0"
 	}
+	if opts.EdgeListen == "" {
+		opts.EdgeListen = "127.0.0.1:0"
+	}
 	if opts.TokenTTL == 0 {
 		opts.TokenTTL = time.Hour
 	}
@@ -85,7 +97,7 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	for _, addr := range []string{opts.Listen, opts.AdminListen} {
+	for _, addr := range []string{opts.Listen, opts.AdminListen, opts.EdgeListen} {
 		if err := checkLoopback(addr); err != nil {
 			return nil, err
 		}
@@ -96,6 +108,19 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		return nil, err
 	}
 	s.w = w
+	s.hosts = map[string]*simHost{}
+	if opts.StateDir != "" {
+		s.hostsDir = filepath.Join(opts.StateDir, "hosts")
+		if err := os.MkdirAll(s.hostsDir, 0o711); err != nil {
+			return nil, fmt.Errorf("hosts dir: %w", err)
+		}
+	} else {
+		if s.hostsDir, err = os.MkdirTemp("", "opke-sim-hosts-"); err != nil {
+			return nil, fmt.Errorf("hosts dir: %w", err)
+		}
+		s.tempDir = true
+	}
+	w.boot, w.release = s.bootServer, s.releaseHost
 	lc := net.ListenConfig{}
 	if s.apiLn, err = lc.Listen(ctx, "tcp", opts.Listen); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", opts.Listen, err)
@@ -106,8 +131,15 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 	}
 	s.api = &http.Server{Handler: s.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
 	s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	if s.edgeLn, err = lc.Listen(ctx, "tcp", opts.EdgeListen); err != nil {
+		s.apiLn.Close()
+		s.admLn.Close()
+		return nil, fmt.Errorf("listen %s: %w", opts.EdgeListen, err)
+	}
 	s.serve(s.api, s.apiLn)
 	s.serve(s.admin, s.admLn)
+	s.wg.Add(1)
+	go s.serveEdge(s.edgeLn)
 	if opts.StateDir != "" {
 		if err := s.writeClientFiles(); err != nil {
 			s.Close()
@@ -154,6 +186,9 @@ func (s *Sim) URL() string { return "http://" + s.apiLn.Addr().String() }
 // AuthURL is Keystone's v3 URL, the auth_url of clouds.yaml.
 func (s *Sim) AuthURL() string { return s.URL() + "/identity/v3" }
 
+// Edge is the SOCKS5 edge's address, 127.0.0.1:PORT.
+func (s *Sim) Edge() string { return s.edgeLn.Addr().String() }
+
 // AdminURL is the base URL of the admin endpoint (counters, faults).
 func (s *Sim) AdminURL() string { return "http://" + s.admLn.Addr().String() }
 
@@ -164,8 +199,16 @@ func (s *Sim) Close() error {
 		close(s.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		err = errors.Join(s.api.Shutdown(ctx), s.admin.Shutdown(ctx))
+		err = errors.Join(s.api.Shutdown(ctx), s.admin.Shutdown(ctx), s.edgeLn.Close())
 		s.wg.Wait()
+		s.hostsMu.Lock()
+		for _, h := range s.hosts {
+			h.root.Close()
+		}
+		s.hostsMu.Unlock()
+		if s.tempDir {
+			err = errors.Join(err, os.RemoveAll(s.hostsDir))
+		}
 		if s.opts.StateDir != "" {
 			err = errors.Join(err, s.Snapshot())
 		}

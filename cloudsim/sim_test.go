@@ -113,9 +113,10 @@ func (e *env) connect(t testing.TB, cloud string) *clients {
 func TestStartRefusesNonLoopback(t *testing.T) {
 	t.Parallel()
 	for _, addr := range []string{"0.0.0.0:0", "10.0.0.1:5000", ":0"} {
-		_, err := Start(context.Background(), Options{Listen: addr})
-		if !errors.Is(err, ErrNotLoopback) {
-			t.Errorf("Start(Listen %q) = %v, want ErrNotLoopback", addr, err)
+		for name, opts := range map[string]Options{"api": {Listen: addr}, "admin": {AdminListen: addr}, "edge": {EdgeListen: addr}} {
+			if _, err := Start(context.Background(), opts); !errors.Is(err, ErrNotLoopback) {
+				t.Errorf("Start(%s %q) = %v, want ErrNotLoopback", name, addr, err)
+			}
 		}
 	}
 }
@@ -127,7 +128,7 @@ func TestClientFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"admin": "` + e.sim.AdminURL() + `"`, `"edge": ""`, `"auth_url": "` + e.sim.AuthURL() + `"`} {
+	for _, want := range []string{`"admin": "` + e.sim.AdminURL() + `"`, `"edge": "` + e.sim.Edge() + `"`, `"auth_url": "` + e.sim.AuthURL() + `"`} {
 		if !strings.Contains(string(info), want) {
 			t.Errorf("sim.json lacks %s:\n%s", want, info)
 		}

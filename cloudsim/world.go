@@ -48,6 +48,11 @@ type world struct {
 	AdminProject string `json:"admin_project"`
 	DemoUser     string `json:"demo_user"`
 	AdminUser    string `json:"admin_user"`
+
+	// boot runs a server's first boot as it turns ACTIVE; an error puts it
+	// in ERROR. release forgets a deleted server's host. Set by the Sim.
+	boot    func(*server) error
+	release func(id string)
 }
 
 // meta is what every resource carries.

@@ -1,0 +1,218 @@
+package cloudsim
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// The edge is the simulated cloud's internet side: a SOCKS5 proxy (RFC
+// 1928, no authentication, CONNECT only) on 127.0.0.1. A CONNECT to a
+// floating IP's port 22 reaches the SSH server of the host that floating
+// IP is associated with, if the host's security groups let SSH in from
+// anywhere. Every other target is refused with the reply a router would
+// give. The edge dials nothing: the host is an in-memory pipe.
+
+// SOCKS5 replies.
+const (
+	socksSucceeded       = 0
+	socksNotAllowed      = 2
+	socksHostUnreachable = 4
+	socksRefused         = 5
+	socksCmdUnsupported  = 7
+	socksAddrUnsupported = 8
+)
+
+var errSocks = errors.New("socks5")
+
+func (s *Sim) serveEdge(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.edgeConn(conn)
+		}()
+	}
+}
+
+func (s *Sim) edgeConn(conn net.Conn) {
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // a closing simulator ends every session
+		select {
+		case <-s.done:
+			conn.Close()
+		case <-stop:
+		}
+	}()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(conn)
+	target, err := socksHandshake(br, conn)
+	if err != nil {
+		s.log.Debug("edge: bad request", "err", err)
+		conn.Close()
+		return
+	}
+	id, code := s.edgeRoute(target)
+	if code != socksSucceeded {
+		socksReply(conn, code)
+		conn.Close()
+		return
+	}
+	h, err := s.host(id)
+	if err != nil {
+		socksReply(conn, socksHostUnreachable)
+		conn.Close()
+		return
+	}
+	socksReply(conn, socksSucceeded)
+	_ = conn.SetDeadline(time.Time{})
+	h.serveSSH(&bufferedConn{Conn: conn, r: br})
+}
+
+// socksHandshake reads the greeting and the request and returns the target.
+func socksHandshake(br *bufio.Reader, w io.Writer) (netip.AddrPort, error) {
+	var head [2]byte
+	if _, err := io.ReadFull(br, head[:]); err != nil || head[0] != 5 {
+		return netip.AddrPort{}, fmt.Errorf("%w: not a SOCKS5 greeting", errSocks)
+	}
+	methods := make([]byte, head[1])
+	if _, err := io.ReadFull(br, methods); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%w: %v", errSocks, err)
+	}
+	noAuth := false
+	for _, m := range methods {
+		noAuth = noAuth || m == 0
+	}
+	if !noAuth {
+		_, _ = w.Write([]byte{5, 0xff})
+		return netip.AddrPort{}, fmt.Errorf("%w: the client offers no method without authentication", errSocks)
+	}
+	if _, err := w.Write([]byte{5, 0}); err != nil {
+		return netip.AddrPort{}, err
+	}
+	var req [4]byte
+	if _, err := io.ReadFull(br, req[:]); err != nil || req[0] != 5 {
+		return netip.AddrPort{}, fmt.Errorf("%w: bad request", errSocks)
+	}
+	var addr netip.Addr
+	switch req[3] {
+	case 1:
+		var b [4]byte
+		if _, err := io.ReadFull(br, b[:]); err != nil {
+			return netip.AddrPort{}, err
+		}
+		addr = netip.AddrFrom4(b)
+	case 3:
+		n, err := br.ReadByte()
+		if err != nil {
+			return netip.AddrPort{}, err
+		}
+		name := make([]byte, n)
+		if _, err := io.ReadFull(br, name); err != nil {
+			return netip.AddrPort{}, err
+		}
+		// Simulated addresses have no names: a name must be an IP literal.
+		if addr, err = netip.ParseAddr(string(name)); err != nil {
+			var port [2]byte
+			_, _ = io.ReadFull(br, port[:])
+			socksReply(w, socksHostUnreachable)
+			return netip.AddrPort{}, fmt.Errorf("%w: %q is not an address", errSocks, name)
+		}
+	default:
+		socksReply(w, socksAddrUnsupported)
+		return netip.AddrPort{}, fmt.Errorf("%w: address type %d", errSocks, req[3])
+	}
+	var port [2]byte
+	if _, err := io.ReadFull(br, port[:]); err != nil {
+		return netip.AddrPort{}, err
+	}
+	if req[1] != 1 {
+		socksReply(w, socksCmdUnsupported)
+		return netip.AddrPort{}, fmt.Errorf("%w: command %d", errSocks, req[1])
+	}
+	return netip.AddrPortFrom(addr, binary.BigEndian.Uint16(port[:])), nil
+}
+
+func socksReply(w io.Writer, code byte) {
+	_, _ = w.Write([]byte{5, code, 0, 1, 0, 0, 0, 0, 0, 0})
+}
+
+// edgeRoute finds the ACTIVE server behind a floating IP and checks that
+// its port lets SSH in from the internet.
+func (s *Sim) edgeRoute(target netip.AddrPort) (string, byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w.tick(s.opts.Now())
+	ip := target.Addr().String()
+	for _, f := range s.w.FloatingIPs {
+		if f.FloatingIPAddress != ip {
+			continue
+		}
+		if f.PortID == nil {
+			return "", socksHostUnreachable
+		}
+		p := s.w.Ports[*f.PortID]
+		if p == nil || p.DeviceID == "" {
+			return "", socksHostUnreachable
+		}
+		sv := s.w.Servers[p.DeviceID]
+		if sv == nil || sv.Status != "ACTIVE" {
+			return "", socksHostUnreachable
+		}
+		if target.Port() != 22 {
+			return "", socksRefused
+		}
+		if p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port())) {
+			return "", socksNotAllowed
+		}
+		return sv.ID, socksSucceeded
+	}
+	return "", socksHostUnreachable
+}
+
+// ingressAllowed reports whether a rule of the port's security groups lets
+// proto/port in from any IPv4 address.
+func (w *world) ingressAllowed(p *port, proto string, portNum int) bool {
+	groups := map[string]bool{}
+	for _, g := range p.SecurityGroups {
+		groups[g] = true
+	}
+	for _, r := range w.SecRules {
+		if !groups[r.SecurityGroupID] || r.Direction != "ingress" || r.EtherType != "IPv4" {
+			continue
+		}
+		if r.Protocol != nil && *r.Protocol != proto && *r.Protocol != strconv.Itoa(6) {
+			continue
+		}
+		if r.PortRangeMin != nil && portNum < *r.PortRangeMin || r.PortRangeMax != nil && portNum > *r.PortRangeMax {
+			continue
+		}
+		if r.RemoteGroupID != nil {
+			continue
+		}
+		if r.RemoteIPPrefix == nil || *r.RemoteIPPrefix == "0.0.0.0/0" {
+			return true
+		}
+	}
+	return false
+}
+
+// bufferedConn reads first what the handshake's reader already buffered.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }

@@ -1,0 +1,573 @@
+package cloudsim
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+
+	"opke.dev/opke/cloudsim/firstboot"
+)
+
+// Hosts. Every ACTIVE server is a host: a folder standing for its root
+// (StateDir/hosts/<server id>/root), an SSH host key (kept in the server's
+// state, printed on its console as cloud images do), and an in-process SSH
+// server reached only through the edge (a floating IP) or another host's
+// direct-tcpip forwarding. Nothing is dialled at a simulated address: a
+// connection to a host is an in-memory pipe.
+
+// HostEvent is one effect of a command run on a host, for tests to assert on.
+type HostEvent struct {
+	Time    time.Time `json:"time"`
+	Command string    `json:"command"`
+	Unit    string    `json:"unit,omitempty"`
+	Exit    int       `json:"exit"`
+	// Files holds the sha256 of every file under /etc and /var/lib of the
+	// host when a unit was started or restarted: what it started with.
+	Files map[string]string `json:"files,omitempty"`
+}
+
+// hostRecord is what a host keeps across restarts: records.json.
+type hostRecord struct {
+	Units  map[string]string `json:"units"` // unit -> active | inactive
+	Events []HostEvent       `json:"events"`
+}
+
+// simHost is the runtime of one host.
+type simHost struct {
+	s      *Sim
+	id     string
+	name   string
+	dir    string
+	root   *os.Root
+	signer ssh.Signer
+
+	mu  sync.Mutex
+	rec hostRecord
+}
+
+// hostKeyPEM makes an Ed25519 host key in OpenSSH's PEM form.
+func hostKeyPEM(comment string) (string, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", fmt.Errorf("host key: %w", err)
+	}
+	block, err := ssh.MarshalPrivateKey(priv, comment)
+	if err != nil {
+		return "", fmt.Errorf("host key: %w", err)
+	}
+	return string(pem.EncodeToMemory(block)), nil
+}
+
+// bootServer is the first boot of a server turning ACTIVE, run under s.mu:
+// a host key, then user_data applied into the host's root. A config that
+// Ignition rejects returns firstboot.ErrInvalidConfig: the server goes to
+// ERROR.
+//
+// A server without user_data boots lazily: its root is seeded and its host
+// key made when first needed, so a benchmark's 10,000 servers cost nothing.
+func (s *Sim) bootServer(sv *server) error {
+	if sv.UserData == "" {
+		return nil
+	}
+	if err := ensureHostKey(sv); err != nil {
+		return err
+	}
+	dir := filepath.Join(s.hostsDir, sv.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("host %s: %w", sv.Name, err)
+	}
+	var config []byte
+	if sv.UserData != "" {
+		var err error
+		if config, err = base64.StdEncoding.DecodeString(sv.UserData); err != nil {
+			return fmt.Errorf("%w: user_data is not base64", firstboot.ErrInvalidConfig)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, how, err := firstboot.Apply(ctx, dir, config)
+	if err != nil {
+		return err
+	}
+	s.log.Debug("host booted", "server", sv.Name, "ignition", how)
+	return nil
+}
+
+// ensureHostKey gives sv its SSH host key; the caller holds s.mu.
+func ensureHostKey(sv *server) error {
+	if sv.HostKey != "" {
+		return nil
+	}
+	k, err := hostKeyPEM("root@" + sv.Name)
+	if err != nil {
+		return err
+	}
+	sv.HostKey = k
+	return nil
+}
+
+// releaseHost forgets a deleted server's host and removes its folder.
+func (s *Sim) releaseHost(id string) {
+	s.hostsMu.Lock()
+	h := s.hosts[id]
+	delete(s.hosts, id)
+	s.hostsMu.Unlock()
+	if h != nil {
+		h.root.Close()
+	}
+	if s.hostsDir != "" {
+		_ = os.RemoveAll(filepath.Join(s.hostsDir, id))
+	}
+}
+
+// host returns the runtime of an ACTIVE server, starting it on first use.
+// The caller must not hold s.mu.
+func (s *Sim) host(id string) (*simHost, error) {
+	// Never s.mu inside hostsMu: servers are removed under s.mu.
+	s.hostsMu.Lock()
+	h := s.hosts[id]
+	s.hostsMu.Unlock()
+	if h != nil {
+		return h, nil
+	}
+	s.mu.Lock()
+	sv := s.w.Servers[id]
+	var name, key string
+	var keyErr error
+	if sv != nil && sv.Status == "ACTIVE" {
+		keyErr = ensureHostKey(sv)
+		name, key = sv.Name, sv.HostKey
+		s.dirty = true
+	}
+	s.mu.Unlock()
+	if keyErr != nil {
+		return nil, keyErr
+	}
+	if key == "" {
+		return nil, fmt.Errorf("server %s: not an active host", id)
+	}
+	signer, err := ssh.ParsePrivateKey([]byte(key))
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", name, err)
+	}
+	dir := filepath.Join(s.hostsDir, id)
+	if _, err := os.Stat(filepath.Join(dir, "root")); errors.Is(err, fs.ErrNotExist) {
+		if _, err := firstboot.Seed(dir); err != nil { // booted without user_data
+			return nil, fmt.Errorf("host %s: %w", name, err)
+		}
+	}
+	root, err := os.OpenRoot(filepath.Join(dir, "root"))
+	if err != nil {
+		return nil, fmt.Errorf("host %s: %w", name, err)
+	}
+	h = &simHost{s: s, id: id, name: name, dir: dir, root: root, signer: signer, rec: hostRecord{Units: map[string]string{}}}
+	if b, err := os.ReadFile(filepath.Join(dir, "records.json")); err == nil {
+		if err := json.Unmarshal(b, &h.rec); err != nil {
+			root.Close()
+			return nil, fmt.Errorf("host %s records: %w", name, err)
+		}
+	}
+	if h.rec.Units == nil {
+		h.rec.Units = map[string]string{}
+	}
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	if other := s.hosts[id]; other != nil {
+		root.Close()
+		return other, nil
+	}
+	s.hosts[id] = h
+	return h, nil
+}
+
+// HostEvents returns what commands did on the named server's host.
+func (s *Sim) HostEvents(server string) ([]HostEvent, error) {
+	id, err := s.serverID(server)
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.host(id)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.rec.Events), nil
+}
+
+// HostRoot returns the folder standing for the named server's root.
+func (s *Sim) HostRoot(server string) (string, error) {
+	id, err := s.serverID(server)
+	if err != nil {
+		return "", err
+	}
+	h, err := s.host(id)
+	if err != nil {
+		return "", err
+	}
+	return h.root.Name(), nil
+}
+
+// serverID finds a server by id or unique name.
+func (s *Sim) serverID(nameOrID string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.w.Servers[nameOrID]; ok {
+		return nameOrID, nil
+	}
+	var found []string
+	for id, sv := range s.w.Servers {
+		if sv.Name == nameOrID {
+			found = append(found, id)
+		}
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("server %q: %d servers have that name", nameOrID, len(found))
+	}
+	return found[0], nil
+}
+
+// sshConfig accepts core with the server's Nova keypair or a key in core's
+// authorized_keys files, read at each login (keys pushed later count).
+func (h *simHost) sshConfig() *ssh.ServerConfig {
+	cfg := &ssh.ServerConfig{
+		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			if meta.User() != "core" {
+				return nil, fmt.Errorf("user %q: only core logs in", meta.User())
+			}
+			for _, k := range h.authorizedKeys() {
+				if k.Type() == key.Type() && string(k.Marshal()) == string(key.Marshal()) {
+					return &ssh.Permissions{}, nil
+				}
+			}
+			return nil, errors.New("key not authorized for core")
+		},
+		ServerVersion: "SSH-2.0-OpenSSH_9.6 opke-sim",
+	}
+	cfg.AddHostKey(h.signer)
+	return cfg
+}
+
+func (h *simHost) authorizedKeys() []ssh.PublicKey {
+	var lines []string
+	h.s.mu.Lock()
+	if sv := h.s.w.Servers[h.id]; sv != nil && sv.KeyName != "" {
+		if kp := h.s.w.Keypairs[sv.UserID+"/"+sv.KeyName]; kp != nil {
+			lines = append(lines, kp.PublicKey)
+		}
+	}
+	h.s.mu.Unlock()
+	read := func(p string) {
+		if b, err := h.root.ReadFile(p); err == nil {
+			lines = append(lines, strings.Split(string(b), "\n")...)
+		}
+	}
+	read("home/core/.ssh/authorized_keys")
+	if entries, err := fs.ReadDir(h.root.FS(), "home/core/.ssh/authorized_keys.d"); err == nil {
+		for _, e := range entries {
+			read("home/core/.ssh/authorized_keys.d/" + e.Name())
+		}
+	}
+	var keys []ssh.PublicKey
+	for _, l := range lines {
+		if k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(l)); err == nil {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// serveSSH runs the host's SSH server on conn until the client leaves.
+func (h *simHost) serveSSH(conn net.Conn) {
+	defer conn.Close()
+	sc, chans, reqs, err := ssh.NewServerConn(conn, h.sshConfig())
+	if err != nil {
+		h.s.log.Debug("ssh handshake failed", "host", h.name, "err", err)
+		return
+	}
+	defer sc.Close()
+	go ssh.DiscardRequests(reqs)
+	for nc := range chans {
+		switch nc.ChannelType() {
+		case "session":
+			ch, reqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			go h.session(ch, reqs)
+		case "direct-tcpip":
+			go h.directTCPIP(nc)
+		default:
+			_ = nc.Reject(ssh.UnknownChannelType, "unsupported channel type")
+		}
+	}
+}
+
+// session serves exec and the sftp subsystem; there is no shell.
+func (h *simHost) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
+	defer ch.Close()
+	for req := range reqs {
+		switch req.Type {
+		case "exec":
+			var p struct{ Command string }
+			if ssh.Unmarshal(req.Payload, &p) != nil {
+				_ = req.Reply(false, nil)
+				continue
+			}
+			_ = req.Reply(true, nil)
+			code := h.exec(p.Command, ch, ch.Stderr())
+			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(code)}))
+			return
+		case "subsystem":
+			var p struct{ Name string }
+			if ssh.Unmarshal(req.Payload, &p) != nil || p.Name != "sftp" {
+				_ = req.Reply(false, nil)
+				continue
+			}
+			_ = req.Reply(true, nil)
+			srv := sftp.NewRequestServer(ch, jailHandlers(h.root))
+			_ = srv.Serve()
+			_ = srv.Close()
+			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
+			return
+		case "env":
+			_ = req.Reply(true, nil)
+		default: // shell, pty-req, x11: not on this host
+			_ = req.Reply(false, nil)
+		}
+	}
+}
+
+// exec runs one command of the host's small exec set and records it.
+func (h *simHost) exec(command string, stdout, stderr io.Writer) int {
+	args := strings.Fields(command)
+	if len(args) == 0 {
+		return 0
+	}
+	ev := HostEvent{Time: h.s.opts.Now().UTC(), Command: command}
+	code := 0
+	switch args[0] {
+	case "systemctl":
+		code = h.systemctl(args[1:], &ev, stdout, stderr)
+	case "sha256sum":
+		for _, p := range args[1:] {
+			b, err := h.root.ReadFile(rel(p))
+			if err != nil {
+				fmt.Fprintf(stderr, "sha256sum: %s: No such file or directory\n", p)
+				code = 1
+				continue
+			}
+			sum := sha256.Sum256(b)
+			fmt.Fprintf(stdout, "%s  %s\n", hex.EncodeToString(sum[:]), p)
+		}
+	case "cat":
+		for _, p := range args[1:] {
+			b, err := h.root.ReadFile(rel(p))
+			if err != nil {
+				fmt.Fprintf(stderr, "cat: %s: No such file or directory\n", p)
+				code = 1
+				continue
+			}
+			_, _ = stdout.Write(b)
+		}
+	case "sync", "true":
+		// Writes through the simulator's SFTP are on disk once acknowledged.
+	default:
+		fmt.Fprintf(stderr, "sh: %s: command not found\n", args[0])
+		code = 127
+	}
+	ev.Exit = code
+	if args[0] == "systemctl" {
+		h.record(ev)
+	}
+	return code
+}
+
+func (h *simHost) systemctl(args []string, ev *HostEvent, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "daemon-reload" {
+		return 0
+	}
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "systemctl: this host knows daemon-reload, restart, start, stop and is-active UNIT")
+		return 2
+	}
+	verb, unit := args[0], args[1]
+	if !strings.Contains(unit, ".") {
+		unit += ".service"
+	}
+	ev.Unit = unit
+	if _, err := h.root.Stat(path.Join("etc/systemd/system", unit)); err != nil {
+		fmt.Fprintf(stderr, "Failed to %s %s: Unit %s not found.\n", verb, unit, unit)
+		return 5
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch verb {
+	case "restart", "start":
+		h.rec.Units[unit] = "active"
+		ev.Files = h.digests()
+	case "stop":
+		h.rec.Units[unit] = "inactive"
+	case "is-active":
+		state := h.rec.Units[unit]
+		if state == "" {
+			state = "inactive"
+		}
+		fmt.Fprintln(stdout, state)
+		if state != "active" {
+			return 3
+		}
+	default:
+		fmt.Fprintf(stderr, "systemctl: unknown command %q\n", verb)
+		return 1
+	}
+	return 0
+}
+
+// digests returns the sha256 of every file under /etc and /var/lib.
+func (h *simHost) digests() map[string]string {
+	out := map[string]string{}
+	for _, top := range []string{"etc", "var/lib"} {
+		_ = fs.WalkDir(h.root.FS(), top, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			if b, err := h.root.ReadFile(p); err == nil {
+				sum := sha256.Sum256(b)
+				out["/"+p] = hex.EncodeToString(sum[:])
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// record appends an event and saves the records.
+func (h *simHost) record(ev HostEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rec.Events = append(h.rec.Events, ev)
+	b, err := json.Marshal(h.rec)
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(h.dir, "records.json"), b, 0o600)
+	}
+	if err != nil {
+		h.s.log.Error("host records not saved", "host", h.name, "err", err)
+	}
+}
+
+// rel turns an absolute host path into a path under the root.
+func rel(p string) string {
+	p = strings.TrimPrefix(path.Clean("/"+p), "/")
+	if p == "" {
+		return "."
+	}
+	return p
+}
+
+// directTCPIP forwards a channel to an address on one of the host's own
+// networks: port 22 of another host reaches its SSH server.
+func (h *simHost) directTCPIP(nc ssh.NewChannel) {
+	var p struct {
+		Host       string
+		Port       uint32
+		OriginHost string
+		OriginPort uint32
+	}
+	if err := ssh.Unmarshal(nc.ExtraData(), &p); err != nil {
+		_ = nc.Reject(ssh.ConnectionFailed, "bad direct-tcpip request")
+		return
+	}
+	target, err := h.s.neighbour(h.id, p.Host)
+	if err != nil {
+		_ = nc.Reject(ssh.ConnectionFailed, err.Error())
+		return
+	}
+	if p.Port != 22 {
+		_ = nc.Reject(ssh.ConnectionFailed, fmt.Sprintf("connect to %s port %d: Connection refused", p.Host, p.Port))
+		return
+	}
+	th, err := h.s.host(target)
+	if err != nil {
+		_ = nc.Reject(ssh.ConnectionFailed, err.Error())
+		return
+	}
+	ch, reqs, err := nc.Accept()
+	if err != nil {
+		return
+	}
+	go ssh.DiscardRequests(reqs)
+	a, b := net.Pipe()
+	go th.serveSSH(b)
+	relay(ch, a)
+}
+
+// neighbour finds the ACTIVE server holding ip on a network the server
+// from has a port on.
+func (s *Sim) neighbour(from, ip string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sv := s.w.Servers[from]
+	if sv == nil {
+		return "", errors.New("no such host")
+	}
+	nets := map[string]bool{}
+	for _, pid := range sv.Ports {
+		if p := s.w.Ports[pid]; p != nil {
+			nets[p.NetworkID] = true
+		}
+	}
+	for _, p := range s.w.Ports {
+		if !nets[p.NetworkID] || p.DeviceID == "" {
+			continue
+		}
+		for _, f := range p.FixedIPs {
+			if f.IPAddress == ip {
+				if t := s.w.Servers[p.DeviceID]; t != nil && t.Status == "ACTIVE" {
+					return t.ID, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("connect to %s: No route to host", ip)
+}
+
+// relay copies both ways until either side ends.
+func relay(a io.ReadWriteCloser, b io.ReadWriteCloser) {
+	done := make(chan struct{}, 2)
+	cp := func(dst io.WriteCloser, src io.Reader) {
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			_ = dst.Close()
+		}
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	<-done
+	a.Close()
+	b.Close()
+}

@@ -1,0 +1,176 @@
+package cloudsim
+
+import (
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/pkg/sftp"
+)
+
+// jail serves SFTP inside one host's root through os.Root: no path, ".."
+// or symbolic link reaches outside it. Renames replace their target, as
+// posix-rename@openssh.com does, so uploads can be atomic.
+type jail struct{ root *os.Root }
+
+func jailHandlers(root *os.Root) sftp.Handlers {
+	j := &jail{root: root}
+	return sftp.Handlers{FileGet: j, FilePut: j, FileCmd: j, FileList: j}
+}
+
+// inRoot maps an SFTP path (absolute, as the client sees the host) to the root.
+func inRoot(p string) string { return rel(p) }
+
+// Fileread implements sftp.FileReader.
+func (j *jail) Fileread(r *sftp.Request) (io.ReaderAt, error) {
+	return j.root.Open(inRoot(r.Filepath))
+}
+
+// Filewrite implements sftp.FileWriter: the file is created with the mode
+// the client asked for, before any byte is written.
+func (j *jail) Filewrite(r *sftp.Request) (io.WriterAt, error) {
+	flags := r.Pflags()
+	mode := os.FileMode(0o644)
+	if r.AttrFlags().Permissions {
+		mode = r.Attributes().FileMode().Perm()
+	}
+	of := os.O_WRONLY
+	if flags.Creat {
+		of |= os.O_CREATE
+	}
+	if flags.Trunc {
+		of |= os.O_TRUNC
+	}
+	if flags.Excl {
+		of |= os.O_EXCL
+	}
+	if flags.Append {
+		of |= os.O_APPEND
+	}
+	if flags.Read {
+		of = of&^os.O_WRONLY | os.O_RDWR
+	}
+	return j.root.OpenFile(inRoot(r.Filepath), of, mode)
+}
+
+// Filecmd implements sftp.FileCmder.
+func (j *jail) Filecmd(r *sftp.Request) error {
+	p := inRoot(r.Filepath)
+	switch r.Method {
+	case "Setstat":
+		a := r.Attributes()
+		if r.AttrFlags().Permissions {
+			if err := j.root.Chmod(p, a.FileMode().Perm()); err != nil {
+				return err
+			}
+		}
+		if r.AttrFlags().Size {
+			f, err := j.root.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(int64(a.Size))
+		}
+		return nil
+	case "Rename", "PosixRename":
+		return j.root.Rename(p, inRoot(r.Target))
+	case "Rmdir", "Remove":
+		return j.root.Remove(p)
+	case "Mkdir":
+		return j.root.Mkdir(p, 0o755)
+	case "Symlink":
+		// r.Filepath is the target, r.Target the link (as pkg/sftp passes them).
+		return j.root.Symlink(r.Filepath, inRoot(r.Target))
+	case "Link":
+		return j.root.Link(p, inRoot(r.Target))
+	}
+	return sftp.ErrSSHFxOpUnsupported
+}
+
+// PosixRename implements sftp.PosixRenameFileCmder.
+func (j *jail) PosixRename(r *sftp.Request) error {
+	return j.root.Rename(inRoot(r.Filepath), inRoot(r.Target))
+}
+
+// Filelist implements sftp.FileLister.
+func (j *jail) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
+	p := inRoot(r.Filepath)
+	switch r.Method {
+	case "List":
+		entries, err := fs.ReadDir(j.root.FS(), p)
+		if err != nil {
+			return nil, err
+		}
+		infos := make([]os.FileInfo, 0, len(entries))
+		for _, e := range entries {
+			if info, err := e.Info(); err == nil {
+				infos = append(infos, info)
+			}
+		}
+		return listerAt(infos), nil
+	case "Stat":
+		info, err := j.root.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		return listerAt{info}, nil
+	case "Lstat":
+		info, err := j.root.Lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		return listerAt{info}, nil
+	case "Readlink":
+		target, err := j.root.Readlink(p)
+		if err != nil {
+			return nil, err
+		}
+		return listerAt{linkInfo(target)}, nil
+	}
+	return nil, sftp.ErrSSHFxOpUnsupported
+}
+
+// Lstat implements sftp.LstatFileLister.
+func (j *jail) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
+	info, err := j.root.Lstat(inRoot(r.Filepath))
+	if err != nil {
+		return nil, err
+	}
+	return listerAt{info}, nil
+}
+
+// RealPath implements sftp.RealPathFileLister: paths are the host's.
+func (j *jail) RealPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		p = "/home/core/" + p
+	}
+	return path.Clean(p), nil
+}
+
+type listerAt []os.FileInfo
+
+func (l listerAt) ListAt(dst []os.FileInfo, offset int64) (int, error) {
+	if offset >= int64(len(l)) {
+		return 0, io.EOF
+	}
+	n := copy(dst, l[offset:])
+	if n < len(dst) || offset+int64(n) == int64(len(l)) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// linkInfo carries a symlink's target as a name, which pkg/sftp returns
+// for Readlink.
+type linkInfo string
+
+func (l linkInfo) Name() string       { return string(l) }
+func (l linkInfo) Size() int64        { return 0 }
+func (l linkInfo) Mode() fs.FileMode  { return fs.ModeSymlink }
+func (l linkInfo) ModTime() time.Time { return time.Time{} }
+func (l linkInfo) IsDir() bool        { return false }
+func (l linkInfo) Sys() any           { return nil }

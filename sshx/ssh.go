@@ -1,0 +1,138 @@
+package sshx
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// ErrNoHostKey is console output without SSH host key lines.
+var ErrNoHostKey = errors.New("no SSH host key in the console output")
+
+// HostKeysFromConsole reads the host keys a booting cloud image prints
+// between -----BEGIN SSH HOST KEY KEYS----- and -----END SSH HOST KEY KEYS-----.
+func HostKeysFromConsole(output string) ([]ssh.PublicKey, error) {
+	var keys []ssh.PublicKey
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(output))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasSuffix(line, "-----BEGIN SSH HOST KEY KEYS-----"):
+			in = true
+		case strings.HasSuffix(line, "-----END SSH HOST KEY KEYS-----"):
+			in = false
+		case in:
+			k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+			if err != nil {
+				return nil, fmt.Errorf("host key line %.40q: %w", line, err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, ErrNoHostKey
+	}
+	return keys, nil
+}
+
+// Auth is who OPKE is and which host key it expects.
+type Auth struct {
+	User   string
+	Signer ssh.Signer
+	// HostKeys are the pinned keys; a server presenting another is refused.
+	HostKeys []ssh.PublicKey
+}
+
+// ErrHostKeyMismatch is a server whose key is not the pinned one.
+var ErrHostKeyMismatch = errors.New("host key does not match the pinned key")
+
+func (a Auth) config() (*ssh.ClientConfig, error) {
+	if len(a.HostKeys) == 0 {
+		return nil, errors.New("ssh: no pinned host key")
+	}
+	algos := make([]string, 0, len(a.HostKeys))
+	for _, k := range a.HostKeys {
+		algos = append(algos, k.Type())
+	}
+	return &ssh.ClientConfig{
+		User: a.User,
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(a.Signer)},
+		HostKeyCallback: func(host string, _ net.Addr, key ssh.PublicKey) error {
+			for _, k := range a.HostKeys {
+				if k.Type() == key.Type() && string(k.Marshal()) == string(key.Marshal()) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: %w (got %s)", host, ErrHostKeyMismatch, ssh.FingerprintSHA256(key))
+		},
+		HostKeyAlgorithms: algos,
+		Timeout:           30 * time.Second,
+	}, nil
+}
+
+// Dial opens an SSH client to address (the gateway's floating IP) through d.
+func Dial(ctx context.Context, d Dialer, address string, a Auth) (*ssh.Client, error) {
+	cfg, err := a.config()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := d.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, err
+	}
+	return handshake(ctx, conn, address, cfg)
+}
+
+// Jump opens an SSH client to address (a host's fixed IP) through the
+// gateway's direct-tcpip forwarding.
+func Jump(ctx context.Context, gw *ssh.Client, address string, a Auth) (*ssh.Client, error) {
+	cfg, err := a.config()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := gw.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("through the gateway to %s: %w", address, err)
+	}
+	return handshake(ctx, conn, address, cfg)
+}
+
+// handshake runs the SSH handshake on conn, bounded by ctx.
+func handshake(ctx context.Context, conn net.Conn, address string, cfg *ssh.ClientConfig) (*ssh.Client, error) {
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	c, chans, reqs, err := ssh.NewClientConn(conn, address, cfg)
+	if err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("ssh %s: %w", address, ctx.Err())
+		}
+		return nil, fmt.Errorf("ssh %s: %w", address, err)
+	}
+	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// Run runs a command on c and returns its stdout; a non-zero exit is an
+// error carrying stderr.
+func Run(ctx context.Context, c *ssh.Client, command string) ([]byte, error) {
+	sess, err := c.NewSession()
+	if err != nil {
+		return nil, fmt.Errorf("ssh session: %w", err)
+	}
+	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	var stdout, stderr strings.Builder
+	sess.Stdout, sess.Stderr = &stdout, &stderr
+	if err := sess.Run(command); err != nil {
+		return []byte(stdout.String()), fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(stderr.String()))
+	}
+	return []byte(stdout.String()), nil
+}
