@@ -7,11 +7,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
@@ -30,12 +33,18 @@ import (
 // through gophercloud as OPKE will create them.
 type cluster struct {
 	key                ssh.Signer
+	raw                any // the private key behind key
 	gatewayIP, fip     string
 	gatewayID          string
 	workerID, workerIP string
 }
 
 func newKey(t *testing.T) ssh.Signer {
+	s, _ := newRawKey(t)
+	return s
+}
+
+func newRawKey(t *testing.T) (ssh.Signer, ed25519.PrivateKey) {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -45,7 +54,7 @@ func newKey(t *testing.T) ssh.Signer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, priv
 }
 
 func userData(t *testing.T, role ignition.Role, key ssh.Signer) string {
@@ -61,7 +70,7 @@ func makeCluster(t *testing.T, e *env, name, cidr string) cluster {
 	t.Helper()
 	ctx := context.Background()
 	c := e.user
-	key := newKey(t)
+	key, raw := newRawKey(t)
 	net := makeTenantNet(t, c, name, cidr)
 	sg, err := groups.Create(ctx, c.network, groups.CreateOpts{Name: name + "-gateway"}).Extract()
 	if err != nil {
@@ -102,7 +111,7 @@ func makeCluster(t *testing.T, e *env, name, cidr string) cluster {
 			workerIP = a.(map[string]any)["addr"].(string)
 		}
 	}
-	return cluster{key: key, gatewayIP: gwIP, fip: fip.FloatingIP, gatewayID: gw.ID, workerID: wk.ID, workerIP: workerIP}
+	return cluster{key: key, raw: raw, gatewayIP: gwIP, fip: fip.FloatingIP, gatewayID: gw.ID, workerID: wk.ID, workerIP: workerIP}
 }
 
 // pinnedKeys reads a server's host keys from its console output.
@@ -283,5 +292,94 @@ func TestBrokenUserDataPutsServerInError(t *testing.T) {
 	got, err := servers.Get(context.Background(), c.compute, sv.ID).Extract()
 	if err != nil || got.Status != "ERROR" || !strings.Contains(got.Fault.Message, "ignition config rejected") {
 		t.Fatalf("status %q, fault %+v, %v", got.Status, got.Fault, err)
+	}
+}
+
+// TestOpenSSHClient: the upstream ssh and sftp reach the gateway through
+// the edge with nc as SOCKS5 proxy command, and a worker with ProxyJump,
+// with the console's host keys as known_hosts.
+func TestOpenSSHClient(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"ssh", "sftp", "nc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("CI must have %s (.ci/run installs openssh-client and netcat-openbsd)", tool)
+			}
+			t.Skipf("%s not installed; .ci/run installs it", tool)
+		}
+	}
+	e := startEnv(t, Options{})
+	cl := makeCluster(t, e, "prod", "192.168.10.0/24")
+	dir := t.TempDir()
+	priv, ok := cl.raw.(ed25519.PrivateKey)
+	if !ok {
+		t.Fatal("no raw key")
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "opke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var kh strings.Builder
+	for host, id := range map[string]string{cl.fip: cl.gatewayID, cl.workerIP: cl.workerID} {
+		for _, k := range pinnedKeys(t, e, id) {
+			kh.WriteString(host + " " + string(ssh.MarshalAuthorizedKey(k)))
+		}
+	}
+	knownHosts := filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(knownHosts, []byte(kh.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := "  User core\n  IdentityFile " + keyFile + "\n  IdentitiesOnly yes\n  UserKnownHostsFile " + knownHosts +
+		"\n  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  BatchMode yes\n  ConnectTimeout 10\n"
+	config := "Host gw\n  HostName " + cl.fip + "\n  ProxyCommand nc -X 5 -x " + e.sim.Edge() + " %h %p\n" + common +
+		"Host worker\n  HostName " + cl.workerIP + "\n  ProxyJump gw\n" + common
+	cfgFile := filepath.Join(dir, "config")
+	if err := os.WriteFile(cfgFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	if out := run("ssh", "-F", cfgFile, "gw", "cat", "/etc/opke/role"); out != "gateway\n" {
+		t.Errorf("ssh gw: %q", out)
+	}
+	if out := run("ssh", "-F", cfgFile, "worker", "cat", "/etc/opke/role"); out != "worker\n" {
+		t.Errorf("ssh -J gw worker: %q", out)
+	}
+	local := filepath.Join(dir, "hello")
+	if err := os.WriteFile(local, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	batch := filepath.Join(dir, "batch")
+	if err := os.WriteFile(batch, []byte("put "+local+" /etc/kubernetes/hello\nls -l /etc/kubernetes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := run("sftp", "-F", cfgFile, "-b", batch, "worker"); !strings.Contains(out, "hello") {
+		t.Errorf("sftp: %s", out)
+	}
+	root, err := e.sim.HostRoot("prod-default-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "etc/kubernetes/hello")); err != nil || string(b) != "hello\n" {
+		t.Errorf("the uploaded file: %q %v", b, err)
+	}
+	// A wrong known_hosts entry stops ssh.
+	if err := os.WriteFile(knownHosts, []byte(cl.fip+" "+string(ssh.MarshalAuthorizedKey(newKey(t).PublicKey()))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ssh", "-F", cfgFile, "gw", "true").CombinedOutput(); err == nil {
+		t.Errorf("ssh accepted a host key that is not the pinned one:\n%s", out)
 	}
 }
