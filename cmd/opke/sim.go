@@ -19,9 +19,10 @@ func (a *app) simCommand() *cobra.Command {
 		Long: `Run OPKE's OpenStack simulator: Keystone, Nova, Glance, Neutron, Octavia and Swift
 over their real REST APIs on 127.0.0.1, so that gophercloud and the openstack CLI
 work against it unchanged. It writes STATE/clouds.yaml (clouds "sim" and
-"sim-admin") and STATE/sim.json (the admin endpoint for counters and faults),
-keeps its resources in STATE/state.json across restarts, and runs until
-interrupted.`,
+"sim-admin") and STATE/sim.json (the admin endpoint for counters and faults,
+and the edge: the SOCKS5 proxy on 127.0.0.1 that alone reaches simulated
+floating IPs), keeps its resources in STATE/state.json and its hosts' roots in
+STATE/hosts across restarts, and runs until interrupted.`,
 		Example: `  opke sim --listen 127.0.0.1:5050 --state .opke/sim
   OS_CLIENT_CONFIG_FILE=.opke/sim/clouds.yaml OS_CLOUD=sim openstack server list`,
 		Args: argsAtMost(0),
@@ -32,8 +33,8 @@ interrupted.`,
 			if err != nil {
 				return fmt.Errorf("start simulator: %w", err)
 			}
-			fmt.Fprintf(a.stdout, "OpenStack simulator at %s (admin %s)\nclouds.yaml: %s (clouds sim, sim-admin)\n",
-				sim.URL(), sim.AdminURL(), filepath.Join(state, "clouds.yaml"))
+			fmt.Fprintf(a.stdout, "OpenStack simulator at %s (admin %s, SOCKS5 edge %s)\nclouds.yaml: %s (clouds sim, sim-admin)\n",
+				sim.URL(), sim.AdminURL(), sim.Edge(), filepath.Join(state, "clouds.yaml"))
 			<-cmd.Context().Done()
 			if err := sim.Close(); err != nil {
 				return fmt.Errorf("stop simulator: %w", err)
@@ -45,6 +46,7 @@ interrupted.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:5050", "address of the APIs (127.0.0.1 only)")
 	f.StringVar(&opts.AdminListen, "admin-listen", "127.0.0.1:0", "address of the admin endpoint (127.0.0.1 only)")
+	f.StringVar(&opts.EdgeListen, "edge-listen", "127.0.0.1:5052", "address of the SOCKS5 edge to the simulated floating IPs (127.0.0.1 only)")
 	f.StringVar(&state, "state", filepath.Join(".opke", "sim"), "state folder: clouds.yaml, sim.json, state.json")
 	f.DurationVar(&opts.BootDelay, "boot-delay", 2*time.Second, "time a server stays in BUILD and a load balancer in PENDING_*")
 	f.DurationVar(&opts.TokenTTL, "token-ttl", time.Hour, "lifetime of a Keystone token")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func TestSimCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"sim", "--listen", "127.0.0.1:0", "--state", state, "--log-level", "warn"}, &out, &errOut)
+		done <- run(ctx, []string{"sim", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state, "--log-level", "warn"}, &out, &errOut)
 	}()
 	var info cloudsim.Info
 	deadline := time.Now().Add(10 * time.Second)
@@ -38,6 +39,9 @@ func TestSimCommand(t *testing.T) {
 			t.Fatalf("no sim.json after 10s; stderr: %s", errOut.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.HasPrefix(info.Edge, "127.0.0.1:") {
+		t.Errorf("sim.json edge %q, want a loopback SOCKS5 address", info.Edge)
 	}
 	ao, _, _, err := clouds.Parse(clouds.WithCloudName("sim"), clouds.WithLocations(filepath.Join(state, "clouds.yaml")))
 	if err != nil {
