@@ -370,26 +370,12 @@ func (h *simHost) exec(command string, stdout, stderr io.Writer) int {
 	case "systemctl":
 		code = h.systemctl(args[1:], &ev, stdout, stderr)
 	case "sha256sum":
-		for _, p := range args[1:] {
-			b, err := h.root.ReadFile(rel(p))
-			if err != nil {
-				fmt.Fprintf(stderr, "sha256sum: %s: No such file or directory\n", p)
-				code = 1
-				continue
-			}
+		code = h.eachFile("sha256sum", args[1:], stderr, func(p string, b []byte) {
 			sum := sha256.Sum256(b)
 			fmt.Fprintf(stdout, "%s  %s\n", hex.EncodeToString(sum[:]), p)
-		}
+		})
 	case "cat":
-		for _, p := range args[1:] {
-			b, err := h.root.ReadFile(rel(p))
-			if err != nil {
-				fmt.Fprintf(stderr, "cat: %s: No such file or directory\n", p)
-				code = 1
-				continue
-			}
-			_, _ = stdout.Write(b)
-		}
+		code = h.eachFile("cat", args[1:], stderr, func(_ string, b []byte) { _, _ = stdout.Write(b) })
 	case "sync", "true":
 		// Writes through the simulator's SFTP are on disk once acknowledged.
 	default:
@@ -399,6 +385,22 @@ func (h *simHost) exec(command string, stdout, stderr io.Writer) int {
 	ev.Exit = code
 	if args[0] == "systemctl" {
 		h.record(ev)
+	}
+	return code
+}
+
+// eachFile calls fn with each path's content, as coreutils do: a missing
+// file is reported and makes the exit code 1, the others still go.
+func (h *simHost) eachFile(cmd string, paths []string, stderr io.Writer, fn func(string, []byte)) int {
+	code := 0
+	for _, p := range paths {
+		b, err := h.root.ReadFile(rel(p))
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %s: No such file or directory\n", cmd, p)
+			code = 1
+			continue
+		}
+		fn(p, b)
 	}
 	return code
 }

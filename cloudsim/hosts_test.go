@@ -221,6 +221,9 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 	if _, err := sshx.Run(ctx, host, "systemctl restart nope"); err == nil || !strings.Contains(err.Error(), "Unit nope.service not found") {
 		t.Errorf("restart of a missing unit: %v", err)
 	}
+	if _, err := sshx.Run(ctx, host, "sha256sum /etc/kubernetes/kubelet.env /nope"); err == nil || !strings.Contains(err.Error(), "sha256sum: /nope: No such file or directory") {
+		t.Errorf("sha256sum of a missing file: %v", err)
+	}
 	if _, err := sshx.Run(ctx, host, "rm -rf /"); err == nil {
 		t.Error("a command outside the exec set ran")
 	}
