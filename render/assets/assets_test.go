@@ -25,6 +25,7 @@ import (
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
+	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -434,29 +435,16 @@ func TestNoSecretOrVersionInUserData(t *testing.T) {
 	}
 }
 
-// decodeUserData returns the config with every data URL decoded, so a
-// scan sees file contents too.
+// decodeUserData returns the config followed by every file's content, so
+// a scan sees what data URLs hide.
 func decodeUserData(t testing.TB, ud []byte) []byte {
 	t.Helper()
-	var cfg struct {
-		Storage struct {
-			Files []struct {
-				Contents struct {
-					Source string `json:"source"`
-				} `json:"contents"`
-			} `json:"files"`
-		} `json:"storage"`
-	}
-	if err := json.Unmarshal(ud, &cfg); err != nil {
+	files, err := ignition.Contents(ud)
+	if err != nil {
 		t.Fatal(err)
 	}
 	out := append([]byte{}, ud...)
-	for _, f := range cfg.Storage.Files {
-		var b []byte
-		data, _ := strings.CutPrefix(f.Contents.Source, "data:;base64,")
-		if err := json.Unmarshal([]byte(`"`+data+`"`), &b); err != nil {
-			t.Fatal(err)
-		}
+	for _, b := range files {
 		out = append(append(out, '\n'), b...)
 	}
 	return out

@@ -203,15 +203,27 @@ RestartSec=5
 WantedBy=multi-user.target
 `
 
-// decodeDataURL reads back what file() wrote.
-func decodeDataURL(src string) ([]byte, error) {
-	data, ok := strings.CutPrefix(src, "data:;base64,")
-	if !ok {
-		return nil, fmt.Errorf("not a base64 data URL: %.30q", src)
+// Contents reads back the files of a config that Render wrote, by path:
+// what a host gets from it, for scans and for showing a user_data change.
+func Contents(config []byte) (map[string][]byte, error) {
+	var cfg types.Config
+	if err := json.Unmarshal(config, &cfg); err != nil {
+		return nil, fmt.Errorf("ignition config: %w", err)
 	}
-	b, err := base64.StdEncoding.DecodeString(data)
-	if err != nil {
-		return nil, fmt.Errorf("data URL: %w", err)
+	out := make(map[string][]byte, len(cfg.Storage.Files))
+	for _, f := range cfg.Storage.Files {
+		if f.Contents.Source == nil {
+			continue
+		}
+		data, ok := strings.CutPrefix(*f.Contents.Source, "data:;base64,")
+		if !ok {
+			return nil, fmt.Errorf("%s: not a base64 data URL: %.30q", f.Path, *f.Contents.Source)
+		}
+		b, err := base64.StdEncoding.DecodeString(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: data URL: %w", f.Path, err)
+		}
+		out[f.Path] = b
 	}
-	return b, nil
+	return out, nil
 }

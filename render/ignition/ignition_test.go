@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,27 +84,16 @@ func TestUserDataHoldsNoSecretNorVersion(t *testing.T) {
 	}
 }
 
+// decodedContents is every file's content of a config, in path order.
 func decodedContents(t *testing.T, raw []byte) string {
 	t.Helper()
-	var cfg struct {
-		Storage struct {
-			Files []struct {
-				Contents struct {
-					Source string `json:"source"`
-				} `json:"contents"`
-			} `json:"files"`
-		} `json:"storage"`
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
+	files, err := Contents(raw)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	for _, f := range cfg.Storage.Files {
-		data, err := decodeDataURL(f.Contents.Source)
-		if err != nil {
-			t.Fatalf("file source %q: %v", f.Contents.Source, err)
-		}
-		b.Write(data)
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		b.Write(files[p])
 	}
 	return b.String()
 }
