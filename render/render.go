@@ -55,9 +55,9 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	svc, err := netip.ParsePrefix(c.Spec.Network.ServiceCIDR)
+	svc, err := c.ServicePrefix()
 	if err != nil {
-		return nil, fmt.Errorf("render %s: serviceCIDR: %w", name, err)
+		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	req := pki.Request{Cluster: name, APIVIP: vip, APIFloatingIP: o.APIFloatingIP, ServiceCIDR: svc, Now: o.Now}
 	for _, h := range hosts {

@@ -48,6 +48,29 @@ func (c *Cluster) HostPrefix() (netip.Prefix, error) {
 	return p, nil
 }
 
+// ServicePrefix parses network.serviceCIDR (set by Default).
+func (c *Cluster) ServicePrefix() (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(c.Spec.Network.ServiceCIDR)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("serviceCIDR: %w", err)
+	}
+	return p, nil
+}
+
+// ClusterDNSIP is the cluster DNS service's IP: the 10th address of
+// serviceCIDR, as kubeadm chooses it.
+func (c *Cluster) ClusterDNSIP() (netip.Addr, error) {
+	p, err := c.ServicePrefix()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	a, ok := nthAddr(p, 10)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("serviceCIDR %s has no 10th address", p)
+	}
+	return a, nil
+}
+
 // APIVIP is the Kubernetes API's virtual IP: the 5th address of hostCIDR.
 func (c *Cluster) APIVIP() (netip.Addr, error) { return c.hostAddr(APIVIPOffset) }
 

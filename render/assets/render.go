@@ -70,13 +70,9 @@ func newRenderer(in Input) (*renderer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
-	svc, err := netip.ParsePrefix(c.Spec.Network.ServiceCIDR)
+	dns, err := c.ClusterDNSIP()
 	if err != nil {
-		return nil, fmt.Errorf("%w: serviceCIDR: %w", ErrBadInput, err)
-	}
-	dns := svc.Masked().Addr()
-	for range 10 { // kubeadm's choice: the 10th service IP
-		dns = dns.Next()
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	r := &renderer{in: in, c: c, version: v, images: images, addons: map[string]bool{}}
 	for _, a := range c.Spec.Addons {
@@ -88,8 +84,8 @@ func newRenderer(in Input) (*renderer, error) {
 		APIServer: "https://" + netip.AddrPortFrom(vip, 6443).String(), APIVIP: vip.String(),
 		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],
 	}
-	if r.data.PodCIDR == "" || r.data.ServiceCIDR == "" {
-		return nil, fmt.Errorf("%w: the spec is not defaulted (podCIDR or serviceCIDR empty)", ErrBadInput)
+	if r.data.PodCIDR == "" {
+		return nil, fmt.Errorf("%w: the spec is not defaulted (podCIDR empty)", ErrBadInput)
 	}
 	return r, nil
 }

@@ -1,0 +1,52 @@
+package schemas
+
+import (
+	"net/netip"
+	"testing"
+)
+
+type addr = netip.Addr
+
+// str adapts an address getter to a string one.
+func str(f func() (addr, error)) func() (string, error) {
+	return func() (string, error) {
+		a, err := f()
+		return a.String(), err
+	}
+}
+
+// TestAddresses: the addresses OPKE derives from a spec's CIDRs.
+func TestAddresses(t *testing.T) {
+	t.Parallel()
+	c := &Cluster{Spec: Spec{Network: Network{HostCIDR: "192.168.20.0/24", ServiceCIDR: "10.3.0.0/16"}}}
+	for _, tc := range []struct {
+		name string
+		got  func() (string, error)
+		want string
+	}{
+		{name: "API VIP", got: str(c.APIVIP), want: "192.168.20.5"},
+		{name: "gateway", got: str(c.GatewayIP), want: "192.168.20.6"},
+		{name: "controller 2", got: str(func() (a addr, err error) { return c.ControllerIP(2) }), want: "192.168.20.12"},
+		{name: "cluster DNS", got: str(c.ClusterDNSIP), want: "10.3.0.10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.got()
+			if err != nil || got != tc.want {
+				t.Errorf("got %s (%v), want %s", got, err, tc.want)
+			}
+		})
+	}
+	for name, bad := range map[string]*Cluster{
+		"no serviceCIDR":        {Spec: Spec{Network: Network{HostCIDR: "192.168.20.0/24"}}},
+		"serviceCIDR too small": {Spec: Spec{Network: Network{ServiceCIDR: "10.3.0.0/29"}}},
+		"hostCIDR not a prefix": {Spec: Spec{Network: Network{HostCIDR: "192.168.20.0", ServiceCIDR: "10.3.0.0/16"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, errDNS := bad.ClusterDNSIP()
+			_, errVIP := bad.APIVIP()
+			if errDNS == nil && errVIP == nil {
+				t.Error("no error")
+			}
+		})
+	}
+}
