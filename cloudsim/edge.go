@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strconv"
 	"time"
 )
 
@@ -193,7 +192,7 @@ func (w *world) ingressAllowed(p *port, proto string, portNum int) bool {
 		if !groups[r.SecurityGroupID] || r.Direction != "ingress" || r.EtherType != "IPv4" {
 			continue
 		}
-		if r.Protocol != nil && *r.Protocol != proto && *r.Protocol != strconv.Itoa(6) {
+		if r.Protocol != nil && *r.Protocol != proto && *r.Protocol != "6" /* tcp by number */ {
 			continue
 		}
 		if r.PortRangeMin != nil && portNum < *r.PortRangeMin || r.PortRangeMax != nil && portNum > *r.PortRangeMax {

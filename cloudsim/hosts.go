@@ -155,9 +155,10 @@ func (s *Sim) host(id string) (*simHost, error) {
 	var name, key string
 	var keyErr error
 	if sv != nil && sv.Status == "ACTIVE" {
+		had := sv.HostKey != ""
 		keyErr = ensureHostKey(sv)
 		name, key = sv.Name, sv.HostKey
-		s.dirty = true
+		s.dirty = s.dirty || !had
 	}
 	s.mu.Unlock()
 	if keyErr != nil {

@@ -33,7 +33,7 @@ import (
 // through gophercloud as OPKE will create them.
 type cluster struct {
 	key                ssh.Signer
-	raw                any // the private key behind key
+	raw                ed25519.PrivateKey // the private key behind key
 	gatewayIP, fip     string
 	gatewayID          string
 	workerID, workerIP string
@@ -314,11 +314,7 @@ func TestOpenSSHClient(t *testing.T) {
 	e := startEnv(t, Options{})
 	cl := makeCluster(t, e, "prod", "192.168.10.0/24")
 	dir := t.TempDir()
-	priv, ok := cl.raw.(ed25519.PrivateKey)
-	if !ok {
-		t.Fatal("no raw key")
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "opke")
+	block, err := ssh.MarshalPrivateKey(cl.raw, "opke")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,12 +21,9 @@ func jailHandlers(root *os.Root) sftp.Handlers {
 	return sftp.Handlers{FileGet: j, FilePut: j, FileCmd: j, FileList: j}
 }
 
-// inRoot maps an SFTP path (absolute, as the client sees the host) to the root.
-func inRoot(p string) string { return rel(p) }
-
 // Fileread implements sftp.FileReader.
 func (j *jail) Fileread(r *sftp.Request) (io.ReaderAt, error) {
-	return j.root.Open(inRoot(r.Filepath))
+	return j.root.Open(rel(r.Filepath))
 }
 
 // Filewrite implements sftp.FileWriter: the file is created with the mode
@@ -53,12 +50,12 @@ func (j *jail) Filewrite(r *sftp.Request) (io.WriterAt, error) {
 	if flags.Read {
 		of = of&^os.O_WRONLY | os.O_RDWR
 	}
-	return j.root.OpenFile(inRoot(r.Filepath), of, mode)
+	return j.root.OpenFile(rel(r.Filepath), of, mode)
 }
 
 // Filecmd implements sftp.FileCmder.
 func (j *jail) Filecmd(r *sftp.Request) error {
-	p := inRoot(r.Filepath)
+	p := rel(r.Filepath)
 	switch r.Method {
 	case "Setstat":
 		a := r.Attributes()
@@ -77,28 +74,28 @@ func (j *jail) Filecmd(r *sftp.Request) error {
 		}
 		return nil
 	case "Rename", "PosixRename":
-		return j.root.Rename(p, inRoot(r.Target))
+		return j.root.Rename(p, rel(r.Target))
 	case "Rmdir", "Remove":
 		return j.root.Remove(p)
 	case "Mkdir":
 		return j.root.Mkdir(p, 0o755)
 	case "Symlink":
 		// r.Filepath is the target, r.Target the link (as pkg/sftp passes them).
-		return j.root.Symlink(r.Filepath, inRoot(r.Target))
+		return j.root.Symlink(r.Filepath, rel(r.Target))
 	case "Link":
-		return j.root.Link(p, inRoot(r.Target))
+		return j.root.Link(p, rel(r.Target))
 	}
 	return sftp.ErrSSHFxOpUnsupported
 }
 
 // PosixRename implements sftp.PosixRenameFileCmder.
 func (j *jail) PosixRename(r *sftp.Request) error {
-	return j.root.Rename(inRoot(r.Filepath), inRoot(r.Target))
+	return j.root.Rename(rel(r.Filepath), rel(r.Target))
 }
 
 // Filelist implements sftp.FileLister.
 func (j *jail) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
-	p := inRoot(r.Filepath)
+	p := rel(r.Filepath)
 	switch r.Method {
 	case "List":
 		entries, err := fs.ReadDir(j.root.FS(), p)
@@ -118,12 +115,6 @@ func (j *jail) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 			return nil, err
 		}
 		return listerAt{info}, nil
-	case "Lstat":
-		info, err := j.root.Lstat(p)
-		if err != nil {
-			return nil, err
-		}
-		return listerAt{info}, nil
 	case "Readlink":
 		target, err := j.root.Readlink(p)
 		if err != nil {
@@ -134,9 +125,10 @@ func (j *jail) Filelist(r *sftp.Request) (sftp.ListerAt, error) {
 	return nil, sftp.ErrSSHFxOpUnsupported
 }
 
-// Lstat implements sftp.LstatFileLister.
+// Lstat implements sftp.LstatFileLister (Lstat requests come here, not
+// to Filelist).
 func (j *jail) Lstat(r *sftp.Request) (sftp.ListerAt, error) {
-	info, err := j.root.Lstat(inRoot(r.Filepath))
+	info, err := j.root.Lstat(rel(r.Filepath))
 	if err != nil {
 		return nil, err
 	}

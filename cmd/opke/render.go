@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -163,15 +164,13 @@ func (a *app) loadCluster(cmd *cobra.Command, repo, rev, name string) (*schemas.
 	if err != nil {
 		return nil, fmt.Errorf("load fleet: %w", err)
 	}
-	var findings []schemas.Finding
-	for _, f := range fleet.Findings {
-		if f.Severity == schemas.SeverityError && strings.Contains(f.File, "clusters/"+name+"/") {
-			findings = append(findings, f)
+	// The cluster's own file decides, not a match on finding texts.
+	for _, f := range fleet.Files {
+		if path.Base(path.Dir(filepath.ToSlash(f.Path))) != name || !f.Findings.HasErrors() {
+			continue
 		}
-	}
-	if len(findings) > 0 {
-		for _, f := range findings {
-			fmt.Fprintln(a.stderr, f)
+		for _, fd := range f.Findings {
+			fmt.Fprintln(a.stderr, fd)
 		}
 		fmt.Fprintf(a.stderr, "opke: cluster %s is not valid; nothing rendered\n", name)
 		return nil, exitCodeError{exitFindings}
