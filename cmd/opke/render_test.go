@@ -2,16 +2,23 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/statetest"
 )
 
 // readTree returns every file under dir with its mode.
@@ -129,6 +136,9 @@ func TestRenderRefusals(t *testing.T) {
 		{name: "incomplete credential", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", filepath.Join(work, "o3"), "--data-dir", state, "--app-credential", badCred},
 			code: exitUsage, stderr: "application_credential_id and application_credential_secret are required", notInErr: "hunter2"},
 		{name: "bad floating IP", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", filepath.Join(work, "o4"), "--api-floating-ip", "nope"}, code: exitUsage, stderr: "--api-floating-ip"},
+		{name: "etcd cert without its key", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", filepath.Join(work, "o6"), "--data-dir", filepath.Join(work, "o7"),
+			"--etcd", "http://127.0.0.1:1", "--etcd-cert", badCred},
+			code: exitUsage, stderr: "--etcd-cert and --etcd-key go together"},
 		{name: "unknown revision", args: []string{"render", "--repo", "../..", "--rev", "no-such-rev", "--cluster", "demo", "--out", filepath.Join(work, "o5")}, code: exitUsage, stderr: "--rev"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,7 +154,7 @@ func TestRenderRefusals(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(foreign, "notes.txt")); err != nil || string(b) != "mine" {
 		t.Errorf("the refused folder changed: %q %v", b, err)
 	}
-	for _, o := range []string{"o1", "o2", "o3", "o4", "o5"} {
+	for _, o := range []string{"o1", "o2", "o3", "o4", "o5", "o6", "o7"} {
 		if _, err := os.Stat(filepath.Join(work, o)); err == nil {
 			t.Errorf("%s was written by a refused render", o)
 		}
@@ -180,5 +190,44 @@ func TestRenderRevision(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(p); !bytes.Contains(b, []byte("application-credential-secret=very-secret\n")) {
 		t.Errorf("cloud.conf:\n%s", b)
+	}
+}
+
+// TestRenderExternalEtcd renders into an external etcd with a given key
+// file and a known floating IP: the material lands in that etcd, sealed
+// with that key, the serving certs carry the floating IP, and the data dir
+// is not touched.
+func TestRenderExternalEtcd(t *testing.T) {
+	t.Parallel()
+	store := statetest.Open(t)
+	work := t.TempDir()
+	keyFile := filepath.Join(work, "key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(statetest.Key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dataDir, out := filepath.Join(work, "unused"), filepath.Join(work, "out")
+	code, stdout, stderr := opke(t, "render", "--repo", "../..", "--cluster", "demo", "--out", out, "--data-dir", dataDir,
+		"--etcd", strings.Join(store.Endpoints(), ","), "--encryption-key-file", keyFile, "--api-floating-ip", "203.0.113.20")
+	if code != exitOK {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, err := os.Stat(dataDir); err == nil {
+		t.Error("the data dir was created although --etcd was given")
+	}
+	ctx := context.Background()
+	if _, err := store.GetSecret(ctx, store.Key("demo", "pki", "ca.key")); err != nil {
+		t.Errorf("the CA key is not in the external etcd under the given key: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "hosts", "demo-controller-0", "etc", "kubernetes", "pki", "apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(cert.IPAddresses, func(ip net.IP) bool { return ip.String() == "203.0.113.20" }) {
+		t.Errorf("apiserver SANs %v lack the floating IP", cert.IPAddresses)
 	}
 }

@@ -44,8 +44,15 @@ func (f *stateFlags) register(cmd *cobra.Command) {
 
 // open opens the store the flags describe.
 func (f *stateFlags) open(ctx context.Context, a *app) (*state.Store, error) {
-	var key []byte
+	// Every flag is checked before anything is created on disk.
+	var tlsCfg *tls.Config
 	var err error
+	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
+		if tlsCfg, err = f.tlsConfig(); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	var key []byte
 	if f.encryptionKey != "" {
 		if key, err = state.ReadKeyFile(f.encryptionKey); err != nil {
 			return nil, usageError{err}
@@ -58,12 +65,7 @@ func (f *stateFlags) open(ctx context.Context, a *app) (*state.Store, error) {
 			return nil, err
 		}
 	}
-	opts := state.Options{DataDir: f.dataDir, Endpoints: f.endpoints, Prefix: f.prefix, EncryptionKey: key, Logger: a.logger}
-	if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
-		if opts.TLS, err = f.tlsConfig(); err != nil {
-			return nil, usageError{err}
-		}
-	}
+	opts := state.Options{DataDir: f.dataDir, Endpoints: f.endpoints, Prefix: f.prefix, EncryptionKey: key, Logger: a.logger, TLS: tlsCfg}
 	s, err := state.Open(ctx, opts)
 	if errors.Is(err, state.ErrLocked) {
 		return nil, fmt.Errorf("%w (is another opke running on this data dir?)", err)
