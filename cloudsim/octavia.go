@@ -137,26 +137,23 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 		s.route(mux, "PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
 		s.route(mux, "DELETE "+base+"loadbalancers/{id}", s.deleteLB)
 		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.lbStatusTree)
-		s.route(mux, "GET "+base+"listeners", s.lbList("listeners", func(w *world) []any { return values(w.Listeners) }))
-		s.route(mux, "POST "+base+"listeners", s.createListener)
-		s.route(mux, "GET "+base+"listeners/{id}", s.lbGet("listener"))
-		s.route(mux, "PUT "+base+"listeners/{id}", s.updateLBObject("listener"))
-		s.route(mux, "DELETE "+base+"listeners/{id}", s.deleteLBChild("listener"))
-		s.route(mux, "GET "+base+"pools", s.lbList("pools", func(w *world) []any { return values(w.Pools) }))
-		s.route(mux, "POST "+base+"pools", s.createPool)
-		s.route(mux, "GET "+base+"pools/{id}", s.lbGet("pool"))
-		s.route(mux, "PUT "+base+"pools/{id}", s.updateLBObject("pool"))
-		s.route(mux, "DELETE "+base+"pools/{id}", s.deleteLBChild("pool"))
-		s.route(mux, "GET "+base+"pools/{pool}/members", s.lbList("members", func(w *world) []any { return values(w.Members) }))
-		s.route(mux, "POST "+base+"pools/{pool}/members", s.createMember)
-		s.route(mux, "GET "+base+"pools/{pool}/members/{id}", s.lbGet("member"))
-		s.route(mux, "PUT "+base+"pools/{pool}/members/{id}", s.updateLBObject("member"))
-		s.route(mux, "DELETE "+base+"pools/{pool}/members/{id}", s.deleteLBChild("member"))
-		s.route(mux, "GET "+base+"healthmonitors", s.lbList("healthmonitors", func(w *world) []any { return values(w.Monitors) }))
-		s.route(mux, "POST "+base+"healthmonitors", s.createMonitor)
-		s.route(mux, "GET "+base+"healthmonitors/{id}", s.lbGet("healthmonitor"))
-		s.route(mux, "PUT "+base+"healthmonitors/{id}", s.updateLBObject("healthmonitor"))
-		s.route(mux, "DELETE "+base+"healthmonitors/{id}", s.deleteLBChild("healthmonitor"))
+		// The children of a load balancer share one shape of routes.
+		for _, c := range []struct {
+			kind, plural, path string
+			all                func(*world) []any
+			create             handlerFunc
+		}{
+			{"listener", "listeners", "listeners", func(w *world) []any { return values(w.Listeners) }, s.createListener},
+			{"pool", "pools", "pools", func(w *world) []any { return values(w.Pools) }, s.createPool},
+			{"member", "members", "pools/{pool}/members", func(w *world) []any { return values(w.Members) }, s.createMember},
+			{"healthmonitor", "healthmonitors", "healthmonitors", func(w *world) []any { return values(w.Monitors) }, s.createMonitor},
+		} {
+			s.route(mux, "GET "+base+c.path, s.lbList(c.plural, c.all))
+			s.route(mux, "POST "+base+c.path, c.create)
+			s.route(mux, "GET "+base+c.path+"/{id}", s.lbGet(c.kind))
+			s.route(mux, "PUT "+base+c.path+"/{id}", s.updateLBObject(c.kind))
+			s.route(mux, "DELETE "+base+c.path+"/{id}", s.deleteLBChild(c.kind))
+		}
 	}
 	mux.HandleFunc("GET /load-balancer", s.lbVersions)
 	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)
