@@ -27,13 +27,13 @@ import (
 )
 
 // renderManifest is OUT/manifest.json: what was rendered, without bytes.
+// Hosts are the assets' own JSON form: each host with its files (path,
+// mode, owner, sha256, size, secret, units to restart).
 type renderManifest struct {
-	Cluster  string            `json:"cluster"`
-	Version  string            `json:"version"`
-	UserData []renderUserData  `json:"userdata"`
-	Files    []renderFileEntry `json:"files"`
-	Issued   []string          `json:"issued"`
-	Hosts    []assets.Host     `json:"hosts"`
+	Cluster  string             `json:"cluster"`
+	Version  string             `json:"version"`
+	UserData []renderUserData   `json:"userdata"`
+	Hosts    []assets.HostFiles `json:"hosts"`
 }
 
 type renderUserData struct {
@@ -41,18 +41,6 @@ type renderUserData struct {
 	Path   string        `json:"path"`
 	SHA256 string        `json:"sha256"`
 	Size   int           `json:"size"`
-}
-
-// renderFileEntry is one host file of the manifest, without its bytes.
-type renderFileEntry struct {
-	Host    string   `json:"host"`
-	Path    string   `json:"path"`
-	Mode    string   `json:"mode"`
-	Owner   string   `json:"owner"`
-	SHA256  string   `json:"sha256"`
-	Size    int      `json:"size"`
-	Secret  bool     `json:"secret,omitempty"`
-	Restart []string `json:"restart,omitempty"`
 }
 
 func (a *app) renderCommand() *cobra.Command {
@@ -112,10 +100,12 @@ whole; a non-empty folder that is not an earlier render is refused.`,
 				return err
 			}
 			files, secret := 0, 0
-			for _, f := range m.Files {
-				files++
-				if f.Secret {
-					secret++
+			for _, h := range m.Hosts {
+				files += len(h.Files)
+				for _, f := range h.Files {
+					if f.Secret {
+						secret++
+					}
 				}
 			}
 			fmt.Fprintf(a.stdout, "rendered %s (Kubernetes %s) into %s: user_data for %d roles, %d files for %d hosts (%d secret, 0600); %d new TLS items issued\n",
@@ -240,7 +230,7 @@ func writeRender(out string, r *render.Output) (*renderManifest, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
-	m := &renderManifest{Cluster: r.Cluster, Version: r.Assets.Version}
+	m := &renderManifest{Cluster: r.Cluster, Version: r.Assets.Version, Hosts: r.Assets.Hosts}
 	for _, role := range ignition.Roles {
 		ud := r.UserData[role]
 		rel := filepath.Join("userdata", string(role)+".ign")
@@ -250,13 +240,10 @@ func writeRender(out string, r *render.Output) (*renderManifest, error) {
 		m.UserData = append(m.UserData, renderUserData{Role: role, Path: rel, SHA256: sha256Hex(ud), Size: len(ud)})
 	}
 	for _, h := range r.Assets.Hosts {
-		m.Hosts = append(m.Hosts, h.Host)
 		for _, f := range h.Files {
 			if err := writeFile(filepath.Join(tmp, "hosts", h.Name, filepath.FromSlash(f.Path)), f.Data, f.Mode); err != nil {
 				return nil, err
 			}
-			m.Files = append(m.Files, renderFileEntry{Host: h.Name, Path: f.Path, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())),
-				Owner: f.Owner, SHA256: f.SHA256, Size: f.Size, Secret: f.Secret, Restart: f.Restart})
 		}
 	}
 	b, err := json.MarshalIndent(m, "", "  ")

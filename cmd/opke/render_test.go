@@ -81,21 +81,28 @@ func TestRender(t *testing.T) {
 	if err := json.Unmarshal([]byte(strings.SplitN(first["manifest.json"], " ", 2)[1]), &m); err != nil {
 		t.Fatal(err)
 	}
-	secrets := 0
-	for _, f := range m.Files {
-		got := first[filepath.Join("hosts", f.Host, f.Path)]
-		if f.Secret {
-			secrets++
-			if !strings.HasPrefix(got, "-rw------- ") {
-				t.Errorf("%s:%s is secret but written %s", f.Host, f.Path, got[:10])
+	secrets, files := 0, 0
+	for _, h := range m.Hosts {
+		for _, f := range h.Files {
+			files++
+			got := first[filepath.Join("hosts", h.Name, f.Path)]
+			if got == "" {
+				t.Errorf("%s:%s listed but not written", h.Name, f.Path)
+				continue
+			}
+			if want := f.Mode.String() + " "; !strings.HasPrefix(got, want) {
+				t.Errorf("%s:%s written %s, the manifest says %s", h.Name, f.Path, got[:10], want)
+			}
+			if f.Secret {
+				secrets++
+				if !strings.HasPrefix(got, "-rw------- ") {
+					t.Errorf("%s:%s is secret but written %s", h.Name, f.Path, got[:10])
+				}
 			}
 		}
-		if got == "" {
-			t.Errorf("%s:%s listed but not written", f.Host, f.Path)
-		}
 	}
-	if secrets == 0 || len(m.Files) < 30 || len(m.Hosts) != 4 {
-		t.Errorf("manifest: %d files, %d secret, %d hosts", len(m.Files), secrets, len(m.Hosts))
+	if secrets == 0 || files < 30 || len(m.Hosts) != 4 {
+		t.Errorf("manifest: %d files, %d secret, %d hosts", files, secrets, len(m.Hosts))
 	}
 	manifest := first["manifest.json"]
 	for _, s := range []string{"PRIVATE KEY", "client-key-data"} {
