@@ -305,6 +305,38 @@ func TestDamagedMaterial(t *testing.T) {
 	if diff := cmp.Diff([]string{Scheduler}, issued); diff != "" {
 		t.Errorf("after a key mix-up, issued (-want +got):\n%s", diff)
 	}
+	// prod's front-proxy client replaced by another cluster's: same
+	// subject, a matching key, but signed by a CA of the same name that is
+	// not prod's. Only the signature check tells, and it is re-issued.
+	other := request()
+	other.Cluster = "other"
+	if _, _, err := Issue(ctx, s, other); err != nil {
+		t.Fatal(err)
+	}
+	for _, ext := range []string{".crt", ".key"} {
+		from, to := s.Key("other", "pki", FrontProxyClient+ext), s.Key("prod", "pki", FrontProxyClient+ext)
+		v, err := s.Get(ctx, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ext == ".key" {
+			if v, err = s.Open(from, v); err == nil {
+				err = s.PutSecret(ctx, to, v)
+			}
+		} else {
+			err = s.Put(ctx, to, v)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, issued, err = Issue(ctx, s, request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{FrontProxyClient}, issued); diff != "" {
+		t.Errorf("after a cert of another CA, issued (-want +got):\n%s", diff)
+	}
 	// A raw sealed value moved to another path does not open: an error.
 	raw, _ := s.Get(ctx, s.Key("prod", "pki", "admin.key"))
 	if err := s.Put(ctx, s.Key("prod", "pki", "scheduler.key"), raw); err != nil {
