@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"opke.dev/opke/cloudsim/kubestub"
 )
 
 // The admin endpoint, for tests and benchmarks (never part of a cloud):
@@ -17,6 +19,8 @@ import (
 //	PUT    /faults      replace them: a JSON list of Fault
 //	PUT    /boot-delay  {"boot_delay": "2s"}
 //	POST   /snapshot    write state.json now
+//	GET    /kube/{server}  the objects of the Kubernetes cluster the server is in
+//	PUT    /kube/{server}  replace them: {"pods": [...], "budgets": [...], "unschedulable": {...}}
 func (s *Sim) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /counters", func(rw http.ResponseWriter, _ *http.Request) {
@@ -53,6 +57,28 @@ func (s *Sim) adminHandler() http.Handler {
 		}
 		s.SetBootDelay(body.BootDelay.Duration)
 		rw.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /kube/{server}", func(rw http.ResponseWriter, r *http.Request) {
+		o, err := s.KubeObjects(r.PathValue("server"))
+		if err != nil {
+			writeJSON(rw, http.StatusNotFound, map[string]any{"error": err.Error()})
+			return
+		}
+		writeJSON(rw, http.StatusOK, o)
+	})
+	mux.HandleFunc("PUT /kube/{server}", func(rw http.ResponseWriter, r *http.Request) {
+		var o kubestub.Objects
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&o); err != nil {
+			writeJSON(rw, http.StatusBadRequest, map[string]any{"error": err.Error()})
+			return
+		}
+		if err := s.SetKubeObjects(r.PathValue("server"), o); err != nil {
+			writeJSON(rw, http.StatusNotFound, map[string]any{"error": err.Error()})
+			return
+		}
+		writeJSON(rw, http.StatusOK, o)
 	})
 	mux.HandleFunc("POST /snapshot", func(rw http.ResponseWriter, _ *http.Request) {
 		if err := s.Snapshot(); err != nil {

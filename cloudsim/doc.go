@@ -32,5 +32,21 @@
 // [Sim.Snapshot] writes the state to dir/state.json, which a restarted
 // simulator resumes. The admin endpoint offers the same over HTTP.
 //
-// Servers are state only: they do not boot or answer SSH yet.
+// Every ACTIVE server is a host (hosts.go): its user_data applied at first
+// boot by Debian's Ignition (or an in-process fallback), its SSH host key
+// printed on its console, an in-process SSH server for the user core with
+// SFTP into the host's root folder, direct-tcpip forwarding on its own
+// networks, and a small exec set (systemctl, sha256sum, cat) whose effects
+// are recorded ([Sim.HostEvents]). The only way in from outside is the
+// SOCKS5 edge ([Sim.Edge]), standing for the internet side of floating
+// IPs; nothing is ever dialled at a simulated address (routes.go).
+//
+// Controllers behave like controllers (controllers.go): starting
+// etcd-member.service runs a real etcd member with the pushed etcd.env and
+// certificates, the members of a cluster forming one etcd cluster; starting
+// kubelet.service runs the kube-apiserver static pod as a stand-in (package
+// kubestub) with the pushed serving certificate, behind the load
+// balancer's listener too. Pods and disruption budgets for drains are set
+// with [Sim.SetKubeObjects]. Units that were active run again when the
+// simulator restarts from its state dir.
 package cloudsim

@@ -2,6 +2,7 @@ package cloudsim
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,10 +14,12 @@ import (
 
 // The edge is the simulated cloud's internet side: a SOCKS5 proxy (RFC
 // 1928, no authentication, CONNECT only) on 127.0.0.1. A CONNECT to a
-// floating IP's port 22 reaches the SSH server of the host that floating
-// IP is associated with, if the host's security groups let SSH in from
-// anywhere. Every other target is refused with the reply a router would
-// give. The edge dials nothing: the host is an in-memory pipe.
+// floating IP reaches what its port holds: a host, when the host's
+// security groups let that TCP port in from anywhere (port 22 is the
+// host's SSH server), or a load balancer's VIP, whose listener forwards to
+// its members (Octavia manages the VIP's security group itself). Every
+// other target is refused with the reply a router would give. The edge
+// dials no simulated address: see routes.go.
 
 // SOCKS5 replies.
 const (
@@ -63,21 +66,28 @@ func (s *Sim) edgeConn(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	id, code := s.edgeRoute(target)
+	nets, ip, code := s.edgeRoute(target)
 	if code != socksSucceeded {
 		socksReply(conn, code)
 		conn.Close()
 		return
 	}
-	h, err := s.host(id)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	backend, err := s.connect(ctx, nets, ip, int(target.Port()))
+	cancel()
 	if err != nil {
-		socksReply(conn, socksHostUnreachable)
+		s.log.Debug("edge: no connection", "target", target, "err", err)
+		code := byte(socksRefused)
+		if errors.Is(err, errNoRoute) {
+			code = socksHostUnreachable
+		}
+		socksReply(conn, code)
 		conn.Close()
 		return
 	}
 	socksReply(conn, socksSucceeded)
 	_ = conn.SetDeadline(time.Time{})
-	h.serveSSH(&bufferedConn{Conn: conn, r: br})
+	relay(&bufferedConn{Conn: conn, r: br}, backend)
 }
 
 // socksHandshake reads the greeting and the request and returns the target.
@@ -148,37 +158,35 @@ func socksReply(w io.Writer, code byte) {
 	_, _ = w.Write([]byte{5, code, 0, 1, 0, 0, 0, 0, 0, 0})
 }
 
-// edgeRoute finds the ACTIVE server behind a floating IP and checks that
-// its port lets SSH in from the internet.
-func (s *Sim) edgeRoute(target netip.AddrPort) (string, byte) {
+// edgeRoute finds what a floating IP leads to: the fixed address of its
+// port and that port's network, once the port's security groups let the
+// target port in from the internet.
+func (s *Sim) edgeRoute(target netip.AddrPort) (nets []string, ip string, code byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.w.tick(s.opts.Now())
-	ip := target.Addr().String()
+	addr := target.Addr().String()
 	for _, f := range s.w.FloatingIPs {
-		if f.FloatingIPAddress != ip {
+		if f.FloatingIPAddress != addr {
 			continue
 		}
 		if f.PortID == nil {
-			return "", socksHostUnreachable
+			return nil, "", socksHostUnreachable
 		}
 		p := s.w.Ports[*f.PortID]
-		if p == nil || p.DeviceID == "" {
-			return "", socksHostUnreachable
+		if p == nil || p.DeviceID == "" || len(p.FixedIPs) == 0 {
+			return nil, "", socksHostUnreachable
 		}
-		sv := s.w.Servers[p.DeviceID]
-		if sv == nil || sv.Status != "ACTIVE" {
-			return "", socksHostUnreachable
+		fixed := p.FixedIPs[0].IPAddress
+		if f.FixedIPAddress != nil && *f.FixedIPAddress != "" {
+			fixed = *f.FixedIPAddress
 		}
-		if target.Port() != 22 {
-			return "", socksRefused
+		if p.DeviceOwner != "Octavia" && p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port())) {
+			return nil, "", socksNotAllowed
 		}
-		if p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port())) {
-			return "", socksNotAllowed
-		}
-		return sv.ID, socksSucceeded
+		return []string{p.NetworkID}, fixed, socksSucceeded
 	}
-	return "", socksHostUnreachable
+	return nil, "", socksHostUnreachable
 }
 
 // ingressAllowed reports whether a rule of the port's security groups lets

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -44,6 +45,9 @@ type HostEvent struct {
 	// Files holds the sha256 of every file under /etc and /var/lib of the
 	// host when a unit was started or restarted: what it started with.
 	Files map[string]string `json:"files,omitempty"`
+	// Error says why the unit failed, or why a static pod of a kubelet
+	// that started did not.
+	Error string `json:"error,omitempty"`
 }
 
 // hostRecord is what a host keeps across restarts: records.json.
@@ -61,8 +65,20 @@ type simHost struct {
 	root   *os.Root
 	signer ssh.Signer
 
-	mu  sync.Mutex
-	rec hostRecord
+	mu             sync.Mutex
+	rec            hostRecord
+	kubeCA         string // the sha256 of the cluster CA its kubelet last started with
+	kubeletVersion string // the tag of the kubelet image it last started with
+
+	// What the host runs (controllers.go): svcMu serialises starts and
+	// stops; readers load the pointers.
+	svcMu  sync.Mutex
+	closed bool
+	etcd   atomic.Pointer[etcdMember]
+	api    atomic.Pointer[apiServer]
+
+	connsMu sync.Mutex
+	conns   map[*trackedConn]struct{}
 }
 
 // hostKeyPEM makes an Ed25519 host key in OpenSSH's PEM form.
@@ -132,12 +148,16 @@ func (s *Sim) releaseHost(id string) {
 	h := s.hosts[id]
 	delete(s.hosts, id)
 	s.hostsMu.Unlock()
-	if h != nil {
-		h.root.Close()
-	}
-	if s.hostsDir != "" {
+	if h == nil {
 		_ = os.RemoveAll(filepath.Join(s.hostsDir, id))
+		return
 	}
+	// Called under s.mu: the host stops apart, as its units may wait on it.
+	s.wg.Go(func() {
+		h.shutdown()
+		h.root.Close()
+		_ = os.RemoveAll(filepath.Join(s.hostsDir, id))
+	})
 }
 
 // host returns the runtime of an ACTIVE server, starting it on first use.
@@ -423,16 +443,37 @@ func (h *simHost) systemctl(args []string, ev *HostEvent, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "Failed to %s %s: Unit %s not found.\n", verb, unit, unit)
 		return 5
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	switch verb {
 	case "restart", "start":
-		h.rec.Units[unit] = "active"
-		ev.Files = h.digests()
+		h.mu.Lock()
+		files := h.digests()
+		h.mu.Unlock()
+		unitErr, podErr := h.startUnit(unit, verb == "restart")
+		state := "active"
+		if unitErr != nil {
+			state = "failed"
+			ev.Error = unitErr.Error()
+			fmt.Fprintf(stderr, "Job for %s failed because the control process exited with error code.\n%s: %v\n", unit, unit, unitErr)
+		} else if podErr != nil {
+			ev.Error = podErr.Error()
+			h.s.log.Info("static pod not started", "host", h.name, "err", podErr)
+		}
+		h.mu.Lock()
+		h.rec.Units[unit] = state
+		h.mu.Unlock()
+		ev.Files = files
+		if unitErr != nil {
+			return 1
+		}
 	case "stop":
+		h.stopUnit(unit)
+		h.mu.Lock()
 		h.rec.Units[unit] = "inactive"
+		h.mu.Unlock()
 	case "is-active":
+		h.mu.Lock()
 		state := h.rec.Units[unit]
+		h.mu.Unlock()
 		if state == "" {
 			state = "inactive"
 		}
@@ -489,7 +530,8 @@ func rel(p string) string {
 }
 
 // directTCPIP forwards a channel to an address on one of the host's own
-// networks: port 22 of another host reaches its SSH server.
+// networks: port 22 of another host reaches its SSH server, other ports
+// what that host runs there, a load balancer's VIP its members.
 func (h *simHost) directTCPIP(nc ssh.NewChannel) {
 	var p struct {
 		Host       string
@@ -497,62 +539,27 @@ func (h *simHost) directTCPIP(nc ssh.NewChannel) {
 		OriginHost string
 		OriginPort uint32
 	}
-	if err := ssh.Unmarshal(nc.ExtraData(), &p); err != nil {
+	if err := ssh.Unmarshal(nc.ExtraData(), &p); err != nil || p.Port > 65535 {
 		_ = nc.Reject(ssh.ConnectionFailed, "bad direct-tcpip request")
 		return
 	}
-	target, err := h.s.neighbour(h.id, p.Host)
-	if err != nil {
-		_ = nc.Reject(ssh.ConnectionFailed, err.Error())
-		return
-	}
-	if p.Port != 22 {
-		_ = nc.Reject(ssh.ConnectionFailed, fmt.Sprintf("connect to %s port %d: Connection refused", p.Host, p.Port))
-		return
-	}
-	th, err := h.s.host(target)
+	h.s.mu.Lock()
+	nets := h.s.w.networksOf(h.id)
+	h.s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	conn, err := h.s.connect(ctx, nets, p.Host, int(p.Port))
+	cancel()
 	if err != nil {
 		_ = nc.Reject(ssh.ConnectionFailed, err.Error())
 		return
 	}
 	ch, reqs, err := nc.Accept()
 	if err != nil {
+		conn.Close()
 		return
 	}
 	go ssh.DiscardRequests(reqs)
-	a, b := net.Pipe()
-	go th.serveSSH(b)
-	relay(ch, a)
-}
-
-// neighbour finds the ACTIVE server holding ip on a network the server
-// from has a port on.
-func (s *Sim) neighbour(from, ip string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sv := s.w.Servers[from]
-	if sv == nil {
-		return "", errors.New("no such host")
-	}
-	nets := map[string]bool{}
-	for _, pid := range sv.Ports {
-		if p := s.w.Ports[pid]; p != nil {
-			nets[p.NetworkID] = true
-		}
-	}
-	for _, p := range s.w.Ports {
-		if !nets[p.NetworkID] || p.DeviceID == "" {
-			continue
-		}
-		for _, f := range p.FixedIPs {
-			if f.IPAddress == ip {
-				if t := s.w.Servers[p.DeviceID]; t != nil && t.Status == "ACTIVE" {
-					return t.ID, nil
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("connect to %s: No route to host", ip)
+	relay(ch, conn)
 }
 
 // relay copies both ways until either side ends.

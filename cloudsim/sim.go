@@ -67,6 +67,7 @@ type Sim struct {
 	tempDir  bool
 	hostsMu  sync.Mutex // guards hosts; never taken before mu
 	hosts    map[string]*simHost
+	lbTurn   map[string]int // guarded by mu: the next member per load balancer
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -109,6 +110,7 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 	}
 	s.w = w
 	s.hosts = map[string]*simHost{}
+	s.lbTurn = map[string]int{}
 	if opts.StateDir != "" {
 		s.hostsDir = filepath.Join(opts.StateDir, "hosts")
 		if err := os.MkdirAll(s.hostsDir, 0o711); err != nil {
@@ -136,6 +138,7 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		s.admLn.Close()
 		return nil, fmt.Errorf("listen %s: %w", opts.EdgeListen, err)
 	}
+	s.resumeHosts()
 	s.serve(s.api, s.apiLn)
 	s.serve(s.admin, s.admLn)
 	s.wg.Add(1)
@@ -200,12 +203,17 @@ func (s *Sim) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = errors.Join(s.api.Shutdown(ctx), s.admin.Shutdown(ctx), s.edgeLn.Close())
-		s.wg.Wait()
 		s.hostsMu.Lock()
+		hosts := make([]*simHost, 0, len(s.hosts))
 		for _, h := range s.hosts {
-			h.root.Close()
+			hosts = append(hosts, h)
 		}
 		s.hostsMu.Unlock()
+		shutdownHosts(hosts)
+		s.wg.Wait()
+		for _, h := range hosts {
+			h.root.Close()
+		}
 		if s.tempDir {
 			err = errors.Join(err, os.RemoveAll(s.hostsDir))
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"opke.dev/opke/cloudsim/kubestub"
 )
 
 // world is the whole state of the simulated cloud. It is serialised as is
@@ -39,6 +41,15 @@ type world struct {
 	Members      map[string]*member       `json:"members"`
 	Monitors     map[string]*monitor      `json:"health_monitors"`
 	Accounts     map[string]*account      `json:"accounts"` // Swift, by AUTH_<project id>
+
+	// PeerPorts are the loopback ports standing for the simulated
+	// addresses etcd members dial themselves (their peer URLs), by
+	// "<network id>/<ip>:<port>", kept so a member keeps its URL across
+	// restarts.
+	PeerPorts map[string]int `json:"peer_ports"`
+	// Kube holds each Kubernetes cluster's objects (cordons, pods,
+	// disruption budgets), by the sha256 of the cluster's CA certificate.
+	Kube map[string]*kubestub.Objects `json:"kube"`
 
 	// Pending are state changes due at a time: BUILD -> ACTIVE and the like.
 	Pending []pendingChange `json:"pending"`
@@ -91,6 +102,8 @@ func (w *world) init() {
 	initMap(&w.Members)
 	initMap(&w.Monitors)
 	initMap(&w.Accounts)
+	initMap(&w.PeerPorts)
+	initMap(&w.Kube)
 }
 
 func initMap[V any](m *map[string]V) {

@@ -35,6 +35,9 @@ type Output struct {
 	// UserData is each role's Ignition config, by role.
 	UserData map[ignition.Role][]byte
 	Assets   *assets.Set
+	// PKI is the cluster's certificates and keys, for OPKE's own clients
+	// (etcd-opke-client, admin). Never logged or printed.
+	PKI *pki.Bundle
 	// Issued names the PKI material created by this render.
 	Issued []string
 	// SSHPublicKey is OPKE's key for the cluster, authorized_keys form.
@@ -76,7 +79,7 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	out := &Output{Cluster: name, UserData: map[ignition.Role][]byte{}, Issued: issued, SSHPublicKey: pub}
+	out := &Output{Cluster: name, UserData: map[ignition.Role][]byte{}, PKI: bundle, Issued: issued, SSHPublicKey: pub}
 	for _, role := range ignition.Roles {
 		if out.UserData[role], err = ignition.Render(ignition.Input{Role: role, OPKEPublicKey: pub}); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)

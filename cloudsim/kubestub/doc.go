@@ -1,0 +1,31 @@
+// Package kubestub stands in for Kubernetes in the simulator. It is not
+// Kubernetes: it is the kube-apiserver's front door as OPKE's health gates
+// and drains see it, and nothing behind it schedules, runs or stores pods.
+//
+// A [Server] is what the simulator starts when a controller's kubelet finds
+// the kube-apiserver static pod manifest: an HTTPS endpoint with the pushed
+// serving certificate that requires a client certificate from the
+// cluster's CA, as the real API server does with --client-ca-file. It
+// serves
+//
+//   - /readyz, /livez and /healthz ("ok", or 500 naming the failed check
+//     when the backend reports etcd unreachable, as the real checks do);
+//   - /version, with the gitVersion of the manifest's image tag;
+//   - GET /api/v1/nodes and /api/v1/nodes/{name}, PATCH of a node's
+//     spec.unschedulable (merge, strategic-merge or JSON patch, as kubectl
+//     cordon sends);
+//   - GET /api/v1/pods and /api/v1/namespaces/{ns}/pods with the
+//     fieldSelector spec.nodeName=NODE, GET of one pod;
+//   - POST /api/v1/namespaces/{ns}/pods/{name}/eviction (policy/v1): 201
+//     and the pod is gone, or 429 when a disruption budget forbids it, with
+//     the real API server's message and cause.
+//
+// The objects come from a [Backend]: nodes are the cluster's hosts as the
+// simulator sees them (Ready while their kubelet unit is active), pods and
+// disruption budgets are set by tests through the simulator's admin
+// endpoint. The wire format is k8s.io/api's, so client-go works unchanged.
+//
+// [ParseManifest] reads the kube-apiserver static pod manifest for what the
+// stub honours: the image tag, --secure-port, --tls-cert-file,
+// --tls-private-key-file, --client-ca-file and --etcd-servers.
+package kubestub

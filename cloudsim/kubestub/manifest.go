@@ -1,0 +1,80 @@
+package kubestub
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// ErrBadManifest is a kube-apiserver manifest the stub cannot run: the
+// real kubelet would leave such a pod failing too.
+var ErrBadManifest = errors.New("kube-apiserver manifest")
+
+// Manifest is what the stub takes from the kube-apiserver static pod.
+type Manifest struct {
+	Version      string // the image tag, "v1.35.1"
+	Port         int    // --secure-port, 6443 by default
+	CertFile     string // --tls-cert-file
+	KeyFile      string // --tls-private-key-file
+	ClientCAFile string // --client-ca-file
+	EtcdServers  []string
+}
+
+var gitVersion = regexp.MustCompile(`^v\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$`)
+
+// ParseManifest reads a kube-apiserver static pod manifest.
+func ParseManifest(data []byte) (Manifest, error) {
+	var p corev1.Pod
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %w", ErrBadManifest, err)
+	}
+	var c *corev1.Container
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == "kube-apiserver" {
+			c = &p.Spec.Containers[i]
+		}
+	}
+	if c == nil {
+		return Manifest{}, fmt.Errorf("%w: no kube-apiserver container", ErrBadManifest)
+	}
+	m := Manifest{Port: 6443}
+	image := c.Image[strings.LastIndex(c.Image, "/")+1:]
+	if _, tag, ok := strings.Cut(image, ":"); ok && gitVersion.MatchString(tag) {
+		m.Version = tag
+	} else {
+		return Manifest{}, fmt.Errorf("%w: image %q has no version tag", ErrBadManifest, c.Image)
+	}
+	for _, arg := range append(append([]string{}, c.Command...), c.Args...) {
+		k, v, ok := strings.Cut(arg, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "--secure-port":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 65535 {
+				return Manifest{}, fmt.Errorf("%w: --secure-port=%s", ErrBadManifest, v)
+			}
+			m.Port = n
+		case "--tls-cert-file":
+			m.CertFile = v
+		case "--tls-private-key-file":
+			m.KeyFile = v
+		case "--client-ca-file":
+			m.ClientCAFile = v
+		case "--etcd-servers":
+			m.EtcdServers = strings.Split(v, ",")
+		}
+	}
+	for flag, v := range map[string]string{"--tls-cert-file": m.CertFile, "--tls-private-key-file": m.KeyFile, "--client-ca-file": m.ClientCAFile} {
+		if v == "" {
+			return Manifest{}, fmt.Errorf("%w: %s is not set", ErrBadManifest, flag)
+		}
+	}
+	return m, nil
+}

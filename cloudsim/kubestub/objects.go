@@ -1,0 +1,140 @@
+package kubestub
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// ErrNotFound is a node or pod the cluster does not have.
+var ErrNotFound = errors.New("not found")
+
+// BudgetError is an eviction a disruption budget refuses.
+type BudgetError struct {
+	Namespace, Budget string
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("the disruption budget %s/%s allows no disruption now", e.Namespace, e.Budget)
+}
+
+// Node is a cluster node as the simulator sees its host.
+type Node struct {
+	Name           string
+	InternalIP     string
+	Ready          bool   // the host's kubelet unit is active
+	KubeletVersion string // the tag of the kubelet image it runs
+	ControlPlane   bool
+}
+
+// Pod is a pod bound to a node; tests set them through the admin endpoint.
+type Pod struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Node      string            `json:"node"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// Budget is a pod disruption budget reduced to what eviction consults: the
+// pods it selects (matchLabels) and how many may still go.
+type Budget struct {
+	Namespace          string            `json:"namespace"`
+	Name               string            `json:"name"`
+	Selector           map[string]string `json:"selector"`
+	DisruptionsAllowed int               `json:"disruptionsAllowed"`
+}
+
+// Objects is what the API changes in a cluster: cordons, pods and budgets.
+// It is a value the simulator keeps with its state.
+type Objects struct {
+	Unschedulable map[string]bool `json:"unschedulable,omitempty"`
+	Pods          []Pod           `json:"pods,omitempty"`
+	Budgets       []Budget        `json:"budgets,omitempty"`
+}
+
+// PodsOn returns the pods bound to node, or every pod when node is empty,
+// in a stable order.
+func (o *Objects) PodsOn(node string) []Pod {
+	var out []Pod
+	for _, p := range o.Pods {
+		if node == "" || p.Node == node {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b Pod) int {
+		if a.Namespace != b.Namespace {
+			if a.Namespace < b.Namespace {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Pod returns the named pod.
+func (o *Objects) Pod(namespace, name string) (Pod, error) {
+	for _, p := range o.Pods {
+		if p.Namespace == namespace && p.Name == name {
+			return p, nil
+		}
+	}
+	return Pod{}, fmt.Errorf("pods %q: %w", name, ErrNotFound)
+}
+
+// Evict removes a pod unless a budget selecting it allows no disruption;
+// each budget that selects it then allows one disruption less, as the
+// evicted pod is not replaced here.
+func (o *Objects) Evict(namespace, name string) error {
+	i := slices.IndexFunc(o.Pods, func(p Pod) bool { return p.Namespace == namespace && p.Name == name })
+	if i < 0 {
+		return fmt.Errorf("pods %q: %w", name, ErrNotFound)
+	}
+	var covering []int
+	for j, b := range o.Budgets {
+		if b.Namespace == namespace && selects(b.Selector, o.Pods[i].Labels) {
+			if b.DisruptionsAllowed <= 0 {
+				return &BudgetError{Namespace: b.Namespace, Budget: b.Name}
+			}
+			covering = append(covering, j)
+		}
+	}
+	for _, j := range covering {
+		o.Budgets[j].DisruptionsAllowed--
+	}
+	o.Pods = slices.Delete(o.Pods, i, i+1)
+	return nil
+}
+
+// selects reports whether matchLabels selects labels; an empty selector
+// selects every pod of the namespace, as policy/v1 does.
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Clone returns a deep copy.
+func (o *Objects) Clone() *Objects {
+	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable)}
+	for _, p := range o.Pods {
+		p.Labels = maps.Clone(p.Labels)
+		c.Pods = append(c.Pods, p)
+	}
+	for _, b := range o.Budgets {
+		b.Selector = maps.Clone(b.Selector)
+		c.Budgets = append(c.Budgets, b)
+	}
+	return c
+}
