@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -246,9 +247,13 @@ func etcdClient(t *testing.T, gw *ssh.Client, ca, cert pki.Material, endpoints .
 	return cli
 }
 
-// apiGet is a GET of the API server over TLS with the admin client
-// certificate, through dial.
+// apiGet is a GET of the API server over TLS with a client certificate,
+// through dial.
 func apiGet(dial func(ctx context.Context, network, addr string) (net.Conn, error), ca, client pki.Material, url string) (int, string, error) {
+	return apiDo(dial, ca, client, http.MethodGet, url, "")
+}
+
+func apiDo(dial func(ctx context.Context, network, addr string) (net.Conn, error), ca, client pki.Material, method, url, body string) (int, string, error) {
 	pair, err := tls.X509KeyPair(client.Cert, client.Key)
 	if err != nil {
 		return 0, "", err
@@ -259,7 +264,8 @@ func apiGet(dial func(ctx context.Context, network, addr string) (net.Conn, erro
 	defer tr.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return 0, "", err
@@ -449,13 +455,39 @@ func TestControllersRunEtcdAndTheAPIServer(t *testing.T) {
 		t.Error("the edge routed 6443 to the gateway")
 	}
 
-	// Pods and budgets set through the admin endpoint are the API's.
-	if err := e.sim.SetKubeObjects("prod-controller-0", kubestub.Objects{Pods: []kubestub.Pod{{Namespace: "default", Name: "web", Node: "prod-controller-1"}}}); err != nil {
-		t.Fatal(err)
+	// Pods and budgets set through the admin endpoint are the API's: a
+	// drain through the load balancer lists the node's pods and is refused
+	// by a closed budget with 429, then evicts once it opens.
+	objects := `{"pods": [{"namespace": "default", "name": "web", "node": "prod-controller-1", "labels": {"app": "web"}}],
+		"budgets": [{"namespace": "default", "name": "web", "selector": {"app": "web"}, "disruptionsAllowed": 0}]}`
+	if code := adminCall(t, http.MethodPut, e.sim.AdminURL()+"/kube/prod-controller-0", objects); code != http.StatusOK {
+		t.Fatalf("PUT /kube: %d", code)
 	}
-	code, body, err := apiGet(gw.DialContext, k8sCA, admin, "https://192.168.20.11:6443/api/v1/pods?fieldSelector=spec.nodeName=prod-controller-1")
+	if code := adminCall(t, http.MethodPut, e.sim.AdminURL()+"/kube/nope", objects); code != http.StatusNotFound {
+		t.Errorf("PUT /kube of a missing server: %d, want 404", code)
+	}
+	vip := "https://192.168.20.5:6443"
+	code, body, err := apiGet(gw.DialContext, k8sCA, admin, vip+"/api/v1/pods?fieldSelector=spec.nodeName=prod-controller-1")
 	if err != nil || code != http.StatusOK || !strings.Contains(body, `"name":"web"`) {
 		t.Errorf("pods on prod-controller-1: %d %s %v", code, body, err)
+	}
+	eviction := `{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"namespace": "default", "name": "web"}}`
+	code, body, err = apiDo(gw.DialContext, k8sCA, admin, http.MethodPost, vip+"/api/v1/namespaces/default/pods/web/eviction", eviction)
+	if err != nil || code != http.StatusTooManyRequests || !strings.Contains(body, "disruption budget") {
+		t.Errorf("eviction under a closed budget: %d %s %v, want 429", code, body, err)
+	}
+	if code := adminCall(t, http.MethodPut, e.sim.AdminURL()+"/kube/prod-controller-2", strings.Replace(objects, `"disruptionsAllowed": 0`, `"disruptionsAllowed": 1`, 1)); code != http.StatusOK {
+		t.Fatalf("PUT /kube: %d", code)
+	}
+	code, body, err = apiDo(gw.DialContext, k8sCA, admin, http.MethodPost, vip+"/api/v1/namespaces/default/pods/web/eviction", eviction)
+	if err != nil || code != http.StatusCreated {
+		t.Errorf("eviction under an open budget: %d %s %v, want 201", code, body, err)
+	}
+	if code, _, _ := apiGet(gw.DialContext, k8sCA, admin, vip+"/api/v1/namespaces/default/pods/web"); code != http.StatusNotFound {
+		t.Errorf("the evicted pod: %d, want 404", code)
+	}
+	if err := e.sim.SetKubeObjects("prod-controller-0", kubestub.Objects{Pods: []kubestub.Pod{{Namespace: "default", Name: "kept", Node: "prod-controller-1"}}}); err != nil {
+		t.Fatal(err)
 	}
 
 	// A mismatched serving key: the pod does not start, 6443 is refused.
@@ -497,7 +529,45 @@ func TestControllersRunEtcdAndTheAPIServer(t *testing.T) {
 	gw2 := cp.gateway(t, e)
 	checkEtcd(gw2, "v")
 	checkAPI(gw2)
-	if o, err := again.KubeObjects("prod-controller-2"); err != nil || len(o.Pods) != 1 {
+	if o, err := again.KubeObjects("prod-controller-2"); err != nil || len(o.Pods) != 1 || o.Pods[0].Name != "kept" {
 		t.Errorf("the pods after a restart: %+v %v", o, err)
+	}
+}
+
+// TestLoopbackDialerRefusesOtherAddresses: what the simulator dials for a
+// simulated address is a loopback port; the dialer refuses anything else
+// before a packet leaves.
+func TestLoopbackDialerRefusesOtherAddresses(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cases := []struct {
+		name, addr string
+		ok         bool
+	}{
+		{"loopback", ln.Addr().String(), true},
+		{"a simulated fixed IP", "192.168.20.10:2379", false},
+		{"a floating IP", "203.0.113.12:6443", false},
+		{"IPv6 loopback", "[::1]:2379", false},
+		{"a name", "localhost:2379", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			c, err := dialLoopback(ctx, tc.addr)
+			if c != nil {
+				c.Close()
+			}
+			if tc.ok != (err == nil) {
+				t.Errorf("dial %s: %v, want ok=%v", tc.addr, err, tc.ok)
+			}
+			if !tc.ok && !errors.Is(err, errNotLoopback) {
+				t.Errorf("dial %s: %v, want a refusal by the dialer", tc.addr, err)
+			}
+		})
 	}
 }

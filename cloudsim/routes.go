@@ -174,22 +174,29 @@ func (s *Sim) connectHost(ctx context.Context, serverID, ip string, port int) (n
 	if addr == "" {
 		return nil, fmt.Errorf("connect to %s port %d: %w", ip, port, errRefused)
 	}
-	c, err := loopbackDialer.DialContext(ctx, "tcp", addr)
+	c, err := dialLoopback(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s port %d: %w", ip, port, errRefused)
 	}
 	return h.track(c), nil
 }
 
-// loopbackDialer dials what the simulator itself listens on, and refuses
-// anything else at the socket.
-var loopbackDialer = &net.Dialer{
-	Timeout: 5 * time.Second,
-	Control: func(_, address string, _ syscall.RawConn) error {
-		ap, err := netip.ParseAddrPort(address)
-		if err != nil || !ap.Addr().Is4() || !ap.Addr().IsLoopback() {
-			return fmt.Errorf("the simulator dials loopback addresses only, not %s", address)
-		}
-		return nil
-	},
+var errNotLoopback = errors.New("the simulator dials loopback addresses only")
+
+// dialLoopback dials what the simulator itself listens on: an IPv4
+// loopback address literal, never a name, checked again at the socket.
+func dialLoopback(ctx context.Context, addr string) (net.Conn, error) {
+	if err := loopbackOnly(addr); err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error { return loopbackOnly(address) }}
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func loopbackOnly(addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() || !ap.Addr().IsLoopback() {
+		return fmt.Errorf("%w, not %s", errNotLoopback, addr)
+	}
+	return nil
 }
