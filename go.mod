@@ -141,4 +141,7 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-tool honnef.co/go/tools/cmd/staticcheck
+tool (
+	golang.org/x/tools/cmd/stringer
+	honnef.co/go/tools/cmd/staticcheck
+)

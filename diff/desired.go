@@ -1,0 +1,187 @@
+package diff
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
+)
+
+// Inputs are what Desire needs besides the spec: the rendered output.
+type Inputs struct {
+	// UserData is each role's Ignition config.
+	UserData map[ignition.Role][]byte
+	// Assets are the hosts' files; nil plans no host phase.
+	Assets *assets.Set
+	// APIFloatingIP is false while the API's floating IP does not exist:
+	// the files that carry it are then unknown until apply.
+	APIFloatingIP bool
+	// BackupDue asks for an etcd snapshot.
+	BackupDue bool
+}
+
+// Ports and settings of the cluster's network design.
+const (
+	portSSH     = 22
+	portEtcd    = 2379
+	portAPI     = 6443
+	anyIPv4     = "0.0.0.0/0"
+	policyAntiA = "anti-affinity"
+)
+
+// FilesWithAPIFloatingIP are the files whose bytes carry the API's
+// floating IP: unknown until it exists.
+var FilesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt"}
+
+// Desire lists what a valid, defaulted cluster spec asks for: every
+// OpenStack resource, named and tagged deterministically, and every host's
+// files.
+func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
+	n := c.Metadata.Name
+	s := c.Spec
+	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue}
+	add := func(kind Kind, name string, attrs Attrs, forceNew []string, deps ...string) {
+		d.Infra = append(d.Infra, Resource{Kind: kind, Name: name, Attrs: attrs, ForceNew: forceNew, DependsOn: deps})
+	}
+	addr := func(kind Kind, name string) string { return Resource{Kind: kind, Name: name}.Address() }
+
+	vip, err := c.APIVIP()
+	if err != nil {
+		return nil, fmt.Errorf("desire %s: %w", n, err)
+	}
+	gwIP, err := c.GatewayIP()
+	if err != nil {
+		return nil, fmt.Errorf("desire %s: %w", n, err)
+	}
+	net, subnet, router := addr(KindNetwork, n), addr(KindSubnet, n), addr(KindRouter, n)
+	add(KindNetwork, n, Attrs{}, nil)
+	dns := slices.Clone(s.Network.DNSNameservers)
+	slices.Sort(dns)
+	add(KindSubnet, n, Attrs{"network": Known(n), "cidr": Known(s.Network.HostCIDR), "dns_nameservers": Known(strings.Join(dns, ","))},
+		[]string{"network", "cidr"}, net)
+	add(KindRouter, n, Attrs{"external_network": Known(s.Network.ExternalNetwork)}, nil)
+	add(KindInterface, n, Attrs{"router": Known(n), "subnet": Known(n)}, []string{"router", "subnet"}, router, subnet)
+
+	// Security groups: the gateway lets SSH in from anywhere; the nodes
+	// talk freely among themselves and let the gateway reach SSH, etcd
+	// and the API, and the load balancer reach the API.
+	gwSG, nodesSG := n+"-gateway", n+"-nodes"
+	add(KindSecurityGroup, gwSG, Attrs{}, nil)
+	add(KindSecurityGroup, nodesSG, Attrs{}, nil)
+	rule := func(sg, proto string, port int, remoteIP, remoteGroup string) {
+		ports, remote := "any", remoteIP
+		if port > 0 {
+			ports = strconv.Itoa(port)
+		}
+		if remoteGroup != "" {
+			remote = "group:" + remoteGroup
+		}
+		name := fmt.Sprintf("%s/ingress-%s-%s-%s", sg, proto, ports, strings.ReplaceAll(remote, "/", "_"))
+		deps := []string{addr(KindSecurityGroup, sg)}
+		if remoteGroup != "" && remoteGroup != sg {
+			deps = append(deps, addr(KindSecurityGroup, remoteGroup))
+		}
+		add(KindRule, name, Attrs{"security_group": Known(sg), "direction": Known("ingress"), "protocol": Known(proto),
+			"ports": Known(ports), "remote": Known(remote)}, []string{"security_group", "direction", "protocol", "ports", "remote"}, deps...)
+	}
+	rule(gwSG, "tcp", portSSH, anyIPv4, "")
+	rule(nodesSG, "any", 0, "", nodesSG)
+	for _, p := range []int{portSSH, portEtcd, portAPI} {
+		rule(nodesSG, "tcp", p, "", gwSG)
+	}
+	rule(nodesSG, "tcp", portAPI, s.Network.HostCIDR, "")
+
+	sgName := n + "-controllers"
+	add(KindServerGroup, sgName, Attrs{"policy": Known(policyAntiA)}, []string{"policy"})
+
+	userData := func(role ignition.Role) Value {
+		sum := sha256.Sum256(in.UserData[role])
+		return Known(hex.EncodeToString(sum[:]))
+	}
+	server := func(name string, role ignition.Role, flavor, fixedIP, group string, sgs string, zone string) {
+		portAttrs := Attrs{"network": Known(n), "security_groups": Known(sgs), "fixed_ip": Known(fixedIP)}
+		if fixedIP == "" {
+			portAttrs["fixed_ip"] = Value{Unknown: true}
+		}
+		add(KindPort, name, portAttrs, []string{"network", "fixed_ip"}, subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0]))
+		attrs := Attrs{"flavor": Known(flavor), "image": Known(s.Image), "port": Known(name), "user_data": userData(role)}
+		force := []string{"flavor", "image", "port", "user_data"}
+		deps := []string{addr(KindPort, name)}
+		if group != "" {
+			attrs["server_group"] = Known(group)
+			force = append(force, "server_group")
+			deps = append(deps, addr(KindServerGroup, group))
+		}
+		if zone != "" {
+			attrs["availability_zone"] = Known(zone)
+			force = append(force, "availability_zone")
+		}
+		if s.SSHKeyName != "" {
+			attrs["key_name"] = Known(s.SSHKeyName)
+			force = append(force, "key_name")
+		}
+		add(KindServer, name, attrs, force, deps...)
+	}
+	zone := func(zones []string, i int) string {
+		if len(zones) == 0 {
+			return ""
+		}
+		return zones[i%len(zones)]
+	}
+	gwName := schemas.ServerName(n, schemas.RoleGateway, 0)
+	server(gwName, ignition.RoleGateway, s.Gateway.Flavor, gwIP.String(), "", gwSG, "")
+	add(KindFloatingIP, gwName, Attrs{"network": Known(s.Network.ExternalNetwork), "port": Known(gwName), "address": {Unknown: true}},
+		[]string{"network", "port"}, addr(KindServer, gwName), addr(KindInterface, n))
+	var controllers []string
+	for i := range s.Controllers.Count {
+		name := schemas.ServerName(n, schemas.RoleController, i)
+		cip, err := c.ControllerIP(i)
+		if err != nil {
+			return nil, fmt.Errorf("desire %s: %w", n, err)
+		}
+		server(name, ignition.RoleController, s.Controllers.Flavor, cip.String(), sgName, nodesSG, zone(s.Controllers.AvailabilityZones, i))
+		controllers = append(controllers, name)
+	}
+	for _, p := range s.WorkerPools {
+		for i := range p.Count {
+			server(schemas.ServerName(n, p.Name, i), ignition.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
+		}
+	}
+
+	// The API's load balancer, its floating IP the cluster's endpoint.
+	api := n + "-api"
+	add(KindLoadBalancer, api, Attrs{"subnet": Known(n), "vip_address": Known(vip.String())}, []string{"subnet", "vip_address"}, subnet)
+	listener := fmt.Sprintf("%s-%d", api, portAPI)
+	add(KindListener, listener, Attrs{"load_balancer": Known(api), "protocol": Known("TCP"), "port": Known(strconv.Itoa(portAPI))},
+		[]string{"load_balancer", "protocol", "port"}, addr(KindLoadBalancer, api))
+	add(KindPool, api, Attrs{"listener": Known(listener), "protocol": Known("TCP"), "algorithm": Known("ROUND_ROBIN")},
+		[]string{"listener", "protocol"}, addr(KindListener, listener))
+	for i, name := range controllers {
+		cip, _ := c.ControllerIP(i)
+		add(KindMember, name, Attrs{"pool": Known(api), "address": Known(cip.String()), "port": Known(strconv.Itoa(portAPI))},
+			[]string{"pool", "address", "port"}, addr(KindPool, api))
+	}
+	add(KindMonitor, api, Attrs{"pool": Known(api), "type": Known("TCP"), "delay": Known("5"), "timeout": Known("5"), "max_retries": Known("3")},
+		[]string{"pool", "type"}, addr(KindPool, api))
+	add(KindFloatingIP, api, Attrs{"network": Known(s.Network.ExternalNetwork), "load_balancer": Known(api), "address": {Unknown: true}},
+		[]string{"network", "load_balancer"}, addr(KindLoadBalancer, api), addr(KindInterface, n))
+
+	if in.Assets != nil {
+		for _, h := range in.Assets.Hosts {
+			host := Host{Name: h.Name, Version: in.Assets.Version}
+			for _, f := range h.Files {
+				df := File{Path: f.Path, SHA256: f.SHA256, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())), Secret: f.Secret, Restart: f.Restart}
+				df.Unknown = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == assets.RoleController
+				host.Files = append(host.Files, df)
+			}
+			d.Hosts = append(d.Hosts, host)
+		}
+	}
+	return d, nil
+}

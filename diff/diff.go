@@ -1,0 +1,447 @@
+package diff
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Diff plans each desired cluster against what is observed of it, and
+// each cluster observed but no longer desired per its last applied
+// deletion policy. It is a pure function: no I/O, no clock, and the same
+// inputs give the same plan.
+func Diff(desired []*Desired, observed []*Observed) *Plan {
+	b := &builder{byKey: map[string]*pending{}}
+	seen := map[string]bool{}
+	obs := map[string]*Observed{}
+	for _, o := range observed {
+		obs[o.Cluster] = o
+	}
+	for _, d := range desired {
+		seen[d.Cluster] = true
+		o := obs[d.Cluster]
+		if o == nil {
+			o = &Observed{Cluster: d.Cluster}
+		}
+		b.cluster(d, o)
+	}
+	for _, o := range observed {
+		if !seen[o.Cluster] {
+			b.removed(o)
+		}
+	}
+	return b.plan()
+}
+
+// pending is a change being built; deps are keys of other pendings.
+type pending struct {
+	Change
+	key   string
+	drift bool
+	deps  []string
+}
+
+type builder struct {
+	list     []*pending
+	byKey    map[string]*pending
+	warnings []Warning
+}
+
+func key(cluster, address string, a Action) string { return cluster + " " + address + " " + a.String() }
+
+func (b *builder) add(p *pending) *pending {
+	p.key = key(p.Cluster, p.Address, p.Action)
+	if old := b.byKey[p.key]; old != nil {
+		return old
+	}
+	b.list = append(b.list, p)
+	b.byKey[p.key] = p
+	return p
+}
+
+// find returns the change of the cluster at address with one of actions.
+func (b *builder) find(cluster, address string, actions ...Action) *pending {
+	for _, a := range actions {
+		if p := b.byKey[key(cluster, address, a)]; p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// cluster plans one desired cluster.
+func (b *builder) cluster(d *Desired, o *Observed) {
+	var applied map[string]Attrs
+	if o.Applied != nil {
+		applied = o.Applied.Infra
+	}
+	cloud := map[string]Resource{}
+	for _, r := range o.Cloud {
+		cloud[r.Address()] = r
+	}
+	desired := map[string]bool{}
+	var infra []*pending
+	for _, r := range d.Infra {
+		a := r.Address()
+		desired[a] = true
+		was, wasApplied := applied[a]
+		got, exists := cloud[a]
+		if !exists {
+			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: a, Action: ActionCreate, After: r.Attrs,
+				Reason: "not in OpenStack yet"}}
+			if wasApplied {
+				p.drift, p.Reason = true, "deleted outside OPKE since the last apply"
+			}
+			infra = append(infra, b.add(p))
+			continue
+		}
+		var changed []string
+		for k, v := range r.Attrs {
+			if !v.Unknown && got.Attrs[k] != v {
+				changed = append(changed, k)
+			}
+		}
+		if len(changed) == 0 {
+			continue
+		}
+		slices.Sort(changed)
+		p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: a, Action: ActionUpdate,
+			Before: Attrs{}, After: Attrs{}}}
+		var what []string
+		for _, k := range changed {
+			p.Before[k], p.After[k] = got.Attrs[k], r.Attrs[k]
+			what = append(what, fmt.Sprintf("%s %s → %s", k, orNone(got.Attrs[k]), r.Attrs[k]))
+			if slices.Contains(r.ForceNew, k) {
+				p.Action = ActionReplace
+			}
+			if wasApplied && was[k] != got.Attrs[k] {
+				p.drift = true
+			}
+		}
+		p.Reason = strings.Join(what, ", ")
+		if p.drift {
+			p.Reason = "changed outside OPKE: " + p.Reason
+		}
+		infra = append(infra, b.add(p))
+	}
+	// Creation order: what a resource needs comes first.
+	byAddr := map[string]Resource{}
+	for _, r := range d.Infra {
+		byAddr[r.Address()] = r
+	}
+	for _, p := range infra {
+		for _, dep := range byAddr[p.Address].DependsOn {
+			if q := b.find(d.Cluster, dep, ActionCreate, ActionReplace); q != nil {
+				p.deps = append(p.deps, q.key)
+			}
+		}
+	}
+	rolling(infra, ActionReplace, false)
+	// What OpenStack has for the cluster and the spec no longer asks for.
+	var gone []Resource
+	for _, r := range o.Cloud {
+		if !desired[r.Address()] {
+			gone = append(gone, r)
+		}
+	}
+	deletes := b.deleteAll(d.Cluster, gone, "not in the spec")
+	rolling(deletes, ActionDelete, true)
+	b.hosts(d, o)
+}
+
+// orNone prints an absent value.
+func orNone(v Value) string {
+	if v == (Value{}) {
+		return "(none)"
+	}
+	return v.String()
+}
+
+// index splits a server name <cluster>-<pool>-<index>.
+func index(name string) (string, int) {
+	i := strings.LastIndex(name, "-")
+	n, err := strconv.Atoi(name[i+1:])
+	if i < 0 || err != nil {
+		return name, -1
+	}
+	return name[:i], n
+}
+
+// rolling chains the servers' changes of one action pool by pool, one at a
+// time (surge 1): by index, or highest index first.
+func rolling(ps []*pending, a Action, highestFirst bool) {
+	pools := map[string][]*pending{}
+	for _, p := range ps {
+		if p.Action == a && strings.HasPrefix(p.Address, "openstack/server/") {
+			pool, _ := index(p.Address)
+			pools[pool] = append(pools[pool], p)
+		}
+	}
+	for _, list := range pools {
+		slices.SortFunc(list, func(x, y *pending) int {
+			_, i := index(x.Address)
+			_, j := index(y.Address)
+			if highestFirst {
+				return cmp.Compare(j, i)
+			}
+			return cmp.Compare(i, j)
+		})
+		for i := 1; i < len(list); i++ {
+			list[i].deps = append(list[i].deps, list[i-1].key)
+		}
+	}
+}
+
+// refs are the attributes by which a resource of a kind names others.
+var refs = map[Kind]map[string]Kind{
+	KindSubnet:       {"network": KindNetwork},
+	KindInterface:    {"router": KindRouter, "subnet": KindSubnet},
+	KindRule:         {"security_group": KindSecurityGroup, "remote": KindSecurityGroup},
+	KindPort:         {"network": KindNetwork, "security_groups": KindSecurityGroup},
+	KindServer:       {"port": KindPort, "server_group": KindServerGroup},
+	KindFloatingIP:   {"port": KindPort, "load_balancer": KindLoadBalancer},
+	KindLoadBalancer: {"subnet": KindSubnet},
+	KindListener:     {"load_balancer": KindLoadBalancer},
+	KindPool:         {"listener": KindListener},
+	KindMember:       {"pool": KindPool},
+	KindMonitor:      {"pool": KindPool},
+}
+
+// referenced returns the addresses a resource names.
+func referenced(r Resource) []string {
+	var out []string
+	for attr, kind := range refs[r.Kind] {
+		for _, name := range strings.Split(r.Attrs[attr].Value, ",") {
+			name = strings.TrimPrefix(name, "group:")
+			if name != "" {
+				out = append(out, Resource{Kind: kind, Name: name}.Address())
+			}
+		}
+	}
+	return out
+}
+
+// deleteAll plans the deletion of resources: each after the deletions of
+// the resources that name it, floating IPs before the router interface
+// that routes them.
+func (b *builder) deleteAll(cluster string, rs []Resource, reason string) []*pending {
+	var out []*pending
+	for _, r := range rs {
+		out = append(out, b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: r.Address(),
+			Action: ActionDelete, Before: r.Attrs, Reason: reason}}))
+	}
+	for _, r := range rs {
+		p := b.find(cluster, r.Address(), ActionDelete)
+		for _, target := range referenced(r) {
+			if q := b.find(cluster, target, ActionDelete); q != nil && q != p {
+				q.deps = append(q.deps, p.key)
+			}
+		}
+		if r.Kind == KindFloatingIP || r.Kind == KindLoadBalancer {
+			for _, s := range rs {
+				if s.Kind == KindInterface {
+					q := b.find(cluster, s.Address(), ActionDelete)
+					q.deps = append(q.deps, p.key)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// hosts plans the host phase of a cluster: uploads where the file differs
+// from what was applied (or, after a resync, from what the host has), and
+// restarts of the units whose files changed, host after host.
+func (b *builder) hosts(d *Desired, o *Observed) {
+	var appliedFiles map[string]map[string]string
+	var versions map[string]string
+	if o.Applied != nil {
+		appliedFiles, versions = o.Applied.Files, o.Applied.Versions
+	}
+	apiFIP := b.find(d.Cluster, Resource{Kind: KindFloatingIP, Name: d.Cluster + "-api"}.Address(), ActionCreate, ActionReplace)
+	var restartGroups [][]*pending
+	for _, h := range d.Hosts {
+		server := b.find(d.Cluster, Resource{Kind: KindServer, Name: h.Name}.Address(), ActionCreate, ActionReplace)
+		applied, actual := appliedFiles[h.Name], o.HostFiles[h.Name]
+		var note string
+		if v := versions[h.Name]; v != "" && v != h.Version {
+			note = fmt.Sprintf(" (%s → %s)", v, h.Version)
+		}
+		units := map[string][]*pending{}
+		var uploads []*pending
+		for _, f := range h.Files {
+			had := applied[f.Path]
+			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + f.Path, Action: ActionUpload}}
+			onHost, checked := actual[f.Path]
+			switch {
+			case server != nil:
+				p.Reason = "new host"
+				if server.Action == ActionReplace {
+					p.Reason = "replaced host"
+				}
+				p.drift, had = server.drift, "" // a host recreated to correct drift is drift too
+			case checked && had != "" && onHost != had:
+				p.drift, p.Reason = true, "changed on the host since the last apply"
+				if onHost == "" {
+					p.Reason = "missing on the host"
+				}
+				had = onHost
+			case actual != nil && !checked && had != "":
+				p.drift, p.Reason, had = true, "missing on the host", ""
+			case f.Unknown:
+				p.Reason = "carries the API's floating IP"
+			case had != f.SHA256:
+				p.Reason = "content changed" + note
+				if had == "" {
+					p.Reason = "new file"
+				}
+			default:
+				continue
+			}
+			p.Before, p.After = fileAttrs(had, f, false), fileAttrs(f.SHA256, f, f.Unknown)
+			if had == "" {
+				p.Before = nil
+			}
+			p = b.add(p)
+			if server != nil {
+				p.deps = append(p.deps, server.key)
+			}
+			if f.Unknown && apiFIP != nil {
+				p.deps = append(p.deps, apiFIP.key)
+			}
+			uploads = append(uploads, p)
+			for _, u := range f.Restart {
+				units[u] = append(units[u], p)
+			}
+		}
+		var group []*pending
+		for _, u := range sortedKeys(units) {
+			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + "/units/" + u, Action: ActionRestart,
+				Reason: fmt.Sprintf("%d file(s) changed%s", len(units[u]), note)}}
+			p.drift = true
+			for _, up := range units[u] {
+				p.drift = p.drift && up.drift
+			}
+			p = b.add(p)
+			// A unit restarts once every file of the host is in place: a
+			// kubelet restarted before its static pods' manifests would
+			// start the old ones.
+			for _, up := range uploads {
+				p.deps = append(p.deps, up.key)
+			}
+			group = append(group, p)
+		}
+		if len(group) > 0 {
+			restartGroups = append(restartGroups, group)
+		}
+	}
+	// One host restarts at a time: a host's restarts wait for the previous
+	// host's (controllers come first in the assets).
+	for i := 1; i < len(restartGroups); i++ {
+		for _, p := range restartGroups[i] {
+			for _, q := range restartGroups[i-1] {
+				p.deps = append(p.deps, q.key)
+			}
+		}
+	}
+	if d.BackupDue {
+		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "backup/" + d.Cluster, Action: ActionBackup,
+			Reason: "a scheduled etcd snapshot is due"}})
+	}
+}
+
+func fileAttrs(sum string, f File, unknown bool) Attrs {
+	a := Attrs{"sha256": Known(sum), "mode": Known(f.Mode)}
+	switch {
+	case unknown:
+		a["sha256"] = Value{Unknown: true}
+	case f.Secret:
+		a["sha256"] = Value{Sensitive: true}
+	}
+	return a
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// removed plans a cluster whose file left the fleet, per its last applied
+// deletion policy: Delete destroys every tagged resource; Retain (and a
+// cluster this store never applied) keeps them and forgets the cluster.
+func (b *builder) removed(o *Observed) {
+	policy := ""
+	if o.Applied != nil {
+		policy = o.Applied.DeletionPolicy
+	}
+	if policy != "Delete" {
+		b.warnings = append(b.warnings, Warning{Cluster: o.Cluster, Message: fmt.Sprintf(
+			"no longer in the fleet; deletionPolicy %s keeps its %d OpenStack resources: OPKE forgets the cluster and adopts it again by its tags if its file returns",
+			cmp.Or(policy, "Retain"), len(o.Cloud))})
+		if o.Applied != nil {
+			b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: "state/" + o.Cluster, Action: ActionForget,
+				Reason: "no longer in the fleet (deletionPolicy Retain)"}})
+		}
+		return
+	}
+	deletes := b.deleteAll(o.Cluster, o.Cloud, "no longer in the fleet (deletionPolicy Delete)")
+	forget := b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: "state/" + o.Cluster, Action: ActionForget,
+		Reason: "its resources are deleted"}})
+	for _, p := range deletes {
+		forget.deps = append(forget.deps, p.key)
+	}
+}
+
+// plan gives every change its id, turns keys into ids, and sorts.
+func (b *builder) plan() *Plan {
+	ids := map[string]string{}
+	for _, p := range b.list {
+		sum := sha256.Sum256([]byte(p.key))
+		p.ID = "c" + hex.EncodeToString(sum[:5])
+		ids[p.key] = p.ID
+	}
+	plan := &Plan{FormatVersion: FormatVersion, Changes: []Change{}, Drift: []Change{}, Warnings: b.warnings}
+	for _, p := range b.list {
+		p.DependsOn = []string{}
+		for _, k := range p.deps {
+			if id := ids[k]; !slices.Contains(p.DependsOn, id) {
+				p.DependsOn = append(p.DependsOn, id)
+			}
+		}
+		slices.Sort(p.DependsOn)
+		if len(p.Before) == 0 {
+			p.Before = nil
+		}
+		if len(p.After) == 0 {
+			p.After = nil
+		}
+		if p.drift {
+			plan.Drift = append(plan.Drift, p.Change)
+		} else {
+			plan.Changes = append(plan.Changes, p.Change)
+		}
+	}
+	order := func(x, y Change) int {
+		return cmp.Or(cmp.Compare(x.Cluster, y.Cluster), cmp.Compare(phaseRank(x.Phase), phaseRank(y.Phase)),
+			cmp.Compare(x.Address, y.Address), cmp.Compare(x.Action, y.Action))
+	}
+	slices.SortFunc(plan.Changes, order)
+	slices.SortFunc(plan.Drift, order)
+	slices.SortFunc(plan.Warnings, func(x, y Warning) int { return cmp.Compare(x.Cluster, y.Cluster) })
+	return plan
+}
+
+func phaseRank(p Phase) int {
+	if p == PhaseInfrastructure {
+		return 0
+	}
+	return 1
+}

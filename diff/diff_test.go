@@ -1,0 +1,470 @@
+package diff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/render"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// spec reads an example cluster and edits it.
+func spec(t testing.TB, name string, edit func(*schemas.Cluster)) *schemas.Cluster {
+	t.Helper()
+	data, err := os.ReadFile("../clusters/" + name + "/cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := schemas.Parse("clusters/"+name+"/cluster.yaml", data)
+	if f.Cluster == nil || len(f.Findings) > 0 {
+		t.Fatalf("%s: %v", name, f.Findings)
+	}
+	c := *f.Cluster
+	c.Spec.WorkerPools = slices.Clone(c.Spec.WorkerPools)
+	if edit != nil {
+		edit(&c)
+	}
+	return &c
+}
+
+// desire renders c with the store's PKI and lists what it asks for.
+func desire(t testing.TB, kv state.KV, c *schemas.Cluster, apiFIP bool) *Desired {
+	t.Helper()
+	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: apiFIP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// converged is what OpenStack and the store show once d was applied: every
+// resource with the desired attributes (unknown ones filled in), applied
+// as is, every file pushed.
+func converged(d *Desired) *Observed {
+	o := &Observed{Cluster: d.Cluster, Applied: &Applied{DeletionPolicy: d.DeletionPolicy, Infra: map[string]Attrs{},
+		Files: map[string]map[string]string{}, Versions: map[string]string{}}}
+	for i, r := range d.Infra {
+		attrs := Attrs{}
+		for k, v := range r.Attrs {
+			if v.Unknown {
+				v = Known(fmt.Sprintf("known-%d-%s", i, k))
+			}
+			attrs[k] = v
+		}
+		o.Cloud = append(o.Cloud, Resource{Kind: r.Kind, Name: r.Name, Attrs: attrs, ID: fmt.Sprintf("id-%d", i)})
+		o.Applied.Infra[r.Address()] = attrs
+	}
+	for _, h := range d.Hosts {
+		files := map[string]string{}
+		for _, f := range h.Files {
+			files[f.Path] = f.SHA256
+		}
+		o.Applied.Files[h.Name] = files
+		o.Applied.Versions[h.Name] = h.Version
+	}
+	return o
+}
+
+// without returns o without the cloud resource at address.
+func without(o *Observed, address string) *Observed {
+	c := *o
+	c.Cloud = slices.DeleteFunc(slices.Clone(o.Cloud), func(r Resource) bool { return r.Address() == address })
+	return &c
+}
+
+var sha = regexp.MustCompile(`[0-9a-f]{64}`)
+
+// normalize replaces each sha256 by its rank of appearance: certificates
+// and keys are new on every run, the plan's shape is not.
+func normalize(b []byte) []byte {
+	seen := map[string]string{}
+	return sha.ReplaceAllFunc(b, func(m []byte) []byte {
+		if _, ok := seen[string(m)]; !ok {
+			seen[string(m)] = fmt.Sprintf("sha256-%d", len(seen)+1)
+		}
+		return []byte(seen[string(m)])
+	})
+}
+
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./diff -update writes it)", err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("%s (-want +got):\n%s", path, d)
+	}
+}
+
+// TestPlans: every case's plan in its JSON form and its human view, as
+// golden files, plus what each case must and must not contain.
+func TestPlans(t *testing.T) {
+	kv := statetest.Open(t)
+	demo := func(edit func(*schemas.Cluster)) *schemas.Cluster { return spec(t, "demo", edit) }
+	base := desire(t, kv, demo(nil), true)
+	done := converged(base)
+	pool := func(c *schemas.Cluster) *schemas.WorkerPool { return &c.Spec.WorkerPools[0] }
+
+	cases := []struct {
+		name     string
+		desired  []*Desired
+		observed []*Observed
+		// check asserts what the case is about, beyond the golden files.
+		check func(t *testing.T, p *Plan)
+	}{
+		{"new-cluster", []*Desired{desire(t, kv, demo(nil), false)}, nil, func(t *testing.T, p *Plan) {
+			wantCreate(t, p, "openstack/network/demo", "openstack/router-interface/demo", "openstack/server-group/demo-controllers",
+				"openstack/port/demo-controller-0", "openstack/floating-ip/demo-gateway-0", "openstack/load-balancer/demo-api",
+				"openstack/listener/demo-api-6443", "openstack/pool/demo-api", "openstack/member/demo-controller-0",
+				"openstack/health-monitor/demo-api", "openstack/floating-ip/demo-api")
+			c := find(t, p.Changes, "host/demo-controller-0/etc/kubernetes/pki/apiserver.crt", ActionUpload)
+			if !c.After["sha256"].Unknown || !slices.Contains(c.DependsOn, find(t, p.Changes, "openstack/floating-ip/demo-api", ActionCreate).ID) {
+				t.Errorf("the API cert is not (known after apply) after the API's floating IP: %+v", c)
+			}
+			if c := find(t, p.Changes, "host/demo-controller-0/etc/kubernetes/pki/apiserver.key", ActionUpload); !c.After["sha256"].Sensitive {
+				t.Errorf("a key's digest is shown: %+v", c.After)
+			}
+			port := find(t, p.Changes, "openstack/port/demo-controller-0", ActionCreate)
+			if server := find(t, p.Changes, "openstack/server/demo-controller-0", ActionCreate); !slices.Contains(server.DependsOn, port.ID) {
+				t.Errorf("the server does not wait for its port: %v", server.DependsOn)
+			}
+		}},
+		{"converged", []*Desired{base}, []*Observed{done}, func(t *testing.T, p *Plan) {
+			if !p.Empty() {
+				t.Errorf("a converged cluster plans %d changes and %d corrections", len(p.Changes), len(p.Drift))
+			}
+		}},
+		{"scale-out", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { pool(c).Count = 3 }), true)}, []*Observed{done},
+			func(t *testing.T, p *Plan) {
+				wantCreate(t, p, "openstack/port/demo-default-2", "openstack/server/demo-default-2")
+				onlyAbout(t, p, "demo-default-2")
+			}},
+		{"scale-in", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { pool(c).Count = 0 }), true)}, []*Observed{done},
+			func(t *testing.T, p *Plan) {
+				first := find(t, p.Changes, "openstack/server/demo-default-1", ActionDelete)
+				second := find(t, p.Changes, "openstack/server/demo-default-0", ActionDelete)
+				if !slices.Contains(second.DependsOn, first.ID) {
+					t.Errorf("scale in does not take the highest index first: %v", second.DependsOn)
+				}
+				if port := find(t, p.Changes, "openstack/port/demo-default-1", ActionDelete); !slices.Contains(port.DependsOn, first.ID) {
+					t.Errorf("the port goes before its server: %v", port.DependsOn)
+				}
+			}},
+		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.36.0" }), true)}, []*Observed{done},
+			func(t *testing.T, p *Plan) {
+				for _, c := range p.Changes {
+					if c.Action != ActionUpload && c.Action != ActionRestart {
+						t.Errorf("a version bump plans %s %s", c.Action, c.Address)
+					}
+				}
+				find(t, p.Changes, "host/demo-controller-0/etc/kubernetes/kubelet.env", ActionUpload)
+				w := find(t, p.Changes, "host/demo-default-0/units/kubelet.service", ActionRestart)
+				ctl := find(t, p.Changes, "host/demo-controller-0/units/kubelet.service", ActionRestart)
+				if !slices.Contains(w.DependsOn, ctl.ID) {
+					t.Errorf("a worker restarts before the controller: %v", w.DependsOn)
+				}
+			}},
+		{"pool-flavor", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { pool(c).Flavor = "m1.large" }), true)}, []*Observed{done},
+			func(t *testing.T, p *Plan) {
+				first := find(t, p.Changes, "openstack/server/demo-default-0", ActionReplace)
+				second := find(t, p.Changes, "openstack/server/demo-default-1", ActionReplace)
+				if !slices.Contains(second.DependsOn, first.ID) {
+					t.Errorf("the replace is not rolling (surge 1): %v", second.DependsOn)
+				}
+				if first.Before["flavor"].Value == first.After["flavor"].Value {
+					t.Errorf("before/after: %+v %+v", first.Before, first.After)
+				}
+				up := find(t, p.Changes, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
+				if !slices.Contains(up.DependsOn, second.ID) {
+					t.Errorf("a replaced host's files do not wait for it: %v", up.DependsOn)
+				}
+			}},
+		{"drift-server-deleted", []*Desired{base}, []*Observed{without(done, "openstack/server/demo-default-1")}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 {
+				t.Errorf("changes besides the drift: %v", p.Changes)
+			}
+			find(t, p.Drift, "openstack/server/demo-default-1", ActionCreate)
+		}},
+		{"drift-rule-deleted", []*Desired{base}, []*Observed{without(done, "openstack/security-group-rule/demo-gateway/ingress-tcp-22-0.0.0.0_0")},
+			func(t *testing.T, p *Plan) {
+				if len(p.Changes) != 0 || len(p.Drift) != 1 {
+					t.Errorf("want one correction: %+v", p)
+				}
+			}},
+		{"drift-server-resized", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			for i, r := range o.Cloud {
+				if r.Address() == "openstack/server/demo-default-0" {
+					o.Cloud[i].Attrs = Attrs{}
+					for k, v := range r.Attrs {
+						o.Cloud[i].Attrs[k] = v
+					}
+					o.Cloud[i].Attrs["flavor"] = Known("m1.xlarge")
+				}
+			}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if c := find(t, p.Drift, "openstack/server/demo-default-0", ActionReplace); !strings.Contains(c.Reason, "outside OPKE") {
+				t.Errorf("reason: %q", c.Reason)
+			}
+		}},
+		{"drift-file-changed", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			o.HostFiles = map[string]map[string]string{}
+			for h, files := range o.Applied.Files {
+				o.HostFiles[h] = map[string]string{}
+				for p, s := range files {
+					o.HostFiles[h][p] = s
+				}
+			}
+			o.HostFiles["demo-default-0"]["/etc/kubernetes/kubelet.env"] = strings.Repeat("0", 64)
+			delete(o.HostFiles["demo-default-1"], "/etc/kubernetes/kubelet.env")
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 {
+				t.Errorf("changes besides the drift: %v", p.Changes)
+			}
+			find(t, p.Drift, "host/demo-default-0/etc/kubernetes/kubelet.env", ActionUpload)
+			find(t, p.Drift, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
+			find(t, p.Drift, "host/demo-default-0/units/kubelet.service", ActionRestart)
+		}},
+		{"removed-retain", nil, []*Observed{done}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 1 || p.Changes[0].Action != ActionForget || len(p.Warnings) != 1 {
+				t.Errorf("Retain must destroy nothing, warn and forget: %+v", p)
+			}
+		}},
+		{"removed-delete", nil, []*Observed{func() *Observed {
+			o := converged(base)
+			o.Applied.DeletionPolicy = "Delete"
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			for _, c := range p.Changes {
+				if c.Action != ActionDelete && c.Action != ActionForget {
+					t.Errorf("deleting a cluster plans %s %s", c.Action, c.Address)
+				}
+			}
+			net := find(t, p.Changes, "openstack/network/demo", ActionDelete)
+			subnet := find(t, p.Changes, "openstack/subnet/demo", ActionDelete)
+			if !slices.Contains(net.DependsOn, subnet.ID) {
+				t.Errorf("the network goes before its subnet: %v", net.DependsOn)
+			}
+			lb := find(t, p.Changes, "openstack/load-balancer/demo-api", ActionDelete)
+			if !slices.Contains(subnet.DependsOn, lb.ID) || !slices.Contains(lb.DependsOn, find(t, p.Changes, "openstack/listener/demo-api-6443", ActionDelete).ID) {
+				t.Errorf("not in reverse order: subnet %v, lb %v", subnet.DependsOn, lb.DependsOn)
+			}
+		}},
+		{"adopted", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			o.Applied = nil // built by hand, found by its tags
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			for _, c := range p.Changes {
+				if c.Phase == PhaseInfrastructure {
+					t.Errorf("an adopted cluster plans %s %s", c.Action, c.Address)
+				}
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Diff(tc.desired, tc.observed)
+			tc.check(t, p)
+			checkGraph(t, p)
+			data, err := json.MarshalIndent(p, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text bytes.Buffer
+			if err := Text(&text, data); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "testdata/"+tc.name+"/plan.json", normalize(append(data, '\n')))
+			golden(t, "testdata/"+tc.name+"/plan.txt", text.Bytes())
+			back, err := Read(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(p, back); d != "" {
+				t.Errorf("the JSON form does not read back (-plan +read):\n%s", d)
+			}
+		})
+	}
+}
+
+// checkGraph: ids unique, every dependency names a change of the plan,
+// and no cycle.
+func checkGraph(t *testing.T, p *Plan) {
+	t.Helper()
+	deps := map[string][]string{}
+	for _, c := range slices.Concat(p.Changes, p.Drift) {
+		if _, dup := deps[c.ID]; dup {
+			t.Fatalf("id %s twice", c.ID)
+		}
+		deps[c.ID] = c.DependsOn
+	}
+	state := map[string]int{}
+	var visit func(id string)
+	visit = func(id string) {
+		switch state[id] {
+		case 1:
+			t.Fatalf("a cycle through %s", id)
+		case 2:
+			return
+		}
+		state[id] = 1
+		for _, d := range deps[id] {
+			if _, ok := deps[d]; !ok {
+				t.Fatalf("%s depends on %s, not in the plan", id, d)
+			}
+			visit(d)
+		}
+		state[id] = 2
+	}
+	for id := range deps {
+		visit(id)
+	}
+}
+
+func find(t *testing.T, cs []Change, address string, a Action) Change {
+	t.Helper()
+	for _, c := range cs {
+		if c.Address == address && c.Action == a {
+			return c
+		}
+	}
+	t.Fatalf("no %s of %s", a, address)
+	return Change{}
+}
+
+func wantCreate(t *testing.T, p *Plan, addresses ...string) {
+	t.Helper()
+	for _, a := range addresses {
+		find(t, p.Changes, a, ActionCreate)
+	}
+}
+
+// onlyAbout fails on a change whose address does not name host.
+func onlyAbout(t *testing.T, p *Plan, host string) {
+	t.Helper()
+	for _, c := range slices.Concat(p.Changes, p.Drift) {
+		if !strings.Contains(c.Address, host) {
+			t.Errorf("a change outside %s: %s %s", host, c.Action, c.Address)
+		}
+	}
+}
+
+func TestActionsAreExhaustive(t *testing.T) {
+	for _, a := range Actions {
+		if symbols[a] == "" {
+			t.Errorf("%s has no symbol in the view", a)
+		}
+		b, err := a.MarshalText()
+		if err != nil || strings.HasPrefix(string(b), "Action(") {
+			t.Errorf("%d: %q %v", int(a), b, err)
+		}
+		var back Action
+		if err := back.UnmarshalText(b); err != nil || back != a {
+			t.Errorf("%s does not read back: %v", a, err)
+		}
+	}
+	if _, err := Action(0).MarshalText(); err == nil {
+		t.Error("the zero action marshals")
+	}
+	if n := len(Actions); Action(n) != ActionForget {
+		t.Errorf("Actions lists %d actions; the last constant is %d", n, ActionForget)
+	}
+}
+
+func TestReadRefusesAnotherMajorVersion(t *testing.T) {
+	for _, tc := range []struct{ name, data string }{
+		{"major 2", `{"format_version": "2.0", "changes": [], "drift": []}`},
+		{"no version", `{"changes": []}`},
+		{"an unknown action", `{"format_version": "1.0", "changes": [{"action": "explode"}]}`},
+		{"not JSON", `plan`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Read([]byte(tc.data)); err == nil {
+				t.Error("read")
+			}
+		})
+	}
+}
+
+// FuzzDiff: for any valid spec and hosts' files, a cluster observed
+// exactly as desired plans nothing, and the same inputs plan the same
+// bytes.
+func FuzzDiff(f *testing.F) {
+	f.Add(uint8(1), uint8(2), uint8(0), "m1.medium", "", false, []byte("kubelet.env"))
+	f.Add(uint8(3), uint8(40), uint8(7), "m1.large", "ops", true, []byte{0, 1, 2})
+	f.Add(uint8(5), uint8(0), uint8(255), "", "", true, []byte{})
+	base := spec(f, "prod", nil)
+	f.Fuzz(func(t *testing.T, controllers, workers, pools uint8, flavor, keyName string, zones bool, files []byte) {
+		c := *base
+		c.Spec.Controllers.Count = []int{1, 3, 5}[int(controllers)%3]
+		c.Spec.SSHKeyName = keyName
+		if zones {
+			c.Spec.Controllers.AvailabilityZones = []string{"az-1", "az-2"}
+		}
+		c.Spec.WorkerPools = nil
+		for i := range int(pools) % 4 {
+			p := schemas.WorkerPool{Name: fmt.Sprintf("pool%d", i), Count: (int(workers) + i) % 50, Flavor: flavor + "x"}
+			if zones {
+				p.AvailabilityZones = []string{"az-" + flavor}
+			}
+			c.Spec.WorkerPools = append(c.Spec.WorkerPools, p)
+		}
+		d, err := Desire(&c, Inputs{APIFloatingIP: true})
+		if err != nil {
+			t.Skip(err) // a spec validation refuses; Desire needs a valid one
+		}
+		// Hosts with files made from the fuzz input.
+		for i := range min(len(files), 8) {
+			h := Host{Name: fmt.Sprintf("h%d", i), Version: "v1.35.1"}
+			for j, b := range files {
+				h.Files = append(h.Files, File{Path: fmt.Sprintf("/etc/f%d", j), SHA256: fmt.Sprintf("%064x", b), Mode: "0644",
+					Secret: b%2 == 0, Restart: []string{[]string{"kubelet.service", "etcd-member.service"}[int(b)%2]}})
+			}
+			d.Hosts = append(d.Hosts, h)
+		}
+		o := converged(d)
+		p := Diff([]*Desired{d}, []*Observed{o})
+		if !p.Empty() || len(p.Warnings) > 0 {
+			t.Fatalf("Diff(x, x) plans %d changes, %d corrections: %+v", len(p.Changes), len(p.Drift), p)
+		}
+		a, _ := json.Marshal(Diff([]*Desired{d}, nil))
+		b, _ := json.Marshal(Diff([]*Desired{d}, nil))
+		if !bytes.Equal(a, b) {
+			t.Fatal("the same inputs planned different bytes")
+		}
+	})
+}

@@ -1,0 +1,97 @@
+package diff
+
+// Kind is an OpenStack resource type as OPKE manages it.
+type Kind string
+
+// The kinds. Creation follows each resource's DependsOn; deletion goes
+// the other way, by the attributes that name other resources (refs).
+const (
+	KindNetwork       Kind = "network"
+	KindSecurityGroup Kind = "security-group"
+	KindServerGroup   Kind = "server-group"
+	KindSubnet        Kind = "subnet"
+	KindRouter        Kind = "router"
+	KindRule          Kind = "security-group-rule"
+	KindInterface     Kind = "router-interface"
+	KindPort          Kind = "port"
+	KindLoadBalancer  Kind = "load-balancer"
+	KindServer        Kind = "server"
+	KindListener      Kind = "listener"
+	KindFloatingIP    Kind = "floating-ip"
+	KindPool          Kind = "pool"
+	KindMember        Kind = "member"
+	KindMonitor       Kind = "health-monitor"
+)
+
+// Resource is an OpenStack resource flattened to what the diff compares.
+// Attributes refer to other resources by name, never by id, so a desired
+// resource and an observed one compare directly.
+type Resource struct {
+	Kind Kind
+	// Name is unique per kind within a cluster; it is part of the address.
+	Name  string
+	Attrs Attrs
+	// Desired only: the attributes whose change replaces the resource, and
+	// the addresses of the resources it needs.
+	ForceNew  []string
+	DependsOn []string
+	// Observed only: the cloud's id.
+	ID string
+}
+
+// Address is the resource's stable address: openstack/<kind>/<name>.
+func (r Resource) Address() string { return "openstack/" + string(r.Kind) + "/" + r.Name }
+
+// File is a file a host should have, as the diff sees it.
+type File struct {
+	Path    string
+	SHA256  string
+	Mode    string // octal, as people read it
+	Secret  bool
+	Restart []string // units restarted once the file changed
+	// Unknown marks a file whose bytes depend on a value not known before
+	// the infrastructure phase (a certificate carrying the floating IP).
+	Unknown bool
+}
+
+// Host is a host's desired files.
+type Host struct {
+	Name    string
+	Version string
+	Files   []File
+}
+
+// Desired is a cluster as its spec and the rendered assets say.
+type Desired struct {
+	Cluster        string
+	DeletionPolicy string
+	Infra          []Resource
+	Hosts          []Host
+	// BackupDue asks for an etcd snapshot in this plan.
+	BackupDue bool
+}
+
+// Applied is what OPKE last applied to a cluster, from the state store.
+type Applied struct {
+	// DeletionPolicy is the last applied spec's.
+	DeletionPolicy string
+	// Infra holds the attributes of each resource as applied, by address.
+	Infra map[string]Attrs
+	// Files holds the sha256 of each file as pushed, by host and path.
+	Files map[string]map[string]string
+	// Versions holds the Kubernetes version each host runs.
+	Versions map[string]string
+}
+
+// Observed is a cluster as OpenStack and the state store show it.
+type Observed struct {
+	Cluster string
+	// Cloud is every resource tagged for the cluster.
+	Cloud []Resource
+	// Applied is nil for a cluster this store never applied (a new one, or
+	// one adopted by its tags).
+	Applied *Applied
+	// HostFiles holds the sha256 of each file read on the hosts, by host
+	// and path; nil unless a resync asked for them.
+	HostFiles map[string]map[string]string
+}
