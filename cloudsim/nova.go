@@ -683,7 +683,7 @@ func (s *Sim) createServer(rw http.ResponseWriter, r *request, mv int) {
 			novaError(rw, http.StatusBadRequest, "Invalid server group: "+id)
 			return
 		}
-		if len(group.Members) >= w.quota(r.tok.ProjectID, "server_group_members") {
+		if limit := w.quota(r.tok.ProjectID, "server_group_members"); limit >= 0 && len(group.Members) >= limit {
 			novaError(rw, http.StatusForbidden, "Quota exceeded, too many servers in group")
 			return
 		}

@@ -137,6 +137,12 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 		s.route(mux, "PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
 		s.route(mux, "DELETE "+base+"loadbalancers/{id}", s.deleteLB)
 		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.lbStatusTree)
+		// Octavia answers quotas at /v2/lbaas/quotas and, as gophercloud
+		// asks, at /v2/quotas.
+		for _, q := range []string{base + "quotas/{project}", "/load-balancer/" + v + "/quotas/{project}"} {
+			s.route(mux, "GET "+q, s.getOctaviaQuotas)
+			s.route(mux, "PUT "+q, s.putOctaviaQuotas)
+		}
 		// The children of a load balancer share one shape of routes.
 		for _, c := range []struct {
 			kind, plural, path string
@@ -773,4 +779,52 @@ func (w *world) relink() {
 			}
 		}
 	}
+}
+
+// octaviaQuotaNames maps Octavia's quota names to the simulator's.
+var octaviaQuotaNames = map[string]string{"loadbalancer": "load_balancer", "listener": "listener", "pool": "pool", "member": "member",
+	"healthmonitor": "health_monitor"}
+
+func (s *Sim) getOctaviaQuotas(rw http.ResponseWriter, r *request) {
+	project := r.PathValue("project")
+	if project != r.tok.ProjectID && !r.tok.admin() {
+		octaviaError(rw, http.StatusForbidden, "Policy does not allow this request to be performed.")
+		return
+	}
+	out := map[string]any{}
+	for name, key := range octaviaQuotaNames {
+		out[name] = r.w.quota(project, key)
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"quota": out})
+}
+
+func (s *Sim) putOctaviaQuotas(rw http.ResponseWriter, r *request) {
+	if !r.tok.admin() {
+		octaviaError(rw, http.StatusForbidden, "Policy does not allow this request to be performed.")
+		return
+	}
+	var body struct {
+		Quota map[string]any `json:"quota"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		octaviaError(rw, http.StatusBadRequest, err.Error())
+		return
+	}
+	values, allowed := map[string]any{}, []string{}
+	for name, v := range body.Quota {
+		key, ok := octaviaQuotaNames[name]
+		if !ok {
+			octaviaError(rw, http.StatusBadRequest, fmt.Sprintf("Invalid input for field/attribute quota: %s.", name))
+			return
+		}
+		values[key] = v
+	}
+	for _, key := range octaviaQuotaNames {
+		allowed = append(allowed, key)
+	}
+	if !r.w.setQuotas(r.PathValue("project"), values, allowed) {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute quota.")
+		return
+	}
+	s.getOctaviaQuotas(rw, r)
 }

@@ -1,0 +1,449 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/external"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+	"github.com/gophercloud/gophercloud/v2/pagination"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/schemas"
+)
+
+// MetaUserData is the server metadata key holding the sha256 of the
+// server's user_data: Nova does not show user_data to its owner.
+const MetaUserData = "opke-user-data"
+
+// pageSize is the page OPKE asks for; larger listings take more pages.
+const pageSize = 1000
+
+// Tag returns the tag key=value OPKE puts on resources.
+func Tag(key, value string) string { return key + "=" + value }
+
+// Observation is what a cloud holds for OPKE, by cluster.
+type Observation struct {
+	Clusters map[string][]diff.Resource
+	// Members resolves load balancer member ids to the members, for the
+	// next observation (the state store keeps it).
+	Members map[string]diff.Resource
+}
+
+// Observe lists what OPKE owns in the cloud (resources tagged
+// opke-owner=owner), each type once. known resolves member ids from a
+// previous observation; nil costs a call per pool.
+func Observe(ctx context.Context, c *Clients, owner string, known map[string]diff.Resource) (*Observation, error) {
+	o := &observer{c: c, ownerTag: Tag(schemas.TagOwner, owner), out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
+		names: map[string]string{}, cluster: map[string]string{}}
+	steps := []func(context.Context) error{o.networks, o.subnets, o.securityGroups, o.routers, o.ports, o.images, o.servers,
+		o.floatingIPs, o.loadBalancers, o.listeners}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.pools(ctx, known); err != nil {
+		return nil, err
+	}
+	if err := o.monitors(ctx); err != nil {
+		return nil, err
+	}
+	for _, rs := range o.out.Clusters {
+		slices.SortFunc(rs, func(a, b diff.Resource) int { return strings.Compare(a.Address(), b.Address()) })
+	}
+	return o.out, nil
+}
+
+type observer struct {
+	c        *Clients
+	ownerTag string
+	out      *Observation
+	names    map[string]string // id -> name, for references
+	cluster  map[string]string // id -> cluster
+	// what later steps look up
+	portOfDevice map[string]string // server or lb id -> port name
+	vipPort      map[string]string // port id -> load balancer name
+	fips         []floatingips.FloatingIP
+	// server groups, kept once their cluster is known
+	pendingGroups []diff.Resource
+	groupCluster  []string
+}
+
+// clusterOf reads the opke-cluster tag.
+func clusterOf(tags []string) string {
+	for _, t := range tags {
+		if v, ok := strings.CutPrefix(t, schemas.TagCluster+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (o *observer) add(cluster string, r diff.Resource) {
+	if cluster == "" {
+		return
+	}
+	o.names[r.ID] = r.Name
+	o.cluster[r.ID] = cluster
+	o.out.Clusters[cluster] = append(o.out.Clusters[cluster], r)
+}
+
+// each pages through a listing.
+func each(ctx context.Context, what string, p pagination.Pager, fn func(pagination.Page) error) error {
+	err := p.EachPage(ctx, func(_ context.Context, page pagination.Page) (bool, error) {
+		return true, fn(page)
+	})
+	if err != nil {
+		return fmt.Errorf("list %s: %w", what, err)
+	}
+	return nil
+}
+
+func (o *observer) networks(ctx context.Context) error {
+	err := each(ctx, "networks", networks.List(o.c.Network, networks.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+		list, err := networks.ExtractNetworks(p)
+		for _, n := range list {
+			o.add(clusterOf(n.Tags), diff.Resource{Kind: diff.KindNetwork, Name: n.Name, ID: n.ID, Attrs: diff.Attrs{}})
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// External networks are not OPKE's: their names, for references.
+	ext := true
+	return each(ctx, "external networks", networks.List(o.c.Network, external.ListOptsExt{ListOptsBuilder: networks.ListOpts{Limit: pageSize}, External: &ext}),
+		func(p pagination.Page) error {
+			list, err := networks.ExtractNetworks(p)
+			for _, n := range list {
+				o.names[n.ID] = n.Name
+			}
+			return err
+		})
+}
+
+func (o *observer) subnets(ctx context.Context) error {
+	return each(ctx, "subnets", subnets.List(o.c.Network, subnets.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+		list, err := subnets.ExtractSubnets(p)
+		for _, s := range list {
+			dns := slices.Clone(s.DNSNameservers)
+			slices.Sort(dns)
+			o.add(clusterOf(s.Tags), diff.Resource{Kind: diff.KindSubnet, Name: s.Name, ID: s.ID, Attrs: diff.Attrs{
+				"network": diff.Known(o.names[s.NetworkID]), "cidr": diff.Known(s.CIDR), "dns_nameservers": diff.Known(strings.Join(dns, ","))}})
+		}
+		return err
+	})
+}
+
+func (o *observer) securityGroups(ctx context.Context) error {
+	var all []groups.SecGroup
+	err := each(ctx, "security groups", groups.List(o.c.Network, groups.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+		list, err := groups.ExtractGroups(p)
+		all = append(all, list...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, g := range all {
+		o.add(clusterOf(g.Tags), diff.Resource{Kind: diff.KindSecurityGroup, Name: g.Name, ID: g.ID, Attrs: diff.Attrs{}})
+	}
+	// Rules come with their group; OPKE manages the ingress ones.
+	for _, g := range all {
+		for _, r := range g.Rules {
+			if r.Direction != "ingress" {
+				continue
+			}
+			proto, ports, remote := r.Protocol, "any", r.RemoteIPPrefix
+			if proto == "" {
+				proto = "any"
+			}
+			switch {
+			case r.PortRangeMin > 0 && r.PortRangeMin == r.PortRangeMax:
+				ports = strconv.Itoa(r.PortRangeMin)
+			case r.PortRangeMin > 0:
+				ports = fmt.Sprintf("%d-%d", r.PortRangeMin, r.PortRangeMax)
+			}
+			if r.RemoteGroupID != "" {
+				remote = "group:" + o.names[r.RemoteGroupID]
+			}
+			if remote == "" {
+				remote = "any"
+			}
+			name := fmt.Sprintf("%s/ingress-%s-%s-%s", g.Name, proto, ports, strings.ReplaceAll(remote, "/", "_"))
+			o.add(o.cluster[g.ID], diff.Resource{Kind: diff.KindRule, Name: name, ID: r.ID, Attrs: diff.Attrs{"security_group": diff.Known(g.Name),
+				"direction": diff.Known("ingress"), "protocol": diff.Known(proto), "ports": diff.Known(ports), "remote": diff.Known(remote)}})
+		}
+	}
+	return nil
+}
+
+func (o *observer) routers(ctx context.Context) error {
+	err := each(ctx, "routers", routers.List(o.c.Network, routers.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+		list, err := routers.ExtractRouters(p)
+		for _, r := range list {
+			o.add(clusterOf(r.Tags), diff.Resource{Kind: diff.KindRouter, Name: r.Name, ID: r.ID, Attrs: diff.Attrs{
+				"external_network": diff.Known(o.names[r.GatewayInfo.NetworkID])}})
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Interfaces are Neutron's ports on the routers: one listing of them.
+	return each(ctx, "router interfaces", ports.List(o.c.Network, ports.ListOpts{DeviceOwner: "network:router_interface", Limit: pageSize}),
+		func(p pagination.Page) error {
+			list, err := ports.ExtractPorts(p)
+			for _, port := range list {
+				cl := o.cluster[port.DeviceID]
+				if cl == "" || len(port.FixedIPs) == 0 {
+					continue
+				}
+				router := o.names[port.DeviceID]
+				o.add(cl, diff.Resource{Kind: diff.KindInterface, Name: router, ID: port.ID, Attrs: diff.Attrs{
+					"router": diff.Known(router), "subnet": diff.Known(o.names[port.FixedIPs[0].SubnetID])}})
+			}
+			return err
+		})
+}
+
+func (o *observer) ports(ctx context.Context) error {
+	o.portOfDevice = map[string]string{}
+	return each(ctx, "ports", ports.List(o.c.Network, ports.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+		list, err := ports.ExtractPorts(p)
+		for _, port := range list {
+			var sgs []string
+			for _, id := range port.SecurityGroups {
+				sgs = append(sgs, o.names[id])
+			}
+			slices.Sort(sgs)
+			ip := ""
+			if len(port.FixedIPs) > 0 {
+				ip = port.FixedIPs[0].IPAddress
+			}
+			if port.DeviceID != "" {
+				o.portOfDevice[port.DeviceID] = port.Name
+			}
+			o.add(clusterOf(port.Tags), diff.Resource{Kind: diff.KindPort, Name: port.Name, ID: port.ID, Attrs: diff.Attrs{
+				"network": diff.Known(o.names[port.NetworkID]), "security_groups": diff.Known(strings.Join(sgs, ",")), "fixed_ip": diff.Known(ip)}})
+		}
+		return err
+	})
+}
+
+func (o *observer) images(ctx context.Context) error {
+	return each(ctx, "images", images.List(o.c.Image, images.ListOpts{Limit: pageSize}), func(p pagination.Page) error {
+		list, err := images.ExtractImages(p)
+		for _, img := range list {
+			o.names[img.ID] = img.Name
+		}
+		return err
+	})
+}
+
+// novaServer is the part of a server (microversion 2.79) OPKE compares.
+type novaServer struct {
+	ID       string            `json:"id"`
+	Name     string            `json:"name"`
+	Status   string            `json:"status"`
+	Tags     []string          `json:"tags"`
+	Metadata map[string]string `json:"metadata"`
+	KeyName  string            `json:"key_name"`
+	AZ       string            `json:"OS-EXT-AZ:availability_zone"`
+	Flavor   struct {
+		Name string `json:"original_name"`
+	} `json:"flavor"`
+	Image any `json:"image"`
+}
+
+func (o *observer) servers(ctx context.Context) error {
+	group := map[string]string{} // server id -> server group name
+	err := each(ctx, "server groups", servergroups.List(o.c.Compute, servergroups.ListOpts{Limit: pageSize}), func(p pagination.Page) error {
+		list, err := servergroups.ExtractServerGroups(p)
+		for _, g := range list {
+			for _, m := range g.Members {
+				group[m] = g.Name
+			}
+			cl, ok := strings.CutSuffix(g.Name, "-controllers")
+			if !ok {
+				continue
+			}
+			policy := ""
+			if g.Policy != nil {
+				policy = *g.Policy
+			} else if len(g.Policies) > 0 {
+				policy = g.Policies[0]
+			}
+			// Server groups carry no tags: the cluster's by name, kept only
+			// if the cluster has tagged resources in this cloud.
+			o.pendingGroups = append(o.pendingGroups, diff.Resource{Kind: diff.KindServerGroup, Name: g.Name, ID: g.ID,
+				Attrs: diff.Attrs{"policy": diff.Known(policy)}})
+			o.groupCluster = append(o.groupCluster, cl)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = each(ctx, "servers", servers.List(o.c.Compute, servers.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+		var list []novaServer
+		if err := servers.ExtractServersInto(p, &list); err != nil {
+			return err
+		}
+		for _, s := range list {
+			attrs := diff.Attrs{"flavor": diff.Known(s.Flavor.Name), "port": diff.Known(o.portOfDevice[s.ID]),
+				"user_data": diff.Known(s.Metadata[MetaUserData]), "availability_zone": diff.Known(s.AZ), "key_name": diff.Known(s.KeyName)}
+			if img, ok := s.Image.(map[string]any); ok {
+				id, _ := img["id"].(string)
+				attrs["image"] = diff.Known(o.names[id])
+			}
+			if g := group[s.ID]; g != "" {
+				attrs["server_group"] = diff.Known(g)
+			}
+			o.add(clusterOf(s.Tags), diff.Resource{Kind: diff.KindServer, Name: s.Name, ID: s.ID, Attrs: attrs})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, g := range o.pendingGroups {
+		if _, ok := o.out.Clusters[o.groupCluster[i]]; ok {
+			o.add(o.groupCluster[i], g)
+		}
+	}
+	return nil
+}
+
+func (o *observer) floatingIPs(ctx context.Context) error {
+	var all []floatingips.FloatingIP
+	err := each(ctx, "floating IPs", floatingips.List(o.c.Network, floatingips.ListOpts{Tags: o.ownerTag}), func(p pagination.Page) error {
+		list, err := floatingips.ExtractFloatingIPs(p)
+		all = append(all, list...)
+		return err
+	})
+	o.fips = all
+	return err
+}
+
+func (o *observer) loadBalancers(ctx context.Context) error {
+	o.vipPort = map[string]string{}
+	err := each(ctx, "load balancers", loadbalancers.List(o.c.LoadBalancer, loadbalancers.ListOpts{Tags: []string{o.ownerTag}, Limit: pageSize}),
+		func(p pagination.Page) error {
+			list, err := loadbalancers.ExtractLoadBalancers(p)
+			for _, lb := range list {
+				o.vipPort[lb.VipPortID] = lb.Name
+				o.add(clusterOf(lb.Tags), diff.Resource{Kind: diff.KindLoadBalancer, Name: lb.Name, ID: lb.ID, Attrs: diff.Attrs{
+					"subnet": diff.Known(o.names[lb.VipSubnetID]), "vip_address": diff.Known(lb.VipAddress)}})
+			}
+			return err
+		})
+	if err != nil {
+		return err
+	}
+	// Floating IPs name no resource: their description is OPKE's name.
+	for _, f := range o.fips {
+		attrs := diff.Attrs{"network": diff.Known(o.names[f.FloatingNetworkID]), "address": diff.Known(f.FloatingIP)}
+		if lb, ok := o.vipPort[f.PortID]; ok {
+			attrs["load_balancer"] = diff.Known(lb)
+		} else if f.PortID != "" {
+			attrs["port"] = diff.Known(o.names[f.PortID])
+		}
+		o.add(clusterOf(f.Tags), diff.Resource{Kind: diff.KindFloatingIP, Name: f.Description, ID: f.ID, Attrs: attrs})
+	}
+	return nil
+}
+
+func (o *observer) listeners(ctx context.Context) error {
+	return each(ctx, "listeners", listeners.List(o.c.LoadBalancer, listeners.ListOpts{Tags: []string{o.ownerTag}, Limit: pageSize}),
+		func(p pagination.Page) error {
+			list, err := listeners.ExtractListeners(p)
+			for _, l := range list {
+				if len(l.Loadbalancers) == 0 {
+					continue
+				}
+				o.add(clusterOf(l.Tags), diff.Resource{Kind: diff.KindListener, Name: l.Name, ID: l.ID, Attrs: diff.Attrs{
+					"load_balancer": diff.Known(o.names[l.Loadbalancers[0].ID]), "protocol": diff.Known(l.Protocol), "port": diff.Known(strconv.Itoa(l.ProtocolPort))}})
+			}
+			return err
+		})
+}
+
+func (o *observer) pools(ctx context.Context, known map[string]diff.Resource) error {
+	var all []pools.Pool
+	err := each(ctx, "pools", pools.List(o.c.LoadBalancer, pools.ListOpts{Tags: []string{o.ownerTag}, Limit: pageSize}), func(p pagination.Page) error {
+		list, err := pools.ExtractPools(p)
+		all = append(all, list...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, pool := range all {
+		cl := clusterOf(pool.Tags)
+		listener := ""
+		if len(pool.Listeners) > 0 {
+			listener = o.names[pool.Listeners[0].ID]
+		}
+		o.add(cl, diff.Resource{Kind: diff.KindPool, Name: pool.Name, ID: pool.ID, Attrs: diff.Attrs{
+			"listener": diff.Known(listener), "protocol": diff.Known(pool.Protocol), "algorithm": diff.Known(pool.LBMethod)}})
+		resolved := true
+		for _, m := range pool.Members {
+			if _, ok := known[m.ID]; !ok {
+				resolved = false
+			}
+		}
+		if resolved {
+			for _, m := range pool.Members {
+				o.add(cl, known[m.ID])
+				o.out.Members[m.ID] = known[m.ID]
+			}
+			continue
+		}
+		err := each(ctx, "members of "+pool.Name, pools.ListMembers(o.c.LoadBalancer, pool.ID, pools.ListMembersOpts{Limit: pageSize}), func(p pagination.Page) error {
+			list, err := pools.ExtractMembers(p)
+			for _, m := range list {
+				r := diff.Resource{Kind: diff.KindMember, Name: m.Name, ID: m.ID, Attrs: diff.Attrs{
+					"pool": diff.Known(pool.Name), "address": diff.Known(m.Address), "port": diff.Known(strconv.Itoa(m.ProtocolPort))}}
+				o.add(cl, r)
+				o.out.Members[m.ID] = r
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *observer) monitors(ctx context.Context) error {
+	return each(ctx, "health monitors", monitors.List(o.c.LoadBalancer, monitors.ListOpts{Limit: pageSize}), func(p pagination.Page) error {
+		list, err := monitors.ExtractMonitors(p)
+		for _, m := range list {
+			if len(m.Pools) == 0 || o.cluster[m.Pools[0].ID] == "" {
+				continue
+			}
+			o.add(o.cluster[m.Pools[0].ID], diff.Resource{Kind: diff.KindMonitor, Name: m.Name, ID: m.ID, Attrs: diff.Attrs{
+				"pool": diff.Known(o.names[m.Pools[0].ID]), "type": diff.Known(m.Type), "delay": diff.Known(strconv.Itoa(m.Delay)),
+				"timeout": diff.Known(strconv.Itoa(m.Timeout)), "max_retries": diff.Known(strconv.Itoa(m.MaxRetries))}})
+		}
+		return err
+	})
+}
