@@ -593,11 +593,7 @@ func (b *kubeBackend) Ready() error {
 // kubeCluster returns the key of the cluster a server's host belongs to:
 // the digest of its /etc/kubernetes/pki/ca.crt.
 func (s *Sim) kubeCluster(server string) (string, error) {
-	id, err := s.serverID(server)
-	if err != nil {
-		return "", err
-	}
-	h, err := s.host(id)
+	h, err := s.hostNamed(server)
 	if err != nil {
 		return "", err
 	}

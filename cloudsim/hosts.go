@@ -223,11 +223,7 @@ func (s *Sim) host(id string) (*simHost, error) {
 
 // HostEvents returns what commands did on the named server's host.
 func (s *Sim) HostEvents(server string) ([]HostEvent, error) {
-	id, err := s.serverID(server)
-	if err != nil {
-		return nil, err
-	}
-	h, err := s.host(id)
+	h, err := s.hostNamed(server)
 	if err != nil {
 		return nil, err
 	}
@@ -238,15 +234,20 @@ func (s *Sim) HostEvents(server string) ([]HostEvent, error) {
 
 // HostRoot returns the folder standing for the named server's root.
 func (s *Sim) HostRoot(server string) (string, error) {
-	id, err := s.serverID(server)
-	if err != nil {
-		return "", err
-	}
-	h, err := s.host(id)
+	h, err := s.hostNamed(server)
 	if err != nil {
 		return "", err
 	}
 	return h.root.Name(), nil
+}
+
+// hostNamed returns the host of a server named by id or unique name.
+func (s *Sim) hostNamed(server string) (*simHost, error) {
+	id, err := s.serverID(server)
+	if err != nil {
+		return nil, err
+	}
+	return s.host(id)
 }
 
 // serverID finds a server by id or unique name.
