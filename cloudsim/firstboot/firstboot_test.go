@@ -130,7 +130,7 @@ func TestFallbackWritesKeysAndUnits(t *testing.T) {
 	got := tree(t, root)
 	for p, want := range map[string]string{
 		"home/core/.ssh/authorized_keys.d/ignition":    "-rw------- ",
-		"etc/systemd/system-preset/20-ignition.preset": "enable kubelet.service\nenable etcd-member.service\n",
+		"etc/systemd/system-preset/20-ignition.preset": "enable etcd-member.service\nenable kubelet.service\n", // sorted by tree
 		"etc/kubernetes/pki":                           "drwx------ ",
 		"etc/systemd/system/kubelet.service":           "EnvironmentFile=/etc/kubernetes/kubelet.env",
 	} {
