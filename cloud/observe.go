@@ -52,7 +52,7 @@ func Observe(ctx context.Context, c *Clients, owner string, known map[string]dif
 	o := &observer{c: c, ownerTag: Tag(schemas.TagOwner, owner), out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
 		names: map[string]string{}, cluster: map[string]string{}}
 	steps := []func(context.Context) error{o.networks, o.subnets, o.securityGroups, o.routers, o.ports, o.images, o.servers,
-		o.floatingIPs, o.loadBalancers, o.listeners}
+		o.loadBalancers, o.floatingIPs, o.listeners}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return nil, err
@@ -79,10 +79,6 @@ type observer struct {
 	// what later steps look up
 	portOfDevice map[string]string // server or lb id -> port name
 	vipPort      map[string]string // port id -> load balancer name
-	fips         []floatingips.FloatingIP
-	// server groups, kept once their cluster is known
-	pendingGroups []diff.Resource
-	groupCluster  []string
 }
 
 // clusterOf reads the opke-cluster tag.
@@ -274,6 +270,10 @@ type novaServer struct {
 
 func (o *observer) servers(ctx context.Context) error {
 	group := map[string]string{} // server id -> server group name
+	// Server groups carry no tags: a cluster's is known by its name, and
+	// kept once the cluster has tagged servers in this cloud.
+	var groupsOf []diff.Resource
+	var groupCluster []string
 	err := each(ctx, "server groups", servergroups.List(o.c.Compute, servergroups.ListOpts{Limit: pageSize}), func(p pagination.Page) error {
 		list, err := servergroups.ExtractServerGroups(p)
 		for _, g := range list {
@@ -290,11 +290,9 @@ func (o *observer) servers(ctx context.Context) error {
 			} else if len(g.Policies) > 0 {
 				policy = g.Policies[0]
 			}
-			// Server groups carry no tags: the cluster's by name, kept only
-			// if the cluster has tagged resources in this cloud.
-			o.pendingGroups = append(o.pendingGroups, diff.Resource{Kind: diff.KindServerGroup, Name: g.Name, ID: g.ID,
+			groupsOf = append(groupsOf, diff.Resource{Kind: diff.KindServerGroup, Name: g.Name, ID: g.ID,
 				Attrs: diff.Attrs{"policy": diff.Known(policy)}})
-			o.groupCluster = append(o.groupCluster, cl)
+			groupCluster = append(groupCluster, cl)
 		}
 		return err
 	})
@@ -323,23 +321,12 @@ func (o *observer) servers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for i, g := range o.pendingGroups {
-		if _, ok := o.out.Clusters[o.groupCluster[i]]; ok {
-			o.add(o.groupCluster[i], g)
+	for i, g := range groupsOf {
+		if _, ok := o.out.Clusters[groupCluster[i]]; ok {
+			o.add(groupCluster[i], g)
 		}
 	}
 	return nil
-}
-
-func (o *observer) floatingIPs(ctx context.Context) error {
-	var all []floatingips.FloatingIP
-	err := each(ctx, "floating IPs", floatingips.List(o.c.Network, floatingips.ListOpts{Tags: o.ownerTag}), func(p pagination.Page) error {
-		list, err := floatingips.ExtractFloatingIPs(p)
-		all = append(all, list...)
-		return err
-	})
-	o.fips = all
-	return err
 }
 
 func (o *observer) loadBalancers(ctx context.Context) error {
@@ -354,20 +341,26 @@ func (o *observer) loadBalancers(ctx context.Context) error {
 			}
 			return err
 		})
-	if err != nil {
-		return err
-	}
-	// Floating IPs name no resource: their description is OPKE's name.
-	for _, f := range o.fips {
-		attrs := diff.Attrs{"network": diff.Known(o.names[f.FloatingNetworkID]), "address": diff.Known(f.FloatingIP)}
-		if lb, ok := o.vipPort[f.PortID]; ok {
-			attrs["load_balancer"] = diff.Known(lb)
-		} else if f.PortID != "" {
-			attrs["port"] = diff.Known(o.names[f.PortID])
+	return err
+}
+
+// floatingIPs runs after the load balancers: a floating IP names the port
+// it is on, or the load balancer whose VIP port that is. Floating IPs have
+// no name: their description is OPKE's name.
+func (o *observer) floatingIPs(ctx context.Context) error {
+	return each(ctx, "floating IPs", floatingips.List(o.c.Network, floatingips.ListOpts{Tags: o.ownerTag}), func(p pagination.Page) error {
+		list, err := floatingips.ExtractFloatingIPs(p)
+		for _, f := range list {
+			attrs := diff.Attrs{"network": diff.Known(o.names[f.FloatingNetworkID]), "address": diff.Known(f.FloatingIP)}
+			if lb, ok := o.vipPort[f.PortID]; ok {
+				attrs["load_balancer"] = diff.Known(lb)
+			} else if f.PortID != "" {
+				attrs["port"] = diff.Known(o.names[f.PortID])
+			}
+			o.add(clusterOf(f.Tags), diff.Resource{Kind: diff.KindFloatingIP, Name: f.Description, ID: f.ID, Attrs: attrs})
 		}
-		o.add(clusterOf(f.Tags), diff.Resource{Kind: diff.KindFloatingIP, Name: f.Description, ID: f.ID, Attrs: attrs})
-	}
-	return nil
+		return err
+	})
 }
 
 func (o *observer) listeners(ctx context.Context) error {

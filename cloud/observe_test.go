@@ -74,18 +74,14 @@ func cluster(t testing.TB, name string, i int, workers int) *schemas.Cluster {
 
 var userData = map[ignition.Role][]byte{ignition.RoleController: []byte("c"), ignition.RoleWorker: []byte("w"), ignition.RoleGateway: []byte("g")}
 
+// desired is the infrastructure a spec asks for, with fixed user_data.
 func desired(t testing.TB, c *schemas.Cluster) *diff.Desired {
 	t.Helper()
-	d, err := Desire(c)
+	d, err := diff.Desire(c, diff.Inputs{UserData: userData, APIFloatingIP: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// Desire is the infrastructure a spec asks for, with fixed user_data.
-func Desire(c *schemas.Cluster) (*diff.Desired, error) {
-	return diff.Desire(c, diff.Inputs{UserData: userData, APIFloatingIP: true})
 }
 
 // build creates a cluster's infrastructure by hand through gophercloud,

@@ -432,10 +432,7 @@ func (h *simHost) kubeletSeen() {
 	version := ""
 	if b, err := h.root.ReadFile(pathKubeletEnv); err == nil {
 		if env, err := readEnvFile(b); err == nil {
-			image := env["KUBELET_IMAGE"]
-			if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
-				version = image[i+1:]
-			}
+			version = kubestub.ImageTag(env["KUBELET_IMAGE"])
 		}
 	}
 	h.mu.Lock()
@@ -548,6 +545,18 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 	return nodes
 }
 
+func (b *kubeBackend) View(fn func(*kubestub.Objects)) {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	o := b.s.w.Kube[b.ca]
+	if o == nil {
+		o = &kubestub.Objects{}
+	}
+	fn(o)
+}
+
+// Update changes a copy, kept only if fn succeeds, and marks the state
+// to be saved.
 func (b *kubeBackend) Update(fn func(*kubestub.Objects) error) error {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()

@@ -515,21 +515,12 @@ func TestControllersRunEtcdAndTheAPIServer(t *testing.T) {
 
 	// A restart of the simulator: the members and the API servers come back.
 	gw.Close()
-	if err := e.sim.Close(); err != nil {
-		t.Fatal(err)
-	}
-	again, err := Start(ctx, Options{StateDir: dir, Now: e.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	e.sim = again
-	e.user = e.connect(t, "sim")
-	edge = sshx.Dialer{Proxy: again.Edge()}
+	e.restart(t)
+	edge = sshx.Dialer{Proxy: e.sim.Edge()}
 	gw2 := cp.gateway(t, e)
 	checkEtcd(gw2, "v")
 	checkAPI(gw2)
-	if o, err := again.KubeObjects("prod-controller-2"); err != nil || len(o.Pods) != 1 || o.Pods[0].Name != "kept" {
+	if o, err := e.sim.KubeObjects("prod-controller-2"); err != nil || len(o.Pods) != 1 || o.Pods[0].Name != "kept" {
 		t.Errorf("the pods after a restart: %+v %v", o, err)
 	}
 }

@@ -263,16 +263,9 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 	gw.Close()
 
 	// The records and the root survive a restart from the state dir.
-	if err := e.sim.Close(); err != nil {
-		t.Fatal(err)
-	}
-	again, err := Start(ctx, Options{StateDir: dir, Now: e.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	checkRestart(again)
-	root, err := again.HostRoot("prod-default-0")
+	e.restart(t)
+	checkRestart(e.sim)
+	root, err := e.sim.HostRoot("prod-default-0")
 	if err != nil {
 		t.Fatal(err)
 	}

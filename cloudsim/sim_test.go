@@ -79,6 +79,22 @@ func startEnv(t *testing.T, opts Options) *env {
 	return e
 }
 
+// restart stops the simulator and starts it again from its state dir,
+// with clients of the new one.
+func (e *env) restart(t *testing.T) {
+	t.Helper()
+	if err := e.sim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Start(context.Background(), Options{StateDir: e.dir, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.Close() })
+	e.sim = again
+	e.user, e.admin = e.connect(t, "sim"), e.connect(t, "sim-admin")
+}
+
 // connect authenticates as a cloud of the clouds.yaml opke sim wrote.
 func (e *env) connect(t testing.TB, cloud string) *clients {
 	t.Helper()

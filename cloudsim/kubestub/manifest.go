@@ -43,8 +43,7 @@ func ParseManifest(data []byte) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("%w: no kube-apiserver container", ErrBadManifest)
 	}
 	m := Manifest{Port: 6443}
-	image := c.Image[strings.LastIndex(c.Image, "/")+1:]
-	if _, tag, ok := strings.Cut(image, ":"); ok && gitVersion.MatchString(tag) {
+	if tag := ImageTag(c.Image); gitVersion.MatchString(tag) {
 		m.Version = tag
 	} else {
 		return Manifest{}, fmt.Errorf("%w: image %q has no version tag", ErrBadManifest, c.Image)
@@ -71,10 +70,20 @@ func ParseManifest(data []byte) (Manifest, error) {
 			m.EtcdServers = strings.Split(v, ",")
 		}
 	}
-	for flag, v := range map[string]string{"--tls-cert-file": m.CertFile, "--tls-private-key-file": m.KeyFile, "--client-ca-file": m.ClientCAFile} {
-		if v == "" {
-			return Manifest{}, fmt.Errorf("%w: %s is not set", ErrBadManifest, flag)
+	for _, f := range []struct{ flag, value string }{
+		{"--tls-cert-file", m.CertFile}, {"--tls-private-key-file", m.KeyFile}, {"--client-ca-file", m.ClientCAFile},
+	} {
+		if f.value == "" {
+			return Manifest{}, fmt.Errorf("%w: %s is not set", ErrBadManifest, f.flag)
 		}
 	}
 	return m, nil
+}
+
+// ImageTag returns the tag of an image reference (registry:5000/name:tag),
+// or "" when it has none.
+func ImageTag(image string) string {
+	name := image[strings.LastIndex(image, "/")+1:]
+	_, tag, _ := strings.Cut(name, ":")
+	return tag
 }

@@ -28,8 +28,11 @@ import (
 type Backend interface {
 	// Nodes lists the cluster's nodes.
 	Nodes() []Node
+	// View runs fn on the cluster's objects under the backend's lock; fn
+	// must not change them.
+	View(fn func(*Objects))
 	// Update runs fn on the cluster's objects under the backend's lock and
-	// keeps what fn changed. Reads use it too.
+	// keeps what fn changed, unless fn fails.
 	Update(fn func(*Objects) error) error
 	// Ready reports whether the API server's etcd answers.
 	Ready() error
@@ -170,25 +173,14 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 	return node
 }
 
-// view runs fn on a copy of the objects, for reads.
-func (h *handler) view(fn func(*Objects)) error {
-	return h.b.Update(func(o *Objects) error {
-		fn(o)
-		return nil
-	})
-}
-
 func (h *handler) listNodes(w http.ResponseWriter, _ *http.Request) {
 	list := corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}, Items: []corev1.Node{}}
 	nodes := h.b.Nodes()
-	if err := h.view(func(o *Objects) {
+	h.b.View(func(o *Objects) {
 		for _, n := range nodes {
 			list.Items = append(list.Items, h.node(n, o))
 		}
-	}); err != nil {
-		writeError(w, err)
-		return
-	}
+	})
 	writeJSON(w, http.StatusOK, list)
 }
 
@@ -208,10 +200,7 @@ func (h *handler) getNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var out corev1.Node
-	if err := h.view(func(o *Objects) { out = h.node(n, o) }); err != nil {
-		writeError(w, err)
-		return
-	}
+	h.b.View(func(o *Objects) { out = h.node(n, o) })
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -323,25 +312,20 @@ func (h *handler) listPods(w http.ResponseWriter, r *http.Request) {
 	}
 	ns := r.PathValue("ns")
 	list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []corev1.Pod{}}
-	if err := h.view(func(o *Objects) {
+	h.b.View(func(o *Objects) {
 		for _, p := range o.PodsOn(node) {
 			if ns == "" || p.Namespace == ns {
 				list.Items = append(list.Items, pod(p))
 			}
 		}
-	}); err != nil {
-		writeError(w, err)
-		return
-	}
+	})
 	writeJSON(w, http.StatusOK, list)
 }
 
 func (h *handler) getPod(w http.ResponseWriter, r *http.Request) {
 	var p Pod
-	err := h.b.Update(func(o *Objects) (err error) {
-		p, err = o.Pod(r.PathValue("ns"), r.PathValue("name"))
-		return err
-	})
+	var err error
+	h.b.View(func(o *Objects) { p, err = o.Pod(r.PathValue("ns"), r.PathValue("name")) })
 	if err != nil {
 		writeError(w, err)
 		return

@@ -42,6 +42,12 @@ type memBackend struct {
 
 func (b *memBackend) Nodes() []Node { return b.nodes }
 func (b *memBackend) Ready() error  { return b.unready }
+func (b *memBackend) View(fn func(*Objects)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fn(&b.objs)
+}
+
 func (b *memBackend) Update(fn func(*Objects) error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -393,5 +399,18 @@ func TestEvictDecrementsEveryCoveringBudget(t *testing.T) {
 	}
 	if len(before.Pods) != 2 || before.Budgets[0].DisruptionsAllowed != 2 {
 		t.Error("Clone shares state with the original")
+	}
+}
+
+func TestImageTag(t *testing.T) {
+	for image, want := range map[string]string{
+		"registry.k8s.io/kube-apiserver:v1.35.1": "v1.35.1",
+		"localhost:5000/kubelet:v1.34.4":         "v1.34.4",
+		"localhost:5000/kubelet":                 "",
+		"kubelet":                                "",
+	} {
+		if got := ImageTag(image); got != want {
+			t.Errorf("ImageTag(%q) = %q, want %q", image, got, want)
+		}
 	}
 }
