@@ -3,16 +3,36 @@ package cloud
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/config"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 )
 
 // ComputeMicroversion is the Nova microversion OPKE speaks: server tags
 // (2.26, at create 2.52), flavor names in servers (2.47).
 const ComputeMicroversion = "2.79"
+
+// Target names a cloud: an entry of a clouds.yaml and a region.
+type Target struct {
+	// File is the clouds.yaml; empty: the standard locations
+	// (OS_CLIENT_CONFIG_FILE, ./clouds.yaml, ~/.config/openstack, /etc/openstack).
+	File  string
+	Cloud string
+	// Region overrides the entry's region_name when set.
+	Region string
+}
+
+func (t Target) String() string {
+	if t.Region == "" {
+		return t.Cloud
+	}
+	return t.Cloud + "/" + t.Region
+}
 
 // Clients are the service clients of one cloud, sharing one token.
 type Clients struct {
@@ -24,17 +44,25 @@ type Clients struct {
 	ObjectStore  *gophercloud.ServiceClient
 }
 
-// Connect authenticates as the named cloud of a clouds.yaml. The token is
-// reused until Keystone refuses it, then renewed (AllowReauth).
-func Connect(ctx context.Context, cloudsYAML, cloud string) (*Clients, error) {
-	ao, eo, tlsConfig, err := clouds.Parse(clouds.WithCloudName(cloud), clouds.WithLocations(cloudsYAML))
+// Connect authenticates as the target cloud. The token is renewed when
+// Keystone refuses it (AllowReauth); [Pool] also renews it ahead of its
+// expiry.
+func Connect(ctx context.Context, t Target) (*Clients, error) {
+	opts := []clouds.ParseOption{clouds.WithCloudName(t.Cloud)}
+	if t.File != "" {
+		opts = append(opts, clouds.WithLocations(t.File))
+	}
+	if t.Region != "" {
+		opts = append(opts, clouds.WithRegion(t.Region))
+	}
+	ao, eo, tlsConfig, err := clouds.Parse(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("cloud %s: %w", cloud, err)
+		return nil, fmt.Errorf("cloud %s: %w", t, err)
 	}
 	ao.AllowReauth = true
 	pc, err := config.NewProviderClient(ctx, ao, config.WithTLSConfig(tlsConfig))
 	if err != nil {
-		return nil, fmt.Errorf("cloud %s: authenticate: %w", cloud, err)
+		return nil, fmt.Errorf("cloud %s: authenticate: %w", t, err)
 	}
 	c := &Clients{Provider: pc}
 	for _, s := range []struct {
@@ -49,9 +77,81 @@ func Connect(ctx context.Context, cloudsYAML, cloud string) (*Clients, error) {
 		{&c.ObjectStore, openstack.NewObjectStorageV1, "object-store"},
 	} {
 		if *s.dst, err = s.new(pc, eo); err != nil {
-			return nil, fmt.Errorf("cloud %s: %s endpoint: %w", cloud, s.svc, err)
+			return nil, fmt.Errorf("cloud %s: %s endpoint: %w", t, s.svc, err)
 		}
 	}
 	c.Compute.Microversion = ComputeMicroversion
 	return c, nil
+}
+
+// TokenExpiry is when the clients' token expires; zero if unknown.
+func (c *Clients) TokenExpiry() time.Time {
+	r, ok := c.Provider.GetAuthResult().(tokens.CreateResult)
+	if !ok {
+		return time.Time{}
+	}
+	tok, err := r.ExtractToken()
+	if err != nil {
+		return time.Time{}
+	}
+	return tok.ExpiresAt
+}
+
+// DefaultRenewBefore is how long before its expiry a pooled token is
+// renewed.
+const DefaultRenewBefore = 5 * time.Minute
+
+// Pool keeps one connection per cloud and region, so plans and reconciles
+// share a token for its whole life instead of authenticating each time.
+// A token is renewed RenewBefore its expiry, before Keystone refuses it.
+// A Pool is safe for concurrent use.
+type Pool struct {
+	// File is the clouds.yaml every target is read from.
+	File string
+	// RenewBefore defaults to DefaultRenewBefore.
+	RenewBefore time.Duration
+	// Now defaults to time.Now.
+	Now func() time.Time
+
+	mu    sync.Mutex
+	conns map[Target]*Clients
+}
+
+// Clients returns the connection to cloud in region, connecting the first
+// time and renewing a token near its expiry.
+func (p *Pool) Clients(ctx context.Context, cloud, region string) (*Clients, error) {
+	t := Target{File: p.File, Cloud: cloud, Region: region}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[t]; c != nil {
+		if exp := c.TokenExpiry(); !exp.IsZero() && p.now().Add(p.renewBefore()).After(exp) {
+			if err := c.Provider.Reauthenticate(ctx, c.Provider.Token()); err != nil {
+				return nil, fmt.Errorf("cloud %s: renew token: %w", t, err)
+			}
+		}
+		return c, nil
+	}
+	c, err := Connect(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if p.conns == nil {
+		p.conns = map[Target]*Clients{}
+	}
+	p.conns[t] = c
+	return c, nil
+}
+
+func (p *Pool) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+func (p *Pool) renewBefore() time.Duration {
+	if p.RenewBefore > 0 {
+		return p.RenewBefore
+	}
+	return DefaultRenewBefore
 }

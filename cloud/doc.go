@@ -11,7 +11,7 @@
 // resources, grouped by the opke-cluster tag, flattened to what the diff
 // compares, with references by name:
 //
-//	clients, err := cloud.Connect(ctx, "clouds.yaml", "sim")
+//	clients, err := cloud.Connect(ctx, cloud.Target{File: "clouds.yaml", Cloud: "sim"})
 //	obs, err := cloud.Observe(ctx, clients, installationID, previous)
 //	resources := obs.Clusters["prod"] // []diff.Resource
 //

@@ -24,6 +24,12 @@ type Inputs struct {
 	APIFloatingIP bool
 	// BackupDue asks for an etcd snapshot.
 	BackupDue bool
+	// UnsettledUserData and UnsettledFiles (by host, then path) are bytes
+	// that depend on keys and certificates not issued yet: a plan renders
+	// without persisting anything, so a new cluster's or host's material
+	// is issued again, differently, at apply. They are known after apply.
+	UnsettledUserData map[ignition.Role]bool
+	UnsettledFiles    map[string]map[string]bool
 }
 
 // Ports and settings of the cluster's network design.
@@ -101,6 +107,9 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	add(KindServerGroup, sgName, Attrs{"policy": Known(policyAntiA)}, []string{"policy"})
 
 	userData := func(role ignition.Role) Value {
+		if in.UnsettledUserData[role] {
+			return Value{Unknown: true}
+		}
 		sum := sha256.Sum256(in.UserData[role])
 		return Known(hex.EncodeToString(sum[:]))
 	}
@@ -177,7 +186,8 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 			host := Host{Name: h.Name, Version: in.Assets.Version}
 			for _, f := range h.Files {
 				df := File{Path: f.Path, SHA256: f.SHA256, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())), Secret: f.Secret, Restart: f.Restart}
-				df.Unknown = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == assets.RoleController
+				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == assets.RoleController
+				df.Unknown = df.NeedsAPIFloatingIP || in.UnsettledFiles[h.Name][f.Path]
 				host.Files = append(host.Files, df)
 			}
 			d.Hosts = append(d.Hosts, host)

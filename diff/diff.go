@@ -293,7 +293,10 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			case actual != nil && !checked && had != "":
 				p.drift, p.Reason, had = true, "missing on the host", ""
 			case f.Unknown:
-				p.Reason = "carries the API's floating IP"
+				p.Reason = "carries keys or certificates issued at apply"
+				if f.NeedsAPIFloatingIP {
+					p.Reason = "carries the API's floating IP"
+				}
 			case had != f.SHA256:
 				p.Reason = "content changed" + note
 				if had == "" {
@@ -310,7 +313,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			if server != nil {
 				p.deps = append(p.deps, server.key)
 			}
-			if f.Unknown && apiFIP != nil {
+			if f.NeedsAPIFloatingIP && apiFIP != nil {
 				p.deps = append(p.deps, apiFIP.key)
 			}
 			uploads = append(uploads, p)

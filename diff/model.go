@@ -49,9 +49,11 @@ type File struct {
 	Mode    string // octal, as people read it
 	Secret  bool
 	Restart []string // units restarted once the file changed
-	// Unknown marks a file whose bytes depend on a value not known before
-	// the infrastructure phase (a certificate carrying the floating IP).
-	Unknown bool
+	// Unknown marks a file whose bytes are not known before apply: they
+	// carry the API's floating IP (NeedsAPIFloatingIP), which does not
+	// exist yet, or keys and certificates issued at apply.
+	Unknown            bool
+	NeedsAPIFloatingIP bool
 }
 
 // Host is a host's desired files.

@@ -72,7 +72,12 @@ type Warning struct {
 
 // Plan is what to do to bring the fleet to its specs.
 type Plan struct {
-	FormatVersion string    `json:"format_version"`
+	FormatVersion string `json:"format_version"`
+	// Commit is the fleet's commit the plan was made from, and
+	// StateRevision the state store's revision it read: applying a saved
+	// plan is refused once either has moved on.
+	Commit        string    `json:"commit,omitempty"`
+	StateRevision int64     `json:"state_revision,omitempty"`
 	Changes       []Change  `json:"changes"`
 	Drift         []Change  `json:"drift"`
 	Warnings      []Warning `json:"warnings,omitempty"`

@@ -295,3 +295,18 @@ func (s *Store) InstallationID(ctx context.Context) (string, error) {
 	}
 	return string(resp.Responses[0].GetResponseRange().Kvs[0].Value), nil
 }
+
+// Revision is the revision of the newest write below the prefix (0 for an
+// empty store): a saved plan records it, and applying that plan is refused
+// once the state has moved on. Writes of other programs sharing an
+// external etcd outside the prefix do not count.
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.prefix, append(clientv3.WithLastRev(), clientv3.WithPrefix())...)
+	if err != nil {
+		return 0, fmt.Errorf("state revision: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return resp.Kvs[0].ModRevision, nil
+}

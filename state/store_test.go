@@ -237,3 +237,38 @@ func TestPutManyAndOpen(t *testing.T) {
 		t.Errorf("the overlay's batch reached the store: %d keys", len(all))
 	}
 }
+
+func TestRevisionCountsWritesBelowThePrefixOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), testKey(1))
+	defer s.Close()
+	rev := func() int64 {
+		t.Helper()
+		r, err := s.Revision(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	start := rev()
+	if err := s.Put(ctx, s.Key("prod", "spec"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	afterPut := rev()
+	if afterPut <= start {
+		t.Fatalf("revision %d after a write, %d before", afterPut, start)
+	}
+	if _, err := s.Client().Put(ctx, "/elsewhere/key", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rev(); got != afterPut {
+		t.Errorf("a write outside the prefix moved the revision: %d, want %d", got, afterPut)
+	}
+	if err := s.ReadOnly().Put(ctx, s.Key("prod", "spec"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := rev(); got != afterPut {
+		t.Errorf("a write to the read-only overlay moved the revision: %d, want %d", got, afterPut)
+	}
+}

@@ -1,0 +1,66 @@
+package cloud_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/internal/cloudtest"
+)
+
+const issueToken = "POST /identity/v3/auth/tokens"
+
+// TestPoolReusesTokensUntilNearExpiry: a pooled connection authenticates
+// once, is reused, and renews its token ahead of the expiry.
+func TestPoolReusesTokensUntilNearExpiry(t *testing.T) {
+	t.Parallel()
+	sim, _, dir := cloudtest.Start(t)
+	ctx := context.Background()
+	now := time.Now()
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), RenewBefore: 5 * time.Minute, Now: func() time.Time { return now }}
+	sim.ResetCounters()
+	first, err := pool.Clients(ctx, "sim", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := first.TokenExpiry()
+	if exp.IsZero() {
+		t.Fatal("no token expiry")
+	}
+	for range 3 {
+		again, err := pool.Clients(ctx, "sim", "")
+		if err != nil || again != first {
+			t.Fatalf("second call: %p, %v; want the pooled %p", again, err, first)
+		}
+	}
+	if n := sim.Counters()[issueToken]; n != 1 {
+		t.Errorf("%d tokens issued for four calls, want 1", n)
+	}
+	token := first.Provider.Token()
+	now = exp.Add(-time.Minute)
+	if _, err := pool.Clients(ctx, "sim", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := sim.Counters()[issueToken]; n != 2 {
+		t.Errorf("%d tokens issued after nearing expiry, want 2", n)
+	}
+	if first.Provider.Token() == token {
+		t.Error("the token was not renewed")
+	}
+}
+
+func TestPoolNamesAnUnknownCloud(t *testing.T) {
+	t.Parallel()
+	_, _, dir := cloudtest.Start(t)
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml")}
+	_, err := pool.Clients(context.Background(), "nowhere", "")
+	if err == nil {
+		t.Fatal("no error for a cloud clouds.yaml lacks")
+	}
+	if got := err.Error(); !strings.Contains(got, "cloud nowhere") {
+		t.Errorf("error %q does not name the cloud", got)
+	}
+}

@@ -1,0 +1,165 @@
+package reconciler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+// The ledger is what OPKE last applied, in the state store. Each record is
+// written by the apply step that made it true, so a crash leaves the
+// ledger no further than the cloud and the hosts:
+//
+//	/opke/_applied/<cluster>                    the last applied spec and its commit
+//	/opke/<cluster>/infra/<kind>/<name>         a resource as applied: {"id", "attrs"}
+//	/opke/<cluster>/hosts/<host>/files/<path>   a file as pushed: {"sha256"}
+//	/opke/<cluster>/hosts/<host>/version        the Kubernetes version the host runs
+//
+// The _applied records sit under one prefix so a single listing finds
+// every cluster the store knows, with its cloud and deletion policy.
+
+// ledgerKV is what the ledger needs of the store.
+type ledgerKV interface {
+	Key(parts ...string) string
+	Get(ctx context.Context, key string) ([]byte, error)
+	Put(ctx context.Context, key string, value []byte) error
+	List(ctx context.Context, prefix string) (map[string][]byte, error)
+}
+
+// AppliedSpec is a cluster's last applied spec and the commit it came from.
+type AppliedSpec struct {
+	Commit string           `json:"commit"`
+	Spec   *schemas.Cluster `json:"spec"`
+}
+
+type infraRecord struct {
+	ID    string     `json:"id"`
+	Attrs diff.Attrs `json:"attrs"`
+}
+
+type fileRecord struct {
+	SHA256 string `json:"sha256"`
+}
+
+// Ledger is one cluster's ledger as read.
+type Ledger struct {
+	// Spec is nil until an apply of the cluster completed.
+	Spec *AppliedSpec
+	// Applied is nil when the store holds nothing of the cluster.
+	Applied *diff.Applied
+	// Resources are the applied resources with their cloud ids, by address.
+	Resources map[string]diff.Resource
+}
+
+// appliedSpecs lists every cluster's last applied spec.
+func appliedSpecs(ctx context.Context, kv ledgerKV) (map[string]*AppliedSpec, error) {
+	prefix := kv.Key("_applied") + "/"
+	raw, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	out := make(map[string]*AppliedSpec, len(raw))
+	for k, v := range raw {
+		var a AppliedSpec
+		if err := json.Unmarshal(v, &a); err != nil || a.Spec == nil {
+			return nil, fmt.Errorf("ledger: %s: not an applied spec", k)
+		}
+		out[strings.TrimPrefix(k, prefix)] = &a
+	}
+	return out, nil
+}
+
+// readLedger reads a cluster's resources and files; spec is its applied
+// spec, if any.
+func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
+	l := &Ledger{Spec: spec, Resources: map[string]diff.Resource{}}
+	applied := &diff.Applied{Infra: map[string]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}}
+	if spec != nil {
+		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
+	}
+	prefix := kv.Key(cluster, "infra") + "/"
+	infra, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
+	}
+	for k, v := range infra {
+		kind, name, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+		var rec infraRecord
+		if !ok || json.Unmarshal(v, &rec) != nil {
+			return nil, fmt.Errorf("ledger of %s: %s: not a resource record", cluster, k)
+		}
+		r := diff.Resource{Kind: diff.Kind(kind), Name: name, ID: rec.ID, Attrs: rec.Attrs}
+		l.Resources[r.Address()] = r
+		applied.Infra[r.Address()] = rec.Attrs
+	}
+	prefix = kv.Key(cluster, "hosts") + "/"
+	hosts, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
+	}
+	for k, v := range hosts {
+		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+		if rest == "version" {
+			applied.Versions[host] = string(v)
+			continue
+		}
+		path, ok := strings.CutPrefix(rest, "files")
+		var rec fileRecord
+		if !ok || !strings.HasPrefix(path, "/") || json.Unmarshal(v, &rec) != nil {
+			return nil, fmt.Errorf("ledger of %s: %s: not a file record", cluster, k)
+		}
+		if applied.Files[host] == nil {
+			applied.Files[host] = map[string]string{}
+		}
+		applied.Files[host][path] = rec.SHA256
+	}
+	if spec != nil || len(infra) > 0 || len(hosts) > 0 {
+		l.Applied = applied
+	}
+	return l, nil
+}
+
+// RecordResource notes a resource as applied.
+func RecordResource(ctx context.Context, kv ledgerKV, cluster string, r diff.Resource) error {
+	b, err := json.Marshal(infraRecord{ID: r.ID, Attrs: r.Attrs})
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, kv.Key(cluster, "infra", string(r.Kind), r.Name), b)
+}
+
+// RecordFile notes a file as pushed to a host.
+func RecordFile(ctx context.Context, kv ledgerKV, cluster, host, path, sha256 string) error {
+	if !strings.HasPrefix(path, "/") {
+		return fmt.Errorf("record file %s on %s: %w", path, host, errRelativePath)
+	}
+	b, err := json.Marshal(fileRecord{SHA256: sha256})
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, kv.Key(cluster, "hosts", host, "files"+path), b)
+}
+
+// RecordVersion notes the Kubernetes version a host runs.
+func RecordVersion(ctx context.Context, kv ledgerKV, cluster, host, version string) error {
+	return kv.Put(ctx, kv.Key(cluster, "hosts", host, "version"), []byte(version))
+}
+
+// RecordSpec notes a cluster's spec as applied, from commit.
+func RecordSpec(ctx context.Context, kv ledgerKV, c *schemas.Cluster, commit string) error {
+	b, err := json.Marshal(AppliedSpec{Commit: commit, Spec: c})
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, kv.Key("_applied", c.Metadata.Name), b)
+}
+
+var errRelativePath = errors.New("not an absolute path")
+
+var _ ledgerKV = (*state.Store)(nil)

@@ -1,0 +1,271 @@
+package reconciler
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/diff"
+	"opke.dev/opke/render"
+	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+// Clouds gives the clients of a cloud (an entry of clouds.yaml) in a
+// region; [cloud.Pool] is the implementation.
+type Clouds interface {
+	Clients(ctx context.Context, cloud, region string) (*cloud.Clients, error)
+}
+
+// HostReader reads the sha256 of files on a cluster's hosts (a resync).
+type HostReader interface {
+	// Checksums returns, by host and path, the sha256 of each file of
+	// paths found on the host; a missing file is absent from the result.
+	Checksums(ctx context.Context, t HostTarget, paths map[string][]string) (map[string]map[string]string, error)
+}
+
+// HostTarget is how a cluster's hosts are reached: through its gateway's
+// floating IP, as OPKE's SSH identity for the cluster.
+type HostTarget struct {
+	Cluster string
+	Clients *cloud.Clients
+	// Gateway is the gateway server, Address its floating IP.
+	Gateway diff.Resource
+	Address netip.Addr
+	// Hosts are the hosts' servers and fixed IPs, by name.
+	Hosts map[string]HostAddr
+	// KV reads the cluster's SSH key and pinned host keys.
+	KV state.KV
+}
+
+// HostAddr is a host's server id and fixed IP.
+type HostAddr struct {
+	ServerID string
+	IP       netip.Addr
+}
+
+// Planner works out a fleet's plan with no side effects: each cluster is
+// rendered on a read-only view of the store (material a new cluster or
+// host needs is issued in memory and planned as known after apply), each
+// cloud is listed once, what was applied comes from the ledger, and the
+// hosts are read only when a resync asks.
+type Planner struct {
+	Store  *state.Store
+	Clouds Clouds
+	// Hosts reads the hosts on a resync; nil refuses a resync.
+	Hosts  HostReader
+	Logger *slog.Logger
+	// Now is the clock certificates are checked against (time.Now).
+	Now          func() time.Time
+	KubeletImage string
+}
+
+// Request is what to plan.
+type Request struct {
+	// Clusters are the fleet's valid clusters, by name.
+	Clusters map[string]*schemas.Cluster
+	// Only plans one cluster (of the fleet, or one that left it).
+	Only string
+	// Resync checks the files on the hosts instead of trusting the ledger.
+	Resync bool
+	// Commit is the fleet's commit, recorded in the plan.
+	Commit string
+}
+
+// Planned is one cluster as the planner saw it.
+type Planned struct {
+	Rendered *render.Output // nil for a cluster no longer in the fleet
+	Desired  *diff.Desired
+	Observed *diff.Observed
+	Ledger   *Ledger
+}
+
+// Result is a plan and what it was made from.
+type Result struct {
+	Plan     *diff.Plan
+	Owner    string
+	Clusters map[string]*Planned
+}
+
+// ErrNoResync is a resync asked of a planner that cannot reach hosts.
+var ErrNoResync = errors.New("resync needs SSH access to the hosts")
+
+// Plan plans req.
+func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
+	if req.Resync && p.Hosts == nil {
+		return nil, ErrNoResync
+	}
+	log := cmp.Or(p.Logger, slog.New(slog.DiscardHandler))
+	owner, err := p.Store.InstallationID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := p.Store.Revision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := appliedSpecs(ctx, p.Store)
+	if err != nil {
+		return nil, err
+	}
+	// The clusters in scope, and the cloud each lives in: the fleet's
+	// spec says, or for a cluster that left the fleet its applied spec.
+	type where struct{ cloud, region string }
+	clouds := map[where][]string{}
+	inScope := func(name string) bool { return req.Only == "" || req.Only == name }
+	names := map[string]bool{}
+	for name, c := range req.Clusters {
+		if inScope(name) {
+			names[name] = true
+			w := where{c.Spec.Cloud, c.Spec.Region}
+			clouds[w] = append(clouds[w], name)
+		}
+	}
+	for name, a := range specs {
+		if inScope(name) && !names[name] {
+			names[name] = true
+			w := where{a.Spec.Spec.Cloud, a.Spec.Spec.Region}
+			clouds[w] = append(clouds[w], name)
+		}
+	}
+	res := &Result{Owner: owner, Clusters: map[string]*Planned{}}
+	for name := range names {
+		l, err := readLedger(ctx, p.Store, name, specs[name])
+		if err != nil {
+			return nil, err
+		}
+		res.Clusters[name] = &Planned{Ledger: l}
+	}
+
+	// Each cloud is listed once. A cluster found by its tags that neither
+	// the fleet nor the ledger knows is planned as one that left the fleet.
+	observed := map[string][]diff.Resource{}
+	clientsOf := map[string]*cloud.Clients{}
+	for _, w := range slices.SortedFunc(maps.Keys(clouds), func(a, b where) int {
+		return cmp.Or(cmp.Compare(a.cloud, b.cloud), cmp.Compare(a.region, b.region))
+	}) {
+		clients, err := p.Clouds.Clients(ctx, w.cloud, w.region)
+		if err != nil {
+			return nil, err
+		}
+		known := map[string]diff.Resource{}
+		for _, name := range clouds[w] {
+			for _, r := range res.Clusters[name].Ledger.Resources {
+				if r.Kind == diff.KindMember && r.ID != "" {
+					known[r.ID] = r
+				}
+			}
+		}
+		started := time.Now()
+		obs, err := cloud.Observe(ctx, clients, owner, known)
+		if err != nil {
+			return nil, fmt.Errorf("observe cloud %s: %w", w.cloud, err)
+		}
+		log.Debug("observed", "cloud", w.cloud, "region", w.region, "clusters", len(obs.Clusters), "took", time.Since(started))
+		for name, rs := range obs.Clusters {
+			if !inScope(name) {
+				continue
+			}
+			observed[name] = rs
+			clientsOf[name] = clients
+			if res.Clusters[name] == nil {
+				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[string]diff.Resource{}}}
+			}
+		}
+	}
+
+	var desired []*diff.Desired
+	var observations []*diff.Observed
+	for _, name := range slices.Sorted(maps.Keys(res.Clusters)) {
+		pl := res.Clusters[name]
+		pl.Observed = &diff.Observed{Cluster: name, Cloud: observed[name], Applied: pl.Ledger.Applied}
+		observations = append(observations, pl.Observed)
+		c := req.Clusters[name]
+		if c == nil {
+			continue
+		}
+		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, observed[name]); err != nil {
+			return nil, err
+		}
+		desired = append(desired, pl.Desired)
+		if req.Resync {
+			if pl.Observed.HostFiles, err = p.resync(ctx, pl, clientsOf[name]); err != nil {
+				return nil, fmt.Errorf("resync %s: %w", name, err)
+			}
+		}
+	}
+	plan := diff.Diff(desired, observations)
+	plan.Commit, plan.StateRevision = req.Commit, rev
+	res.Plan = plan
+	return res, nil
+}
+
+// desire renders c on a read-only view of the store and lists what it
+// asks for. When the render had to issue material, a second render on
+// another view tells which bytes depend on it: those are unknown until
+// apply issues it for good.
+func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []diff.Resource) (*render.Output, *diff.Desired, error) {
+	opts := render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
+	for _, r := range observed {
+		if r.Kind == diff.KindFloatingIP && r.Name == c.Metadata.Name+"-api" {
+			if a, err := netip.ParseAddr(r.Attrs["address"].Value); err == nil {
+				opts.APIFloatingIP = a
+			}
+		}
+	}
+	out, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := diff.Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: opts.APIFloatingIP.IsValid()}
+	if len(out.Issued) > 0 {
+		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		in.UnsettledUserData, in.UnsettledFiles = unsettled(out, again)
+	}
+	d, err := diff.Desire(c, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, d, nil
+}
+
+// unsettled lists the user_data and files two renders disagree on.
+func unsettled(a, b *render.Output) (map[ignition.Role]bool, map[string]map[string]bool) {
+	userData := map[ignition.Role]bool{}
+	for role, u := range a.UserData {
+		if !bytes.Equal(u, b.UserData[role]) {
+			userData[role] = true
+		}
+	}
+	files := map[string]map[string]bool{}
+	for i, h := range a.Assets.Hosts {
+		for j, f := range h.Files {
+			if f.SHA256 != b.Assets.Hosts[i].Files[j].SHA256 {
+				if files[h.Name] == nil {
+					files[h.Name] = map[string]bool{}
+				}
+				files[h.Name][f.Path] = true
+			}
+		}
+	}
+	return userData, files
+}
+
+func (p *Planner) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}

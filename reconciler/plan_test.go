@@ -1,0 +1,306 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/render"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+// now is the clock of every test: certificates issued at it stay valid.
+var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// spec reads an example cluster, optionally under another name and host
+// network (for fleets of many).
+func spec(t testing.TB, file, name string, i int) *schemas.Cluster {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "clusters", file, "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := schemas.Parse(file, data)
+	if f.Cluster == nil || f.Findings.HasErrors() {
+		t.Fatalf("%s: %v", file, f.Findings)
+	}
+	c := f.Cluster
+	if name != "" {
+		c.Metadata.Name = name
+		c.Spec.Network.HostCIDR = fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256)
+	}
+	return c
+}
+
+type rig struct {
+	sim     *cloudsim.Sim
+	clients *cloud.Clients
+	dir     string
+	store   *state.Store
+	owner   string
+	planner *Planner
+}
+
+func newRig(t testing.TB) *rig {
+	t.Helper()
+	sim, clients, dir := cloudtest.Start(t)
+	store := statetest.Open(t)
+	owner, err := store.InstallationID(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml")}
+	return &rig{sim: sim, clients: clients, dir: dir, store: store, owner: owner,
+		planner: &Planner{Store: store, Clouds: pool, Now: func() time.Time { return now }}}
+}
+
+func (r *rig) plan(t testing.TB, fleet ...*schemas.Cluster) *diff.Plan {
+	t.Helper()
+	req := Request{Clusters: map[string]*schemas.Cluster{}, Commit: "0123456789abcdef0123456789abcdef01234567"}
+	for _, c := range fleet {
+		req.Clusters[c.Metadata.Name] = c
+	}
+	res, err := r.planner.Plan(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Plan
+}
+
+// converge does by hand what apply will: it issues the clusters' material
+// into the store, builds their infrastructure through gophercloud, and
+// records in the ledger what was built and which files the hosts hold.
+func (r *rig) converge(t testing.TB, cs ...*schemas.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	for _, c := range cs {
+		out, err := render.Cluster(ctx, r.store, c, render.Options{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := diff.Desire(c, diff.Inputs{UserData: out.UserData})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var userData [][]byte
+		for _, u := range out.UserData {
+			userData = append(userData, u)
+		}
+		cloudtest.Build(t, r.clients, r.owner, d, userData...)
+	}
+	obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		var fip netip.Addr
+		for _, res := range obs.Clusters[c.Metadata.Name] {
+			if err := RecordResource(ctx, r.store, c.Metadata.Name, res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Kind == diff.KindFloatingIP && res.Name == c.Metadata.Name+"-api" {
+				fip = netip.MustParseAddr(res.Attrs["address"].Value)
+			}
+		}
+		out, err := render.Cluster(ctx, r.store, c, render.Options{Now: now, APIFloatingIP: fip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range out.Assets.Hosts {
+			for _, f := range h.Files {
+				if err := RecordFile(ctx, r.store, c.Metadata.Name, h.Name, f.Path, f.SHA256); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := RecordVersion(ctx, r.store, c.Metadata.Name, h.Name, c.Spec.Kubernetes.Version); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := RecordSpec(ctx, r.store, c, "0123456789abcdef0123456789abcdef01234567"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func addresses(cs []diff.Change) map[string]diff.Action {
+	out := map[string]diff.Action{}
+	for _, c := range cs {
+		out[c.Address] = c.Action
+	}
+	return out
+}
+
+// TestPlanHasNoSideEffects: planning a new cluster issues nothing into the
+// store, moves its revision not at all, and creates nothing in the cloud;
+// what the material it lacks will change is known after apply.
+func TestPlanHasNoSideEffects(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	before, err := r.store.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo := spec(t, "demo", "", 0)
+	r.sim.ResetCounters()
+	plan := r.plan(t, demo)
+	for route := range r.sim.Counters() {
+		if !strings.HasPrefix(route, "GET ") && route != "POST /identity/v3/auth/tokens" {
+			t.Errorf("a plan called %s", route)
+		}
+	}
+	after, err := r.store.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != before || plan.StateRevision != before {
+		t.Errorf("state revision %d before, %d after, %d in the plan: want all equal", before, after, plan.StateRevision)
+	}
+	if keys, _ := r.store.List(ctx, r.store.Key("demo")+"/"); len(keys) != 0 {
+		t.Errorf("the plan wrote %d keys for demo", len(keys))
+	}
+	if len(plan.Drift) != 0 || len(plan.Warnings) != 0 {
+		t.Errorf("a new cluster has drift %v or warnings %v", plan.Drift, plan.Warnings)
+	}
+	got := addresses(plan.Changes)
+	for _, a := range []string{"openstack/network/demo", "openstack/server/demo-controller-0", "openstack/floating-ip/demo-api",
+		"host/demo-controller-0/etc/kubernetes/kubelet.env", "host/demo-controller-0/units/kubelet.service"} {
+		if got[a] == 0 {
+			t.Errorf("no change for %s", a)
+		}
+	}
+	byAddr := map[string]diff.Change{}
+	for _, c := range plan.Changes {
+		byAddr[c.Address] = c
+	}
+	if v := byAddr["openstack/server/demo-controller-0"].After["user_data"]; !v.Unknown {
+		t.Errorf("user_data of a new cluster (it carries a CA issued at apply) is %v, want unknown", v)
+	}
+	if v := byAddr["host/demo-default-0/etc/kubernetes/pki/ca.crt"].After["sha256"]; !v.Unknown {
+		t.Errorf("ca.crt of a new cluster is %v, want unknown", v)
+	}
+	if v := byAddr["host/demo-controller-0/etc/kubernetes/kubelet.env"].After["sha256"]; v.Unknown || v.Value == "" {
+		t.Errorf("kubelet.env carries no new material, its sha256 is %v", v)
+	}
+}
+
+// TestPlanOfAConvergedClusterIsEmpty: a cluster built as its spec says,
+// with its ledger recorded, plans nothing; a version bump then plans
+// uploads and restarts only.
+func TestPlanOfAConvergedClusterIsEmpty(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.converge(t, demo)
+	plan := r.plan(t, demo)
+	if !plan.Empty() || len(plan.Warnings) != 0 {
+		t.Fatalf("converged cluster plans changes %v, drift %v, warnings %v", addresses(plan.Changes), addresses(plan.Drift), plan.Warnings)
+	}
+
+	bumped := spec(t, "demo", "", 0)
+	bumped.Spec.Kubernetes.Version = "v1.35.2"
+	plan = r.plan(t, bumped)
+	if len(plan.Changes) == 0 {
+		t.Fatal("a version bump plans nothing")
+	}
+	for _, c := range plan.Changes {
+		if c.Action != diff.ActionUpload && c.Action != diff.ActionRestart {
+			t.Errorf("a version bump plans %s %s", c.Action, c.Address)
+		}
+	}
+}
+
+// TestPlanCostDoesNotGrowWithClusters: planning 1, 10 and 100 converged
+// clusters costs the same number of API calls, and plans nothing.
+func TestPlanCostDoesNotGrowWithClusters(t *testing.T) {
+	t.Parallel()
+	counts := map[int]int64{}
+	for _, n := range []int{1, 10, 100} {
+		r := newRig(t)
+		cloudtest.RoomFor(t, r.dir, r.clients)
+		var fleet []*schemas.Cluster
+		for i := range n {
+			c := spec(t, "demo", fmt.Sprintf("c%03d", i), i)
+			c.Spec.Network.ExternalNetwork = "internet"
+			c.Spec.WorkerPools[0].Count = 1
+			fleet = append(fleet, c)
+		}
+		r.converge(t, fleet...)
+		r.plan(t, fleet...) // connects the pool
+		r.sim.ResetCounters()
+		plan := r.plan(t, fleet...)
+		if !plan.Empty() {
+			t.Fatalf("%d converged clusters plan %d changes, %d drift", n, len(plan.Changes), len(plan.Drift))
+		}
+		var total int64
+		for route, k := range r.sim.Counters() {
+			total += k
+			t.Logf("%d clusters: %s %d", n, route, k)
+		}
+		counts[n] = total
+	}
+	if counts[1] != counts[10] || counts[10] != counts[100] {
+		t.Errorf("API calls of a plan by cluster count: %v, want the same", counts)
+	}
+}
+
+// TestPlanForgetsOrDeletesAClusterThatLeftTheFleet: per the deletion
+// policy last applied.
+func TestPlanForgetsOrDeletesAClusterThatLeftTheFleet(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []schemas.DeletionPolicy{schemas.DeletionRetain, schemas.DeletionDelete} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			demo := spec(t, "demo", "", 0)
+			demo.Spec.DeletionPolicy = policy
+			r.converge(t, demo)
+			plan := r.plan(t)
+			got := addresses(plan.Changes)
+			if got["state/demo"] != diff.ActionForget {
+				t.Errorf("state/demo: %v, want forget", got["state/demo"])
+			}
+			deletes := 0
+			for _, a := range got {
+				if a == diff.ActionDelete {
+					deletes++
+				}
+			}
+			switch policy {
+			case schemas.DeletionRetain:
+				if deletes != 0 || len(plan.Warnings) != 1 {
+					t.Errorf("Retain: %d deletes, warnings %v; want none and one warning", deletes, plan.Warnings)
+				}
+			case schemas.DeletionDelete:
+				if got["openstack/server/demo-controller-0"] != diff.ActionDelete || got["openstack/network/demo"] != diff.ActionDelete {
+					t.Errorf("Delete: %v", got)
+				}
+			}
+			// --cluster of another cluster leaves it alone.
+			res, err := r.planner.Plan(context.Background(), Request{Only: "other"})
+			if err != nil || !res.Plan.Empty() || len(res.Plan.Warnings) != 0 {
+				t.Errorf("plan of another cluster: %v, %+v", err, res.Plan)
+			}
+		})
+	}
+}
+
+func TestPlanRefusesAResyncWithoutHosts(t *testing.T) {
+	t.Parallel()
+	p := &Planner{}
+	if _, err := p.Plan(context.Background(), Request{Resync: true}); !errors.Is(err, ErrNoResync) {
+		t.Errorf("err %v, want ErrNoResync", err)
+	}
+}
