@@ -279,4 +279,3 @@ func RoomFor(t testing.TB, dir string, user *cloud.Clients) {
 func flavorRef(name string) string {
 	return map[string]string{"m1.small": "2", "m1.medium": "3", "m1.large": "4"}[name]
 }
-
