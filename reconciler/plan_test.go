@@ -1,4 +1,4 @@
-package reconciler
+package reconciler_test
 
 import (
 	"context"
@@ -6,18 +6,26 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
 )
 
@@ -50,7 +58,7 @@ type rig struct {
 	dir     string
 	store   *state.Store
 	owner   string
-	planner *Planner
+	planner *reconciler.Planner
 }
 
 func newRig(t testing.TB) *rig {
@@ -63,12 +71,12 @@ func newRig(t testing.TB) *rig {
 	}
 	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml")}
 	return &rig{sim: sim, clients: clients, dir: dir, store: store, owner: owner,
-		planner: &Planner{Store: store, Clouds: pool, Now: func() time.Time { return now }}}
+		planner: &reconciler.Planner{Store: store, Clouds: pool, Now: func() time.Time { return now }}}
 }
 
 func (r *rig) plan(t testing.TB, fleet ...*schemas.Cluster) *diff.Plan {
 	t.Helper()
-	req := Request{Clusters: map[string]*schemas.Cluster{}, Commit: "0123456789abcdef0123456789abcdef01234567"}
+	req := reconciler.Request{Clusters: map[string]*schemas.Cluster{}, Commit: "0123456789abcdef0123456789abcdef01234567"}
 	for _, c := range fleet {
 		req.Clusters[c.Metadata.Name] = c
 	}
@@ -79,59 +87,9 @@ func (r *rig) plan(t testing.TB, fleet ...*schemas.Cluster) *diff.Plan {
 	return res.Plan
 }
 
-// converge does by hand what apply will: it issues the clusters' material
-// into the store, builds their infrastructure through gophercloud, and
-// records in the ledger what was built and which files the hosts hold.
 func (r *rig) converge(t testing.TB, cs ...*schemas.Cluster) {
 	t.Helper()
-	ctx := context.Background()
-	for _, c := range cs {
-		out, err := render.Cluster(ctx, r.store, c, render.Options{Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := diff.Desire(c, diff.Inputs{UserData: out.UserData})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var userData [][]byte
-		for _, u := range out.UserData {
-			userData = append(userData, u)
-		}
-		cloudtest.Build(t, r.clients, r.owner, d, userData...)
-	}
-	obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cs {
-		var fip netip.Addr
-		for _, res := range obs.Clusters[c.Metadata.Name] {
-			if err := RecordResource(ctx, r.store, c.Metadata.Name, res); err != nil {
-				t.Fatal(err)
-			}
-			if res.Kind == diff.KindFloatingIP && res.Name == c.Metadata.Name+"-api" {
-				fip = netip.MustParseAddr(res.Attrs["address"].Value)
-			}
-		}
-		out, err := render.Cluster(ctx, r.store, c, render.Options{Now: now, APIFloatingIP: fip})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range out.Assets.Hosts {
-			for _, f := range h.Files {
-				if err := RecordFile(ctx, r.store, c.Metadata.Name, h.Name, f.Path, f.SHA256); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := RecordVersion(ctx, r.store, c.Metadata.Name, h.Name, c.Spec.Kubernetes.Version); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := RecordSpec(ctx, r.store, c, "0123456789abcdef0123456789abcdef01234567"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cloudtest.Converge(t, r.store, r.clients, now, cs...)
 }
 
 func addresses(cs []diff.Change) map[string]diff.Action {
@@ -289,7 +247,7 @@ func TestPlanForgetsOrDeletesAClusterThatLeftTheFleet(t *testing.T) {
 				}
 			}
 			// --cluster of another cluster leaves it alone.
-			res, err := r.planner.Plan(context.Background(), Request{Only: "other"})
+			res, err := r.planner.Plan(context.Background(), reconciler.Request{Only: "other"})
 			if err != nil || !res.Plan.Empty() || len(res.Plan.Warnings) != 0 {
 				t.Errorf("plan of another cluster: %v, %+v", err, res.Plan)
 			}
@@ -299,8 +257,141 @@ func TestPlanForgetsOrDeletesAClusterThatLeftTheFleet(t *testing.T) {
 
 func TestPlanRefusesAResyncWithoutHosts(t *testing.T) {
 	t.Parallel()
-	p := &Planner{}
-	if _, err := p.Plan(context.Background(), Request{Resync: true}); !errors.Is(err, ErrNoResync) {
-		t.Errorf("err %v, want ErrNoResync", err)
+	p := &reconciler.Planner{}
+	if _, err := p.Plan(context.Background(), reconciler.Request{Resync: true}); !errors.Is(err, reconciler.ErrNoResync) {
+		t.Errorf("err %v, want reconciler.ErrNoResync", err)
+	}
+}
+
+// TestResyncReadsTheHosts: the ledger is trusted until a resync reads the
+// hosts over SSH through the gateway: a file the ledger says was pushed
+// and the host lacks, or holds other bytes of, is drift; a file that
+// matches is not.
+func TestResyncReadsTheHosts(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	r.planner.Hosts = reconciler.SSHHosts{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	demo := spec(t, "demo", "", 0)
+	r.converge(t, demo)
+	resync := func() *diff.Plan {
+		t.Helper()
+		res, err := r.planner.Plan(ctx, reconciler.Request{Clusters: map[string]*schemas.Cluster{"demo": demo}, Resync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Plan
+	}
+	plan := resync()
+	drift := map[string]string{}
+	for _, c := range plan.Drift {
+		drift[c.Address] = c.Reason
+	}
+	const good, bad = "host/demo-default-0/etc/kubernetes/kubelet.env", "host/demo-controller-0/etc/kubernetes/kubelet.env"
+	if drift[good] != "missing on the host" || drift[bad] != "missing on the host" {
+		t.Fatalf("nothing pushed yet, drift says %q and %q", drift[good], drift[bad])
+	}
+	if len(plan.Changes) != 0 {
+		t.Errorf("changes besides drift: %v", addresses(plan.Changes))
+	}
+
+	// Push the right kubelet.env to the worker, another to the controller.
+	obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := map[string]diff.Resource{}
+	for _, x := range obs.Clusters["demo"] {
+		res[x.Address()] = x
+	}
+	out, err := render.Cluster(ctx, r.store, demo, render.Options{Now: now,
+		APIFloatingIP: netip.MustParseAddr(res["openstack/floating-ip/demo-api"].Attrs["address"].Value)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kubeletEnv []byte
+	for _, h := range out.Assets.Hosts {
+		for _, f := range h.Files {
+			if h.Name == "demo-default-0" && f.Path == "/etc/kubernetes/kubelet.env" {
+				kubeletEnv = f.Data
+			}
+		}
+	}
+	gw := dialHost(t, r, res, "demo-gateway-0", nil)
+	put(t, dialHost(t, r, res, "demo-default-0", gw), "/etc/kubernetes/kubelet.env", kubeletEnv)
+	put(t, dialHost(t, r, res, "demo-controller-0", gw), "/etc/kubernetes/kubelet.env", []byte("KUBELET_IMAGE=edited-by-hand\n"))
+
+	plan = resync()
+	drift = map[string]string{}
+	for _, c := range plan.Drift {
+		drift[c.Address] = c.Reason
+	}
+	if reason, ok := drift[good]; ok {
+		t.Errorf("%s matches the ledger, yet is drift: %s", good, reason)
+	}
+	if drift[bad] != "changed on the host since the last apply" {
+		t.Errorf("%s edited by hand: drift %q", bad, drift[bad])
+	}
+	if got := addresses(plan.Drift)["host/demo-controller-0/units/kubelet.service"]; got != diff.ActionRestart {
+		t.Errorf("the kubelet of the edited host is not restarted: %v", got)
+	}
+
+	// Without a resync the ledger is trusted: nothing to do.
+	if plan := r.plan(t, demo); !plan.Empty() {
+		t.Errorf("plan without resync: %v, drift %v", addresses(plan.Changes), addresses(plan.Drift))
+	}
+}
+
+// dialHost opens SSH to a server of the rig's cluster: the gateway through
+// the edge (gw nil), another host through gw.
+func dialHost(t *testing.T, r *rig, res map[string]diff.Resource, name string, gw *ssh.Client) *ssh.Client {
+	t.Helper()
+	ctx := context.Background()
+	signer, _, err := pki.SSHKey(ctx, r.store, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	console, err := servers.ShowConsoleOutput(ctx, r.clients.Compute, res["openstack/server/"+name].ID, servers.ShowConsoleOutputOpts{}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := sshx.HostKeysFromConsole(console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := sshx.Auth{User: reconciler.HostUser, Signer: signer, HostKeys: keys}
+	var c *ssh.Client
+	if gw == nil {
+		c, err = sshx.Dial(ctx, sshx.Dialer{Proxy: r.sim.Edge()}, res["openstack/floating-ip/"+name].Attrs["address"].Value+":22", auth)
+	} else {
+		c, err = sshx.Jump(ctx, gw, res["openstack/port/"+name].Attrs["fixed_ip"].Value+":22", auth)
+	}
+	if err != nil {
+		t.Fatalf("ssh %s: %v", name, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// put writes a file on a host over SFTP.
+func put(t *testing.T, c *ssh.Client, file string, data []byte) {
+	t.Helper()
+	fc, err := sftp.NewClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	if err := fc.MkdirAll(path.Dir(file)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := fc.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

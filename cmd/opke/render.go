@@ -133,6 +133,22 @@ whole; a non-empty folder that is not an earlier render is refused.`,
 // loadCluster reads the fleet (at rev when set) and returns the named,
 // valid cluster; findings are printed and end the command with code 1.
 func (a *app) loadCluster(cmd *cobra.Command, repo, rev, name string) (*schemas.Cluster, error) {
+	fleet, err := a.loadFleet(cmd, repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.refuseFindings(fleet, name, "nothing rendered"); err != nil {
+		return nil, err
+	}
+	c, ok := fleet.Clusters()[name]
+	if !ok {
+		return nil, usagef("cluster %q is not in %s (clusters: %s)", name, repo, strings.Join(slices.Sorted(maps.Keys(fleet.Clusters())), ", "))
+	}
+	return c, nil
+}
+
+// loadFleet reads the fleet under repo, at rev when set.
+func (a *app) loadFleet(cmd *cobra.Command, repo, rev string) (*schemas.Fleet, error) {
 	if st, err := os.Stat(repo); err != nil || !st.IsDir() {
 		return nil, usagef("--repo %s: not a folder", repo)
 	}
@@ -154,22 +170,36 @@ func (a *app) loadCluster(cmd *cobra.Command, repo, rev, name string) (*schemas.
 	if err != nil {
 		return nil, fmt.Errorf("load fleet: %w", err)
 	}
-	// The cluster's own file decides, not a match on finding texts.
-	for _, f := range fleet.Files {
-		if path.Base(path.Dir(filepath.ToSlash(f.Path))) != name || !f.Findings.HasErrors() {
-			continue
+	return fleet, nil
+}
+
+// refuseFindings prints the errors of the named cluster's file (of every
+// file, and the fleet's own, when name is empty) and ends the command
+// with code 1 if there are any.
+func (a *app) refuseFindings(fleet *schemas.Fleet, name, consequence string) error {
+	var errs schemas.Findings
+	if name == "" {
+		errs = fleet.Findings
+	} else {
+		// The cluster's own file decides, not a match on finding texts.
+		for _, f := range fleet.Files {
+			if path.Base(path.Dir(filepath.ToSlash(f.Path))) == name {
+				errs = append(errs, f.Findings...)
+			}
 		}
-		for _, fd := range f.Findings {
-			fmt.Fprintln(a.stderr, fd)
-		}
-		fmt.Fprintf(a.stderr, "opke: cluster %s is not valid; nothing rendered\n", name)
-		return nil, exitCodeError{exitFindings}
 	}
-	c, ok := fleet.Clusters()[name]
-	if !ok {
-		return nil, usagef("cluster %q is not in %s (clusters: %s)", name, repo, strings.Join(slices.Sorted(maps.Keys(fleet.Clusters())), ", "))
+	if !errs.HasErrors() {
+		return nil
 	}
-	return c, nil
+	for _, fd := range errs {
+		fmt.Fprintln(a.stderr, fd)
+	}
+	what := "the fleet is"
+	if name != "" {
+		what = "cluster " + name + " is"
+	}
+	fmt.Fprintf(a.stderr, "opke: %s not valid; %s\n", what, consequence)
+	return exitCodeError{exitFindings}
 }
 
 func sha256Hex(b []byte) string {

@@ -1,16 +1,19 @@
 // Package cloudtest builds OpenStack resources by hand for tests: a
 // simulator with a connected client, a cluster's infrastructure created
-// through gophercloud as OPKE would tag it, and quotas lifted for fleets.
+// through gophercloud as OPKE would tag it, quotas lifted for fleets, and
+// whole clusters converged by hand with their ledger recorded.
 package cloudtest
 
 import (
 	"context"
+	"net/netip"
 	"crypto/sha256"
 	"encoding/hex"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
@@ -37,7 +40,10 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/render"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // Start runs a simulator in tb's temporary folder and connects to it as
@@ -278,4 +284,65 @@ func RoomFor(t testing.TB, dir string, user *cloud.Clients) {
 
 func flavorRef(name string) string {
 	return map[string]string{"m1.small": "2", "m1.medium": "3", "m1.large": "4"}[name]
+}
+
+// Converge does by hand what apply will, short of the hosts: it issues
+// the clusters' material into the store, builds their infrastructure
+// through gophercloud (servers boot the rendered user_data), and records
+// in the ledger what was built and every file as pushed at the clusters'
+// versions. No file is pushed: a resync finds them missing.
+func Converge(t testing.TB, store *state.Store, clients *cloud.Clients, now time.Time, cs ...*schemas.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	owner, err := store.InstallationID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		out, err := render.Cluster(ctx, store, c, render.Options{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := diff.Desire(c, diff.Inputs{UserData: out.UserData})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var userData [][]byte
+		for _, u := range out.UserData {
+			userData = append(userData, u)
+		}
+		Build(t, clients, owner, d, userData...)
+	}
+	obs, err := cloud.Observe(ctx, clients, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		var fip netip.Addr
+		for _, res := range obs.Clusters[c.Metadata.Name] {
+			if err := reconciler.RecordResource(ctx, store, c.Metadata.Name, res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Kind == diff.KindFloatingIP && res.Name == c.Metadata.Name+"-api" {
+				fip = netip.MustParseAddr(res.Attrs["address"].Value)
+			}
+		}
+		out, err := render.Cluster(ctx, store, c, render.Options{Now: now, APIFloatingIP: fip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range out.Assets.Hosts {
+			for _, f := range h.Files {
+				if err := reconciler.RecordFile(ctx, store, c.Metadata.Name, h.Name, f.Path, f.SHA256); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := reconciler.RecordVersion(ctx, store, c.Metadata.Name, h.Name, c.Spec.Kubernetes.Version); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := reconciler.RecordSpec(ctx, store, c, "0123456789abcdef0123456789abcdef01234567"); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

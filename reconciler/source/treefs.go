@@ -238,3 +238,27 @@ func (d *treeDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	d.offset += n
 	return rest[:n], nil
 }
+
+// ResolveCommit returns the hash of the commit rev names in the repository
+// holding dir.
+func ResolveCommit(ctx context.Context, dir, rev string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("resolve %q: %w", rev, err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("resolve %q: %w", rev, err)
+	}
+	repo, err := git.PlainOpenWithOptions(abs, &git.PlainOpenOptions{DetectDotGit: true})
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		return "", fmt.Errorf("%s: %w", dir, ErrNoRepository)
+	}
+	if err != nil {
+		return "", fmt.Errorf("open repository at %s: %w", dir, err)
+	}
+	hash, err := repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %w", ErrUnknownRevision, rev, err)
+	}
+	return hash.String(), nil
+}

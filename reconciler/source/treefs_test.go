@@ -56,6 +56,16 @@ func TestOpenRevisionSubfolder(t *testing.T) {
 	}
 }
 
+func TestResolveCommit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	want := gittest.Commit(t, gittest.Init(t, dir), "files", gittest.Files(map[string]string{"fleet/a.txt": "a"}))
+	got, err := ResolveCommit(context.Background(), filepath.Join(dir, "fleet"), "HEAD")
+	if err != nil || got != want.String() {
+		t.Fatalf("ResolveCommit(HEAD) = %q, %v; want %s", got, err, want)
+	}
+}
+
 func TestOpenRevisionErrors(t *testing.T) {
 	t.Parallel()
 	repoDir := t.TempDir()
@@ -74,7 +84,10 @@ func TestOpenRevisionErrors(t *testing.T) {
 			t.Parallel()
 			_, err := OpenRevision(context.Background(), tt.dir, tt.rev)
 			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("got %v, want %v", err, tt.wantErr)
+				t.Fatalf("OpenRevision: got %v, want %v", err, tt.wantErr)
+			}
+			if _, err := ResolveCommit(context.Background(), tt.dir, tt.rev); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ResolveCommit: got %v, want %v", err, tt.wantErr)
 			}
 		})
 	}

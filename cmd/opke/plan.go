@@ -1,0 +1,155 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/render/assets"
+)
+
+// exitChanges is --detailed-exitcode's code for a plan with changes.
+const exitChanges = 2
+
+func (a *app) planCommand() *cobra.Command {
+	var st stateFlags
+	var cf cloudFlags
+	var repo, rev, cluster, output, out, kubeletImage string
+	var detailed, resync bool
+	cmd := &cobra.Command{
+		Use:   "plan [--repo DIR] [--cluster NAME]",
+		Short: "Show what it takes to bring the clouds in line with the fleet",
+		Long: `Plan the fleet under --repo: render each cluster, list what OPKE owns in each
+cloud (by its tags, each resource type once per cloud), read what was last
+applied from the state store, and print the changes: infrastructure first,
+then the hosts' files and restarts, with drift (what changed outside OPKE)
+in a section of its own. Nothing is created, issued or written: keys and
+certificates a new cluster needs are issued at apply, so what carries them
+is "(known after apply)".
+
+The hosts are trusted to hold what was last pushed to them; --resync reads
+them instead (one sha256sum per host over SSH, through the cluster's
+gateway) and plans what changed on them as drift.
+
+--out saves the plan (JSON, with the commit and the state revision it was
+made from) for opke apply, which refuses it once either has moved on.
+With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
+1 for an error.`,
+		Example: `  opke plan --sim-state .opke/sim
+  opke plan --repo fleet/ --rev origin/pr-42 --cloud-config clouds.yaml --encryption-key-file key --output json
+  opke plan --cluster prod --out prod.plan --detailed-exitcode`,
+		Args: argsAtMost(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := outputFormat(output); err != nil {
+				return err
+			}
+			clouds, err := cf.resolve()
+			if err != nil {
+				return err
+			}
+			if !clouds.simulator && st.encryptionKey == "" {
+				return usagef("--encryption-key-file is required unless the cloud is the simulator (--sim-state)")
+			}
+			fleet, err := a.loadFleet(cmd, repo, rev)
+			if err != nil {
+				return err
+			}
+			if err := a.refuseFindings(fleet, cluster, "nothing planned"); err != nil {
+				return err
+			}
+			commit, err := source.ResolveCommit(cmd.Context(), repo, cmp.Or(rev, "HEAD"))
+			if err != nil && !errors.Is(err, source.ErrNoRepository) {
+				return fmt.Errorf("commit of %s: %w", repo, err)
+			}
+			store, err := st.open(cmd.Context(), a)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: reconciler.SSHHosts{Dialer: clouds.dialer},
+				Logger: a.logger, KubeletImage: kubeletImage}
+			res, err := planner.Plan(cmd.Context(), reconciler.Request{Clusters: fleet.Clusters(), Only: cluster, Resync: resync, Commit: commit})
+			if err != nil {
+				return err
+			}
+			if cluster != "" && len(res.Clusters) == 0 {
+				return usagef("cluster %q is not in the fleet, the state store or the clouds", cluster)
+			}
+			data, err := json.MarshalIndent(res.Plan, "", "  ")
+			if err != nil {
+				return err
+			}
+			data = append(data, '\n')
+			if out != "" {
+				if err := writeFileAtomic(out, data); err != nil {
+					return fmt.Errorf("--out: %w", err)
+				}
+			}
+			if output == "json" {
+				_, err = a.stdout.Write(data)
+			} else {
+				err = diff.Text(a.stdout, data)
+			}
+			if err != nil {
+				return err
+			}
+			if out != "" {
+				msg := fmt.Sprintf("\nSaved the plan to %s; opke apply %s applies exactly it, while the fleet and the state stay as planned.\n", out, out)
+				if output == "json" {
+					fmt.Fprint(a.stderr, msg[1:])
+				} else {
+					fmt.Fprint(a.stdout, msg)
+				}
+			}
+			if detailed && !res.Plan.Empty() {
+				return exitCodeError{exitChanges}
+			}
+			return nil
+		},
+	}
+	st.register(cmd)
+	cf.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
+	fl.StringVar(&rev, "rev", "", "plan the fleet at this git revision (a pull request's branch) instead of the work tree")
+	fl.StringVar(&cluster, "cluster", "", "plan this cluster only")
+	fl.StringVar(&output, "output", "text", "text or json")
+	fl.StringVar(&out, "out", "", "save the plan (JSON) to this file, for opke apply")
+	fl.BoolVar(&detailed, "detailed-exitcode", false, "exit 0 for no changes, 2 for changes, 1 for an error")
+	fl.BoolVar(&resync, "resync", false, "read the files on the hosts over SSH instead of trusting the state store")
+	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
+	return cmd
+}
+
+// writeFileAtomic writes data to path through a temporary file in the
+// same folder, synced and renamed, so a reader never sees half a file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
