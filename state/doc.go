@@ -7,14 +7,15 @@
 // DNS-1123 labels, so keys starting with "_" never clash with them:
 //
 //	/opke/_meta/installation-id             the installation id (opke-owner tag)
-//	/opke/<cluster>/spec                    last applied spec (JSON) ...
-//	/opke/<cluster>/commit                  ... and the commit it came from
+//	/opke/_applied/<cluster>                last applied spec and its commit (the ledger)
 //	/opke/<cluster>/pki/<name>.crt          certificates, PEM
 //	/opke/<cluster>/pki/<name>.key          private keys, PEM, sealed
 //	/opke/<cluster>/ssh/id_ed25519          OPKE's SSH private key, sealed
 //	/opke/<cluster>/ssh/id_ed25519.pub      ... and its public half
 //	/opke/<cluster>/hostkeys/<host>         pinned SSH host key (authorized_keys form)
-//	/opke/<cluster>/hosts/<host>/files/<path> applied file: {"sha256", "version"}
+//	/opke/<cluster>/infra/<kind>/<name>     applied resource: {"id", "attrs"} (the ledger)
+//	/opke/<cluster>/hosts/<host>/files/<path> pushed file: {"sha256"} (the ledger)
+//	/opke/<cluster>/hosts/<host>/version    the Kubernetes version the host runs (the ledger)
 //	/opke/<cluster>/kubeconfig              admin kubeconfig, sealed (it holds a key)
 //	/opke/<cluster>/journal/<plan>/<step>   the plan journal
 //	/opke/<cluster>/backups/<id>            backup records
