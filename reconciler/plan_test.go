@@ -395,3 +395,29 @@ func put(t *testing.T, c *ssh.Client, file string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkPlan plans a fleet of converged clusters (demo's shape: one
+// controller, one worker) against the simulator: render, observe, ledger
+// and diff, with a warm connection.
+func BenchmarkPlan(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+			r := newRig(b)
+			cloudtest.RoomFor(b, r.dir, r.clients)
+			var fleet []*schemas.Cluster
+			for i := range n {
+				c := spec(b, "demo", fmt.Sprintf("c%03d", i), i)
+				c.Spec.Network.ExternalNetwork = "internet"
+				c.Spec.WorkerPools[0].Count = 1
+				fleet = append(fleet, c)
+			}
+			r.converge(b, fleet...)
+			r.plan(b, fleet...)
+			for b.Loop() {
+				if p := r.plan(b, fleet...); !p.Empty() {
+					b.Fatal("a converged fleet plans changes")
+				}
+			}
+		})
+	}
+}
