@@ -6,9 +6,9 @@ package cloudtest
 
 import (
 	"context"
-	"net/netip"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
