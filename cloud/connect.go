@@ -1,8 +1,10 @@
 package cloud
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/config"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
+	"golang.org/x/time/rate"
 )
 
 // ComputeMicroversion is the Nova microversion OPKE speaks: server tags
@@ -25,6 +28,8 @@ type Target struct {
 	Cloud string
 	// Region overrides the entry's region_name when set.
 	Region string
+	// Budget limits the requests per second (DefaultBudget when zero).
+	Budget Budget
 }
 
 func (t Target) String() string {
@@ -60,10 +65,15 @@ func Connect(ctx context.Context, t Target) (*Clients, error) {
 		return nil, fmt.Errorf("cloud %s: %w", t, err)
 	}
 	ao.AllowReauth = true
-	pc, err := config.NewProviderClient(ctx, ao, config.WithTLSConfig(tlsConfig))
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsConfig
+	budget := cmp.Or(t.Budget, DefaultBudget)
+	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst)}}
+	pc, err := config.NewProviderClient(ctx, ao, config.WithHTTPClient(hc))
 	if err != nil {
 		return nil, fmt.Errorf("cloud %s: authenticate: %w", t, err)
 	}
+	pc.RetryFunc, pc.RetryBackoffFunc, pc.MaxBackoffRetries = retry, rateLimited, maxRetries
 	c := &Clients{Provider: pc}
 	for _, s := range []struct {
 		dst **gophercloud.ServiceClient
@@ -112,6 +122,8 @@ type Pool struct {
 	RenewBefore time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// Budget is each cloud's request budget (DefaultBudget when zero).
+	Budget Budget
 
 	mu    sync.Mutex
 	conns map[Target]*Clients
@@ -120,7 +132,7 @@ type Pool struct {
 // Clients returns the connection to cloud in region, connecting the first
 // time and renewing a token near its expiry.
 func (p *Pool) Clients(ctx context.Context, cloud, region string) (*Clients, error) {
-	t := Target{File: p.File, Cloud: cloud, Region: region}
+	t := Target{File: p.File, Cloud: cloud, Region: region, Budget: p.Budget}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.conns[t]; c != nil {

@@ -1,0 +1,166 @@
+package cloud_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/pagination"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/render/ignition"
+)
+
+// retrying runs a step until it passes or fails for good, as the applier
+// does: a transient error (a 5xx, a 429, a lost answer) is tried again.
+func retrying(t *testing.T, what string, step func() error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := step()
+		if err == nil {
+			return
+		}
+		if !cloud.Transient(err) || attempt == 30 {
+			t.Fatalf("%s, attempt %d: %v", what, attempt, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestApplierCreatesOnceDespiteLostAnswers: with a third of the creates
+// and tag writes answered by a dropped connection (the change made, the
+// answer lost) and 5xx/429 on top, a cluster's infrastructure comes out
+// exactly once: no duplicate, nothing untagged. Deleting it the same way
+// leaves nothing behind.
+func TestApplierCreatesOnceDespiteLostAnswers(t *testing.T) {
+	t.Parallel()
+	sim, c, _ := cloudtest.Start(t)
+	ctx := context.Background()
+	d := desired(t, cluster(t, "prod", 1, 2))
+	faults := []cloudsim.Fault{
+		{Match: "POST", Drop: true, Rate: 0.33, Count: 1000},
+		{Match: "PUT", Drop: true, Rate: 0.33},
+		{Status: 503, Rate: 0.1},
+		{Status: 429, RetryAfter: 0, Rate: 0.1},
+	}
+	sim.SetFaults(faults...)
+	a := cloud.NewApplier(c, owner, "prod", nil)
+	for _, r := range d.Infra {
+		retrying(t, "create "+r.Address(), func() error {
+			_, err := a.Create(ctx, r, userData[roleOf(r)])
+			return err
+		})
+	}
+	if dropped := 1000 - sim.Faults()[0].Count; dropped < 5 {
+		t.Fatalf("only %d creates lost their answer: the test proves nothing", dropped)
+	} else {
+		t.Logf("%d creates lost their answer", dropped)
+	}
+	sim.SetFaults()
+
+	obs, err := cloud.Observe(ctx, c, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := diff.Diff([]*diff.Desired{d}, []*diff.Observed{{Cluster: "prod", Cloud: obs.Clusters["prod"]}})
+	for _, ch := range plan.Changes {
+		t.Errorf("after apply, plan: %s %s (%s)", ch.Action, ch.Address, ch.Reason)
+	}
+	if got, want := len(obs.Clusters["prod"]), len(d.Infra); got != want {
+		t.Errorf("%d resources tagged for prod, want %d", got, want)
+	}
+	// Nothing untagged or twice: every server, port and network by name.
+	names := allNames(t, c)
+	for _, n := range names {
+		if k := countOf(names, n); k > 1 {
+			t.Errorf("%s exists %d times", n, k)
+		}
+	}
+
+	sim.SetFaults(faults...)
+	rs := slices.Clone(obs.Clusters["prod"])
+	byAddr := map[string]diff.Resource{}
+	for _, r := range rs {
+		byAddr[r.Address()] = r
+	}
+	for _, r := range slices.Backward(d.Infra) {
+		retrying(t, "delete "+r.Address(), func() error { return a.Delete(ctx, byAddr[r.Address()]) })
+	}
+	sim.SetFaults()
+	obs, err = cloud.Observe(ctx, c, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := obs.Clusters["prod"]; len(left) != 0 {
+		t.Errorf("%d resources left after deleting everything: %v", len(left), left)
+	}
+	if names := allNames(t, c); len(names) != 0 {
+		t.Errorf("left behind: %v", names)
+	}
+}
+
+func countOf(l []string, s string) int {
+	n := 0
+	for _, x := range l {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+// allNames lists every server, port and network of the project by name
+// (the external networks aside), tagged or not.
+func allNames(t *testing.T, c *cloud.Clients) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	page := func(p pagination.Pager, f func(pagination.Page) error) {
+		if err := p.EachPage(ctx, func(_ context.Context, pg pagination.Page) (bool, error) { return true, f(pg) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page(servers.List(c.Compute, nil), func(p pagination.Page) error {
+		l, err := servers.ExtractServers(p)
+		for _, s := range l {
+			out = append(out, "server/"+s.Name)
+		}
+		return err
+	})
+	page(ports.List(c.Network, nil), func(p pagination.Page) error {
+		l, err := ports.ExtractPorts(p)
+		for _, x := range l {
+			if x.Name != "" {
+				out = append(out, "port/"+x.Name)
+			}
+		}
+		return err
+	})
+	page(networks.List(c.Network, networks.ListOpts{Name: "prod"}), func(p pagination.Page) error {
+		l, err := networks.ExtractNetworks(p)
+		for _, x := range l {
+			out = append(out, "network/"+x.Name)
+		}
+		return err
+	})
+	return out
+}
+
+// roleOf is the role of a server by its name.
+func roleOf(r diff.Resource) ignition.Role {
+	switch {
+	case strings.Contains(r.Name, "-controller-"):
+		return ignition.RoleController
+	case strings.Contains(r.Name, "-gateway-"):
+		return ignition.RoleGateway
+	}
+	return ignition.RoleWorker
+}

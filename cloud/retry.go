@@ -1,0 +1,137 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"golang.org/x/time/rate"
+)
+
+// Budget is how hard OPKE may press one cloud: a token bucket of Rate
+// requests per second, Burst at once, shared by every request to it.
+type Budget struct {
+	Rate  float64
+	Burst int
+}
+
+// DefaultBudget keeps a reconcile of a large fleet polite.
+var DefaultBudget = Budget{Rate: 20, Burst: 40}
+
+// budgetTransport waits for the bucket before each request.
+type budgetTransport struct {
+	base http.RoundTripper
+	lim  *rate.Limiter
+}
+
+func (t budgetTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := t.lim.Wait(r.Context()); err != nil {
+		return nil, fmt.Errorf("request budget: %w", err)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// Retries of one request.
+const (
+	maxRetries   = 5
+	firstBackoff = 200 * time.Millisecond
+	maxBackoff   = 30 * time.Second
+)
+
+// retryAfter is how long a 429 or 503 asks the client to wait, if it says.
+func retryAfter(h http.Header) (time.Duration, bool) {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return min(time.Duration(s)*time.Second, maxBackoff), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(time.Until(t), 0), maxBackoff), true
+	}
+	return 0, false
+}
+
+func backoff(n uint) time.Duration {
+	d := firstBackoff << min(n-1, 10)
+	return min(d, maxBackoff)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// rateLimited is gophercloud's hook for 429: wait as Retry-After says (or
+// back off), then retry.
+func rateLimited(ctx context.Context, e *gophercloud.ErrUnexpectedResponseCode, err error, n uint) error {
+	d, ok := retryAfter(e.ResponseHeader)
+	if !ok {
+		d = backoff(n)
+	}
+	if err := sleep(ctx, d); err != nil {
+		return errors.Join(err, e)
+	}
+	return nil
+}
+
+// retry is gophercloud's hook for every other failed request. Reads
+// (GET, HEAD) and DELETE (a second one finds nothing: 404, which the
+// applier takes as done) are retried on a 5xx or a lost connection. POST
+// and PUT never are here: their first attempt may have changed something
+// (Neutron's add_router_interface is a PUT), so the applier's step looks
+// at what is there before it tries again.
+func retry(ctx context.Context, method, _ string, _ *gophercloud.RequestOpts, err error, n uint) error {
+	if n > maxRetries || (method != http.MethodGet && method != http.MethodHead && method != http.MethodDelete) || !Transient(err) {
+		return err
+	}
+	d := backoff(n)
+	var code gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &code) {
+		if ra, ok := retryAfter(code.ResponseHeader); ok {
+			d = ra
+		}
+	}
+	if serr := sleep(ctx, d); serr != nil {
+		return errors.Join(serr, err)
+	}
+	return nil
+}
+
+// Transient reports whether err may pass if the request is made again: a
+// 5xx, a 429, or no answer at all.
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var code gophercloud.ErrUnexpectedResponseCode
+	if errors.As(err, &code) {
+		return code.Actual >= 500 || code.Actual == http.StatusTooManyRequests
+	}
+	var status interface{ GetStatusCode() int }
+	if errors.As(err, &status) {
+		c := status.GetStatusCode()
+		return c >= 500 || c == http.StatusTooManyRequests
+	}
+	// No status: transient only if the connection broke before an answer.
+	var netErr net.Error
+	var urlErr *url.Error
+	return errors.As(err, &netErr) || errors.As(err, &urlErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
