@@ -310,3 +310,16 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	}
 	return resp.Kvs[0].ModRevision, nil
 }
+
+// DeletePrefix removes every key below prefix.
+func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
+	if !strings.HasPrefix(prefix, s.prefix) || len(prefix) <= len(s.prefix) {
+		return fmt.Errorf("delete %s: %w", prefix, errOutsidePrefix)
+	}
+	if _, err := s.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("delete %s: %w", prefix, err)
+	}
+	return nil
+}
+
+var errOutsidePrefix = errors.New("not below the store's prefix")

@@ -1,0 +1,72 @@
+package reconciler_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
+)
+
+// apply plans the fleet and applies the plan, failing the test on any
+// failed step.
+func (r *rig) apply(t *testing.T, fleet ...*schemas.Cluster) (*diff.Plan, *reconciler.Summary) {
+	t.Helper()
+	req := reconciler.Request{Clusters: map[string]*schemas.Cluster{}, Commit: "0123456789abcdef0123456789abcdef01234567"}
+	for _, c := range fleet {
+		req.Clusters[c.Metadata.Name] = c
+	}
+	ctx := context.Background()
+	res, err := r.planner.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	defer hosts.Close()
+	a := &reconciler.Applier{Planner: r.planner, Hosts: hosts}
+	sum, err := a.Apply(ctx, req, res.Plan)
+	if err != nil {
+		for _, f := range sum.Failed {
+			t.Errorf("%s %s: %s %v", f.Change.Action, f.Change.Address, f.State, f.Err)
+		}
+		t.Fatal(err)
+	}
+	return res.Plan, sum
+}
+
+// TestApplyCreatesAClusterFromNothing: the demo cluster applied from
+// nothing, then the next plan is empty; its controller runs the units the
+// plan restarted.
+func TestApplyCreatesAClusterFromNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	plan, sum := r.apply(t, demo)
+	if sum.Counts[reconciler.StepDone] < len(plan.Changes) {
+		t.Errorf("%d steps done, the plan had %d changes", sum.Counts[reconciler.StepDone], len(plan.Changes))
+	}
+	next := r.plan(t, demo)
+	if !next.Empty() {
+		t.Fatalf("after apply, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+	}
+	events, err := r.sim.HostEvents("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var units []string
+	for _, e := range events {
+		if e.Exit != 0 || e.Error != "" {
+			t.Errorf("controller: %s: exit %d: %s", e.Command, e.Exit, e.Error)
+		}
+		units = append(units, e.Command)
+	}
+	for _, want := range []string{"restart etcd-member.service", "restart kubelet.service"} {
+		if !slices.ContainsFunc(units, func(u string) bool { return strings.Contains(u, want) }) {
+			t.Errorf("controller did not %s: %v", want, units)
+		}
+	}
+}
