@@ -116,7 +116,9 @@ func (a *Applier) journal(ctx context.Context, plan *diff.Plan, id string, c dif
 		e.Error = err.Error()
 	}
 	b, _ := json.Marshal(e)
-	return a.Planner.Store.Put(ctx, a.Planner.Store.Key(c.Cluster, "journal", id, c.ID), b)
+	// The journal lives outside the cluster's keys: it outlives a cluster
+	// that is forgotten, as the record of how it went.
+	return a.Planner.Store.Put(ctx, a.Planner.Store.Key("_journal", c.Cluster, id, c.ID), b)
 }
 
 // cluster applies one cluster's part of the plan.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
@@ -68,5 +69,52 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 		if !slices.ContainsFunc(units, func(u string) bool { return strings.Contains(u, want) }) {
 			t.Errorf("controller did not %s: %v", want, units)
 		}
+	}
+}
+
+// TestApplyScalesAndDeletes: scale out 2 -> 3, in 3 -> 1 (highest index
+// first), then with deletionPolicy Delete and the file gone, nothing
+// tagged remains and the store forgets the cluster.
+func TestApplyScalesAndDeletes(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	demo := spec(t, "demo", "", 0)
+	demo.Spec.DeletionPolicy = schemas.DeletionDelete
+	r.apply(t, demo)
+	for _, n := range []int{3, 1} {
+		demo.Spec.WorkerPools[0].Count = n
+		r.apply(t, demo)
+		if next := r.plan(t, demo); !next.Empty() {
+			t.Fatalf("after scaling to %d, plan: %v, drift %v", n, addresses(next.Changes), addresses(next.Drift))
+		}
+	}
+	obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []string
+	for _, x := range obs.Clusters["demo"] {
+		if x.Kind == diff.KindServer {
+			servers = append(servers, x.Name)
+		}
+	}
+	if want := []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"}; !slices.Equal(servers, want) {
+		t.Errorf("servers after scaling in to 1: %v, want %v", servers, want)
+	}
+
+	r.apply(t)
+	obs, err = cloud.Observe(ctx, r.clients, r.owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := obs.Clusters["demo"]; len(left) != 0 {
+		t.Errorf("%d resources left after the cluster was deleted", len(left))
+	}
+	if keys, _ := r.store.List(ctx, r.store.Key("demo")+"/"); len(keys) != 0 {
+		t.Errorf("the store still holds %d keys of demo", len(keys))
+	}
+	if next := r.plan(t); !next.Empty() || len(next.Warnings) != 0 {
+		t.Errorf("after the delete, plan: %+v", next)
 	}
 }

@@ -8,6 +8,7 @@
 //
 //	/opke/_meta/installation-id             the installation id (opke-owner tag)
 //	/opke/_applied/<cluster>                last applied spec and its commit (the ledger)
+//	/opke/_journal/<cluster>/<plan>/<step>  the apply journal: each step before and after it ran
 //	/opke/<cluster>/pki/<name>.crt          certificates, PEM
 //	/opke/<cluster>/pki/<name>.key          private keys, PEM, sealed
 //	/opke/<cluster>/ssh/id_ed25519          OPKE's SSH private key, sealed
@@ -17,7 +18,6 @@
 //	/opke/<cluster>/hosts/<host>/files/<path> pushed file: {"sha256"} (the ledger)
 //	/opke/<cluster>/hosts/<host>/version    the Kubernetes version the host runs (the ledger)
 //	/opke/<cluster>/kubeconfig              admin kubeconfig, sealed (it holds a key)
-//	/opke/<cluster>/journal/<plan>/<step>   the plan journal
 //	/opke/<cluster>/backups/<id>            backup records
 //
 // Sealed values are encrypted at rest with AES-256-GCM under the key of
