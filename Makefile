@@ -25,8 +25,9 @@ run: build
 sim-cli:
 	CI=$${CI:-local} $(GO) test -count=1 -run '^TestOpenStackCLI$$' -v ./cloudsim
 
-## lint: go vet and staticcheck (pinned in go.mod's tool directive)
+## lint: gofmt, go vet and staticcheck (pinned in go.mod's tool directive)
 lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 

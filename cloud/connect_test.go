@@ -64,3 +64,25 @@ func TestPoolNamesAnUnknownCloud(t *testing.T) {
 		t.Errorf("error %q does not name the cloud", got)
 	}
 }
+
+// TestBudgetLimitsRequests: a cloud's requests wait for its token bucket.
+func TestBudgetLimitsRequests(t *testing.T) {
+	t.Parallel()
+	_, _, dir := cloudtest.Start(t)
+	ctx := context.Background()
+	c, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Budget{Rate: 50, Burst: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for range 2 {
+		if _, err := cloud.Observe(ctx, c, "nobody", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two observations of 15 requests at 50 per second: at least 0.58 s
+	// (a lower bound: a slow machine cannot fail it).
+	if took := time.Since(start); took < 580*time.Millisecond {
+		t.Errorf("30 requests at 50/s took %v: the budget did not hold them back", took)
+	}
+}

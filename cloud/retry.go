@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,6 +26,9 @@ type Budget struct {
 
 // DefaultBudget keeps a reconcile of a large fleet polite.
 var DefaultBudget = Budget{Rate: 20, Burst: 40}
+
+// Unlimited is no budget at all, for tests that build fleets by hand.
+var Unlimited = Budget{Rate: math.Inf(1), Burst: 1}
 
 // budgetTransport waits for the bucket before each request.
 type budgetTransport struct {

@@ -48,7 +48,7 @@ import (
 
 // Start runs a simulator in tb's temporary folder and connects to it as
 // the cloud "sim"; it returns the simulator, the clients and the state dir
-// (which holds clouds.yaml).
+// (which holds clouds.yaml). The clients have no request budget.
 func Start(tb testing.TB) (*cloudsim.Sim, *cloud.Clients, string) {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -57,7 +57,7 @@ func Start(tb testing.TB) (*cloudsim.Sim, *cloud.Clients, string) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { sim.Close() })
-	c, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim"})
+	c, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 func RoomFor(t testing.TB, dir string, user *cloud.Clients) {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim-admin"})
+	admin, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim-admin", Budget: cloud.Unlimited})
 	if err != nil {
 		t.Fatal(err)
 	}
