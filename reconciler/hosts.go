@@ -16,7 +16,6 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/cloud"
-	"opke.dev/opke/diff"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
@@ -148,22 +147,13 @@ func hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.P
 // resync reads the files of a cluster's existing hosts: those the plan
 // wants and those the ledger says were pushed.
 func (p *Planner) resync(ctx context.Context, pl *Planned, clients *cloud.Clients) (map[string]map[string]string, error) {
-	name := pl.Observed.Cluster
-	byAddr := map[string]diff.Resource{}
-	for _, r := range pl.Observed.Cloud {
-		byAddr[r.Address()] = r
-	}
-	gwName := name + "-gateway-0"
-	gw, okGW := byAddr[diff.Resource{Kind: diff.KindServer, Name: gwName}.Address()]
-	fip, okFIP := byAddr[diff.Resource{Kind: diff.KindFloatingIP, Name: gwName}.Address()]
-	address, err := netip.ParseAddr(fip.Attrs["address"].Value)
-	if !okGW || !okFIP || err != nil {
+	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
+	if errors.Is(err, errNoGateway) {
 		return nil, nil // no way in yet: nothing on the hosts to read
 	}
-	t := HostTarget{Cluster: name, Clients: clients, Gateway: gw, Address: address, Hosts: map[string]HostAddr{}, KV: p.Store.ReadOnly()}
 	paths := map[string][]string{}
 	addPath := func(host, path string) {
-		if !slices.Contains(paths[host], path) {
+		if _, ok := t.Hosts[host]; ok && !slices.Contains(paths[host], path) {
 			paths[host] = append(paths[host], path)
 		}
 	}
@@ -180,12 +170,6 @@ func (p *Planner) resync(ctx context.Context, pl *Planned, clients *cloud.Client
 		}
 	}
 	for host := range paths {
-		srv, ok := byAddr[diff.Resource{Kind: diff.KindServer, Name: host}.Address()]
-		port := byAddr[diff.Resource{Kind: diff.KindPort, Name: host}.Address()]
-		ip, err := netip.ParseAddr(port.Attrs["fixed_ip"].Value)
-		if ok && err == nil {
-			t.Hosts[host] = HostAddr{ServerID: srv.ID, IP: ip}
-		}
 		slices.Sort(paths[host])
 	}
 	return p.Hosts.Checksums(ctx, t, paths)

@@ -180,23 +180,31 @@ func TestPlanOfAConvergedClusterIsEmpty(t *testing.T) {
 	}
 }
 
+// convergedFleet is n clusters of demo's shape (one controller, one
+// worker) converged by hand, planned once to warm the connection.
+func convergedFleet(tb testing.TB, n int) (*rig, []*schemas.Cluster) {
+	tb.Helper()
+	r := newRig(tb)
+	cloudtest.RoomFor(tb, r.dir, r.clients)
+	var fleet []*schemas.Cluster
+	for i := range n {
+		c := spec(tb, "demo", fmt.Sprintf("c%03d", i), i)
+		c.Spec.Network.ExternalNetwork = "internet"
+		c.Spec.WorkerPools[0].Count = 1
+		fleet = append(fleet, c)
+	}
+	r.converge(tb, fleet...)
+	r.plan(tb, fleet...)
+	return r, fleet
+}
+
 // TestPlanCostDoesNotGrowWithClusters: planning 1, 10 and 100 converged
 // clusters costs the same number of API calls, and plans nothing.
 func TestPlanCostDoesNotGrowWithClusters(t *testing.T) {
 	t.Parallel()
 	counts := map[int]int64{}
 	for _, n := range []int{1, 10, 100} {
-		r := newRig(t)
-		cloudtest.RoomFor(t, r.dir, r.clients)
-		var fleet []*schemas.Cluster
-		for i := range n {
-			c := spec(t, "demo", fmt.Sprintf("c%03d", i), i)
-			c.Spec.Network.ExternalNetwork = "internet"
-			c.Spec.WorkerPools[0].Count = 1
-			fleet = append(fleet, c)
-		}
-		r.converge(t, fleet...)
-		r.plan(t, fleet...) // connects the pool
+		r, fleet := convergedFleet(t, n)
 		r.sim.ResetCounters()
 		plan := r.plan(t, fleet...)
 		if !plan.Empty() {
@@ -402,17 +410,7 @@ func put(t *testing.T, c *ssh.Client, file string, data []byte) {
 func BenchmarkPlan(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
-			r := newRig(b)
-			cloudtest.RoomFor(b, r.dir, r.clients)
-			var fleet []*schemas.Cluster
-			for i := range n {
-				c := spec(b, "demo", fmt.Sprintf("c%03d", i), i)
-				c.Spec.Network.ExternalNetwork = "internet"
-				c.Spec.WorkerPools[0].Count = 1
-				fleet = append(fleet, c)
-			}
-			r.converge(b, fleet...)
-			r.plan(b, fleet...)
+			r, fleet := convergedFleet(b, n)
 			for b.Loop() {
 				if p := r.plan(b, fleet...); !p.Empty() {
 					b.Fatal("a converged fleet plans changes")
