@@ -198,12 +198,23 @@ func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {
 				filters[k] = v
 			}
 		}
+		// Octavia filters children by the ids their JSON shows as lists
+		// (a listener's loadbalancers, a monitor's pools).
+		byLB, byPool := filters["loadbalancer_id"], filters["pool_id"]
+		delete(filters, "loadbalancer_id")
+		delete(filters, "pool_id")
 		pool := r.PathValue("pool")
 		var matches []lbObject
 		for _, v := range all(r.w) {
 			o := v.(lbObject)
 			c := o.lbBase()
 			if !r.visible(c.ProjectID, false) || !tags.match(c.Tags) || (len(filters) > 0 && !fieldsMatch(o, filters)) {
+				continue
+			}
+			if byLB != nil && !slices.Contains(byLB, c.LB) {
+				continue
+			}
+			if mon, isMonitor := o.(*monitor); byPool != nil && (!isMonitor || !slices.Contains(byPool, mon.PoolID)) {
 				continue
 			}
 			if m, isMember := o.(*member); isMember && m.PoolID != pool {

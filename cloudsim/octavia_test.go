@@ -65,6 +65,43 @@ func TestOctaviaLifecycle(t *testing.T) {
 	if _, err := pools.GetMember(ctx, c, "another-pool", m.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		t.Errorf("a member read through another pool: %v, want 404", err)
 	}
+	// Children are found by their load balancer and pool, as Octavia
+	// filters them.
+	for _, tt := range []struct {
+		name string
+		list func() (int, error)
+		want int
+	}{
+		{"listeners of the load balancer", func() (int, error) {
+			p, err := listeners.List(c, listeners.ListOpts{LoadbalancerID: lb.ID}).AllPages(ctx)
+			l, _ := listeners.ExtractListeners(p)
+			return len(l), err
+		}, 1},
+		{"listeners of another", func() (int, error) {
+			p, err := listeners.List(c, listeners.ListOpts{LoadbalancerID: "another"}).AllPages(ctx)
+			l, _ := listeners.ExtractListeners(p)
+			return len(l), err
+		}, 0},
+		{"pools of the load balancer", func() (int, error) {
+			p, err := pools.List(c, pools.ListOpts{LoadbalancerID: lb.ID}).AllPages(ctx)
+			l, _ := pools.ExtractPools(p)
+			return len(l), err
+		}, 1},
+		{"monitors of the pool", func() (int, error) {
+			p, err := monitors.List(c, monitors.ListOpts{PoolID: pool.ID}).AllPages(ctx)
+			l, _ := monitors.ExtractMonitors(p)
+			return len(l), err
+		}, 1},
+		{"monitors of another pool", func() (int, error) {
+			p, err := monitors.List(c, monitors.ListOpts{PoolID: "another"}).AllPages(ctx)
+			l, _ := monitors.ExtractMonitors(p)
+			return len(l), err
+		}, 0},
+	} {
+		if n, err := tt.list(); err != nil || n != tt.want {
+			t.Errorf("%s: %d, %v; want %d", tt.name, n, err, tt.want)
+		}
+	}
 	pages, err := loadbalancers.List(c, loadbalancers.ListOpts{Tags: []string{"opke-cluster=prod"}}).AllPages(ctx)
 	if err != nil {
 		t.Fatal(err)
