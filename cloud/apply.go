@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,9 +56,12 @@ type Applier struct {
 	cluster string
 	tags    []string
 
-	mu       sync.Mutex
-	ids      map[string]string // address -> id
-	external map[string]string // external network name -> id
+	mu  sync.Mutex
+	ids map[string]string // address -> id
+
+	// Name lookups made once: external networks, images, flavors.
+	cacheMu  sync.Mutex
+	external map[string]string
 	images   map[string]string
 	flavors  map[string]string
 	// LBWait is how often a pending load balancer is polled.
@@ -113,13 +117,12 @@ func (a *Applier) create(ctx context.Context, r diff.Resource, userData []byte) 
 	v := func(k string) string { return r.Attrs[k].Value }
 	switch r.Kind {
 	case diff.KindNetwork:
-		return a.neutron(ctx, "networks", r.Name, func() (string, error) {
-			n, err := networks.Create(ctx, a.c.Network, networks.CreateOpts{Name: r.Name}).Extract()
-			return idOf(n, err, func() string { return n.ID })
-		}, func(p pagination.Page) ([]tagged, error) {
-			l, err := networks.ExtractNetworks(p)
-			return mapTagged(l, func(n networks.Network) tagged { return tagged{n.ID, n.Tags} }), err
-		}, networks.List(a.c.Network, networks.ListOpts{Name: r.Name}))
+		return a.neutron(ctx, "networks", networks.List(a.c.Network, networks.ListOpts{Name: r.Name}),
+			found(networks.ExtractNetworks, func(n networks.Network) tagged { return tagged{id: n.ID, tags: n.Tags} }),
+			func() (string, error) {
+				n, err := networks.Create(ctx, a.c.Network, networks.CreateOpts{Name: r.Name}).Extract()
+				return idOf(err, func() string { return n.ID })
+			})
 	case diff.KindSubnet:
 		netID, err := a.need(diff.KindNetwork, v("network"))
 		if err != nil {
@@ -129,39 +132,44 @@ func (a *Applier) create(ctx context.Context, r diff.Resource, userData []byte) 
 		if d := v("dns_nameservers"); d != "" {
 			dns = strings.Split(d, ",")
 		}
-		return a.neutron(ctx, "subnets", r.Name, func() (string, error) {
-			s, err := subnets.Create(ctx, a.c.Network, subnets.CreateOpts{Name: r.Name, NetworkID: netID, CIDR: v("cidr"), IPVersion: 4, DNSNameservers: dns}).Extract()
-			return idOf(s, err, func() string { return s.ID })
-		}, func(p pagination.Page) ([]tagged, error) {
-			l, err := subnets.ExtractSubnets(p)
-			return mapTagged(l, func(s subnets.Subnet) tagged { return tagged{s.ID, s.Tags} }), err
-		}, subnets.List(a.c.Network, subnets.ListOpts{Name: r.Name, NetworkID: netID}))
+		return a.neutron(ctx, "subnets", subnets.List(a.c.Network, subnets.ListOpts{Name: r.Name, NetworkID: netID}),
+			found(subnets.ExtractSubnets, func(s subnets.Subnet) tagged { return tagged{id: s.ID, tags: s.Tags} }),
+			func() (string, error) {
+				s, err := subnets.Create(ctx, a.c.Network, subnets.CreateOpts{Name: r.Name, NetworkID: netID, CIDR: v("cidr"), IPVersion: 4, DNSNameservers: dns}).Extract()
+				return idOf(err, func() string { return s.ID })
+			})
 	case diff.KindRouter:
-		ext, err := a.externalNetwork(ctx, v("external_network"))
+		ext, err := a.lookup(ctx, &a.external, "external network", a.listExternal, v("external_network"))
 		if err != nil {
 			return "", err
 		}
-		return a.neutron(ctx, "routers", r.Name, func() (string, error) {
-			rt, err := routers.Create(ctx, a.c.Network, routers.CreateOpts{Name: r.Name, GatewayInfo: &routers.GatewayInfo{NetworkID: ext}}).Extract()
-			return idOf(rt, err, func() string { return rt.ID })
-		}, func(p pagination.Page) ([]tagged, error) {
-			l, err := routers.ExtractRouters(p)
-			return mapTagged(l, func(r routers.Router) tagged { return tagged{r.ID, r.Tags} }), err
-		}, routers.List(a.c.Network, routers.ListOpts{Name: r.Name}))
+		return a.neutron(ctx, "routers", routers.List(a.c.Network, routers.ListOpts{Name: r.Name}),
+			found(routers.ExtractRouters, func(r routers.Router) tagged { return tagged{id: r.ID, tags: r.Tags} }),
+			func() (string, error) {
+				rt, err := routers.Create(ctx, a.c.Network, routers.CreateOpts{Name: r.Name, GatewayInfo: &routers.GatewayInfo{NetworkID: ext}}).Extract()
+				return idOf(err, func() string { return rt.ID })
+			})
 	case diff.KindInterface:
 		return a.routerInterface(ctx, v("router"), v("subnet"))
 	case diff.KindSecurityGroup:
-		return a.neutron(ctx, "security-groups", r.Name, func() (string, error) {
-			g, err := groups.Create(ctx, a.c.Network, groups.CreateOpts{Name: r.Name}).Extract()
-			return idOf(g, err, func() string { return g.ID })
-		}, func(p pagination.Page) ([]tagged, error) {
-			l, err := groups.ExtractGroups(p)
-			return mapTagged(l, func(g groups.SecGroup) tagged { return tagged{g.ID, g.Tags} }), err
-		}, groups.List(a.c.Network, groups.ListOpts{Name: r.Name}))
+		return a.neutron(ctx, "security-groups", groups.List(a.c.Network, groups.ListOpts{Name: r.Name}),
+			found(groups.ExtractGroups, func(g groups.SecGroup) tagged { return tagged{id: g.ID, tags: g.Tags} }),
+			func() (string, error) {
+				g, err := groups.Create(ctx, a.c.Network, groups.CreateOpts{Name: r.Name}).Extract()
+				return idOf(err, func() string { return g.ID })
+			})
 	case diff.KindRule:
 		return a.rule(ctx, r)
 	case diff.KindServerGroup:
-		return a.serverGroup(ctx, r)
+		// Server groups carry no tags: one of the name is the one.
+		return a.ensure(ctx, servergroups.List(a.c.Compute, nil),
+			found(servergroups.ExtractServerGroups, func(g servergroups.ServerGroup) tagged {
+				return tagged{id: g.ID, skip: g.Name != r.Name}
+			}),
+			func() (string, error) {
+				g, err := servergroups.Create(ctx, a.c.Compute, servergroups.CreateOpts{Name: r.Name, Policy: v("policy")}).Extract()
+				return idOf(err, func() string { return g.ID })
+			})
 	case diff.KindPort:
 		return a.port(ctx, r)
 	case diff.KindServer:
@@ -174,21 +182,30 @@ func (a *Applier) create(ctx context.Context, r diff.Resource, userData []byte) 
 	return "", fmt.Errorf("%w: %s", errors.ErrUnsupported, r.Kind)
 }
 
-// tagged is a found resource's id and tags.
+// tagged is a found resource's id and tags; skip marks one a listing
+// returned that is not the one looked for.
 type tagged struct {
 	id   string
 	tags []string
+	skip bool
 }
 
-func mapTagged[T any](l []T, f func(T) tagged) []tagged {
-	out := make([]tagged, 0, len(l))
-	for _, x := range l {
-		out = append(out, f(x))
+// found turns a gophercloud extractor into one of tagged resources.
+func found[T any](extract func(pagination.Page) ([]T, error), f func(T) tagged) func(pagination.Page) ([]tagged, error) {
+	return func(p pagination.Page) ([]tagged, error) {
+		l, err := extract(p)
+		out := make([]tagged, 0, len(l))
+		for _, x := range l {
+			if t := f(x); !t.skip {
+				out = append(out, t)
+			}
+		}
+		return out, err
 	}
-	return out
 }
 
-func idOf[T any](x *T, err error, id func() string) (string, error) {
+// idOf is a create's id, or its error.
+func idOf(err error, id func() string) (string, error) {
 	if err != nil {
 		return "", err
 	}
@@ -196,8 +213,9 @@ func idOf[T any](x *T, err error, id func() string) (string, error) {
 }
 
 // adopt picks, among resources found by name, the one to adopt: OPKE's
-// for this cluster, or an untagged one (a create whose tagging was lost).
-// It refuses one another installation owns.
+// for this cluster, or one without an owner tag (a create whose tagging
+// was lost, or a kind without tags). It refuses one another installation
+// owns.
 func (a *Applier) adopt(found []tagged) (tagged, bool, error) {
 	for _, f := range found {
 		if slices.Contains(f.tags, a.tags[1]) && slices.Contains(f.tags, a.tags[0]) {
@@ -215,20 +233,34 @@ func (a *Applier) adopt(found []tagged) (tagged, bool, error) {
 	return tagged{}, false, nil
 }
 
-// neutron creates a Neutron resource unless one of its name exists, and
-// tags it (Neutron takes tags after the create).
-func (a *Applier) neutron(ctx context.Context, kind, name string, create func() (string, error),
-	extract func(pagination.Page) ([]tagged, error), list pagination.Pager) (string, error) {
-	var found []tagged
+// look lists what list finds and picks the one to adopt.
+func (a *Applier) look(ctx context.Context, list pagination.Pager, extract func(pagination.Page) ([]tagged, error)) (tagged, bool, error) {
+	var all []tagged
 	err := list.EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
 		l, err := extract(p)
-		found = append(found, l...)
+		all = append(all, l...)
 		return true, err
 	})
 	if err != nil {
-		return "", fmt.Errorf("look for %s: %w", name, err)
+		return tagged{}, false, fmt.Errorf("look before creating: %w", err)
 	}
-	f, ok, err := a.adopt(found)
+	return a.adopt(all)
+}
+
+// ensure returns the id of the resource list finds (as adopt picks), or
+// creates it.
+func (a *Applier) ensure(ctx context.Context, list pagination.Pager, extract func(pagination.Page) ([]tagged, error), create func() (string, error)) (string, error) {
+	f, ok, err := a.look(ctx, list, extract)
+	if err != nil || ok {
+		return f.id, err
+	}
+	return create()
+}
+
+// neutron is ensure for Neutron, which takes tags after the create: the
+// resource is tagged unless it already carries OPKE's tags.
+func (a *Applier) neutron(ctx context.Context, kind string, list pagination.Pager, extract func(pagination.Page) ([]tagged, error), create func() (string, error)) (string, error) {
+	f, ok, err := a.look(ctx, list, extract)
 	if err != nil {
 		return "", err
 	}
@@ -240,35 +272,55 @@ func (a *Applier) neutron(ctx context.Context, kind, name string, create func() 
 	}
 	if !slices.Equal(slices.Sorted(slices.Values(f.tags)), slices.Sorted(slices.Values(a.tags))) {
 		if _, err := attributestags.ReplaceAll(ctx, a.c.Network, kind, id, attributestags.ReplaceAllOpts{Tags: a.tags}).Extract(); err != nil {
-			return "", fmt.Errorf("tag %s: %w", name, err)
+			return "", fmt.Errorf("tag: %w", err)
 		}
 	}
 	return id, nil
 }
 
-func (a *Applier) externalNetwork(ctx context.Context, name string) (string, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.external == nil {
-		yes := true
-		a.external = map[string]string{}
-		err := networks.List(a.c.Network, external.ListOptsExt{ListOptsBuilder: networks.ListOpts{}, External: &yes}).EachPage(ctx,
-			func(_ context.Context, p pagination.Page) (bool, error) {
-				l, err := networks.ExtractNetworks(p)
-				for _, n := range l {
-					a.external[n.Name] = n.ID
-				}
-				return true, err
-			})
+// lookup resolves a name through a listing made once per applier.
+func (a *Applier) lookup(ctx context.Context, cache *map[string]string, what string, list func(context.Context) (map[string]string, error), name string) (string, error) {
+	a.cacheMu.Lock()
+	defer a.cacheMu.Unlock()
+	if *cache == nil {
+		m, err := list(ctx)
 		if err != nil {
-			a.external = nil
-			return "", fmt.Errorf("external networks: %w", err)
+			return "", fmt.Errorf("%s: %w", what, err)
 		}
+		*cache = m
 	}
-	if id, ok := a.external[name]; ok {
+	if id, ok := (*cache)[name]; ok {
 		return id, nil
 	}
-	return "", fmt.Errorf("external network %q: not found", name)
+	return "", fmt.Errorf("%s %q: not found", what, name)
+}
+
+// byName lists a listing's names and ids.
+func byName[T any](ctx context.Context, list pagination.Pager, extract func(pagination.Page) ([]T, error), nameID func(T) (string, string)) (map[string]string, error) {
+	out := map[string]string{}
+	err := list.EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
+		l, err := extract(p)
+		for _, x := range l {
+			n, id := nameID(x)
+			out[n] = id
+		}
+		return true, err
+	})
+	return out, err
+}
+
+func (a *Applier) listExternal(ctx context.Context) (map[string]string, error) {
+	yes := true
+	return byName(ctx, networks.List(a.c.Network, external.ListOptsExt{ListOptsBuilder: networks.ListOpts{}, External: &yes}),
+		networks.ExtractNetworks, func(n networks.Network) (string, string) { return n.Name, n.ID })
+}
+
+func (a *Applier) listFlavors(ctx context.Context) (map[string]string, error) {
+	return byName(ctx, flavors.ListDetail(a.c.Compute, nil), flavors.ExtractFlavors, func(f flavors.Flavor) (string, string) { return f.Name, f.ID })
+}
+
+func (a *Applier) listImages(ctx context.Context) (map[string]string, error) {
+	return byName(ctx, images.List(a.c.Image, nil), images.ExtractImages, func(i images.Image) (string, string) { return i.Name, i.ID })
 }
 
 func (a *Applier) routerInterface(ctx context.Context, router, subnet string) (string, error) {
@@ -280,26 +332,15 @@ func (a *Applier) routerInterface(ctx context.Context, router, subnet string) (s
 	if err != nil {
 		return "", err
 	}
-	var existing string
-	err = ports.List(a.c.Network, ports.ListOpts{DeviceID: rid}).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-		l, err := ports.ExtractPorts(p)
-		for _, port := range l {
-			for _, ip := range port.FixedIPs {
-				if ip.SubnetID == sid {
-					existing = port.ID
-				}
-			}
-		}
-		return true, err
-	})
-	if err != nil || existing != "" {
-		return existing, err
-	}
-	res, err := routers.AddInterface(ctx, a.c.Network, rid, routers.AddInterfaceOpts{SubnetID: sid}).Extract()
-	if err != nil {
-		return "", err
-	}
-	return res.PortID, nil
+	// The interface is the router's port on the subnet.
+	return a.ensure(ctx, ports.List(a.c.Network, ports.ListOpts{DeviceID: rid}),
+		found(ports.ExtractPorts, func(p ports.Port) tagged {
+			return tagged{id: p.ID, skip: !slices.ContainsFunc(p.FixedIPs, func(ip ports.IP) bool { return ip.SubnetID == sid })}
+		}),
+		func() (string, error) {
+			res, err := routers.AddInterface(ctx, a.c.Network, rid, routers.AddInterfaceOpts{SubnetID: sid}).Extract()
+			return idOf(err, func() string { return res.PortID })
+		})
 }
 
 func (a *Applier) rule(ctx context.Context, r diff.Resource) (string, error) {
@@ -322,40 +363,17 @@ func (a *Applier) rule(ctx context.Context, r diff.Resource) (string, error) {
 	} else {
 		opts.RemoteIPPrefix = v("remote")
 	}
-	var existing string
-	err = rules.List(a.c.Network, rules.ListOpts{SecGroupID: sg, Direction: string(rules.DirIngress)}).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-		l, err := rules.ExtractRules(p)
-		for _, x := range l {
-			if x.Protocol == string(opts.Protocol) && x.PortRangeMin == opts.PortRangeMin && x.PortRangeMax == opts.PortRangeMax &&
-				x.RemoteGroupID == opts.RemoteGroupID && x.RemoteIPPrefix == opts.RemoteIPPrefix && x.EtherType == string(rules.EtherType4) {
-				existing = x.ID
-			}
-		}
-		return true, err
-	})
-	if err != nil || existing != "" {
-		return existing, err
-	}
-	rule, err := rules.Create(ctx, a.c.Network, opts).Extract()
-	return idOf(rule, err, func() string { return rule.ID })
-}
-
-func (a *Applier) serverGroup(ctx context.Context, r diff.Resource) (string, error) {
-	var existing string
-	err := servergroups.List(a.c.Compute, nil).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-		l, err := servergroups.ExtractServerGroups(p)
-		for _, g := range l {
-			if g.Name == r.Name {
-				existing = g.ID
-			}
-		}
-		return true, err
-	})
-	if err != nil || existing != "" {
-		return existing, err
-	}
-	g, err := servergroups.Create(ctx, a.c.Compute, servergroups.CreateOpts{Name: r.Name, Policy: r.Attrs["policy"].Value}).Extract()
-	return idOf(g, err, func() string { return g.ID })
+	// Rules have no name: one with the same match is the one.
+	return a.ensure(ctx, rules.List(a.c.Network, rules.ListOpts{SecGroupID: sg, Direction: string(rules.DirIngress)}),
+		found(rules.ExtractRules, func(x rules.SecGroupRule) tagged {
+			same := x.Protocol == string(opts.Protocol) && x.PortRangeMin == opts.PortRangeMin && x.PortRangeMax == opts.PortRangeMax &&
+				x.RemoteGroupID == opts.RemoteGroupID && x.RemoteIPPrefix == opts.RemoteIPPrefix && x.EtherType == string(rules.EtherType4)
+			return tagged{id: x.ID, skip: !same}
+		}),
+		func() (string, error) {
+			rule, err := rules.Create(ctx, a.c.Network, opts).Extract()
+			return idOf(err, func() string { return rule.ID })
+		})
 }
 
 func (a *Applier) port(ctx context.Context, r diff.Resource) (string, error) {
@@ -380,61 +398,25 @@ func (a *Applier) port(ctx context.Context, r diff.Resource) (string, error) {
 		}
 		opts.FixedIPs = []ports.IP{{SubnetID: sid, IPAddress: ip.Value}}
 	}
-	return a.neutron(ctx, "ports", r.Name, func() (string, error) {
-		p, err := ports.Create(ctx, a.c.Network, opts).Extract()
-		return idOf(p, err, func() string { return p.ID })
-	}, func(p pagination.Page) ([]tagged, error) {
-		l, err := ports.ExtractPorts(p)
-		return mapTagged(l, func(p ports.Port) tagged { return tagged{p.ID, p.Tags} }), err
-	}, ports.List(a.c.Network, ports.ListOpts{Name: r.Name, NetworkID: netID}))
-}
-
-func (a *Applier) lookupName(ctx context.Context, cache *map[string]string, what string, list func(context.Context) (map[string]string, error), name string) (string, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if *cache == nil {
-		m, err := list(ctx)
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", what, err)
-		}
-		*cache = m
-	}
-	if id, ok := (*cache)[name]; ok {
-		return id, nil
-	}
-	return "", fmt.Errorf("%s %q: not found", what, name)
+	return a.neutron(ctx, "ports", ports.List(a.c.Network, ports.ListOpts{Name: r.Name, NetworkID: netID}),
+		found(ports.ExtractPorts, func(p ports.Port) tagged { return tagged{id: p.ID, tags: p.Tags} }),
+		func() (string, error) {
+			p, err := ports.Create(ctx, a.c.Network, opts).Extract()
+			return idOf(err, func() string { return p.ID })
+		})
 }
 
 func (a *Applier) server(ctx context.Context, r diff.Resource, userData []byte) (string, error) {
 	v := func(k string) string { return r.Attrs[k].Value }
-	// Nova takes tags at create: one found by name and OPKE's tags is the
-	// one an earlier attempt made.
-	var found []tagged
-	err := servers.List(a.c.Compute, servers.ListOpts{Name: "^" + r.Name + "$", Tags: strings.Join(a.tags, ",")}).EachPage(ctx,
-		func(_ context.Context, p pagination.Page) (bool, error) {
-			l, err := servers.ExtractServers(p)
-			for _, s := range l {
-				if s.Name == r.Name && s.Status != "DELETED" {
-					found = append(found, tagged{id: s.ID})
-				}
-			}
-			return true, err
-		})
-	if err != nil {
-		return "", fmt.Errorf("look for %s: %w", r.Name, err)
-	}
-	if len(found) > 0 {
-		return found[0].id, nil
-	}
 	portID, err := a.need(diff.KindPort, v("port"))
 	if err != nil {
 		return "", err
 	}
-	flavor, err := a.lookupName(ctx, &a.flavors, "flavor", a.listFlavors, v("flavor"))
+	flavor, err := a.lookup(ctx, &a.flavors, "flavor", a.listFlavors, v("flavor"))
 	if err != nil {
 		return "", err
 	}
-	image, err := a.lookupName(ctx, &a.images, "image", a.listImages, v("image"))
+	image, err := a.lookup(ctx, &a.images, "image", a.listImages, v("image"))
 	if err != nil {
 		return "", err
 	}
@@ -454,8 +436,17 @@ func (a *Applier) server(ctx context.Context, r diff.Resource, userData []byte) 
 	if k := v("key_name"); k != "" {
 		builder = keyPairOpts{opts, k}
 	}
-	s, err := servers.Create(ctx, a.c.Compute, builder, hints).Extract()
-	return idOf(s, err, func() string { return s.ID })
+	// Nova takes tags at create: one found by name and OPKE's tags is the
+	// one an earlier attempt made (Nova's name filter is a regular
+	// expression).
+	return a.ensure(ctx, servers.List(a.c.Compute, servers.ListOpts{Name: "^" + regexp.QuoteMeta(r.Name) + "$", Tags: strings.Join(a.tags, ",")}),
+		found(servers.ExtractServers, func(s servers.Server) tagged {
+			return tagged{id: s.ID, tags: a.tags, skip: s.Name != r.Name || s.Status == "DELETED"}
+		}),
+		func() (string, error) {
+			s, err := servers.Create(ctx, a.c.Compute, builder, hints).Extract()
+			return idOf(err, func() string { return s.ID })
+		})
 }
 
 // keyPairOpts adds a Nova keypair to a server create.
@@ -473,33 +464,9 @@ func (o keyPairOpts) ToServerCreateMap() (map[string]any, error) {
 	return m, nil
 }
 
-func (a *Applier) listFlavors(ctx context.Context) (map[string]string, error) {
-	out := map[string]string{}
-	err := flavors.ListDetail(a.c.Compute, nil).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-		l, err := flavors.ExtractFlavors(p)
-		for _, f := range l {
-			out[f.Name] = f.ID
-		}
-		return true, err
-	})
-	return out, err
-}
-
-func (a *Applier) listImages(ctx context.Context) (map[string]string, error) {
-	out := map[string]string{}
-	err := images.List(a.c.Image, nil).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-		l, err := images.ExtractImages(p)
-		for _, i := range l {
-			out[i.Name] = i.ID
-		}
-		return true, err
-	})
-	return out, err
-}
-
 func (a *Applier) floatingIP(ctx context.Context, r diff.Resource) (string, error) {
 	v := func(k string) string { return r.Attrs[k].Value }
-	ext, err := a.externalNetwork(ctx, v("network"))
+	ext, err := a.lookup(ctx, &a.external, "external network", a.listExternal, v("network"))
 	if err != nil {
 		return "", err
 	}
@@ -520,13 +487,12 @@ func (a *Applier) floatingIP(ctx context.Context, r diff.Resource) (string, erro
 		portID = lb.VipPortID
 	}
 	// Floating IPs have no name: the description is OPKE's name.
-	return a.neutron(ctx, "floatingips", r.Name, func() (string, error) {
-		f, err := floatingips.Create(ctx, a.c.Network, floatingips.CreateOpts{FloatingNetworkID: ext, PortID: portID, Description: r.Name}).Extract()
-		return idOf(f, err, func() string { return f.ID })
-	}, func(p pagination.Page) ([]tagged, error) {
-		l, err := floatingips.ExtractFloatingIPs(p)
-		return mapTagged(l, func(f floatingips.FloatingIP) tagged { return tagged{f.ID, f.Tags} }), err
-	}, floatingips.List(a.c.Network, floatingips.ListOpts{Description: r.Name, PortID: portID}))
+	return a.neutron(ctx, "floatingips", floatingips.List(a.c.Network, floatingips.ListOpts{Description: r.Name, PortID: portID}),
+		found(floatingips.ExtractFloatingIPs, func(f floatingips.FloatingIP) tagged { return tagged{id: f.ID, tags: f.Tags} }),
+		func() (string, error) {
+			f, err := floatingips.Create(ctx, a.c.Network, floatingips.CreateOpts{FloatingNetworkID: ext, PortID: portID, Description: r.Name}).Extract()
+			return idOf(err, func() string { return f.ID })
+		})
 }
 
 // octavia creates a load balancer or one of its children, waiting out the
@@ -534,39 +500,79 @@ func (a *Applier) floatingIP(ctx context.Context, r diff.Resource) (string, erro
 func (a *Applier) octavia(ctx context.Context, r diff.Resource) (string, error) {
 	v := func(k string) string { return r.Attrs[k].Value }
 	num := func(k string) int { n, _ := strconv.Atoi(v(k)); return n }
+	lbc := a.c.LoadBalancer
 	if r.Kind == diff.KindLoadBalancer {
-		var found []tagged
-		err := loadbalancers.List(a.c.LoadBalancer, loadbalancers.ListOpts{Name: r.Name}).EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-			l, err := loadbalancers.ExtractLoadBalancers(p)
-			found = append(found, mapTagged(l, func(lb loadbalancers.LoadBalancer) tagged { return tagged{lb.ID, lb.Tags} })...)
-			return true, err
-		})
+		sid, err := a.need(diff.KindSubnet, v("subnet"))
 		if err != nil {
 			return "", err
 		}
-		f, ok, err := a.adopt(found)
+		id, err := a.ensure(ctx, loadbalancers.List(lbc, loadbalancers.ListOpts{Name: r.Name}),
+			found(loadbalancers.ExtractLoadBalancers, func(lb loadbalancers.LoadBalancer) tagged { return tagged{id: lb.ID, tags: lb.Tags} }),
+			func() (string, error) {
+				lb, err := loadbalancers.Create(ctx, lbc, loadbalancers.CreateOpts{Name: r.Name, VipSubnetID: sid, VipAddress: v("vip_address"), Tags: a.tags}).Extract()
+				return idOf(err, func() string { return lb.ID })
+			})
 		if err != nil {
 			return "", err
-		}
-		id := f.id
-		if !ok {
-			sid, err := a.need(diff.KindSubnet, v("subnet"))
-			if err != nil {
-				return "", err
-			}
-			lb, err := loadbalancers.Create(ctx, a.c.LoadBalancer, loadbalancers.CreateOpts{Name: r.Name, VipSubnetID: sid,
-				VipAddress: v("vip_address"), Tags: a.tags}).Extract()
-			if err != nil {
-				return "", err
-			}
-			id = lb.ID
 		}
 		return id, a.waitLB(ctx, id)
 	}
-	lbName := a.cluster + "-api"
-	lbID, err := a.need(diff.KindLoadBalancer, lbName)
+	lbID, err := a.need(diff.KindLoadBalancer, a.cluster+"-api")
 	if err != nil {
 		return "", err
+	}
+	var list pagination.Pager
+	var extract func(pagination.Page) ([]tagged, error)
+	var create func() (string, error)
+	switch r.Kind {
+	case diff.KindListener:
+		list = listeners.List(lbc, listeners.ListOpts{Name: r.Name, LoadbalancerID: lbID})
+		extract = found(listeners.ExtractListeners, func(x listeners.Listener) tagged { return tagged{id: x.ID, tags: x.Tags} })
+		create = func() (string, error) {
+			l, err := listeners.Create(ctx, lbc, listeners.CreateOpts{Name: r.Name, LoadbalancerID: lbID,
+				Protocol: listeners.Protocol(v("protocol")), ProtocolPort: num("port"), Tags: a.tags}).Extract()
+			return idOf(err, func() string { return l.ID })
+		}
+	case diff.KindPool:
+		lid, err := a.need(diff.KindListener, v("listener"))
+		if err != nil {
+			return "", err
+		}
+		list = pools.List(lbc, pools.ListOpts{Name: r.Name, LoadbalancerID: lbID})
+		extract = found(pools.ExtractPools, func(x pools.Pool) tagged { return tagged{id: x.ID, tags: x.Tags} })
+		create = func() (string, error) {
+			p, err := pools.Create(ctx, lbc, pools.CreateOpts{Name: r.Name, ListenerID: lid,
+				Protocol: pools.Protocol(v("protocol")), LBMethod: pools.LBMethod(v("algorithm")), Tags: a.tags}).Extract()
+			return idOf(err, func() string { return p.ID })
+		}
+	case diff.KindMember:
+		pid, err := a.need(diff.KindPool, v("pool"))
+		if err != nil {
+			return "", err
+		}
+		sid, err := a.need(diff.KindSubnet, a.cluster)
+		if err != nil {
+			return "", err
+		}
+		list = pools.ListMembers(lbc, pid, pools.ListMembersOpts{Name: r.Name})
+		extract = found(pools.ExtractMembers, func(x pools.Member) tagged { return tagged{id: x.ID, tags: x.Tags} })
+		create = func() (string, error) {
+			m, err := pools.CreateMember(ctx, lbc, pid, pools.CreateMemberOpts{Name: r.Name, Address: v("address"),
+				ProtocolPort: num("port"), SubnetID: sid, Tags: a.tags}).Extract()
+			return idOf(err, func() string { return m.ID })
+		}
+	case diff.KindMonitor:
+		pid, err := a.need(diff.KindPool, v("pool"))
+		if err != nil {
+			return "", err
+		}
+		list = monitors.List(lbc, monitors.ListOpts{Name: r.Name, PoolID: pid})
+		extract = found(monitors.ExtractMonitors, func(x monitors.Monitor) tagged { return tagged{id: x.ID, tags: x.Tags} })
+		create = func() (string, error) {
+			m, err := monitors.Create(ctx, lbc, monitors.CreateOpts{Name: r.Name, PoolID: pid, Type: v("type"),
+				Delay: num("delay"), Timeout: num("timeout"), MaxRetries: num("max_retries"), Tags: a.tags}).Extract()
+			return idOf(err, func() string { return m.ID })
+		}
 	}
 	if err := a.waitLB(ctx, lbID); err != nil {
 		return "", err
@@ -574,95 +580,13 @@ func (a *Applier) octavia(ctx context.Context, r diff.Resource) (string, error) 
 	var id string
 	err = a.pending(ctx, lbID, func() error {
 		var err error
-		switch r.Kind {
-		case diff.KindListener:
-			id, err = findOrCreate(ctx, listeners.List(a.c.LoadBalancer, listeners.ListOpts{Name: r.Name}),
-				func(p pagination.Page) ([]string, error) {
-					l, err := listeners.ExtractListeners(p)
-					return mapIDs(l, func(x listeners.Listener) string { return x.ID }), err
-				}, func() (string, error) {
-					l, err := listeners.Create(ctx, a.c.LoadBalancer, listeners.CreateOpts{Name: r.Name, LoadbalancerID: lbID,
-						Protocol: listeners.Protocol(v("protocol")), ProtocolPort: num("port"), Tags: a.tags}).Extract()
-					return idOf(l, err, func() string { return l.ID })
-				})
-		case diff.KindPool:
-			lid, err2 := a.need(diff.KindListener, v("listener"))
-			if err2 != nil {
-				return err2
-			}
-			id, err = findOrCreate(ctx, pools.List(a.c.LoadBalancer, pools.ListOpts{Name: r.Name}),
-				func(p pagination.Page) ([]string, error) {
-					l, err := pools.ExtractPools(p)
-					return mapIDs(l, func(x pools.Pool) string { return x.ID }), err
-				}, func() (string, error) {
-					p, err := pools.Create(ctx, a.c.LoadBalancer, pools.CreateOpts{Name: r.Name, ListenerID: lid,
-						Protocol: pools.Protocol(v("protocol")), LBMethod: pools.LBMethod(v("algorithm")), Tags: a.tags}).Extract()
-					return idOf(p, err, func() string { return p.ID })
-				})
-		case diff.KindMember:
-			pid, err2 := a.need(diff.KindPool, v("pool"))
-			if err2 != nil {
-				return err2
-			}
-			sid, err2 := a.need(diff.KindSubnet, a.cluster)
-			if err2 != nil {
-				return err2
-			}
-			id, err = findOrCreate(ctx, pools.ListMembers(a.c.LoadBalancer, pid, pools.ListMembersOpts{Name: r.Name}),
-				func(p pagination.Page) ([]string, error) {
-					l, err := pools.ExtractMembers(p)
-					return mapIDs(l, func(x pools.Member) string { return x.ID }), err
-				}, func() (string, error) {
-					m, err := pools.CreateMember(ctx, a.c.LoadBalancer, pid, pools.CreateMemberOpts{Name: r.Name, Address: v("address"),
-						ProtocolPort: num("port"), SubnetID: sid, Tags: a.tags}).Extract()
-					return idOf(m, err, func() string { return m.ID })
-				})
-		case diff.KindMonitor:
-			pid, err2 := a.need(diff.KindPool, v("pool"))
-			if err2 != nil {
-				return err2
-			}
-			id, err = findOrCreate(ctx, monitors.List(a.c.LoadBalancer, monitors.ListOpts{Name: r.Name}),
-				func(p pagination.Page) ([]string, error) {
-					l, err := monitors.ExtractMonitors(p)
-					return mapIDs(l, func(x monitors.Monitor) string { return x.ID }), err
-				}, func() (string, error) {
-					m, err := monitors.Create(ctx, a.c.LoadBalancer, monitors.CreateOpts{Name: r.Name, PoolID: pid, Type: v("type"),
-						Delay: num("delay"), Timeout: num("timeout"), MaxRetries: num("max_retries"), Tags: a.tags}).Extract()
-					return idOf(m, err, func() string { return m.ID })
-				})
-		}
+		id, err = a.ensure(ctx, list, extract, create)
 		return err
 	})
 	if err != nil {
 		return "", err
 	}
 	return id, a.waitLB(ctx, lbID)
-}
-
-func mapIDs[T any](l []T, f func(T) string) []string {
-	out := make([]string, 0, len(l))
-	for _, x := range l {
-		out = append(out, f(x))
-	}
-	return out
-}
-
-// findOrCreate returns the first id list finds, or creates.
-func findOrCreate(ctx context.Context, list pagination.Pager, extract func(pagination.Page) ([]string, error), create func() (string, error)) (string, error) {
-	var found []string
-	err := list.EachPage(ctx, func(_ context.Context, p pagination.Page) (bool, error) {
-		l, err := extract(p)
-		found = append(found, l...)
-		return true, err
-	})
-	if err != nil {
-		return "", err
-	}
-	if len(found) > 0 {
-		return found[0], nil
-	}
-	return create()
 }
 
 // pending runs fn, waiting out a load balancer's PENDING state when the
