@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -322,7 +323,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			}
 		}
 		var group []*pending
-		for _, u := range sortedKeys(units) {
+		for _, u := range slices.Sorted(maps.Keys(units)) {
 			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + "/units/" + u, Action: ActionRestart,
 				Reason: fmt.Sprintf("%d file(s) changed%s", len(units[u]), note)}}
 			p.drift = true
@@ -366,15 +367,6 @@ func fileAttrs(sum string, f File, unknown bool) Attrs {
 		a["sha256"] = Value{Sensitive: true}
 	}
 	return a
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // removed plans a cluster whose file left the fleet, per its last applied

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -144,7 +145,7 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 	}
 	if len(labels) > 0 {
 		kv := make([]string, 0, len(labels))
-		for _, k := range sortedKeys(labels) {
+		for _, k := range slices.Sorted(maps.Keys(labels)) {
 			kv = append(kv, k+"="+labels[k])
 		}
 		args = append(args, "--node-labels="+strings.Join(kv, ","))
@@ -350,7 +351,7 @@ func (r *renderer) staticPods(h Host) ([]File, error) {
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		d := r.data
 		d.ControllerHost = h.IP.String()
-		for _, k := range sortedKeys(flags[name]) {
+		for _, k := range slices.Sorted(maps.Keys(flags[name])) {
 			d.Flags = append(d.Flags, "--"+k+"="+flags[name][k])
 		}
 		b, err := execute(name+".yaml", d)
@@ -401,13 +402,4 @@ func (r *renderer) cloudConf() File {
 	kv("floating-network-id", c.FloatingNetworkID)
 	b.WriteString("create-monitor=true\n")
 	return secretFile(PathCloudConf, []byte(b.String()))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
