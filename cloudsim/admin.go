@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"opke.dev/opke/cloudsim/kubestub"
+	"opke.dev/opke/internal/atomicfile"
 )
 
 // The admin endpoint, for tests and benchmarks (never part of a cloud):
@@ -137,14 +138,14 @@ func (s *Sim) CloudsYAML() []byte {
 
 func (s *Sim) writeClientFiles() error {
 	dir := s.opts.StateDir
-	if err := writeFileAtomic(filepath.Join(dir, "clouds.yaml"), s.CloudsYAML(), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, "clouds.yaml"), s.CloudsYAML(), 0o600); err != nil {
 		return err
 	}
 	info, err := json.MarshalIndent(s.Info(), "", "  ")
 	if err != nil {
 		return fmt.Errorf("sim.json: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "sim.json"), append(info, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, "sim.json"), append(info, '\n'), 0o644); err != nil {
 		return err
 	}
 	// 0711: others may pass through (Ignition writes core's home as uid

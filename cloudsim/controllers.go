@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"opke.dev/opke/cloudsim/kubestub"
+	"opke.dev/opke/internal/atomicfile"
 )
 
 // Controllers. What a host runs is decided by its units, as on a real
@@ -296,7 +297,7 @@ func (h *simHost) startEtcd() (*etcdMember, error) {
 			return "", fmt.Errorf("%s=%s: %w", key, env[key], err)
 		}
 		p := filepath.Join(run, strings.ToLower(key))
-		return p, writeFileAtomic(p, b, 0o600)
+		return p, atomicfile.Write(p, b, 0o600)
 	}
 	tlsInfo := func(cert, key, ca, auth string) (transport.TLSInfo, error) {
 		var ti transport.TLSInfo

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/cloudsim/firstboot"
+	"opke.dev/opke/internal/atomicfile"
 )
 
 // Hosts. Every ACTIVE server is a host: a folder standing for its root
@@ -514,7 +515,7 @@ func (h *simHost) record(ev HostEvent) {
 	h.rec.Events = append(h.rec.Events, ev)
 	b, err := json.Marshal(h.rec)
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(h.dir, "records.json"), b, 0o600)
+		err = atomicfile.Write(filepath.Join(h.dir, "records.json"), b, 0o600)
 	}
 	if err != nil {
 		h.s.log.Error("host records not saved", "host", h.name, "err", err)

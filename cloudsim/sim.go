@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"opke.dev/opke/internal/atomicfile"
 )
 
 // Options configure a simulator. The zero value is a usable in-memory cloud.
@@ -234,7 +236,7 @@ func (s *Sim) Snapshot() error {
 	s.dirty = false
 	s.mu.Unlock()
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(s.opts.StateDir, "state.json"), data, 0o600)
+		err = atomicfile.Write(filepath.Join(s.opts.StateDir, "state.json"), data, 0o600)
 	}
 	if err != nil {
 		// The state still differs from the file: the next flush tries again.
@@ -288,29 +290,6 @@ func (s *Sim) loadOrSeed() (*world, error) {
 		}
 	}
 	return seedWorld(s.opts.Now(), s.opts.Hypervisors), nil
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // newID returns a random UUID (version 4), as OpenStack's ids are.

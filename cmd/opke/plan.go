@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/atomicfile"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/source"
 	"opke.dev/opke/render/assets"
@@ -89,7 +88,7 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 			}
 			data = append(data, '\n')
 			if out != "" {
-				if err := writeFileAtomic(out, data); err != nil {
+				if err := atomicfile.Write(out, data, 0o644); err != nil {
 					return fmt.Errorf("--out: %w", err)
 				}
 			}
@@ -127,29 +126,4 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 	fl.BoolVar(&resync, "resync", false, "read the files on the hosts over SSH instead of trusting the state store")
 	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
 	return cmd
-}
-
-// writeFileAtomic writes data to path through a temporary file in the
-// same folder, synced and renamed, so a reader never sees half a file.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
