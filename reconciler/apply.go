@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -127,12 +127,11 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 	id := planID(plan)
 	var infra, hostsPhase []diff.Change
 	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
-		if c.Cluster != name {
-			continue
-		}
-		if c.Phase == diff.PhaseInfrastructure {
+		switch {
+		case c.Cluster != name:
+		case c.Phase == diff.PhaseInfrastructure:
 			infra = append(infra, c)
-		} else {
+		default:
 			hostsPhase = append(hostsPhase, c)
 		}
 	}
@@ -141,24 +140,7 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 	if err != nil {
 		return err
 	}
-	where := func() (string, string, error) {
-		if spec != nil {
-			return spec.Spec.Cloud, spec.Spec.Region, nil
-		}
-		specs, err := appliedSpecs(ctx, store)
-		if err != nil {
-			return "", "", err
-		}
-		if s := specs[name]; s != nil {
-			return s.Spec.Spec.Cloud, s.Spec.Spec.Region, nil
-		}
-		return "", "", fmt.Errorf("cluster %s: no spec says which cloud it is in", name)
-	}
-	cloudName, region, err := where()
-	if err != nil {
-		return err
-	}
-	clients, err := a.Planner.Clouds.Clients(ctx, cloudName, region)
+	clients, err := a.clients(ctx, spec, name)
 	if err != nil {
 		return err
 	}
@@ -179,10 +161,9 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 			return err
 		}
 	}
-	ok := a.run(ctx, plan, id, infra, sum, func(ctx context.Context, c diff.Change) error {
+	if !allDone(a.run(ctx, plan, id, infra, sum, func(ctx context.Context, c diff.Change) error {
 		return a.infraStep(ctx, ops, out, observed, c)
-	})
-	if !ok {
+	})) {
 		return nil // the failed steps are in the summary
 	}
 	if spec == nil {
@@ -197,76 +178,113 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 	}
 
 	// The host phase is planned again from what the infrastructure phase
-	// made: the real addresses, the certificates that carry them, issued
-	// into the store first so the plan's render finds them settled.
-	if obs, err = cloud.Observe(ctx, clients, owner, nil); err != nil {
-		return err
-	}
-	if _, err := render.Cluster(ctx, store, spec, render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage,
-		APIFloatingIP: apiFloatingIP(obs.Clusters[name], name)}); err != nil {
-		return err
-	}
-	res, err := a.Planner.Plan(ctx, Request{Clusters: map[string]*schemas.Cluster{name: spec}, Only: name, Commit: plan.Commit})
+	// made: the real addresses, and the certificates that carry them,
+	// issued for good by rendering on the store.
+	res, err := a.Planner.Plan(ctx, Request{Clusters: map[string]*schemas.Cluster{name: spec}, Only: name, Commit: plan.Commit, Issue: true})
 	if err != nil {
 		return err
 	}
 	pl := res.Clusters[name]
 	var hostChanges []diff.Change
+	uploads := map[string][]string{}
 	for _, c := range slices.Concat(res.Plan.Changes, res.Plan.Drift) {
-		if c.Phase == diff.PhaseHosts {
-			hostChanges = append(hostChanges, c)
+		if c.Phase != diff.PhaseHosts {
+			continue
+		}
+		hostChanges = append(hostChanges, c)
+		if c.Action == diff.ActionUpload {
+			host := hostOf(c.Address)
+			uploads[host] = append(uploads[host], strings.TrimPrefix(c.Address, "host/"+host))
 		}
 	}
-	files := map[string]map[string]renderFile{}
-	for _, h := range pl.Rendered.Assets.Hosts {
-		files[h.Name] = map[string]renderFile{}
-		for _, f := range h.Files {
-			files[h.Name][f.Path] = renderFile{data: f.Data, mode: uint32(f.Mode.Perm()), sha: f.SHA256}
-		}
-	}
-	target, err := a.hostTarget(name, clients, pl.Observed.Cloud)
-	if err != nil && len(hostChanges) > 0 {
-		return err
-	}
-	failedHosts := map[string]bool{}
-	var mu sync.Mutex
-	ok = a.run(ctx, plan, id, hostChanges, sum, func(ctx context.Context, c diff.Change) error {
-		err := a.hostStep(ctx, target, files, c)
+	states := map[string]StepState{}
+	if len(hostChanges) > 0 {
+		target, err := hostTarget(name, clients, pl.Observed.Cloud, store)
 		if err != nil {
-			mu.Lock()
-			failedHosts[hostOf(c.Address)] = true
-			mu.Unlock()
+			return err
 		}
-		return err
-	})
+		files := map[string]map[string]assets.File{}
+		for _, h := range pl.Rendered.Assets.Hosts {
+			files[h.Name] = map[string]assets.File{}
+			for _, f := range h.Files {
+				files[h.Name][f.Path] = f
+			}
+		}
+		// A host that already has a file's bytes (a step that ran before a
+		// crash) is not sent them again: one sha256sum per host says.
+		have, err := a.Hosts.Checksums(ctx, target, uploads)
+		if err != nil {
+			a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
+		}
+		states = a.run(ctx, plan, id, hostChanges, sum, func(ctx context.Context, c diff.Change) error {
+			return a.hostStep(ctx, target, files, have, c)
+		})
+	}
+	notDone := map[string]bool{}
+	for _, c := range hostChanges {
+		if states[c.ID] != StepDone {
+			notDone[hostOf(c.Address)] = true
+		}
+	}
+	var versions map[string]string
+	if pl.Ledger.Applied != nil {
+		versions = pl.Ledger.Applied.Versions
+	}
 	for _, h := range pl.Desired.Hosts {
-		if !failedHosts[h.Name] {
+		if !notDone[h.Name] && versions[h.Name] != h.Version {
 			if err := RecordVersion(ctx, store, name, h.Name, h.Version); err != nil {
 				return err
 			}
 		}
 	}
-	if ok {
-		return RecordSpec(ctx, store, spec, plan.Commit)
+	if len(notDone) > 0 {
+		return nil
 	}
-	return nil
+	return RecordSpec(ctx, store, spec, plan.Commit)
 }
 
-type renderFile struct {
-	data []byte
-	mode uint32
-	sha  string
+// clients connects to the cloud of a cluster: its spec's, or for one no
+// longer in the fleet, its last applied spec's.
+func (a *Applier) clients(ctx context.Context, spec *schemas.Cluster, name string) (*cloud.Clients, error) {
+	if spec == nil {
+		specs, err := appliedSpecs(ctx, a.Planner.Store)
+		if err != nil {
+			return nil, err
+		}
+		if specs[name] == nil {
+			return nil, fmt.Errorf("cluster %s: no spec says which cloud it is in", name)
+		}
+		spec = specs[name].Spec
+	}
+	return a.Planner.Clouds.Clients(ctx, spec.Spec.Cloud, spec.Spec.Region)
 }
 
-func apiFloatingIP(rs []diff.Resource, cluster string) netip.Addr {
-	for _, r := range rs {
-		if r.Kind == diff.KindFloatingIP && r.Name == cluster+"-api" {
-			if a, err := netip.ParseAddr(r.Attrs["address"].Value); err == nil {
-				return a
+// hostStep runs an upload or a restart on a host. An upload the host
+// already has (have, read before the phase) is only recorded.
+func (a *Applier) hostStep(ctx context.Context, t HostTarget, files map[string]map[string]assets.File, have map[string]map[string]string, c diff.Change) error {
+	host := hostOf(c.Address)
+	rest := strings.TrimPrefix(c.Address, "host/"+host)
+	switch c.Action {
+	case diff.ActionUpload:
+		f, ok := files[host][rest]
+		if !ok {
+			return fmt.Errorf("%s: not in the render", c.Address)
+		}
+		if have[host][rest] != f.SHA256 {
+			if err := a.Hosts.upload(ctx, t, host, f); err != nil {
+				return err
 			}
 		}
+		return RecordFile(ctx, a.Planner.Store, c.Cluster, host, rest, f.SHA256)
+	case diff.ActionRestart:
+		unit, ok := strings.CutPrefix(rest, "/units/")
+		if !ok {
+			return fmt.Errorf("%s: not a unit", c.Address)
+		}
+		_, err := a.Hosts.run(ctx, t, host, "systemctl restart "+unit)
+		return err
 	}
-	return netip.Addr{}
+	return fmt.Errorf("%w: %s on a host", errors.ErrUnsupported, c.Action)
 }
 
 // hostOf is the host of a host-phase address: host/<host>/<path>.
@@ -297,13 +315,22 @@ func (a *Applier) infraStep(ctx context.Context, ops *cloud.Applier, out *render
 	if err != nil {
 		return err
 	}
+	if o, ok := observed[c.Address]; ok {
+		r.ID = o.ID
+	}
+	if c.Action == diff.ActionDelete || c.Action == diff.ActionReplace {
+		if err := ops.Delete(ctx, r); err != nil {
+			return err
+		}
+	}
+	if c.Action == diff.ActionDelete {
+		return store.Delete(ctx, store.Key(c.Cluster, "infra", string(r.Kind), r.Name))
+	}
 	switch c.Action {
 	case diff.ActionCreate, diff.ActionReplace:
-		if c.Action == diff.ActionReplace {
-			if err := ops.Delete(ctx, observed[c.Address]); err != nil {
-				return err
-			}
-		}
+		// What is known after apply is the cloud's to choose.
+		r.Attrs = maps.Clone(r.Attrs)
+		maps.DeleteFunc(r.Attrs, func(_ string, v diff.Value) bool { return v.Unknown })
 		var userData []byte
 		if r.Kind == diff.KindServer {
 			if out == nil {
@@ -311,35 +338,19 @@ func (a *Applier) infraStep(ctx context.Context, ops *cloud.Applier, out *render
 			}
 			userData = out.UserData[roleOfServer(r.Name, c.Cluster)]
 			sum := sha256.Sum256(userData)
-			r.Attrs = maps.Clone(r.Attrs)
 			r.Attrs["user_data"] = diff.Known(hex.EncodeToString(sum[:]))
-		}
-		for k, v := range r.Attrs {
-			if v.Unknown {
-				r.Attrs = maps.Clone(r.Attrs)
-				delete(r.Attrs, k)
-			}
 		}
 		if r.ID, err = ops.Create(ctx, r, userData); err != nil {
 			return err
 		}
-		return RecordResource(ctx, store, c.Cluster, r)
 	case diff.ActionUpdate:
 		if err := ops.Update(ctx, r); err != nil {
 			return err
 		}
-		r.ID = ops.ID(r.Kind, r.Name)
-		return RecordResource(ctx, store, c.Cluster, r)
-	case diff.ActionDelete:
-		if o, ok := observed[c.Address]; ok {
-			r.ID = o.ID
-		}
-		if err := ops.Delete(ctx, r); err != nil {
-			return err
-		}
-		return forgetResource(ctx, store, c.Cluster, r)
+	default:
+		return fmt.Errorf("%w: %s in the infrastructure phase", errors.ErrUnsupported, c.Action)
 	}
-	return fmt.Errorf("%w: %s in the infrastructure phase", errors.ErrUnsupported, c.Action)
+	return RecordResource(ctx, store, c.Cluster, r)
 }
 
 // roleOfServer tells a server's role from its name: <cluster>-<role>-<i>.
@@ -353,23 +364,19 @@ func roleOfServer(server, cluster string) ignition.Role {
 	return ignition.RoleWorker
 }
 
-// run executes changes in dependency order, Parallel at once; a change
-// whose dependency failed is skipped. It reports whether all passed.
-func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes []diff.Change, sum *Summary, step func(context.Context, diff.Change) error) bool {
-	if len(changes) == 0 {
-		return true
-	}
-	byID := map[string]diff.Change{}
+// run executes changes in dependency order, Parallel at once, each
+// journaled before and after; a change whose dependency did not pass is
+// skipped. It returns each change's end state by id.
+func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes []diff.Change, sum *Summary, step func(context.Context, diff.Change) error) map[string]StepState {
+	state := make(map[string]StepState, len(changes))
+	inPhase := map[string]bool{}
 	for _, c := range changes {
-		byID[c.ID] = c
+		inPhase[c.ID] = true
 	}
-	var mu sync.Mutex
-	state := map[string]StepState{}
-	done := make(chan string, len(changes))
-	sem := make(chan struct{}, cmp.Or(a.Parallel, 8))
+	var reportMu sync.Mutex
 	report := func(s Step) {
-		mu.Lock()
-		defer mu.Unlock()
+		reportMu.Lock()
+		defer reportMu.Unlock()
 		if s.State != StepStarted {
 			sum.Counts[s.State]++
 		}
@@ -380,39 +387,33 @@ func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes [
 			a.Progress(s)
 		}
 	}
-	ready := func(c diff.Change) (bool, bool) { // ready, blocked
-		for _, d := range c.DependsOn {
-			if _, inPlan := byID[d]; !inPlan {
-				continue // another cluster's or phase's: done before this phase
-			}
-			switch state[d] {
-			case StepDone:
-			case StepFailed, StepSkipped:
-				return false, true
-			default:
-				return false, false
-			}
-		}
-		return true, false
-	}
-	pending := len(changes)
-	for pending > 0 {
-		mu.Lock()
+	results := make(chan Step)
+	sem := make(chan struct{}, cmp.Or(a.Parallel, 8))
+	running := 0
+	for {
 		for _, c := range changes {
 			if state[c.ID] != "" {
 				continue
 			}
-			ok, blocked := ready(c)
+			ready, blocked := true, false
+			for _, d := range c.DependsOn {
+				// Another phase's or cluster's changes ran before this phase.
+				switch st := state[d]; {
+				case !inPhase[d] || st == StepDone:
+				case st == StepFailed || st == StepSkipped:
+					blocked = true
+				default:
+					ready = false
+				}
+			}
 			switch {
 			case blocked:
 				state[c.ID] = StepSkipped
-				mu.Unlock()
 				_ = a.journal(ctx, plan, id, c, StepSkipped, nil)
 				report(Step{Change: c, State: StepSkipped})
-				mu.Lock()
-				pending--
-			case ok:
+			case ready:
 				state[c.ID] = StepStarted
+				running++
 				go func() {
 					sem <- struct{}{}
 					defer func() { <-sem }()
@@ -430,43 +431,25 @@ func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes [
 					if jerr := a.journal(ctx, plan, id, c, st, err); jerr != nil && err == nil {
 						st, err = StepFailed, jerr
 					}
-					mu.Lock()
-					state[c.ID] = st
-					mu.Unlock()
-					report(Step{Change: c, State: st, Err: err, Duration: time.Since(t0)})
-					done <- c.ID
+					results <- Step{Change: c, State: st, Err: err, Duration: time.Since(t0)}
 				}()
 			}
 		}
-		mu.Unlock()
-		if pending == 0 {
-			break
+		if running == 0 {
+			return state
 		}
-		// Wait for a running step to end, unless everything left was
-		// just skipped.
-		mu.Lock()
-		running := false
-		for _, s := range state {
-			if s == StepStarted {
-				running = true
-			}
-		}
-		mu.Unlock()
-		if !running {
-			continue
-		}
-		<-done
-		pending--
+		r := <-results
+		running--
+		state[r.Change.ID] = r.State
+		report(r)
 	}
-	return sum.ok(changes)
 }
 
-func (s *Summary) ok(changes []diff.Change) bool {
-	for _, f := range s.Failed {
-		for _, c := range changes {
-			if f.Change.ID == c.ID && f.Change.Cluster == c.Cluster {
-				return false
-			}
+// allDone reports whether every step of a run is done.
+func allDone(states map[string]StepState) bool {
+	for _, st := range states {
+		if st != StepDone {
+			return false
 		}
 	}
 	return true
@@ -498,8 +481,4 @@ func forget(ctx context.Context, store *state.Store, cluster string) error {
 		return err
 	}
 	return store.Delete(ctx, store.Key("_applied", cluster))
-}
-
-func forgetResource(ctx context.Context, store *state.Store, cluster string, r diff.Resource) error {
-	return store.Delete(ctx, store.Key(cluster, "infra", string(r.Kind), r.Name))
 }

@@ -2,6 +2,8 @@ package reconciler_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +56,33 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	if !next.Empty() {
 		t.Fatalf("after apply, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
+	// A file the host already has is not sent again (a step that ran
+	// before a crash that kept it from the ledger): the ledger forgets
+	// kubelet.env, the plan uploads it, the host's copy stays untouched.
+	ctx := context.Background()
+	root, err := r.sim.HostRoot("demo-default-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onHost := filepath.Join(root, "etc", "kubernetes", "kubelet.env")
+	before, err := os.Stat(onHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Delete(ctx, r.store.Key("demo", "hosts", "demo-default-0", "files/etc/kubernetes/kubelet.env")); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := r.apply(t, demo)
+	if got := addresses(again.Changes)["host/demo-default-0/etc/kubernetes/kubelet.env"]; got != diff.ActionUpload {
+		t.Fatalf("a file the ledger forgot is not planned for upload: %v", addresses(again.Changes))
+	}
+	if after, err := os.Stat(onHost); err != nil || !after.ModTime().Equal(before.ModTime()) || !os.SameFile(before, after) {
+		t.Errorf("kubelet.env was written again though the host had its bytes (%v)", err)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the second apply, plan: %v", addresses(next.Changes))
+	}
+
 	events, err := r.sim.HostEvents("demo-controller-0")
 	if err != nil {
 		t.Fatal(err)

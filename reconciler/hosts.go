@@ -3,19 +3,26 @@ package reconciler
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/cloud"
+	"opke.dev/opke/diff"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
@@ -24,101 +31,77 @@ import (
 // HostUser is the account OPKE's key opens on every host (Ignition's).
 const HostUser = "core"
 
-// SSHHosts reaches a cluster's hosts over SSH through its gateway: the
-// gateway's floating IP through Dialer (the SOCKS5 edge of the simulator,
-// or direct under the allow list), then each host's fixed IP through the
-// gateway. Host keys are the pinned ones in the store, or before any
-// apply pinned them, the keys the server printed on its console.
-type SSHHosts struct {
+// HostSessions reaches clusters' hosts over SSH through their gateways:
+// the gateway's floating IP through Dialer (the SOCKS5 edge of the
+// simulator, or direct under the allow list), then each host's fixed IP
+// through the gateway. Connections are kept for the next step. A host key
+// is read from the server's console at first contact and pinned in the
+// target's store (a plan's read-only view keeps it in memory), then
+// checked on every connection. New connections are made one at a time.
+type HostSessions struct {
 	Dialer sshx.Dialer
-	// Parallel is how many hosts are read at once (default 8).
+	// Parallel is how many hosts Checksums reads at once (default 8).
 	Parallel int
+
+	mu      sync.Mutex
+	signers map[string]ssh.Signer // by cluster
+	conns   map[string]*hostConn  // by cluster/host
 }
 
-// Checksums implements [HostReader]: one sha256sum per host, every path
-// of the host in one command.
-func (s SSHHosts) Checksums(ctx context.Context, t HostTarget, paths map[string][]string) (map[string]map[string]string, error) {
-	signer, _, err := pki.SSHKey(ctx, t.KV, t.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	gwKeys, err := hostKeys(ctx, t, t.Gateway.Name, t.Gateway.ID)
-	if err != nil {
-		return nil, err
-	}
-	gw, err := sshx.Dial(ctx, s.Dialer, netip.AddrPortFrom(t.Address, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: gwKeys})
-	if err != nil {
-		return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)
-	}
-	defer gw.Close()
+type hostConn struct {
+	ssh  *ssh.Client
+	sftp *sftp.Client // made at the first upload
+}
 
-	out := map[string]map[string]string{}
-	var mu sync.Mutex
-	var errs []error
-	sem := make(chan struct{}, cmp.Or(s.Parallel, 8))
-	var wg sync.WaitGroup
-	for _, host := range slices.Sorted(maps.Keys(paths)) {
-		addr, ok := t.Hosts[host]
-		if !ok || len(paths[host]) == 0 {
+// Close closes every connection.
+func (h *HostSessions) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		if c.sftp != nil {
+			c.sftp.Close()
+		}
+		c.ssh.Close()
+	}
+	h.conns = nil
+}
+
+var errNoGateway = errors.New("no gateway with a floating IP to reach the hosts through")
+
+// hostTarget says how to reach a cluster's hosts, from what is observed.
+func hostTarget(cluster string, clients *cloud.Clients, observed []diff.Resource, kv state.KV) (HostTarget, error) {
+	byAddr := map[string]diff.Resource{}
+	for _, r := range observed {
+		byAddr[r.Address()] = r
+	}
+	gwName := cluster + "-gateway-0"
+	gw, okGW := byAddr[diff.Resource{Kind: diff.KindServer, Name: gwName}.Address()]
+	fip := byAddr[diff.Resource{Kind: diff.KindFloatingIP, Name: gwName}.Address()]
+	address, err := netip.ParseAddr(fip.Attrs["address"].Value)
+	if !okGW || err != nil {
+		return HostTarget{}, fmt.Errorf("%s: %w", cluster, errNoGateway)
+	}
+	t := HostTarget{Cluster: cluster, Clients: clients, Gateway: gw, Address: address, Hosts: map[string]HostAddr{}, KV: kv}
+	for _, r := range observed {
+		if r.Kind != diff.KindServer {
 			continue
 		}
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			sums, err := s.read(ctx, t, gw, signer, host, addr, paths[host])
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", host, err))
-				return
-			}
-			out[host] = sums
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (s SSHHosts) read(ctx context.Context, t HostTarget, gw *ssh.Client, signer ssh.Signer, host string, addr HostAddr, paths []string) (map[string]string, error) {
-	keys, err := hostKeys(ctx, t, host, addr.ServerID)
-	if err != nil {
-		return nil, err
-	}
-	c, err := sshx.Jump(ctx, gw, netip.AddrPortFrom(addr.IP, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	stdout, err := sshx.Run(ctx, c, "sha256sum -- "+strings.Join(paths, " "))
-	// sha256sum exits 1 when a file is missing and still sums the others.
-	var exit *ssh.ExitError
-	if err != nil && !(errors.As(err, &exit) && exit.ExitStatus() == 1) {
-		return nil, err
-	}
-	return parseSums(stdout, paths)
-}
-
-// parseSums reads sha256sum's output: "<hex>  <path>" per line, for the
-// paths asked only.
-func parseSums(out []byte, paths []string) (map[string]string, error) {
-	sums := map[string]string{}
-	for line := range strings.Lines(string(out)) {
-		line = strings.TrimRight(line, "\n")
-		sum, path, ok := strings.Cut(line, "  ")
-		if !ok || len(sum) != 64 || !slices.Contains(paths, path) {
-			return nil, fmt.Errorf("sha256sum printed %s", strconv.Quote(line))
+		port := byAddr[diff.Resource{Kind: diff.KindPort, Name: r.Name}.Address()]
+		if ip, err := netip.ParseAddr(port.Attrs["fixed_ip"].Value); err == nil {
+			t.Hosts[r.Name] = HostAddr{ServerID: r.ID, IP: ip}
 		}
-		sums[path] = sum
 	}
-	return sums, nil
+	return t, nil
 }
 
-// hostKeys are a host's pinned keys, or its console's.
+// hostKeyKey is where a host's pinned key lives.
+func hostKeyKey(kv state.KV, cluster, host string) string { return kv.Key(cluster, "hostkeys", host) }
+
+// hostKeys returns a host's pinned keys, pinning the console's at first
+// contact.
 func hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.PublicKey, error) {
-	pinned, err := t.KV.Get(ctx, t.KV.Key(t.Cluster, "hostkeys", host))
+	key := hostKeyKey(t.KV, t.Cluster, host)
+	pinned, err := t.KV.Get(ctx, key)
 	switch {
 	case err == nil:
 		var keys []ssh.PublicKey
@@ -141,7 +124,211 @@ func hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.P
 	if err != nil {
 		return nil, fmt.Errorf("console of %s: %w", host, err)
 	}
-	return keys, nil
+	var b []byte
+	for _, k := range keys {
+		b = append(b, ssh.MarshalAuthorizedKey(k)...)
+	}
+	return keys, t.KV.Put(ctx, key, b)
+}
+
+// conn returns the connection to a host of t (the gateway included).
+func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*hostConn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns == nil {
+		h.conns, h.signers = map[string]*hostConn{}, map[string]ssh.Signer{}
+	}
+	signer := h.signers[t.Cluster]
+	if signer == nil {
+		var err error
+		if signer, _, err = pki.SSHKey(ctx, t.KV, t.Cluster); err != nil {
+			return nil, err
+		}
+		h.signers[t.Cluster] = signer
+	}
+	gwKey := t.Cluster + "/" + t.Gateway.Name
+	gw := h.conns[gwKey]
+	if gw == nil {
+		keys, err := hostKeys(ctx, t, t.Gateway.Name, t.Gateway.ID)
+		if err != nil {
+			return nil, err
+		}
+		c, err := sshx.Dial(ctx, h.Dialer, netip.AddrPortFrom(t.Address, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
+		if err != nil {
+			return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)
+		}
+		gw = &hostConn{ssh: c}
+		h.conns[gwKey] = gw
+	}
+	if host == t.Gateway.Name {
+		return gw, nil
+	}
+	if c := h.conns[t.Cluster+"/"+host]; c != nil {
+		return c, nil
+	}
+	addr, ok := t.Hosts[host]
+	if !ok {
+		return nil, fmt.Errorf("host %s: no server with a fixed IP", host)
+	}
+	keys, err := hostKeys(ctx, t, host, addr.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sshx.Jump(ctx, gw.ssh, netip.AddrPortFrom(addr.IP, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
+	if err != nil {
+		// The gateway's connection may be the one that broke.
+		gw.ssh.Close()
+		delete(h.conns, gwKey)
+		return nil, err
+	}
+	hc := &hostConn{ssh: c}
+	h.conns[t.Cluster+"/"+host] = hc
+	return hc, nil
+}
+
+// drop forgets a host's connection after an error, so a retry redials.
+func (h *HostSessions) drop(t HostTarget, host string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.conns[t.Cluster+"/"+host]; c != nil {
+		if c.sftp != nil {
+			c.sftp.Close()
+		}
+		c.ssh.Close()
+		delete(h.conns, t.Cluster+"/"+host)
+	}
+}
+
+// run runs a command on a host, dropping the connection if it failed.
+func (h *HostSessions) run(ctx context.Context, t HostTarget, host, command string) ([]byte, error) {
+	c, err := h.conn(ctx, t, host)
+	if err != nil {
+		return nil, err
+	}
+	out, err := sshx.Run(ctx, c.ssh, command)
+	var exit *ssh.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		h.drop(t, host)
+	}
+	return out, err
+}
+
+// Checksums implements [HostReader]: one sha256sum per host, every path
+// of the host in one command, Parallel hosts at once.
+func (h *HostSessions) Checksums(ctx context.Context, t HostTarget, paths map[string][]string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	var mu sync.Mutex
+	var errs []error
+	sem := make(chan struct{}, cmp.Or(h.Parallel, 8))
+	var wg sync.WaitGroup
+	for _, host := range slices.Sorted(maps.Keys(paths)) {
+		if _, ok := t.Hosts[host]; !ok || len(paths[host]) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			stdout, err := h.run(ctx, t, host, "sha256sum -- "+strings.Join(paths[host], " "))
+			// sha256sum exits 1 when a file is missing and still sums the others.
+			var exit *ssh.ExitError
+			if errors.As(err, &exit) && exit.ExitStatus() == 1 {
+				err = nil
+			}
+			var sums map[string]string
+			if err == nil {
+				sums, err = parseSums(stdout, paths[host])
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", host, err))
+				return
+			}
+			out[host] = sums
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parseSums reads sha256sum's output: "<hex>  <path>" per line, for the
+// paths asked only.
+func parseSums(out []byte, paths []string) (map[string]string, error) {
+	sums := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		line = strings.TrimRight(line, "\n")
+		sum, path, ok := strings.Cut(line, "  ")
+		if !ok || len(sum) != 64 || !slices.Contains(paths, path) {
+			return nil, fmt.Errorf("sha256sum printed %s", strconv.Quote(line))
+		}
+		sums[path] = sum
+	}
+	return sums, nil
+}
+
+// upload puts a file on a host atomically: a temporary file beside the
+// target gets its final mode before any byte, the bytes, an fsync (or
+// sync(1) where the server lacks the extension), then a POSIX rename over
+// the target.
+func (h *HostSessions) upload(ctx context.Context, t HostTarget, host string, f assets.File) error {
+	err := h.put(ctx, t, host, f)
+	if err != nil {
+		h.drop(t, host)
+	}
+	return err
+}
+
+func (h *HostSessions) put(ctx context.Context, t HostTarget, host string, f assets.File) error {
+	c, err := h.conn(ctx, t, host)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if c.sftp == nil {
+		if c.sftp, err = sftp.NewClient(c.ssh); err != nil {
+			h.mu.Unlock()
+			return fmt.Errorf("sftp: %w", err)
+		}
+	}
+	fc := c.sftp
+	h.mu.Unlock()
+	if err := fc.MkdirAll(path.Dir(f.Path)); err != nil {
+		return fmt.Errorf("mkdir %s: %w", path.Dir(f.Path), err)
+	}
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	tmp := path.Join(path.Dir(f.Path), "."+path.Base(f.Path)+".opke-"+hex.EncodeToString(suffix[:]))
+	w, err := fc.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	cleanup := func(err error) error {
+		w.Close()
+		_ = fc.Remove(tmp)
+		return err
+	}
+	if err := w.Chmod(f.Mode.Perm()); err != nil {
+		return cleanup(fmt.Errorf("chmod %s: %w", tmp, err))
+	}
+	if _, err := w.Write(f.Data); err != nil {
+		return cleanup(fmt.Errorf("write %s: %w", tmp, err))
+	}
+	if err := w.Sync(); err != nil {
+		if _, err := sshx.Run(ctx, c.ssh, "sync"); err != nil {
+			return cleanup(fmt.Errorf("sync %s: %w", tmp, err))
+		}
+	}
+	if err := w.Close(); err != nil {
+		return cleanup(fmt.Errorf("close %s: %w", tmp, err))
+	}
+	if err := fc.PosixRename(tmp, f.Path); err != nil {
+		_ = fc.Remove(tmp)
+		return fmt.Errorf("rename %s: %w", f.Path, err)
+	}
+	return nil
 }
 
 // resync reads the files of a cluster's existing hosts: those the plan

@@ -79,6 +79,10 @@ type Request struct {
 	Resync bool
 	// Commit is the fleet's commit, recorded in the plan.
 	Commit string
+	// Issue renders on the store itself, issuing missing keys and
+	// certificates for good: apply plans its host phase so. A plan
+	// otherwise renders on a read-only view and persists nothing.
+	Issue bool
 }
 
 // Planned is one cluster as the planner saw it.
@@ -193,7 +197,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		if c == nil {
 			continue
 		}
-		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, observed[name]); err != nil {
+		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, observed[name], req.Issue); err != nil {
 			return nil, err
 		}
 		desired = append(desired, pl.Desired)
@@ -209,11 +213,11 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	return res, nil
 }
 
-// desire renders c on a read-only view of the store and lists what it
-// asks for. When the render had to issue material, a second render on
-// another view tells which bytes depend on it: those are unknown until
-// apply issues it for good.
-func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []diff.Resource) (*render.Output, *diff.Desired, error) {
+// desire renders c and lists what it asks for. On a read-only view of
+// the store (unless issue), a render that had to issue material is made
+// again on another view, which tells the bytes that depend on it: those
+// are unknown until apply issues it for good.
+func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []diff.Resource, issue bool) (*render.Output, *diff.Desired, error) {
 	opts := render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
 	for _, r := range observed {
 		if r.Kind == diff.KindFloatingIP && r.Name == c.Metadata.Name+"-api" {
@@ -222,12 +226,16 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []dif
 			}
 		}
 	}
-	out, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts)
+	var kv state.KV = p.Store.ReadOnly()
+	if issue {
+		kv = p.Store
+	}
+	out, err := render.Cluster(ctx, kv, c, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	in := diff.Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: opts.APIFloatingIP.IsValid()}
-	if len(out.Issued) > 0 {
+	if len(out.Issued) > 0 && !issue {
 		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts)
 		if err != nil {
 			return nil, nil, err

@@ -279,7 +279,9 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
-	r.planner.Hosts = reconciler.SSHHosts{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	r.planner.Hosts = hosts
 	demo := spec(t, "demo", "", 0)
 	r.converge(t, demo)
 	resync := func() *diff.Plan {

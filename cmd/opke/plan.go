@@ -73,7 +73,9 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 				return err
 			}
 			defer store.Close()
-			planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: reconciler.SSHHosts{Dialer: clouds.dialer},
+			hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
+			defer hosts.Close()
+			planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts,
 				Logger: a.logger, KubeletImage: kubeletImage}
 			res, err := planner.Plan(cmd.Context(), reconciler.Request{Clusters: fleet.Clusters(), Only: cluster, Resync: resync, Commit: commit})
 			if err != nil {
