@@ -323,6 +323,13 @@ func (a *Applier) infraStep(ctx context.Context, ops *cloud.Applier, out *render
 			return err
 		}
 	}
+	if r.Kind == diff.KindServer {
+		// A server deleted, or made (again, after one deleted by hand), is
+		// a host the ledger knows nothing of.
+		if err := ForgetHost(ctx, store, c.Cluster, r.Name); err != nil {
+			return err
+		}
+	}
 	if c.Action == diff.ActionDelete {
 		return store.Delete(ctx, store.Key(c.Cluster, "infra", string(r.Kind), r.Name))
 	}

@@ -2,11 +2,14 @@ package reconciler_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
@@ -102,7 +105,8 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 }
 
 // TestApplyScalesAndDeletes: scale out 2 -> 3, in 3 -> 1 (highest index
-// first), then with deletionPolicy Delete and the file gone, nothing
+// first), out again to 2 (a new server under an old name, with new host
+// keys), then with deletionPolicy Delete and the file gone, nothing
 // tagged remains and the store forgets the cluster.
 func TestApplyScalesAndDeletes(t *testing.T) {
 	t.Parallel()
@@ -111,25 +115,70 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	demo := spec(t, "demo", "", 0)
 	demo.Spec.DeletionPolicy = schemas.DeletionDelete
 	r.apply(t, demo)
-	for _, n := range []int{3, 1} {
-		demo.Spec.WorkerPools[0].Count = n
+	for _, step := range []struct {
+		workers int
+		want    []string
+	}{
+		{3, []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-default-2", "demo-gateway-0"}},
+		{1, []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"}},
+		{2, []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-gateway-0"}},
+	} {
+		demo.Spec.WorkerPools[0].Count = step.workers
 		r.apply(t, demo)
 		if next := r.plan(t, demo); !next.Empty() {
-			t.Fatalf("after scaling to %d, plan: %v, drift %v", n, addresses(next.Changes), addresses(next.Drift))
+			t.Fatalf("after scaling to %d, plan: %v, drift %v", step.workers, addresses(next.Changes), addresses(next.Drift))
+		}
+		obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var servers []string
+		for _, x := range obs.Clusters["demo"] {
+			if x.Kind == diff.KindServer {
+				servers = append(servers, x.Name)
+			}
+		}
+		if !slices.Equal(servers, step.want) {
+			t.Errorf("servers after scaling to %d: %v, want %v", step.workers, servers, step.want)
+		}
+		// Every worker, new or made again under an old name, has its files.
+		for i := range step.workers {
+			host := fmt.Sprintf("demo-default-%d", i)
+			root, err := r.sim.HostRoot(host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(root, "etc", "kubernetes", "kubelet.env")); err != nil {
+				t.Errorf("after scaling to %d, %s lacks kubelet.env: %v", step.workers, host, err)
+			}
 		}
 	}
+
+	// A server deleted by hand is made again, as a new host with its files.
 	obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var servers []string
 	for _, x := range obs.Clusters["demo"] {
-		if x.Kind == diff.KindServer {
-			servers = append(servers, x.Name)
+		if x.Address() == "openstack/server/demo-default-1" {
+			if err := servers.Delete(ctx, r.clients.Compute, x.ID).ExtractErr(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	if want := []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"}; !slices.Equal(servers, want) {
-		t.Errorf("servers after scaling in to 1: %v, want %v", servers, want)
+	plan, _ := r.apply(t, demo)
+	if got := addresses(plan.Drift)["openstack/server/demo-default-1"]; got != diff.ActionCreate {
+		t.Errorf("a server deleted by hand: drift %v, want create", addresses(plan.Drift))
+	}
+	root, err := r.sim.HostRoot("demo-default-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc", "kubernetes", "kubelet.env")); err != nil {
+		t.Errorf("the server made again lacks kubelet.env: %v", err)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after correcting the drift, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
 
 	r.apply(t)

@@ -21,6 +21,8 @@ import (
 //	/opke/<cluster>/hosts/<host>/files/<path>   a file as pushed: {"sha256"}
 //	/opke/<cluster>/hosts/<host>/version        the Kubernetes version the host runs
 //
+// A host's records go with its server ([ForgetHost]).
+//
 // The _applied records sit under one prefix so a single listing finds
 // every cluster the store knows, with its cloud and deletion policy.
 
@@ -158,6 +160,16 @@ func RecordSpec(ctx context.Context, kv ledgerKV, c *schemas.Cluster, commit str
 		return err
 	}
 	return kv.Put(ctx, kv.Key("_applied", c.Metadata.Name), b)
+}
+
+// ForgetHost drops what the ledger knows of a host whose server is
+// deleted: its files, its version and its pinned host key. A server made
+// again under the name is a new host with none of them.
+func ForgetHost(ctx context.Context, store *state.Store, cluster, host string) error {
+	if err := store.DeletePrefix(ctx, store.Key(cluster, "hosts", host)+"/"); err != nil {
+		return err
+	}
+	return store.Delete(ctx, hostKeyKey(store, cluster, host))
 }
 
 var errRelativePath = errors.New("not an absolute path")
