@@ -96,7 +96,6 @@ type Planned struct {
 // Result is a plan and what it was made from.
 type Result struct {
 	Plan     *diff.Plan
-	Owner    string
 	Clusters map[string]*Planned
 }
 
@@ -141,7 +140,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			clouds[w] = append(clouds[w], name)
 		}
 	}
-	res := &Result{Owner: owner, Clusters: map[string]*Planned{}}
+	res := &Result{Clusters: map[string]*Planned{}}
 	for name := range names {
 		l, err := readLedger(ctx, p.Store, name, specs[name])
 		if err != nil {
