@@ -8,6 +8,9 @@
 //
 //	/opke/_meta/installation-id             the installation id (opke-owner tag)
 //	/opke/_applied/<cluster>                last applied spec and its commit (the ledger)
+//	/opke/_locks/<cluster>/<lease>          the apply lease of a cluster (etcd's lock keys)
+//	/opke/_journal/<cluster>/open           the plan an apply of the cluster is running
+//	/opke/_journal/<cluster>/<plan>/plan    that plan (JSON) and how it ended
 //	/opke/_journal/<cluster>/<plan>/<step>  the apply journal: each step before and after it ran
 //	/opke/<cluster>/pki/<name>.crt          certificates, PEM
 //	/opke/<cluster>/pki/<name>.key          private keys, PEM, sealed
@@ -24,6 +27,10 @@
 // --encryption-key-file, with the value's key as additional data, so a
 // sealed value copied to another key does not open. Without the encryption
 // key they cannot be read: [ErrSealed].
+//
+// [Store.Acquire] takes a cluster's lease; every write through the
+// [Lease] is a transaction that checks it is still held (fencing), so an
+// applier that lost its lease writes nothing.
 //
 // [Store.ReadOnly] returns an overlay that reads through to the store and
 // keeps every write in memory: a pull-request plan renders with it and

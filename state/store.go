@@ -299,16 +299,21 @@ func (s *Store) InstallationID(ctx context.Context) (string, error) {
 // Revision is the revision of the newest write below the prefix (0 for an
 // empty store): a saved plan records it, and applying that plan is refused
 // once the state has moved on. Writes of other programs sharing an
-// external etcd outside the prefix do not count.
+// external etcd outside the prefix do not count, nor do leases taken and
+// given back (the _locks keys), which change nothing a plan read.
 func (s *Store) Revision(ctx context.Context) (int64, error) {
-	resp, err := s.cli.Get(ctx, s.prefix, append(clientv3.WithLastRev(), clientv3.WithPrefix())...)
-	if err != nil {
-		return 0, fmt.Errorf("state revision: %w", err)
+	locks := s.Key("_locks") + "/"
+	var rev int64
+	for _, r := range [][2]string{{s.prefix, locks}, {clientv3.GetPrefixRangeEnd(locks), clientv3.GetPrefixRangeEnd(s.prefix)}} {
+		resp, err := s.cli.Get(ctx, r[0], clientv3.WithRange(r[1]), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil {
+			return 0, fmt.Errorf("state revision: %w", err)
+		}
+		if len(resp.Kvs) > 0 {
+			rev = max(rev, resp.Kvs[0].ModRevision)
+		}
 	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	return resp.Kvs[0].ModRevision, nil
+	return rev, nil
 }
 
 // DeletePrefix removes every key below prefix.

@@ -271,4 +271,20 @@ func TestRevisionCountsWritesBelowThePrefixOnly(t *testing.T) {
 	if got := rev(); got != afterPut {
 		t.Errorf("a write to the read-only overlay moved the revision: %d, want %d", got, afterPut)
 	}
+	l, err := s.Acquire(ctx, "prod", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rev(); got != afterPut {
+		t.Errorf("taking a lease moved the revision: %d, want %d", got, afterPut)
+	}
+	if err := l.Put(ctx, s.Key("zzz"), []byte("after the locks")); err != nil {
+		t.Fatal(err)
+	}
+	if got := rev(); got <= afterPut {
+		t.Errorf("a write sorting after _locks/ did not move the revision: %d", got)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
