@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,12 +40,15 @@ const (
 	StepDone    StepState = "done"
 	StepFailed  StepState = "failed"
 	StepSkipped StepState = "skipped" // a change it depends on failed
+	StepPending StepState = "pending" // not started: the apply was interrupted
 )
 
 // Summary is what an apply did.
 type Summary struct {
-	Counts   map[StepState]int
-	Failed   []Step
+	Counts map[StepState]int
+	Failed []Step
+	// Resumed lists the clusters whose interrupted apply was resumed.
+	Resumed  []string
 	Duration time.Duration
 }
 
@@ -65,12 +67,25 @@ type Applier struct {
 	Progress func(Step)
 	// Attempts bounds the tries of a step on transient errors (default 8).
 	Attempts int
+	// LeaseTTL is how long a cluster's lease outlives an applier that
+	// died holding it (state.DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	// Waiting, if set, is told when the applier waits for the lease of a
+	// cluster another applier holds.
+	Waiting func(cluster string)
+
+	// point, if set (by tests), is called after each journal write; an
+	// error kills the applier there, as if its process died.
+	point func(what string) error
 }
 
 // Apply executes plan, made from req: each cluster's infrastructure
 // changes, then (with the real addresses observed) its hosts' changes,
-// re-planned from what the infrastructure phase made. Every step is
-// journaled before and after it runs.
+// re-planned from what the infrastructure phase made. Each cluster is
+// applied under its lease and journaled step by step.
+//
+// Cancelling ctx stops the apply gracefully: the running steps finish,
+// no other starts, and the journal is closed as interrupted.
 func (a *Applier) Apply(ctx context.Context, req Request, plan *diff.Plan) (*Summary, error) {
 	started := time.Now()
 	sum := &Summary{Counts: map[StepState]int{}}
@@ -80,10 +95,41 @@ func (a *Applier) Apply(ctx context.Context, req Request, plan *diff.Plan) (*Sum
 	}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(clusters)) {
-		if err := a.cluster(ctx, req, plan, name, sum); err != nil {
+		if err := a.cluster(ctx, name, req.Clusters[name], clusterPlan(plan, name), sum); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
+	return a.end(sum, started, errs)
+}
+
+// Resume finishes every apply that was interrupted (its applier died):
+// the journaled plan is applied again with the spec it was made from,
+// its done steps skipped. Then a new plan is due: what was observed has
+// moved.
+func (a *Applier) Resume(ctx context.Context) (*Summary, error) {
+	started := time.Now()
+	sum := &Summary{Counts: map[StepState]int{}}
+	store := a.Planner.Store
+	prefix := store.Key("_open") + "/"
+	open, err := store.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(open)) {
+		name := strings.TrimPrefix(k, prefix)
+		jp, err := readJournalPlan(ctx, store, name, string(open[k]))
+		if err == nil {
+			err = a.cluster(ctx, name, jp.Spec, jp.Plan, sum)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return a.end(sum, started, errs)
+}
+
+func (a *Applier) end(sum *Summary, started time.Time, errs []error) (*Summary, error) {
 	sum.Duration = time.Since(started)
 	if len(sum.Failed) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d step(s) failed", ErrFailed, len(sum.Failed)))
@@ -93,62 +139,125 @@ func (a *Applier) Apply(ctx context.Context, req Request, plan *diff.Plan) (*Sum
 
 func (a *Applier) log() *slog.Logger { return cmp.Or(a.Logger, slog.New(slog.DiscardHandler)) }
 
-// planID names a plan in the journal: the hash of its changes.
-func planID(p *diff.Plan) string {
-	b, _ := json.Marshal(struct{ C, D []diff.Change }{p.Changes, p.Drift})
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:6])
-}
-
-type journalEntry struct {
-	Plan    string    `json:"plan"`
-	Commit  string    `json:"commit,omitempty"`
-	Address string    `json:"address"`
-	Action  string    `json:"action"`
-	State   StepState `json:"state"`
-	Error   string    `json:"error,omitempty"`
-	At      time.Time `json:"at"`
-}
-
-func (a *Applier) journal(ctx context.Context, plan *diff.Plan, id string, c diff.Change, st StepState, err error) error {
-	e := journalEntry{Plan: id, Commit: plan.Commit, Address: c.Address, Action: c.Action.String(), State: st, At: time.Now().UTC()}
-	if err != nil {
-		e.Error = err.Error()
-	}
-	b, _ := json.Marshal(e)
-	// The journal lives outside the cluster's keys: it outlives a cluster
-	// that is forgotten, as the record of how it went.
-	return a.Planner.Store.Put(ctx, a.Planner.Store.Key("_journal", c.Cluster, id, c.ID), b)
-}
-
-// cluster applies one cluster's part of the plan.
-func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, name string, sum *Summary) error {
+// cluster applies plan, one cluster's part, under the cluster's lease:
+// a new journal, or the cluster's open one if it is this plan's.
+func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluster, plan *diff.Plan, sum *Summary) error {
 	store := a.Planner.Store
 	id := planID(plan)
+	lease, err := store.Acquire(ctx, name, a.LeaseTTL, func() {
+		a.log().Info("waiting for the lease of the cluster: another applier holds it", "cluster", name)
+		if a.Waiting != nil {
+			a.Waiting(name)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer lease.Release(context.WithoutCancel(ctx))
+
+	// Steps run to their end when ctx is cancelled (a graceful stop); they
+	// are cut short when the lease is lost or the test hook kills.
+	stepCtx, kill := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer kill(nil)
+	go func() {
+		select {
+		case <-lease.Lost():
+			kill(state.ErrLeaseLost)
+		case <-stepCtx.Done():
+		}
+	}()
+	j := &journal{w: lease, cluster: name, id: id, commit: plan.Commit}
+	if a.point != nil {
+		j.point = func(what string) error {
+			if err := a.point(what); err != nil {
+				// A dead process's lease ends: nothing it had in flight is written.
+				_ = lease.Revoke(context.WithoutCancel(ctx))
+				kill(err)
+				return err
+			}
+			return nil
+		}
+	}
+
+	open, err := openPlan(ctx, store, name)
+	if err != nil {
+		return err
+	}
+	var done map[string]string
+	switch {
+	case open == id:
+		if done, err = j.done(ctx); err != nil {
+			return err
+		}
+		sum.Resumed = append(sum.Resumed, name)
+		a.log().Info("resuming an interrupted apply", "cluster", name, "plan", id, "commit", plan.Commit, "done", len(done))
+	case open != "":
+		return fmt.Errorf("%w: plan %s", ErrUnfinished, open)
+	default:
+		rev, err := store.RevisionOf(ctx, clusterKeys(store, name)...)
+		if err != nil {
+			return err
+		}
+		if rev > plan.StateRevision {
+			return fmt.Errorf("%w: written at revision %d, plan made at %d", ErrStale, rev, plan.StateRevision)
+		}
+		if err := j.start(ctx, plan, spec); err != nil {
+			return err
+		}
+	}
+	result, err := a.phases(ctx, stepCtx, j, spec, plan, done, sum)
+	if cause := context.Cause(stepCtx); cause != nil {
+		// Killed, or the lease is lost: the journal stays open for whoever
+		// holds the lease next.
+		return errors.Join(err, cause)
+	}
+	if ctx.Err() != nil {
+		result = resultInterrupted
+	}
+	if cerr := j.close(stepCtx, result); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close the journal: %w", cerr))
+	}
+	if result == resultInterrupted {
+		err = errors.Join(err, ctx.Err())
+	}
+	return err
+}
+
+// phases runs the infrastructure phase, then plans and runs the host
+// phase. It returns how the apply ended: done or failed.
+func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas.Cluster, plan *diff.Plan, done map[string]string, sum *Summary) (string, error) {
+	store := a.Planner.Store
+	w := j.w
+	name := j.cluster
 	var infra, hostsPhase []diff.Change
 	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
-		switch {
-		case c.Cluster != name:
-		case c.Phase == diff.PhaseInfrastructure:
+		if c.Phase == diff.PhaseInfrastructure {
 			infra = append(infra, c)
-		default:
+		} else {
 			hostsPhase = append(hostsPhase, c)
 		}
 	}
-	spec := req.Clusters[name]
-	owner, err := store.InstallationID(ctx)
+	owner, err := store.InstallationID(stepCtx)
 	if err != nil {
-		return err
+		return resultFailed, err
 	}
-	clients, err := a.clients(ctx, spec, name)
+	clients, err := a.clients(stepCtx, spec, name)
 	if err != nil {
-		return err
+		return resultFailed, err
 	}
-	obs, err := cloud.Observe(ctx, clients, owner, nil)
+	obs, err := cloud.Observe(stepCtx, clients, owner, nil)
 	if err != nil {
-		return err
+		return resultFailed, err
 	}
-	ops := cloud.NewApplier(clients, owner, name, obs.Clusters[name])
+	// What the ledger knows comes first: a resource the cloud does not
+	// list by tags (a server group before its servers) made by a step
+	// done before a crash.
+	ledger, err := readLedger(stepCtx, store, name, nil)
+	if err != nil {
+		return resultFailed, err
+	}
+	known := slices.Concat(slices.Collect(maps.Values(ledger.Resources)), obs.Clusters[name])
+	ops := cloud.NewApplier(clients, owner, name, known)
 	observed := map[string]diff.Resource{}
 	for _, r := range obs.Clusters[name] {
 		observed[r.Address()] = r
@@ -157,32 +266,36 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 	// The material is issued for good now; user_data comes from this render.
 	var out *render.Output
 	if spec != nil {
-		if out, err = render.Cluster(ctx, store, spec, render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage}); err != nil {
-			return err
+		if out, err = render.Cluster(stepCtx, w, spec, a.Planner.renderOptions(spec, obs.Clusters[name])); err != nil {
+			return resultFailed, err
 		}
 	}
-	if !allDone(a.run(ctx, plan, id, infra, sum, func(ctx context.Context, c diff.Change) error {
-		return a.infraStep(ctx, ops, out, observed, c)
-	})) {
-		return nil // the failed steps are in the summary
+	states := a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
+		return a.infraStep(ctx, j, ops, out, observed, c)
+	})
+	if !allDone(states) {
+		return resultFailed, nil // the failed steps are in the summary
 	}
 	if spec == nil {
 		// A cluster that left the fleet: its forget step, if any.
-		a.run(ctx, plan, id, hostsPhase, sum, func(ctx context.Context, c diff.Change) error {
+		states = a.run(ctx, stepCtx, j, hostsPhase, done, sum, func(ctx context.Context, c diff.Change) error {
 			if c.Action != diff.ActionForget {
 				return fmt.Errorf("%w: %s of a cluster no longer in the fleet", errors.ErrUnsupported, c.Action)
 			}
-			return forget(ctx, store, name)
+			return forget(ctx, w, name)
 		})
-		return nil
+		if !allDone(states) {
+			return resultFailed, nil
+		}
+		return resultDone, nil
 	}
 
 	// The host phase is planned again from what the infrastructure phase
 	// made: the real addresses, and the certificates that carry them,
-	// issued for good by rendering on the store.
-	res, err := a.Planner.Plan(ctx, Request{Clusters: map[string]*schemas.Cluster{name: spec}, Only: name, Commit: plan.Commit, Issue: true})
+	// issued for good by rendering through the lease.
+	res, err := a.Planner.Plan(stepCtx, Request{Clusters: map[string]*schemas.Cluster{name: spec}, Only: name, Commit: plan.Commit, Issue: w})
 	if err != nil {
-		return err
+		return resultFailed, err
 	}
 	pl := res.Clusters[name]
 	var hostChanges []diff.Change
@@ -197,11 +310,11 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 			uploads[host] = append(uploads[host], strings.TrimPrefix(c.Address, "host/"+host))
 		}
 	}
-	states := map[string]StepState{}
+	states = map[string]StepState{}
 	if len(hostChanges) > 0 {
-		target, err := hostTarget(name, clients, pl.Observed.Cloud, store)
+		target, err := hostTarget(name, clients, pl.Observed.Cloud, w)
 		if err != nil {
-			return err
+			return resultFailed, err
 		}
 		files := map[string]map[string]assets.File{}
 		for _, h := range pl.Rendered.Assets.Hosts {
@@ -212,13 +325,14 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 		}
 		// A host that already has a file's bytes (a step that ran before a
 		// crash) is not sent them again: one sha256sum per host says.
-		have, err := a.Hosts.Checksums(ctx, target, uploads)
+		have, err := a.Hosts.Checksums(stepCtx, target, uploads)
 		if err != nil {
 			a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
 		}
-		states = a.run(ctx, plan, id, hostChanges, sum, func(ctx context.Context, c diff.Change) error {
-			return a.hostStep(ctx, target, files, have, c)
-		})
+		hs := hostStep{a: a, j: j, t: target, files: files, have: have, uploads: uploads}
+		// A resumed apply plans its host phase again: a step the journal
+		// has done is skipped if it is the same change (the same bytes).
+		states = a.run(ctx, stepCtx, j, hostChanges, done, sum, hs.do)
 	}
 	notDone := map[string]bool{}
 	for _, c := range hostChanges {
@@ -232,15 +346,15 @@ func (a *Applier) cluster(ctx context.Context, req Request, plan *diff.Plan, nam
 	}
 	for _, h := range pl.Desired.Hosts {
 		if !notDone[h.Name] && versions[h.Name] != h.Version {
-			if err := RecordVersion(ctx, store, name, h.Name, h.Version); err != nil {
-				return err
+			if err := RecordVersion(stepCtx, w, name, h.Name, h.Version); err != nil {
+				return resultFailed, err
 			}
 		}
 	}
 	if len(notDone) > 0 {
-		return nil
+		return resultFailed, nil
 	}
-	return RecordSpec(ctx, store, spec, plan.Commit)
+	return resultDone, RecordSpec(stepCtx, w, spec, plan.Commit)
 }
 
 // clients connects to the cloud of a cluster: its spec's, or for one no
@@ -259,30 +373,64 @@ func (a *Applier) clients(ctx context.Context, spec *schemas.Cluster, name strin
 	return a.Planner.Clouds.Clients(ctx, spec.Spec.Cloud, spec.Spec.Region)
 }
 
-// hostStep runs an upload or a restart on a host. An upload the host
-// already has (have, read before the phase) is only recorded.
-func (a *Applier) hostStep(ctx context.Context, t HostTarget, files map[string]map[string]assets.File, have map[string]map[string]string, c diff.Change) error {
+// hostStep runs the host phase's steps of a cluster.
+type hostStep struct {
+	a     *Applier
+	j     *journal
+	t     HostTarget
+	files map[string]map[string]assets.File
+	// have are the files' sha256 on the hosts, read before the phase.
+	have map[string]map[string]string
+	// uploads are the paths uploaded in the phase, by host.
+	uploads map[string][]string
+}
+
+// do runs an upload or a restart. An upload the host already has is not
+// sent again. A file is recorded in the ledger once it is in place and,
+// if it names units to restart, once they restarted: after a crash
+// between the two, the next plan uploads it again (the host has it: only
+// the check runs) and restarts its units.
+func (h hostStep) do(ctx context.Context, c diff.Change) error {
+	store := h.j.w
 	host := hostOf(c.Address)
 	rest := strings.TrimPrefix(c.Address, "host/"+host)
 	switch c.Action {
 	case diff.ActionUpload:
-		f, ok := files[host][rest]
+		f, ok := h.files[host][rest]
 		if !ok {
 			return fmt.Errorf("%s: not in the render", c.Address)
 		}
-		if have[host][rest] != f.SHA256 {
-			if err := a.Hosts.upload(ctx, t, host, f); err != nil {
+		if h.have[host][rest] != f.SHA256 {
+			if err := h.a.Hosts.upload(ctx, h.t, host, f); err != nil {
 				return err
 			}
 		}
-		return RecordFile(ctx, a.Planner.Store, c.Cluster, host, rest, f.SHA256)
+		if len(f.Restart) > 0 {
+			return nil
+		}
+		if err := h.j.hook("uploaded " + c.Address); err != nil {
+			return err
+		}
+		return RecordFile(ctx, store, c.Cluster, host, rest, f.SHA256)
 	case diff.ActionRestart:
 		unit, ok := strings.CutPrefix(rest, "/units/")
 		if !ok {
 			return fmt.Errorf("%s: not a unit", c.Address)
 		}
-		_, err := a.Hosts.run(ctx, t, host, "systemctl restart "+unit)
-		return err
+		if _, err := h.a.Hosts.run(ctx, h.t, host, "systemctl restart "+unit); err != nil {
+			return err
+		}
+		if err := h.j.hook("restarted " + c.Address); err != nil {
+			return err
+		}
+		for _, path := range h.uploads[host] {
+			if f := h.files[host][path]; slices.Contains(f.Restart, unit) {
+				if err := RecordFile(ctx, store, c.Cluster, host, path, f.SHA256); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("%w: %s on a host", errors.ErrUnsupported, c.Action)
 }
@@ -309,8 +457,8 @@ func resourceOf(c diff.Change) (diff.Resource, error) {
 	return diff.Resource{Kind: diff.Kind(kind), Name: name, Attrs: attrs}, nil
 }
 
-func (a *Applier) infraStep(ctx context.Context, ops *cloud.Applier, out *render.Output, observed map[string]diff.Resource, c diff.Change) error {
-	store := a.Planner.Store
+func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier, out *render.Output, observed map[string]diff.Resource, c diff.Change) error {
+	store := j.w
 	r, err := resourceOf(c)
 	if err != nil {
 		return err
@@ -320,6 +468,9 @@ func (a *Applier) infraStep(ctx context.Context, ops *cloud.Applier, out *render
 	}
 	if c.Action == diff.ActionDelete || c.Action == diff.ActionReplace {
 		if err := ops.Delete(ctx, r); err != nil {
+			return err
+		}
+		if err := j.hook("deleted " + c.Address); err != nil {
 			return err
 		}
 	}
@@ -357,6 +508,9 @@ func (a *Applier) infraStep(ctx context.Context, ops *cloud.Applier, out *render
 	default:
 		return fmt.Errorf("%w: %s in the infrastructure phase", errors.ErrUnsupported, c.Action)
 	}
+	if err := j.hook("applied " + c.Address); err != nil {
+		return err
+	}
 	return RecordResource(ctx, store, c.Cluster, r)
 }
 
@@ -373,12 +527,17 @@ func roleOfServer(server, cluster string) ignition.Role {
 
 // run executes changes in dependency order, Parallel at once, each
 // journaled before and after; a change whose dependency did not pass is
-// skipped. It returns each change's end state by id.
-func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes []diff.Change, sum *Summary, step func(context.Context, diff.Change) error) map[string]StepState {
+// skipped, and one the journal says is done is not run again. No step
+// starts once ctx is done; steps run on stepCtx. It returns each
+// change's end state by id.
+func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.Change, done map[string]string, sum *Summary, step func(context.Context, diff.Change) error) map[string]StepState {
 	state := make(map[string]StepState, len(changes))
 	inPhase := map[string]bool{}
 	for _, c := range changes {
 		inPhase[c.ID] = true
+		if f, ok := done[c.ID]; ok && f == fingerprint(c) {
+			state[c.ID] = StepDone
+		}
 	}
 	var reportMu sync.Mutex
 	report := func(s Step) {
@@ -398,8 +557,9 @@ func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes [
 	sem := make(chan struct{}, cmp.Or(a.Parallel, 8))
 	running := 0
 	for {
+		stopping := ctx.Err() != nil || stepCtx.Err() != nil
 		for _, c := range changes {
-			if state[c.ID] != "" {
+			if state[c.ID] != "" || stopping {
 				continue
 			}
 			ready, blocked := true, false
@@ -416,7 +576,7 @@ func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes [
 			switch {
 			case blocked:
 				state[c.ID] = StepSkipped
-				_ = a.journal(ctx, plan, id, c, StepSkipped, nil)
+				_ = j.step(stepCtx, c, StepSkipped, nil)
 				report(Step{Change: c, State: StepSkipped})
 			case ready:
 				state[c.ID] = StepStarted
@@ -426,16 +586,16 @@ func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes [
 					defer func() { <-sem }()
 					report(Step{Change: c, State: StepStarted})
 					t0 := time.Now()
-					err := a.journal(ctx, plan, id, c, StepStarted, nil)
+					err := j.step(stepCtx, c, StepStarted, nil)
 					if err == nil {
-						err = a.retry(ctx, func() error { return step(ctx, c) })
+						err = a.retry(stepCtx, func() error { return step(stepCtx, c) })
 					}
 					st := StepDone
 					if err != nil {
 						st = StepFailed
 						a.log().Error("step failed", "cluster", c.Cluster, "address", c.Address, "action", c.Action.String(), "err", err)
 					}
-					if jerr := a.journal(ctx, plan, id, c, st, err); jerr != nil && err == nil {
+					if jerr := j.step(stepCtx, c, st, err); jerr != nil && err == nil {
 						st, err = StepFailed, jerr
 					}
 					results <- Step{Change: c, State: st, Err: err, Duration: time.Since(t0)}
@@ -443,6 +603,12 @@ func (a *Applier) run(ctx context.Context, plan *diff.Plan, id string, changes [
 			}
 		}
 		if running == 0 {
+			for _, c := range changes {
+				if state[c.ID] == "" {
+					state[c.ID] = StepPending
+					sum.Counts[StepPending]++
+				}
+			}
 			return state
 		}
 		r := <-results
@@ -480,12 +646,4 @@ func (a *Applier) retry(ctx context.Context, fn func() error) error {
 		}
 		wait = min(wait*2, 10*time.Second)
 	}
-}
-
-// forget removes a cluster from the store: its ledger and its material.
-func forget(ctx context.Context, store *state.Store, cluster string) error {
-	if err := store.DeletePrefix(ctx, store.Key(cluster)+"/"); err != nil {
-		return err
-	}
-	return store.Delete(ctx, store.Key("_applied", cluster))
 }

@@ -162,16 +162,41 @@ func RecordSpec(ctx context.Context, kv ledgerKV, c *schemas.Cluster, commit str
 	return kv.Put(ctx, kv.Key("_applied", c.Metadata.Name), b)
 }
 
+// writer is the store as an applier writes it: through its lease.
+type writer interface {
+	state.KV
+	Delete(ctx context.Context, key string) error
+	DeletePrefix(ctx context.Context, prefix string) error
+}
+
 // ForgetHost drops what the ledger knows of a host whose server is
 // deleted: its files, its version and its pinned host key. A server made
 // again under the name is a new host with none of them.
-func ForgetHost(ctx context.Context, store *state.Store, cluster, host string) error {
-	if err := store.DeletePrefix(ctx, store.Key(cluster, "hosts", host)+"/"); err != nil {
+func ForgetHost(ctx context.Context, w writer, cluster, host string) error {
+	if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/"); err != nil {
 		return err
 	}
-	return store.Delete(ctx, hostKeyKey(store, cluster, host))
+	return w.Delete(ctx, hostKeyKey(w, cluster, host))
+}
+
+// forget removes a cluster from the store: its ledger and its material.
+// Its journals stay, as the record of how it went.
+func forget(ctx context.Context, w writer, cluster string) error {
+	if err := w.DeletePrefix(ctx, w.Key(cluster)+"/"); err != nil {
+		return err
+	}
+	return w.Delete(ctx, w.Key("_applied", cluster))
+}
+
+// clusterKeys are the keys whose writes make a plan of cluster stale:
+// its ledger, its material and its journal.
+func clusterKeys(kv state.KV, cluster string) []string {
+	return []string{kv.Key(cluster) + "/", kv.Key("_applied", cluster), kv.Key("_open", cluster), kv.Key("_journal", cluster) + "/"}
 }
 
 var errRelativePath = errors.New("not an absolute path")
 
-var _ ledgerKV = (*state.Store)(nil)
+var (
+	_ writer = (*state.Store)(nil)
+	_ writer = (*state.Lease)(nil)
+)

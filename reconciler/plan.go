@@ -79,10 +79,11 @@ type Request struct {
 	Resync bool
 	// Commit is the fleet's commit, recorded in the plan.
 	Commit string
-	// Issue renders on the store itself, issuing missing keys and
-	// certificates for good: apply plans its host phase so. A plan
-	// otherwise renders on a read-only view and persists nothing.
-	Issue bool
+	// Issue, if set, is where rendering issues missing keys and
+	// certificates for good: apply plans its host phase so, through its
+	// lease. A plan otherwise renders on a read-only view of the store and
+	// persists nothing.
+	Issue state.KV
 }
 
 // Planned is one cluster as the planner saw it.
@@ -216,25 +217,18 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 // the store (unless issue), a render that had to issue material is made
 // again on another view, which tells the bytes that depend on it: those
 // are unknown until apply issues it for good.
-func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []diff.Resource, issue bool) (*render.Output, *diff.Desired, error) {
-	opts := render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
-	for _, r := range observed {
-		if r.Kind == diff.KindFloatingIP && r.Name == c.Metadata.Name+"-api" {
-			if a, err := netip.ParseAddr(r.Attrs["address"].Value); err == nil {
-				opts.APIFloatingIP = a
-			}
-		}
-	}
-	var kv state.KV = p.Store.ReadOnly()
-	if issue {
-		kv = p.Store
+func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []diff.Resource, issue state.KV) (*render.Output, *diff.Desired, error) {
+	opts := p.renderOptions(c, observed)
+	kv := issue
+	if kv == nil {
+		kv = p.Store.ReadOnly()
 	}
 	out, err := render.Cluster(ctx, kv, c, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	in := diff.Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: opts.APIFloatingIP.IsValid()}
-	if len(out.Issued) > 0 && !issue {
+	if len(out.Issued) > 0 && issue == nil {
 		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts)
 		if err != nil {
 			return nil, nil, err
@@ -246,6 +240,20 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []dif
 		return nil, nil, err
 	}
 	return out, d, nil
+}
+
+// renderOptions are the options c renders with: the API's floating IP
+// comes from what is observed (its certificate names it).
+func (p *Planner) renderOptions(c *schemas.Cluster, observed []diff.Resource) render.Options {
+	opts := render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
+	for _, r := range observed {
+		if r.Kind == diff.KindFloatingIP && r.Name == c.Metadata.Name+"-api" {
+			if a, err := netip.ParseAddr(r.Attrs["address"].Value); err == nil {
+				opts.APIFloatingIP = a
+			}
+		}
+	}
+	return opts
 }
 
 // unsettled lists the user_data and files two renders disagree on.

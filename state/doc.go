@@ -9,7 +9,7 @@
 //	/opke/_meta/installation-id             the installation id (opke-owner tag)
 //	/opke/_applied/<cluster>                last applied spec and its commit (the ledger)
 //	/opke/_locks/<cluster>/<lease>          the apply lease of a cluster (etcd's lock keys)
-//	/opke/_journal/<cluster>/open           the plan an apply of the cluster is running
+//	/opke/_open/<cluster>                   the plan an apply of the cluster is running
 //	/opke/_journal/<cluster>/<plan>/plan    that plan (JSON) and how it ended
 //	/opke/_journal/<cluster>/<plan>/<step>  the apply journal: each step before and after it ran
 //	/opke/<cluster>/pki/<name>.crt          certificates, PEM

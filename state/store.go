@@ -316,6 +316,26 @@ func (s *Store) Revision(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
+// RevisionOf is the revision of the newest write among keys: a key that
+// ends in "/" stands for every key below it.
+func (s *Store) RevisionOf(ctx context.Context, keys ...string) (int64, error) {
+	var rev int64
+	for _, k := range keys {
+		opts := []clientv3.OpOption{clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly()}
+		if strings.HasSuffix(k, "/") {
+			opts = append(opts, clientv3.WithPrefix())
+		}
+		resp, err := s.cli.Get(ctx, k, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("revision of %s: %w", k, err)
+		}
+		if len(resp.Kvs) > 0 {
+			rev = max(rev, resp.Kvs[0].ModRevision)
+		}
+	}
+	return rev, nil
+}
+
 // DeletePrefix removes every key below prefix.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	if !strings.HasPrefix(prefix, s.prefix) || len(prefix) <= len(s.prefix) {

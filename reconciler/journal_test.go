@@ -1,0 +1,317 @@
+package reconciler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
+	"opke.dev/opke/state"
+)
+
+var errKill = errors.New("killed by the test")
+
+// request is the request of a fleet.
+func request(fleet ...*schemas.Cluster) reconciler.Request {
+	req := reconciler.Request{Clusters: map[string]*schemas.Cluster{}, Commit: "0123456789abcdef0123456789abcdef01234567"}
+	for _, c := range fleet {
+		req.Clusters[c.Metadata.Name] = c
+	}
+	return req
+}
+
+// applier is a new applier process of the rig: its own SSH sessions.
+func (r *rig) applier(t *testing.T) *reconciler.Applier {
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	return &reconciler.Applier{Planner: r.planner, Hosts: hosts, Parallel: 1}
+}
+
+// ledgerKeys lists what the store knows of cluster, journals aside.
+func ledgerKeys(t *testing.T, s *state.Store, cluster string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var keys []string
+	for _, prefix := range []string{s.Key(cluster) + "/", s.Key("_applied", cluster), s.Key("_open") + "/"} {
+		kv, err := s.List(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, slices.Collect(maps.Keys(kv))...)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// TestApplyResumesAfterAKillAtEveryStep kills the applier at every
+// journal point in turn: after each step's "started" entry, after its
+// cloud call or upload or restart, after its "done" entry. Each process
+// dies at the first point no process died at before, and the next one
+// resumes the journal. The end state is a clean apply's: the same
+// resources (no duplicate, no leak), the same ledger, and an empty plan.
+func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	demo := spec(t, "demo", "", 0)
+
+	clean := newRig(t)
+	clean.apply(t, demo)
+	want := cloudtest.Inventory(t, clean.clients)
+
+	r := newRig(t)
+	req := request(demo)
+	res, err := r.planner.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	points := map[string]bool{}
+	killed := map[string]bool{}
+	for run := 0; ; run++ {
+		if run > 1000 {
+			t.Fatal("no end after 1000 restarts")
+		}
+		a := r.applier(t)
+		var died string
+		a.SetPoint(func(what string) error {
+			points[what] = true
+			if died == "" && !killed[what] {
+				died = what
+				return errKill
+			}
+			return nil
+		})
+		var err error
+		if run == 0 {
+			_, err = a.Apply(ctx, req, res.Plan)
+		} else {
+			_, err = a.Resume(ctx)
+		}
+		if died == "" {
+			if err != nil {
+				t.Fatalf("run %d: %v", run, err)
+			}
+			t.Logf("converged after %d kills", run)
+			break
+		}
+		if !errors.Is(err, errKill) {
+			t.Fatalf("run %d killed at %q: %v, want the kill", run, died, err)
+		}
+		killed[died] = true
+		if run == 0 {
+			// Another plan is refused while this one is unfinished.
+			again, err := r.planner.Plan(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.applier(t).Apply(ctx, req, again.Plan); !errors.Is(err, reconciler.ErrUnfinished) {
+				t.Fatalf("a new plan while one is interrupted: %v, want ErrUnfinished", err)
+			}
+		}
+	}
+	var kinds [4]int // started, mid-step, done, other
+	for p := range killed {
+		switch what, _, _ := strings.Cut(p, " "); what {
+		case "started":
+			kinds[0]++
+		case "done":
+			kinds[2]++
+		case "applied", "deleted", "uploaded", "restarted":
+			kinds[1]++
+		default:
+			kinds[3]++
+		}
+	}
+	if len(killed) != len(points) || kinds[0] < len(res.Plan.Changes) || kinds[1] == 0 {
+		t.Errorf("killed at %d of %d journal points (%d started, %d mid-step, %d done; the plan has %d changes)",
+			len(killed), len(points), kinds[0], kinds[1], kinds[2], len(res.Plan.Changes))
+	}
+
+	if diff := cmp.Diff(want, cloudtest.Inventory(t, r.clients)); diff != "" {
+		t.Errorf("the cloud after the kills differs from a clean apply's (-clean +killed):\n%s", diff)
+	}
+	if diff := cmp.Diff(ledgerKeys(t, clean.store, "demo"), ledgerKeys(t, r.store, "demo")); diff != "" {
+		t.Errorf("the ledger after the kills differs from a clean apply's (-clean +killed):\n%s", diff)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the resumed apply, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+	}
+	// Nothing left to resume.
+	sum, err := r.applier(t).Resume(ctx)
+	if err != nil || len(sum.Resumed) != 0 {
+		t.Errorf("a resume with nothing interrupted: %+v %v", sum, err)
+	}
+}
+
+// TestTwoAppliersOnOneCluster: a second applier of the cluster waits for
+// the first's lease, then refuses its plan, made before the first
+// applied: the cluster moved since.
+func TestTwoAppliersOnOneCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	req := request(demo)
+	res, err := r.planner.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := r.applier(t), r.applier(t)
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first.SetPoint(func(string) error {
+		once.Do(func() { close(holding); <-release })
+		return nil
+	})
+	waiting := make(chan string, 1)
+	second.Waiting = func(cluster string) { waiting <- cluster }
+
+	firstDone := make(chan error)
+	go func() {
+		_, err := first.Apply(ctx, req, res.Plan)
+		firstDone <- err
+	}()
+	<-holding
+	secondDone := make(chan error)
+	go func() {
+		_, err := second.Apply(ctx, req, res.Plan)
+		secondDone <- err
+	}()
+	if got := <-waiting; got != "demo" {
+		t.Errorf("waiting for %q, want demo", got)
+	}
+	select {
+	case err := <-secondDone:
+		t.Fatalf("the second applier ran while the first held the lease: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-firstDone; err != nil {
+		t.Fatalf("first applier: %v", err)
+	}
+	if err := <-secondDone; !errors.Is(err, reconciler.ErrStale) {
+		t.Fatalf("second applier, after the first applied: %v, want ErrStale", err)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the first apply, plan: %v", addresses(next.Changes))
+	}
+}
+
+// TestApplierThatLostItsLeaseCannotWrite: the lease ends mid-apply (as
+// its TTL would for a stalled process); from then the applier writes
+// nothing, and says why.
+func TestApplierThatLostItsLeaseCannotWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	req := request(demo)
+	res, err := r.planner.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.applier(t)
+	var revokedAt int64
+	a.SetPoint(func(what string) error {
+		if revokedAt != 0 || !strings.HasPrefix(what, "done ") {
+			return nil
+		}
+		leases, err := r.store.Client().Leases(ctx)
+		if err != nil {
+			return err
+		}
+		for _, l := range leases.Leases {
+			if _, err := r.store.Client().Revoke(ctx, l.ID); err != nil {
+				return err
+			}
+		}
+		revokedAt, err = r.store.Revision(ctx)
+		return err
+	})
+	_, err = a.Apply(ctx, req, res.Plan)
+	if !errors.Is(err, state.ErrLeaseLost) {
+		t.Fatalf("apply after its lease ended: %v, want ErrLeaseLost", err)
+	}
+	if now, err := r.store.Revision(ctx); err != nil || now != revokedAt {
+		t.Errorf("the store moved from revision %d to %d after the lease ended (%v)", revokedAt, now, err)
+	}
+	// Its journal stays open: the next applier resumes it.
+	sum, err := r.applier(t).Resume(ctx)
+	if err != nil || !slices.Equal(sum.Resumed, []string{"demo"}) {
+		t.Fatalf("resume: %+v %v", sum, err)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the resume, plan: %v", addresses(next.Changes))
+	}
+}
+
+// TestApplyStopsGracefully: cancelled mid-apply, the running step
+// finishes, no other starts, and the journal is closed as interrupted:
+// nothing to resume, and the next plan takes it from there.
+func TestApplyStopsGracefully(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	req := request(demo)
+	res, err := r.planner.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := r.applier(t)
+	var stoppedIn string
+	a.SetPoint(func(what string) error {
+		if stoppedIn == "" && strings.HasPrefix(what, "started ") && strings.Contains(what, "/server/") {
+			stoppedIn = strings.TrimPrefix(what, "started ")
+			cancel()
+		}
+		return nil
+	})
+	sum, err := a.Apply(ctx, req, res.Plan)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("apply cancelled: %v, want context.Canceled", err)
+	}
+	if sum.Counts[reconciler.StepPending] == 0 {
+		t.Errorf("no step left pending: %v", sum.Counts)
+	}
+	bg := context.Background()
+	kind, name, _ := strings.Cut(strings.TrimPrefix(stoppedIn, "openstack/"), "/")
+	if _, err := r.store.Get(bg, r.store.Key("demo", "infra", kind, name)); err != nil {
+		t.Errorf("the running step (%s) did not finish: %v", stoppedIn, err)
+	}
+	if _, err := r.store.Get(bg, r.store.Key("_open", "demo")); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the journal is still open: %v", err)
+	}
+	journals, err := r.store.Client().Get(bg, r.store.Key("_journal", "demo")+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []string
+	for _, kv := range journals.Kvs {
+		var jp reconciler.JournalPlan
+		if strings.HasSuffix(string(kv.Key), "/plan") && json.Unmarshal(kv.Value, &jp) == nil {
+			results = append(results, jp.Result)
+		}
+	}
+	if !slices.Equal(results, []string{"interrupted"}) {
+		t.Errorf("journal results: %v, want [interrupted]", results)
+	}
+	if s, err := r.applier(t).Resume(bg); err != nil || len(s.Resumed) != 0 {
+		t.Errorf("resume after a graceful stop: %+v %v", s, err)
+	}
+	r.apply(t, demo)
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("plan: %v", addresses(next.Changes))
+	}
+}
