@@ -25,6 +25,9 @@ var symbols = map[Action]string{
 	ActionForget:  "×",
 }
 
+// Symbol is the action's mark in the plan's view: + ~ -/+ - ↑ ↻ ◎ ×.
+func (a Action) Symbol() string { return symbols[a] }
+
 // Read parses a plan's JSON form, refusing another major format version.
 func Read(data []byte) (*Plan, error) {
 	var p Plan

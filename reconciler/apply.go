@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -179,31 +180,19 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 		}
 	}
 
-	open, err := openPlan(ctx, store, name)
+	resume, err := a.admit(ctx, name, plan)
 	if err != nil {
 		return err
 	}
 	var done map[string]string
-	switch {
-	case open == id:
+	if resume {
 		if done, err = j.done(ctx); err != nil {
 			return err
 		}
 		sum.Resumed = append(sum.Resumed, name)
 		a.log().Info("resuming an interrupted apply", "cluster", name, "plan", id, "commit", plan.Commit, "done", len(done))
-	case open != "":
-		return fmt.Errorf("%w: plan %s", ErrUnfinished, open)
-	default:
-		rev, err := store.RevisionOf(ctx, clusterKeys(store, name)...)
-		if err != nil {
-			return err
-		}
-		if rev > plan.StateRevision {
-			return fmt.Errorf("%w: written at revision %d, plan made at %d", ErrStale, rev, plan.StateRevision)
-		}
-		if err := j.start(ctx, plan, spec); err != nil {
-			return err
-		}
+	} else if err := j.start(ctx, plan, spec); err != nil {
+		return err
 	}
 	result, err := a.phases(ctx, stepCtx, j, spec, plan, done, sum)
 	if cause := context.Cause(stepCtx); cause != nil {
@@ -221,6 +210,47 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 		err = errors.Join(err, ctx.Err())
 	}
 	return err
+}
+
+// Check tells whether plan can be applied as it is: for each of its
+// clusters, no other plan is unfinished ([ErrUnfinished]) and nothing was
+// written since the plan was made ([ErrStale]), unless the plan is the
+// cluster's interrupted one, which apply resumes.
+func (a *Applier) Check(ctx context.Context, plan *diff.Plan) error {
+	clusters := map[string]bool{}
+	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
+		clusters[c.Cluster] = true
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+		if _, err := a.admit(ctx, name, clusterPlan(plan, name)); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// admit checks a cluster's plan before it is applied; resume is set when
+// it is the cluster's interrupted plan.
+func (a *Applier) admit(ctx context.Context, name string, plan *diff.Plan) (resume bool, err error) {
+	store := a.Planner.Store
+	open, err := openPlan(ctx, store, name)
+	switch {
+	case err != nil:
+		return false, err
+	case open == planID(plan):
+		return true, nil
+	case open != "":
+		return false, fmt.Errorf("%w: plan %s", ErrUnfinished, open)
+	}
+	rev, err := store.RevisionOf(ctx, clusterKeys(store, name)...)
+	if err != nil {
+		return false, err
+	}
+	if rev > plan.StateRevision {
+		return false, fmt.Errorf("%w: written at revision %d, the plan was made at %d", ErrStale, rev, plan.StateRevision)
+	}
+	return false, nil
 }
 
 // phases runs the infrastructure phase, then plans and runs the host
@@ -354,7 +384,27 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 	if len(notDone) > 0 {
 		return resultFailed, nil
 	}
+	if err := storeKubeconfig(stepCtx, w, pl); err != nil {
+		return resultFailed, err
+	}
 	return resultDone, RecordSpec(stepCtx, w, spec, plan.Commit)
+}
+
+// storeKubeconfig keeps the cluster's admin kubeconfig, for the API's
+// floating IP, sealed in the store (opke kubeconfig prints it); it is
+// written when it changed.
+func storeKubeconfig(ctx context.Context, w writer, pl *Planned) error {
+	name := pl.Observed.Cluster
+	var fip netip.Addr
+	for _, r := range pl.Observed.Cloud {
+		if r.Kind == diff.KindFloatingIP && r.Name == name+"-api" {
+			fip, _ = netip.ParseAddr(r.Attrs["address"].Value)
+		}
+	}
+	if !fip.IsValid() {
+		return nil
+	}
+	return pl.Rendered.PKI.StoreAdminKubeconfig(ctx, w, name, "https://"+netip.AddrPortFrom(fip, 6443).String())
 }
 
 // clients connects to the cloud of a cluster: its spec's, or for one no

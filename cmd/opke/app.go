@@ -35,6 +35,7 @@ func (e exitCodeError) Error() string { return fmt.Sprintf("exit code %d", e.cod
 
 // app holds what every command shares: its output streams and logger.
 type app struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	logger         *slog.Logger
 	logLevel       string
@@ -42,8 +43,8 @@ type app struct {
 }
 
 // run executes the command line args and returns the process exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
 	started := false
@@ -87,7 +88,7 @@ with OpenStack: it validates every commit, plans the minimal change and applies 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(a.validateCommand(), a.renderCommand(), a.planCommand(), a.simCommand(), a.versionCommand())
+	root.AddCommand(a.validateCommand(), a.renderCommand(), a.planCommand(), a.applyCommand(), a.kubeconfigCommand(), a.simCommand(), a.versionCommand())
 	return root
 }
 

@@ -19,8 +19,14 @@ var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 // opke runs the command line in-process and returns its exit code and output.
 func opke(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return opkeInput(t, "", args...)
+}
+
+// opkeInput is opke with stdin.
+func opkeInput(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
+	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

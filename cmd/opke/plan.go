@@ -13,6 +13,8 @@ import (
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/source"
 	"opke.dev/opke/render/assets"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // exitChanges is --detailed-exitcode's code for a plan with changes.
@@ -50,34 +52,12 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 			if err := outputFormat(output); err != nil {
 				return err
 			}
-			clouds, err := cf.resolve()
+			w, err := a.openWorld(cmd, &st, &cf, repo, rev, cluster, kubeletImage, "nothing planned")
 			if err != nil {
 				return err
 			}
-			if !clouds.simulator && st.encryptionKey == "" {
-				return usagef("--encryption-key-file is required unless the cloud is the simulator (--sim-state)")
-			}
-			fleet, err := a.loadFleet(cmd, repo, rev)
-			if err != nil {
-				return err
-			}
-			if err := a.refuseFindings(fleet, cluster, "nothing planned"); err != nil {
-				return err
-			}
-			commit, err := source.ResolveCommit(cmd.Context(), repo, cmp.Or(rev, "HEAD"))
-			if err != nil && !errors.Is(err, source.ErrNoRepository) {
-				return fmt.Errorf("commit of %s: %w", repo, err)
-			}
-			store, err := st.open(cmd.Context(), a)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
-			defer hosts.Close()
-			planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts,
-				Logger: a.logger, KubeletImage: kubeletImage}
-			res, err := planner.Plan(cmd.Context(), reconciler.Request{Clusters: fleet.Clusters(), Only: cluster, Resync: resync, Commit: commit})
+			defer w.Close()
+			res, err := w.planner.Plan(cmd.Context(), reconciler.Request{Clusters: w.fleet.Clusters(), Only: cluster, Resync: resync, Commit: w.commit})
 			if err != nil {
 				return err
 			}
@@ -128,4 +108,51 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 	fl.BoolVar(&resync, "resync", false, "read the files on the hosts over SSH instead of trusting the state store")
 	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
 	return cmd
+}
+
+// world is what plan and apply work on: the fleet at a commit, the state
+// store, the clouds and the hosts.
+type world struct {
+	fleet   *schemas.Fleet
+	commit  string
+	store   *state.Store
+	hosts   *reconciler.HostSessions
+	planner *reconciler.Planner
+}
+
+// openWorld checks the flags, loads the fleet (refusing one with errors:
+// planning without an invalid cluster would plan its deletion) and opens
+// the state store and the clouds.
+func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo, rev, cluster, kubeletImage, consequence string) (*world, error) {
+	clouds, err := cf.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if !clouds.simulator && st.encryptionKey == "" {
+		return nil, usagef("--encryption-key-file is required unless the cloud is the simulator (--sim-state)")
+	}
+	fleet, err := a.loadFleet(cmd, repo, rev)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.refuseFindings(fleet, cluster, consequence); err != nil {
+		return nil, err
+	}
+	commit, err := source.ResolveCommit(cmd.Context(), repo, cmp.Or(rev, "HEAD"))
+	if err != nil && !errors.Is(err, source.ErrNoRepository) {
+		return nil, fmt.Errorf("commit of %s: %w", repo, err)
+	}
+	store, err := st.open(cmd.Context(), a)
+	if err != nil {
+		return nil, err
+	}
+	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
+	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Logger: a.logger, KubeletImage: kubeletImage}
+	return &world{fleet: fleet, commit: commit, store: store, hosts: hosts, planner: planner}, nil
+}
+
+// Close closes the hosts' sessions and the store.
+func (w *world) Close() {
+	w.hosts.Close()
+	w.store.Close()
 }

@@ -26,7 +26,7 @@ func TestSimCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"sim", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state, "--log-level", "warn"}, &out, &errOut)
+		done <- run(ctx, []string{"sim", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state, "--log-level", "warn"}, strings.NewReader(""), &out, &errOut)
 	}()
 	var info cloudsim.Info
 	deadline := time.Now().Add(10 * time.Second)

@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -55,11 +56,15 @@ func (b *Bundle) Kubeconfig(cluster, name, server string) ([]byte, error) {
 }
 
 // StoreAdminKubeconfig writes the admin kubeconfig to /opke/<cluster>/kubeconfig,
-// sealed, as the seed kept it (it holds the admin's private key).
+// sealed, as the seed kept it (it holds the admin's private key), unless
+// the store has it already.
 func (b *Bundle) StoreAdminKubeconfig(ctx context.Context, kv state.KV, cluster, server string) error {
 	kc, err := b.Kubeconfig(cluster, Admin, server)
 	if err != nil {
 		return err
+	}
+	if had, err := kv.GetSecret(ctx, kv.Key(cluster, "kubeconfig")); err == nil && bytes.Equal(had, kc) {
+		return nil
 	}
 	if err := kv.PutSecret(ctx, kv.Key(cluster, "kubeconfig"), kc); err != nil {
 		return fmt.Errorf("store kubeconfig of %s: %w", cluster, err)
