@@ -19,6 +19,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
@@ -54,6 +55,7 @@ var ErrLoadBalancer = errors.New("load balancer in ERROR")
 type Applier struct {
 	c       *Clients
 	cluster string
+	owner   string
 	tags    []string
 
 	mu  sync.Mutex
@@ -71,7 +73,7 @@ type Applier struct {
 // NewApplier returns the applier of cluster, knowing the ids of the
 // resources observed.
 func NewApplier(c *Clients, owner, cluster string, observed []diff.Resource) *Applier {
-	a := &Applier{c: c, cluster: cluster, tags: []string{Tag(schemas.TagCluster, cluster), Tag(schemas.TagOwner, owner)},
+	a := &Applier{c: c, owner: owner, cluster: cluster, tags: []string{Tag(schemas.TagCluster, cluster), Tag(schemas.TagOwner, owner)},
 		ids: map[string]string{}, LBWait: 100 * time.Millisecond}
 	for _, r := range observed {
 		a.ids[r.Address()] = r.ID
@@ -101,6 +103,57 @@ func (a *Applier) need(kind diff.Kind, name string) (string, error) {
 }
 
 var errMissingDependency = errors.New("not created yet")
+
+// AppCredentialName is the Keystone name of a cluster's application
+// credential. Keystone has no tags: the name says whose it is.
+func AppCredentialName(owner, cluster string) string { return "opke-" + owner + "-" + cluster }
+
+// CreateAppCredential makes the cluster's application credential with
+// secret (OPKE chooses it and keeps it before this call, so a retry after
+// a lost response finds the credential it made, with a secret it knows).
+// One found by its name is adopted, unless fresh says the secret was just
+// chosen: that one was made with a secret OPKE lost, and is made again.
+func (a *Applier) CreateAppCredential(ctx context.Context, r diff.Resource, secret string, fresh bool) (string, error) {
+	id, err := a.appCredential(ctx, r, secret, fresh)
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", r.Address(), err)
+	}
+	a.setID(r.Kind, r.Name, id)
+	return id, nil
+}
+
+func (a *Applier) appCredential(ctx context.Context, r diff.Resource, secret string, fresh bool) (string, error) {
+	user, err := a.c.UserID()
+	if err != nil {
+		return "", err
+	}
+	name := AppCredentialName(a.owner, r.Name)
+	p, err := applicationcredentials.List(a.c.Identity, user, applicationcredentials.ListOpts{Name: name}).AllPages(ctx)
+	if err != nil {
+		return "", err
+	}
+	found, err := applicationcredentials.ExtractApplicationCredentials(p)
+	if err != nil {
+		return "", err
+	}
+	for _, ac := range found {
+		if ac.Name != name {
+			continue
+		}
+		if !fresh {
+			return ac.ID, nil
+		}
+		if err := applicationcredentials.Delete(ctx, a.c.Identity, user, ac.ID).ExtractErr(); err != nil && !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return "", err
+		}
+	}
+	ac, err := applicationcredentials.Create(ctx, a.c.Identity, user, applicationcredentials.CreateOpts{Name: name, Secret: secret,
+		Description: "OPKE: the cloud provider and CSI driver of cluster " + a.cluster}).Extract()
+	if err != nil {
+		return "", err
+	}
+	return ac.ID, nil
+}
 
 // Create makes r (the desired resource) unless it exists, and returns its
 // id. userData is a server's Ignition config.
@@ -686,6 +739,11 @@ func (a *Applier) Delete(ctx context.Context, r diff.Resource) error {
 		err = rules.Delete(ctx, a.c.Network, id).ExtractErr()
 	case diff.KindServerGroup:
 		err = servergroups.Delete(ctx, a.c.Compute, id).ExtractErr()
+	case diff.KindAppCredential:
+		var user string
+		if user, err = a.c.UserID(); err == nil {
+			err = applicationcredentials.Delete(ctx, a.c.Identity, user, id).ExtractErr()
+		}
 	case diff.KindPort:
 		err = ports.Delete(ctx, a.c.Network, id).ExtractErr()
 	case diff.KindServer:

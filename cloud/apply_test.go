@@ -55,6 +55,10 @@ func TestApplierCreatesOnceDespiteLostAnswers(t *testing.T) {
 	a := cloud.NewApplier(c, owner, "prod", nil)
 	for _, r := range d.Infra {
 		retrying(t, "create "+r.Address(), func() error {
+			if r.Kind == diff.KindAppCredential {
+				_, err := a.CreateAppCredential(ctx, r, "the-secret-opke-chose", false)
+				return err
+			}
 			_, err := a.Create(ctx, r, userData[roleOf(r)])
 			return err
 		})

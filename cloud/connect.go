@@ -42,11 +42,14 @@ func (t Target) String() string {
 // Clients are the service clients of one cloud, sharing one token.
 type Clients struct {
 	Provider     *gophercloud.ProviderClient
+	Identity     *gophercloud.ServiceClient
 	Compute      *gophercloud.ServiceClient
 	Network      *gophercloud.ServiceClient
 	Image        *gophercloud.ServiceClient
 	LoadBalancer *gophercloud.ServiceClient
 	ObjectStore  *gophercloud.ServiceClient
+	// AuthURL and Region are the cloud's, for the clusters' cloud.conf.
+	AuthURL, Region string
 }
 
 // Connect authenticates as the target cloud. The token is renewed when
@@ -74,12 +77,13 @@ func Connect(ctx context.Context, t Target) (*Clients, error) {
 		return nil, fmt.Errorf("cloud %s: authenticate: %w", t, err)
 	}
 	pc.RetryFunc, pc.RetryBackoffFunc, pc.MaxBackoffRetries = retry, rateLimited, maxRetries
-	c := &Clients{Provider: pc}
+	c := &Clients{Provider: pc, AuthURL: ao.IdentityEndpoint, Region: eo.Region}
 	for _, s := range []struct {
 		dst **gophercloud.ServiceClient
 		new func(*gophercloud.ProviderClient, gophercloud.EndpointOpts) (*gophercloud.ServiceClient, error)
 		svc string
 	}{
+		{&c.Identity, openstack.NewIdentityV3, "identity"},
 		{&c.Compute, openstack.NewComputeV2, "compute"},
 		{&c.Network, openstack.NewNetworkV2, "network"},
 		{&c.Image, openstack.NewImageV2, "image"},
@@ -92,6 +96,19 @@ func Connect(ctx context.Context, t Target) (*Clients, error) {
 	}
 	c.Compute.Microversion = ComputeMicroversion
 	return c, nil
+}
+
+// UserID is the id of the user the clients authenticated as.
+func (c *Clients) UserID() (string, error) {
+	r, ok := c.Provider.GetAuthResult().(tokens.CreateResult)
+	if !ok {
+		return "", fmt.Errorf("the cloud's token does not name its user")
+	}
+	u, err := r.ExtractUser()
+	if err != nil {
+		return "", fmt.Errorf("the token's user: %w", err)
+	}
+	return u.ID, nil
 }
 
 // TokenExpiry is when the clients' token expires; zero if unknown.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
@@ -49,9 +50,9 @@ type Observation struct {
 // opke-owner=owner), each type once. known resolves member ids from a
 // previous observation; nil costs a call per pool.
 func Observe(ctx context.Context, c *Clients, owner string, known map[string]diff.Resource) (*Observation, error) {
-	o := &observer{c: c, ownerTag: Tag(schemas.TagOwner, owner), out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
+	o := &observer{c: c, owner: owner, ownerTag: Tag(schemas.TagOwner, owner), out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
 		names: map[string]string{}, cluster: map[string]string{}}
-	steps := []func(context.Context) error{o.networks, o.subnets, o.securityGroups, o.routers, o.ports, o.images, o.servers,
+	steps := []func(context.Context) error{o.appCredentials, o.networks, o.subnets, o.securityGroups, o.routers, o.ports, o.images, o.servers,
 		o.loadBalancers, o.floatingIPs, o.listeners}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
@@ -72,6 +73,7 @@ func Observe(ctx context.Context, c *Clients, owner string, known map[string]dif
 
 type observer struct {
 	c        *Clients
+	owner    string
 	ownerTag string
 	out      *Observation
 	names    map[string]string // id -> name, for references
@@ -98,6 +100,25 @@ func (o *observer) add(cluster string, r diff.Resource) {
 	o.names[r.ID] = r.Name
 	o.cluster[r.ID] = cluster
 	o.out.Clusters[cluster] = append(o.out.Clusters[cluster], r)
+}
+
+// appCredentials lists the user's application credentials: Keystone has
+// no tags, so the name says the installation and the cluster.
+func (o *observer) appCredentials(ctx context.Context) error {
+	user, err := o.c.UserID()
+	if err != nil {
+		return err
+	}
+	prefix := AppCredentialName(o.owner, "")
+	return each(ctx, "application credentials", applicationcredentials.List(o.c.Identity, user, applicationcredentials.ListOpts{}), func(p pagination.Page) error {
+		acs, err := applicationcredentials.ExtractApplicationCredentials(p)
+		for _, ac := range acs {
+			if cluster, ok := strings.CutPrefix(ac.Name, prefix); ok && cluster != "" {
+				o.add(cluster, diff.Resource{Kind: diff.KindAppCredential, Name: cluster, ID: ac.ID, Attrs: diff.Attrs{}})
+			}
+		}
+		return err
+	})
 }
 
 // each pages through a listing.

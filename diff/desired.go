@@ -66,6 +66,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		return nil, fmt.Errorf("desire %s: %w", n, err)
 	}
 	net, subnet, router := addr(KindNetwork, n), addr(KindSubnet, n), addr(KindRouter, n)
+	add(KindAppCredential, n, Attrs{}, nil)
 	add(KindNetwork, n, Attrs{}, nil)
 	dns := slices.Clone(s.Network.DNSNameservers)
 	slices.Sort(dns)

@@ -21,6 +21,9 @@ const (
 	KindPool          Kind = "pool"
 	KindMember        Kind = "member"
 	KindMonitor       Kind = "health-monitor"
+	// KindAppCredential is the cluster's Keystone application credential
+	// (its cloud provider's and CSI driver's); named after the cluster.
+	KindAppCredential Kind = "application-credential"
 )
 
 // Resource is an OpenStack resource flattened to what the diff compares.

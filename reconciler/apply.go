@@ -296,7 +296,12 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 	// The material is issued for good now; user_data comes from this render.
 	var out *render.Output
 	if spec != nil {
-		if out, err = render.Cluster(stepCtx, w, spec, a.Planner.renderOptions(spec, obs.Clusters[name])); err != nil {
+		opts, _, err := a.Planner.renderOptions(stepCtx, w, spec, clients, obs.Clusters[name])
+		if err != nil {
+			return resultFailed, err
+		}
+		opts.Cloud = nil // the files are rendered again in the host phase
+		if out, err = render.Cluster(stepCtx, w, spec, opts); err != nil {
 			return resultFailed, err
 		}
 	}
@@ -532,10 +537,19 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 		}
 	}
 	if c.Action == diff.ActionDelete {
+		if r.Kind == diff.KindAppCredential {
+			if err := store.Delete(ctx, appCredKey(store, c.Cluster)); err != nil {
+				return err
+			}
+		}
 		return store.Delete(ctx, store.Key(c.Cluster, "infra", string(r.Kind), r.Name))
 	}
-	switch c.Action {
-	case diff.ActionCreate, diff.ActionReplace:
+	switch {
+	case r.Kind == diff.KindAppCredential && c.Action == diff.ActionCreate:
+		if r.ID, err = createAppCred(ctx, store, ops, r, c.Cluster); err != nil {
+			return err
+		}
+	case c.Action == diff.ActionCreate, c.Action == diff.ActionReplace:
 		// What is known after apply is the cloud's to choose.
 		r.Attrs = maps.Clone(r.Attrs)
 		maps.DeleteFunc(r.Attrs, func(_ string, v diff.Value) bool { return v.Unknown })
@@ -551,7 +565,7 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 		if r.ID, err = ops.Create(ctx, r, userData); err != nil {
 			return err
 		}
-	case diff.ActionUpdate:
+	case c.Action == diff.ActionUpdate:
 		if err := ops.Update(ctx, r); err != nil {
 			return err
 		}

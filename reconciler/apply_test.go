@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/cloud"
@@ -84,6 +86,34 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	}
 	if next := r.plan(t, demo); !next.Empty() {
 		t.Errorf("after the second apply, plan: %v", addresses(next.Changes))
+	}
+
+	// The cluster's application credential is in cloud.conf (0600), and
+	// Keystone takes it.
+	croot, err := r.sim.HostRoot("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	confPath := filepath.Join(croot, "etc", "kubernetes", "cloud.conf")
+	conf, err := os.ReadFile(confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(confPath); st.Mode().Perm() != 0o600 {
+		t.Errorf("cloud.conf mode %v, want 0600", st.Mode().Perm())
+	}
+	ini := map[string]string{}
+	for _, line := range strings.Split(string(conf), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			ini[k] = v
+		}
+	}
+	if _, err := openstack.AuthenticatedClient(ctx, gophercloud.AuthOptions{IdentityEndpoint: ini["auth-url"],
+		ApplicationCredentialID: ini["application-credential-id"], ApplicationCredentialSecret: ini["application-credential-secret"]}); err != nil {
+		t.Errorf("the cluster's application credential (%s) does not authenticate: %v", ini["application-credential-id"], err)
+	}
+	if ini["subnet-id"] == "" {
+		t.Errorf("cloud.conf names no subnet:\n%s", conf)
 	}
 
 	events, err := r.sim.HostEvents("demo-controller-0")

@@ -163,6 +163,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		}
 		known := map[string]diff.Resource{}
 		for _, name := range clouds[w] {
+			clientsOf[name] = clients
 			for _, r := range res.Clusters[name].Ledger.Resources {
 				if r.Kind == diff.KindMember && r.ID != "" {
 					known[r.ID] = r
@@ -197,7 +198,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		if c == nil {
 			continue
 		}
-		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, observed[name], req.Issue); err != nil {
+		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name], req.Issue); err != nil {
 			return nil, err
 		}
 		desired = append(desired, pl.Desired)
@@ -217,19 +218,32 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 // the store (unless issue), a render that had to issue material is made
 // again on another view, which tells the bytes that depend on it: those
 // are unknown until apply issues it for good.
-func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []diff.Resource, issue state.KV) (*render.Output, *diff.Desired, error) {
-	opts := p.renderOptions(c, observed)
+func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource, issue state.KV) (*render.Output, *diff.Desired, error) {
 	kv := issue
 	if kv == nil {
 		kv = p.Store.ReadOnly()
+	}
+	opts, placeholder, err := p.renderOptions(ctx, kv, c, clients, observed)
+	if err != nil {
+		return nil, nil, err
+	}
+	if placeholder && issue != nil {
+		// Never pushed: cloud.conf waits for the credential.
+		opts.Cloud = nil
 	}
 	out, err := render.Cluster(ctx, kv, c, opts)
 	if err != nil {
 		return nil, nil, err
 	}
 	in := diff.Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: opts.APIFloatingIP.IsValid()}
-	if len(out.Issued) > 0 && issue == nil {
-		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts)
+	if (len(out.Issued) > 0 || placeholder) && issue == nil {
+		opts2 := opts
+		if placeholder {
+			cred := *opts.Cloud
+			cred.Secret += "'" // another placeholder
+			opts2.Cloud = &cred
+		}
+		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts2)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -242,10 +256,11 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, observed []dif
 	return out, d, nil
 }
 
-// renderOptions are the options c renders with: the API's floating IP
-// comes from what is observed (its certificate names it).
-func (p *Planner) renderOptions(c *schemas.Cluster, observed []diff.Resource) render.Options {
-	opts := render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
+// renderOptions are the options c renders with on kv: the API's floating
+// IP comes from what is observed (its certificate names it), cloud.conf's
+// credential from kv (placeholder: none yet).
+func (p *Planner) renderOptions(ctx context.Context, kv state.KV, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool, err error) {
+	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
 	for _, r := range observed {
 		if r.Kind == diff.KindFloatingIP && r.Name == c.Metadata.Name+"-api" {
 			if a, err := netip.ParseAddr(r.Attrs["address"].Value); err == nil {
@@ -253,7 +268,8 @@ func (p *Planner) renderOptions(c *schemas.Cluster, observed []diff.Resource) re
 			}
 		}
 	}
-	return opts
+	opts.Cloud, placeholder, err = cloudCredential(ctx, kv, c, clients, observed)
+	return opts, placeholder, err
 }
 
 // unsettled lists the user_data and files two renders disagree on.

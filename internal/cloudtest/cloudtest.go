@@ -19,6 +19,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
@@ -42,6 +43,7 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -129,6 +131,13 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 		a := func(k string) string { return r.Attrs[k].Value }
 		var newID string
 		switch r.Kind {
+		case diff.KindAppCredential:
+			user, err := c.UserID()
+			must(r.Address(), err)
+			ac, err := applicationcredentials.Create(ctx, c.Identity, user, applicationcredentials.CreateOpts{
+				Name: cloud.AppCredentialName(owner, d.Cluster), Secret: AppCredentialSecret(d.Cluster)}).Extract()
+			must(r.Address(), err)
+			newID = ac.ID
 		case diff.KindNetwork:
 			n, err := networks.Create(ctx, c.Network, networks.CreateOpts{Name: r.Name}).Extract()
 			must(r.Address(), err)
@@ -242,6 +251,10 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 	}
 }
 
+// AppCredentialSecret is the secret Build gives a cluster's application
+// credential.
+func AppCredentialSecret(cluster string) string { return "cloudtest-secret-of-" + cluster }
+
 // RoomFor lifts the demo project's quotas and adds an external network
 // large enough for a hundred clusters' routers and floating IPs.
 func RoomFor(t testing.TB, dir string, user *cloud.Clients) {
@@ -319,15 +332,27 @@ func Converge(t testing.TB, store *state.Store, clients *cloud.Clients, now time
 	}
 	for _, c := range cs {
 		var fip netip.Addr
+		var creds *assets.CloudCredential
+		var subnet string
 		for _, res := range obs.Clusters[c.Metadata.Name] {
 			if err := reconciler.RecordResource(ctx, store, c.Metadata.Name, res); err != nil {
 				t.Fatal(err)
+			}
+			if res.Kind == diff.KindAppCredential {
+				if err := reconciler.RecordAppCredential(ctx, store, c.Metadata.Name, res.ID, AppCredentialSecret(c.Metadata.Name)); err != nil {
+					t.Fatal(err)
+				}
+				creds = &assets.CloudCredential{AuthURL: clients.AuthURL, Region: clients.Region, ID: res.ID, Secret: AppCredentialSecret(c.Metadata.Name)}
+			}
+			if res.Kind == diff.KindSubnet && res.Name == c.Metadata.Name {
+				subnet = res.ID
 			}
 			if res.Kind == diff.KindFloatingIP && res.Name == c.Metadata.Name+"-api" {
 				fip = netip.MustParseAddr(res.Attrs["address"].Value)
 			}
 		}
-		out, err := render.Cluster(ctx, store, c, render.Options{Now: now, APIFloatingIP: fip})
+		creds.SubnetID = subnet
+		out, err := render.Cluster(ctx, store, c, render.Options{Now: now, APIFloatingIP: fip, Cloud: creds})
 		if err != nil {
 			t.Fatal(err)
 		}

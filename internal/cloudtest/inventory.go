@@ -2,11 +2,13 @@ package cloudtest
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
@@ -23,12 +25,15 @@ import (
 	"opke.dev/opke/cloud"
 )
 
+var installation = regexp.MustCompile(`^opke-[0-9a-f]+-`)
+
 // Inventory counts everything the project holds, tagged or not, by kind
 // and name ("server/demo-gateway-0"; a port without a name by its device
 // owner, a floating IP by its description, a rule by its group's name):
 // two clouds an apply left alike have equal inventories, and a duplicate
 // or a leak shows as a count that differs. The external network and the
-// project's default security group are left out.
+// project's default security group are left out; the installation in an
+// application credential's name is too.
 func Inventory(t testing.TB, c *cloud.Clients) map[string]int {
 	t.Helper()
 	ctx := context.Background()
@@ -39,7 +44,17 @@ func Inventory(t testing.TB, c *cloud.Clients) map[string]int {
 			t.Fatalf("inventory: %v", err)
 		}
 	}
-	p, err := networks.List(c.Network, networks.ListOpts{}).AllPages(ctx)
+	user, err := c.UserID()
+	must(err)
+	p, err := applicationcredentials.List(c.Identity, user, applicationcredentials.ListOpts{}).AllPages(ctx)
+	must(err)
+	acs, err := applicationcredentials.ExtractApplicationCredentials(p)
+	must(err)
+	for _, ac := range acs {
+		// Named after the installation: installations compare alike.
+		out["application-credential/"+installation.ReplaceAllString(ac.Name, "opke-(installation)-")]++
+	}
+	p, err = networks.List(c.Network, networks.ListOpts{}).AllPages(ctx)
 	must(err)
 	var nets []struct {
 		networks.Network
