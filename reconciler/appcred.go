@@ -112,4 +112,3 @@ func cloudCredential(ctx context.Context, kv state.KV, c *schemas.Cluster, clien
 	cred.ID, cred.Secret = rec.ID, rec.Secret
 	return cred, false, nil
 }
-
