@@ -72,7 +72,17 @@ func Connect(ctx context.Context, t Target) (*Clients, error) {
 	transport.TLSClientConfig = tlsConfig
 	budget := cmp.Or(t.Budget, DefaultBudget)
 	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst)}}
-	pc, err := config.NewProviderClient(ctx, ao, config.WithHTTPClient(hc))
+	// Authenticating twice is harmless: a transient failure is tried again.
+	var pc *gophercloud.ProviderClient
+	for attempt, wait := 1, 200*time.Millisecond; ; attempt, wait = attempt+1, wait*2 {
+		pc, err = config.NewProviderClient(ctx, ao, config.WithHTTPClient(hc))
+		if err == nil || attempt == maxRetries || !Transient(err) {
+			break
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("cloud %s: authenticate: %w", t, err)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cloud %s: authenticate: %w", t, err)
 	}

@@ -124,6 +124,14 @@ func (h *simHost) shutdown() {
 	}
 	h.connsMu.Unlock()
 	if m := h.etcd.Swap(nil); m != nil {
+		// A member not ready yet (no quorum) would wait for it in Close
+		// forever: etcd serves its clients only once ready, and Close
+		// waits for that serving to start. Stopped hard first, it does not.
+		select {
+		case <-m.e.Server.ReadyNotify():
+		default:
+			m.e.Server.HardStop()
+		}
 		m.e.Close()
 	}
 	if a := h.api.Swap(nil); a != nil {

@@ -352,6 +352,14 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			}
 		}
 	}
+	// The deletion policy lives in the state store only (the applied
+	// spec): changing it is a change of its own, or removing the file
+	// after a plan with nothing else would still go by the old one.
+	if o.Applied != nil && o.Applied.DeletionPolicy != "" && o.Applied.DeletionPolicy != d.DeletionPolicy {
+		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "state/" + d.Cluster, Action: ActionUpdate,
+			Before: Attrs{"deletion_policy": Known(o.Applied.DeletionPolicy)}, After: Attrs{"deletion_policy": Known(d.DeletionPolicy)},
+			Reason: "deletionPolicy changed"}})
+	}
 	if d.BackupDue {
 		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "backup/" + d.Cluster, Action: ActionBackup,
 			Reason: "a scheduled etcd snapshot is due"}})

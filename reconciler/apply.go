@@ -333,10 +333,14 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 		return resultFailed, err
 	}
 	pl := res.Clusters[name]
-	var hostChanges []diff.Change
+	var hostChanges, stateChanges []diff.Change
 	uploads := map[string][]string{}
 	for _, c := range slices.Concat(res.Plan.Changes, res.Plan.Drift) {
 		if c.Phase != diff.PhaseHosts {
+			continue
+		}
+		if strings.HasPrefix(c.Address, "state/") {
+			stateChanges = append(stateChanges, c)
 			continue
 		}
 		hostChanges = append(hostChanges, c)
@@ -369,8 +373,16 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 		// has done is skipped if it is the same change (the same bytes).
 		states = a.run(ctx, stepCtx, j, hostChanges, done, sum, hs.do)
 	}
+	// A change of what only the store keeps (the deletion policy) is made
+	// by recording the spec, below.
+	maps.Copy(states, a.run(ctx, stepCtx, j, stateChanges, done, sum, func(_ context.Context, c diff.Change) error {
+		if c.Action != diff.ActionUpdate {
+			return fmt.Errorf("%w: %s of %s", errors.ErrUnsupported, c.Action, c.Address)
+		}
+		return nil
+	}))
 	notDone := map[string]bool{}
-	for _, c := range hostChanges {
+	for _, c := range slices.Concat(hostChanges, stateChanges) {
 		if states[c.ID] != StepDone {
 			notDone[hostOf(c.Address)] = true
 		}
