@@ -41,7 +41,7 @@ func faultHits(sim *cloudsim.Sim) map[string]int {
 	return hits
 }
 
-// converge plans and applies under faults until the plan is empty, as
+// convergeUnderFaults plans and applies under faults until the plan is empty, as
 // the daemon does on every commit and resync: an apply cut short by a
 // failure that outlasted its retries is planned again. It returns the
 // plans that were applied; hits adds up the faults injected.

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"opke.dev/opke/diff"
 	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
@@ -29,6 +30,17 @@ func request(fleet ...*schemas.Cluster) reconciler.Request {
 		req.Clusters[c.Metadata.Name] = c
 	}
 	return req
+}
+
+// planned is the request of a fleet and its plan.
+func (r *rig) planned(t *testing.T, fleet ...*schemas.Cluster) (reconciler.Request, *diff.Plan) {
+	t.Helper()
+	req := request(fleet...)
+	res, err := r.planner.Plan(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req, res.Plan
 }
 
 // applier is a new applier process of the rig: its own SSH sessions.
@@ -70,11 +82,7 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 	want := cloudtest.Inventory(t, clean.clients)
 
 	r := newRig(t)
-	req := request(demo)
-	res, err := r.planner.Plan(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req, plan := r.planned(t, demo)
 	points := map[string]bool{}
 	killed := map[string]bool{}
 	for run := 0; ; run++ {
@@ -93,7 +101,7 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 		})
 		var err error
 		if run == 0 {
-			_, err = a.Apply(ctx, req, res.Plan)
+			_, err = a.Apply(ctx, req, plan)
 		} else {
 			_, err = a.Resume(ctx)
 		}
@@ -132,9 +140,9 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 			kinds[3]++
 		}
 	}
-	if len(killed) != len(points) || kinds[0] < len(res.Plan.Changes) || kinds[1] == 0 {
+	if len(killed) != len(points) || kinds[0] < len(plan.Changes) || kinds[1] == 0 {
 		t.Errorf("killed at %d of %d journal points (%d started, %d mid-step, %d done; the plan has %d changes)",
-			len(killed), len(points), kinds[0], kinds[1], kinds[2], len(res.Plan.Changes))
+			len(killed), len(points), kinds[0], kinds[1], kinds[2], len(plan.Changes))
 	}
 
 	if diff := cmp.Diff(want, cloudtest.Inventory(t, r.clients)); diff != "" {
@@ -161,11 +169,7 @@ func TestTwoAppliersOnOneCluster(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
 	demo := spec(t, "demo", "", 0)
-	req := request(demo)
-	res, err := r.planner.Plan(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req, plan := r.planned(t, demo)
 	first, second := r.applier(t), r.applier(t)
 	holding, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -178,13 +182,13 @@ func TestTwoAppliersOnOneCluster(t *testing.T) {
 
 	firstDone := make(chan error)
 	go func() {
-		_, err := first.Apply(ctx, req, res.Plan)
+		_, err := first.Apply(ctx, req, plan)
 		firstDone <- err
 	}()
 	<-holding
 	secondDone := make(chan error)
 	go func() {
-		_, err := second.Apply(ctx, req, res.Plan)
+		_, err := second.Apply(ctx, req, plan)
 		secondDone <- err
 	}()
 	if got := <-waiting; got != "demo" {
@@ -215,11 +219,7 @@ func TestApplierThatLostItsLeaseCannotWrite(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t)
 	demo := spec(t, "demo", "", 0)
-	req := request(demo)
-	res, err := r.planner.Plan(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req, plan := r.planned(t, demo)
 	a := r.applier(t)
 	var revokedAt int64
 	a.SetPoint(func(what string) error {
@@ -238,7 +238,7 @@ func TestApplierThatLostItsLeaseCannotWrite(t *testing.T) {
 		revokedAt, err = r.store.Revision(ctx)
 		return err
 	})
-	_, err = a.Apply(ctx, req, res.Plan)
+	_, err := a.Apply(ctx, req, plan)
 	if !errors.Is(err, state.ErrLeaseLost) {
 		t.Fatalf("apply after its lease ended: %v, want ErrLeaseLost", err)
 	}
@@ -264,11 +264,7 @@ func TestApplyStopsGracefully(t *testing.T) {
 	defer cancel()
 	r := newRig(t)
 	demo := spec(t, "demo", "", 0)
-	req := request(demo)
-	res, err := r.planner.Plan(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req, plan := r.planned(t, demo)
 	a := r.applier(t)
 	var stoppedIn string
 	a.SetPoint(func(what string) error {
@@ -278,7 +274,7 @@ func TestApplyStopsGracefully(t *testing.T) {
 		}
 		return nil
 	})
-	sum, err := a.Apply(ctx, req, res.Plan)
+	sum, err := a.Apply(ctx, req, plan)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("apply cancelled: %v, want context.Canceled", err)
 	}
