@@ -20,6 +20,7 @@
 //	/opke/<cluster>/infra/<kind>/<name>     applied resource: {"id", "attrs"} (the ledger)
 //	/opke/<cluster>/hosts/<host>/files/<path> pushed file: {"sha256"} (the ledger)
 //	/opke/<cluster>/hosts/<host>/version    the Kubernetes version the host runs (the ledger)
+//	/opke/<cluster>/cloud/application-credential-secret  its cloud.conf secret, sealed
 //	/opke/<cluster>/kubeconfig              admin kubeconfig, sealed (it holds a key)
 //	/opke/<cluster>/backups/<id>            backup records
 //

@@ -339,7 +339,7 @@ func Converge(t testing.TB, store *state.Store, clients *cloud.Clients, now time
 				t.Fatal(err)
 			}
 			if res.Kind == diff.KindAppCredential {
-				if err := reconciler.RecordAppCredential(ctx, store, c.Metadata.Name, res.ID, AppCredentialSecret(c.Metadata.Name)); err != nil {
+				if err := reconciler.RecordAppCredential(ctx, store, c.Metadata.Name, AppCredentialSecret(c.Metadata.Name)); err != nil {
 					t.Fatal(err)
 				}
 				creds = &assets.CloudCredential{AuthURL: clients.AuthURL, Region: clients.Region, ID: res.ID, Secret: AppCredentialSecret(c.Metadata.Name)}
