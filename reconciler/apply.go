@@ -90,12 +90,8 @@ type Applier struct {
 func (a *Applier) Apply(ctx context.Context, req Request, plan *diff.Plan) (*Summary, error) {
 	started := time.Now()
 	sum := &Summary{Counts: map[StepState]int{}}
-	clusters := map[string]bool{}
-	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
-		clusters[c.Cluster] = true
-	}
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+	for _, name := range clustersOf(plan) {
 		if err := a.cluster(ctx, name, req.Clusters[name], clusterPlan(plan, name), sum); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
@@ -128,6 +124,18 @@ func (a *Applier) Resume(ctx context.Context) (*Summary, error) {
 		}
 	}
 	return a.end(sum, started, errs)
+}
+
+// clustersOf lists the clusters a plan changes, sorted.
+func clustersOf(plan *diff.Plan) []string {
+	var names []string
+	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
+		if !slices.Contains(names, c.Cluster) {
+			names = append(names, c.Cluster)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 func (a *Applier) end(sum *Summary, started time.Time, errs []error) (*Summary, error) {
@@ -217,12 +225,8 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 // written since the plan was made ([ErrStale]), unless the plan is the
 // cluster's interrupted one, which apply resumes.
 func (a *Applier) Check(ctx context.Context, plan *diff.Plan) error {
-	clusters := map[string]bool{}
-	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
-		clusters[c.Cluster] = true
-	}
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(clusters)) {
+	for _, name := range clustersOf(plan) {
 		if _, err := a.admit(ctx, name, clusterPlan(plan, name)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
@@ -256,7 +260,6 @@ func (a *Applier) admit(ctx context.Context, name string, plan *diff.Plan) (resu
 // phases runs the infrastructure phase, then plans and runs the host
 // phase. It returns how the apply ended: done or failed.
 func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas.Cluster, plan *diff.Plan, done map[string]string, sum *Summary) (string, error) {
-	store := a.Planner.Store
 	w := j.w
 	name := j.cluster
 	var infra, hostsPhase []diff.Change
@@ -267,53 +270,19 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 			hostsPhase = append(hostsPhase, c)
 		}
 	}
-	owner, err := store.InstallationID(stepCtx)
-	if err != nil {
-		return resultFailed, err
-	}
 	clients, err := a.clients(stepCtx, spec, name)
 	if err != nil {
 		return resultFailed, err
 	}
-	obs, err := cloud.Observe(stepCtx, clients, owner, nil)
-	if err != nil {
-		return resultFailed, err
-	}
-	// What the ledger knows comes first: a resource the cloud does not
-	// list by tags (a server group before its servers) made by a step
-	// done before a crash.
-	ledger, err := readLedger(stepCtx, store, name, nil)
-	if err != nil {
-		return resultFailed, err
-	}
-	known := slices.Concat(slices.Collect(maps.Values(ledger.Resources)), obs.Clusters[name])
-	ops := cloud.NewApplier(clients, owner, name, known)
-	observed := map[string]diff.Resource{}
-	for _, r := range obs.Clusters[name] {
-		observed[r.Address()] = r
-	}
-
-	// The material is issued for good now; user_data comes from this render.
-	var out *render.Output
-	if spec != nil {
-		opts, _, err := a.Planner.renderOptions(stepCtx, w, spec, clients, obs.Clusters[name])
-		if err != nil {
-			return resultFailed, err
+	if len(infra) > 0 {
+		states, err := a.infraPhase(ctx, stepCtx, j, spec, clients, infra, done, sum)
+		if err != nil || !allDone(states) {
+			return resultFailed, err // the failed steps are in the summary
 		}
-		opts.Cloud = nil // the files are rendered again in the host phase
-		if out, err = render.Cluster(stepCtx, w, spec, opts); err != nil {
-			return resultFailed, err
-		}
-	}
-	states := a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
-		return a.infraStep(ctx, j, ops, out, observed, c)
-	})
-	if !allDone(states) {
-		return resultFailed, nil // the failed steps are in the summary
 	}
 	if spec == nil {
 		// A cluster that left the fleet: its forget step, if any.
-		states = a.run(ctx, stepCtx, j, hostsPhase, done, sum, func(ctx context.Context, c diff.Change) error {
+		states := a.run(ctx, stepCtx, j, hostsPhase, done, sum, func(ctx context.Context, c diff.Change) error {
 			if c.Action != diff.ActionForget {
 				return fmt.Errorf("%w: %s of a cluster no longer in the fleet", errors.ErrUnsupported, c.Action)
 			}
@@ -349,7 +318,7 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 			uploads[host] = append(uploads[host], strings.TrimPrefix(c.Address, "host/"+host))
 		}
 	}
-	states = map[string]StepState{}
+	states := map[string]StepState{}
 	if len(hostChanges) > 0 {
 		target, err := hostTarget(name, clients, pl.Observed.Cloud, w)
 		if err != nil {
@@ -407,17 +376,51 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 	return resultDone, RecordSpec(stepCtx, w, spec, plan.Commit)
 }
 
+// infraPhase runs a cluster's infrastructure changes, with the ids of
+// what the cloud and the ledger hold and, for servers, the user_data of a
+// render that issues the cluster's material for good.
+func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *schemas.Cluster, clients *cloud.Clients, infra []diff.Change, done map[string]string, sum *Summary) (map[string]StepState, error) {
+	store, name := a.Planner.Store, j.cluster
+	owner, err := store.InstallationID(stepCtx)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := cloud.Observe(stepCtx, clients, owner, nil)
+	if err != nil {
+		return nil, err
+	}
+	// What the ledger knows comes first: a resource the cloud does not
+	// list by tags (a server group before its servers) made by a step
+	// done before a crash.
+	ledger, err := readLedger(stepCtx, store, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	ops := cloud.NewApplier(clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), obs.Clusters[name]))
+	observed := map[string]diff.Resource{}
+	for _, r := range obs.Clusters[name] {
+		observed[r.Address()] = r
+	}
+	var out *render.Output
+	if spec != nil {
+		// Only user_data is used: the files are rendered again in the
+		// host phase, with cloud.conf's credential.
+		opts := render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage, APIFloatingIP: apiFloatingIP(name, obs.Clusters[name])}
+		if out, err = render.Cluster(stepCtx, j.w, spec, opts); err != nil {
+			return nil, err
+		}
+	}
+	return a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
+		return a.infraStep(ctx, j, ops, out, observed, c)
+	}), nil
+}
+
 // storeKubeconfig keeps the cluster's admin kubeconfig, for the API's
 // floating IP, sealed in the store (opke kubeconfig prints it); it is
 // written when it changed.
 func storeKubeconfig(ctx context.Context, w writer, pl *Planned) error {
 	name := pl.Observed.Cluster
-	var fip netip.Addr
-	for _, r := range pl.Observed.Cloud {
-		if r.Kind == diff.KindFloatingIP && r.Name == name+"-api" {
-			fip, _ = netip.ParseAddr(r.Attrs["address"].Value)
-		}
-	}
+	fip := apiFloatingIP(name, pl.Observed.Cloud)
 	if !fip.IsValid() {
 		return nil
 	}

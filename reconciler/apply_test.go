@@ -77,7 +77,14 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	if err := r.store.Delete(ctx, r.store.Key("demo", "hosts", "demo-default-0", "files/etc/kubernetes/kubelet.env")); err != nil {
 		t.Fatal(err)
 	}
+	r.sim.ResetCounters()
 	again, _ := r.apply(t, demo)
+	// A plan of host changes only lists the cloud twice: once to plan it,
+	// once for the host phase's addresses; the infrastructure phase has
+	// nothing to do and lists nothing.
+	if n := r.sim.Counters()["GET /compute/v2.1/servers/detail"]; n != 2 {
+		t.Errorf("an apply of host changes only listed the servers %d times, want 2", n)
+	}
 	if got := addresses(again.Changes)["host/demo-default-0/etc/kubernetes/kubelet.env"]; got != diff.ActionUpload {
 		t.Fatalf("a file the ledger forgot is not planned for upload: %v", addresses(again.Changes))
 	}

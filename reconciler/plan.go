@@ -260,16 +260,20 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud
 // IP comes from what is observed (its certificate names it), cloud.conf's
 // credential from kv (placeholder: none yet).
 func (p *Planner) renderOptions(ctx context.Context, kv state.KV, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool, err error) {
-	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage}
-	for _, r := range observed {
-		if r.Kind == diff.KindFloatingIP && r.Name == c.Metadata.Name+"-api" {
-			if a, err := netip.ParseAddr(r.Attrs["address"].Value); err == nil {
-				opts.APIFloatingIP = a
-			}
-		}
-	}
+	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
 	opts.Cloud, placeholder, err = cloudCredential(ctx, kv, c, clients, observed)
 	return opts, placeholder, err
+}
+
+// apiFloatingIP is the observed floating IP of cluster's API; zero if none.
+func apiFloatingIP(cluster string, observed []diff.Resource) netip.Addr {
+	for _, r := range observed {
+		if r.Kind == diff.KindFloatingIP && r.Name == cluster+"-api" {
+			a, _ := netip.ParseAddr(r.Attrs["address"].Value)
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 // unsettled lists the user_data and files two renders disagree on.
