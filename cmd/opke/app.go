@@ -9,6 +9,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"opke.dev/opke/render/assets"
 )
 
 // Exit codes shared by every command.
@@ -125,4 +128,14 @@ func outputFormat(v string) error {
 		return usagef("--output %q: want text or json", v)
 	}
 	return nil
+}
+
+// repoFlag is --repo, the fleet repository, of the commands that read one.
+func repoFlag(fl *pflag.FlagSet, repo *string) {
+	fl.StringVar(repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
+}
+
+// kubeletImageFlag is --kubelet-image, of the commands that render.
+func kubeletImageFlag(fl *pflag.FlagSet, image *string) {
+	fl.StringVar(image, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -14,7 +15,6 @@ import (
 
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
-	"opke.dev/opke/render/assets"
 )
 
 func (a *app) applyCommand() *cobra.Command {
@@ -128,11 +128,11 @@ The exit code is 0 when every step is done, 1 otherwise.`,
 	st.register(cmd)
 	cf.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
+	repoFlag(fl, &repo)
 	fl.StringVar(&cluster, "cluster", "", "apply this cluster only")
 	fl.BoolVar(&autoApprove, "auto-approve", false, "apply without asking")
 	fl.IntVar(&parallel, "parallel", 8, "steps run at once, where the plan's dependencies allow")
-	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
+	kubeletImageFlag(fl, &kubeletImage)
 	return cmd
 }
 
@@ -147,7 +147,7 @@ func (a *app) confirm() bool {
 // progress prints each step as it ends.
 type progress struct {
 	mu  sync.Mutex
-	out interface{ Write([]byte) (int, error) }
+	out io.Writer
 	n   int
 }
 

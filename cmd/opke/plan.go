@@ -12,7 +12,6 @@ import (
 	"opke.dev/opke/internal/atomicfile"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/source"
-	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -99,14 +98,14 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 	st.register(cmd)
 	cf.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
+	repoFlag(fl, &repo)
 	fl.StringVar(&rev, "rev", "", "plan the fleet at this git revision (a pull request's branch) instead of the work tree")
 	fl.StringVar(&cluster, "cluster", "", "plan this cluster only")
 	fl.StringVar(&output, "output", "text", "text or json")
 	fl.StringVar(&out, "out", "", "save the plan (JSON) to this file, for opke apply")
 	fl.BoolVar(&detailed, "detailed-exitcode", false, "exit 0 for no changes, 2 for changes, 1 for an error")
 	fl.BoolVar(&resync, "resync", false, "read the files on the hosts over SSH instead of trusting the state store")
-	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
+	kubeletImageFlag(fl, &kubeletImage)
 	return cmd
 }
 

@@ -120,12 +120,12 @@ whole; a non-empty folder that is not an earlier render is refused.`,
 	}
 	st.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
+	repoFlag(fl, &repo)
 	fl.StringVar(&rev, "rev", "", "render the fleet at this git revision instead of the work tree")
 	fl.StringVar(&cluster, "cluster", "", "the cluster to render")
 	fl.StringVar(&out, "out", "", "the folder to write into")
 	fl.StringVar(&credFile, "app-credential", "", "YAML or JSON file with auth_url, region, application_credential_id and _secret, for cloud.conf")
-	fl.StringVar(&kubeletImage, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
+	kubeletImageFlag(fl, &kubeletImage)
 	fl.StringVar(&fip, "api-floating-ip", "", "the API's floating IP, once known, for the serving certificates")
 	return cmd
 }
