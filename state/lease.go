@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -131,23 +130,11 @@ func (l *Lease) PutSecret(ctx context.Context, key string, value []byte) error {
 
 // PutMany implements KV, fenced: each run of entries is one transaction.
 func (l *Lease) PutMany(ctx context.Context, entries []Entry) error {
-	for chunk := range slices.Chunk(entries, maxTxnOps-1) { // one compare of the lease
-		ops := make([]clientv3.Op, 0, len(chunk))
-		for _, e := range chunk {
-			v := e.Value
-			if e.Secret {
-				var err error
-				if v, err = l.s.seal.seal(e.Key, v); err != nil {
-					return err
-				}
-			}
-			ops = append(ops, clientv3.OpPut(e.Key, string(v)))
-		}
-		if err := l.txn(ctx, fmt.Sprintf("put %d keys from %s", len(ops), chunk[0].Key), ops...); err != nil {
-			return err
-		}
+	held, err := l.s.putMany(ctx, entries, l.mutex.IsOwner())
+	if err == nil && !held {
+		err = fmt.Errorf("put %d keys: lease %s: %w", len(entries), l.name, ErrLeaseLost)
 	}
-	return nil
+	return err
 }
 
 // Delete removes key, fenced; a missing key is not an error.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -244,33 +245,34 @@ const maxTxnOps = 100
 // PutMany writes entries in as few transactions as etcd allows, in order:
 // each run of up to maxTxnOps entries is atomic.
 func (s *Store) PutMany(ctx context.Context, entries []Entry) error {
-	ops := make([]clientv3.Op, 0, min(len(entries), maxTxnOps))
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return fmt.Errorf("put %d keys from %s: %w", len(ops), string(ops[0].KeyBytes()), err)
-		}
-		ops = ops[:0]
-		return nil
-	}
-	for _, e := range entries {
-		v := e.Value
-		if e.Secret {
-			var err error
-			if v, err = s.seal.seal(e.Key, v); err != nil {
-				return err
+	_, err := s.putMany(ctx, entries)
+	return err
+}
+
+// putMany writes entries in runs of transactions that each commit only if
+// every one of conds holds; it reports whether they all did.
+func (s *Store) putMany(ctx context.Context, entries []Entry, conds ...clientv3.Cmp) (bool, error) {
+	for chunk := range slices.Chunk(entries, maxTxnOps-len(conds)) {
+		ops := make([]clientv3.Op, 0, len(chunk))
+		for _, e := range chunk {
+			v := e.Value
+			if e.Secret {
+				var err error
+				if v, err = s.seal.seal(e.Key, v); err != nil {
+					return false, err
+				}
 			}
+			ops = append(ops, clientv3.OpPut(e.Key, string(v)))
 		}
-		ops = append(ops, clientv3.OpPut(e.Key, string(v)))
-		if len(ops) == maxTxnOps {
-			if err := flush(); err != nil {
-				return err
-			}
+		resp, err := s.cli.Txn(ctx).If(conds...).Then(ops...).Commit()
+		if err != nil {
+			return false, fmt.Errorf("put %d keys from %s: %w", len(ops), chunk[0].Key, err)
+		}
+		if !resp.Succeeded {
+			return false, nil
 		}
 	}
-	return flush()
+	return true, nil
 }
 
 // Open opens a sealed value read with List.
