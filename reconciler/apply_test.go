@@ -57,6 +57,11 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	if sum.Counts[reconciler.StepDone] < len(plan.Changes) {
 		t.Errorf("%d steps done, the plan had %d changes", sum.Counts[reconciler.StepDone], len(plan.Changes))
 	}
+	// Eight steps at once, each host dialled once: its console (host
+	// keys) read once.
+	if n := r.sim.Counters()["POST /compute/v2.1/servers/{id}/action"]; n != 4 {
+		t.Errorf("%d console reads for 4 hosts", n)
+	}
 	next := r.plan(t, demo)
 	if !next.Empty() {
 		t.Fatalf("after apply, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))

@@ -34,10 +34,11 @@ const HostUser = "core"
 // HostSessions reaches clusters' hosts over SSH through their gateways:
 // the gateway's floating IP through Dialer (the SOCKS5 edge of the
 // simulator, or direct under the allow list), then each host's fixed IP
-// through the gateway. Connections are kept for the next step. A host key
-// is read from the server's console at first contact and pinned in the
+// through the gateway. Connections are kept for the next step; hosts are
+// dialled at once, each once however many steps want it. A host key is
+// read from the server's console at first contact and pinned in the
 // target's store (a plan's read-only view keeps it in memory), then
-// checked on every connection. New connections are made one at a time.
+// checked on every connection.
 type HostSessions struct {
 	Dialer sshx.Dialer
 	// Parallel is how many hosts Checksums reads at once (default 8).
@@ -48,9 +49,30 @@ type HostSessions struct {
 	conns   map[string]*hostConn  // by cluster/host
 }
 
+// hostConn is a connection to a host, or the dial that makes it.
 type hostConn struct {
-	ssh  *ssh.Client
-	sftp *sftp.Client // made at the first upload
+	ready chan struct{} // closed once ssh or err is set
+	ssh   *ssh.Client
+	err   error
+
+	sftpMu sync.Mutex
+	sftp   *sftp.Client // made at the first upload
+}
+
+func (c *hostConn) close() {
+	select {
+	case <-c.ready:
+	default:
+		return // still dialling: its dialler keeps it or drops it
+	}
+	c.sftpMu.Lock()
+	defer c.sftpMu.Unlock()
+	if c.sftp != nil {
+		c.sftp.Close()
+	}
+	if c.ssh != nil {
+		c.ssh.Close()
+	}
 }
 
 // Close closes every connection.
@@ -58,10 +80,7 @@ func (h *HostSessions) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range h.conns {
-		if c.sftp != nil {
-			c.sftp.Close()
-		}
-		c.ssh.Close()
+		c.close()
 	}
 	h.conns = nil
 }
@@ -131,23 +150,73 @@ func hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.P
 	return keys, t.KV.Put(ctx, key, b)
 }
 
-// conn returns the connection to a host of t (the gateway included).
+// conn returns the connection to a host of t (the gateway included),
+// dialling it unless another step is or did.
 func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*hostConn, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.conns == nil {
-		h.conns, h.signers = map[string]*hostConn{}, map[string]ssh.Signer{}
+	signer, err := h.signer(ctx, t)
+	if err != nil {
+		return nil, err
 	}
-	signer := h.signers[t.Cluster]
-	if signer == nil {
-		var err error
-		if signer, _, err = pki.SSHKey(ctx, t.KV, t.Cluster); err != nil {
+	var gw *hostConn
+	if host != t.Gateway.Name {
+		if gw, err = h.conn(ctx, t, t.Gateway.Name); err != nil {
 			return nil, err
 		}
-		h.signers[t.Cluster] = signer
 	}
-	gwKey := t.Cluster + "/" + t.Gateway.Name
-	gw := h.conns[gwKey]
+	key := t.Cluster + "/" + host
+	h.mu.Lock()
+	if h.conns == nil {
+		h.conns = map[string]*hostConn{}
+	}
+	c := h.conns[key]
+	if c == nil {
+		c = &hostConn{ready: make(chan struct{})}
+		h.conns[key] = c
+		h.mu.Unlock()
+		c.ssh, c.err = h.dial(ctx, t, host, signer, gw)
+		if c.err != nil {
+			h.forget(key, c)
+			if gw != nil {
+				// The gateway's connection may be the one that broke.
+				h.drop(t, t.Gateway.Name)
+			}
+		}
+		close(c.ready)
+	} else {
+		h.mu.Unlock()
+	}
+	select {
+	case <-c.ready:
+		return c, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// signer is OPKE's SSH key for t's cluster.
+func (h *HostSessions) signer(ctx context.Context, t HostTarget) (ssh.Signer, error) {
+	h.mu.Lock()
+	signer := h.signers[t.Cluster]
+	h.mu.Unlock()
+	if signer != nil {
+		return signer, nil
+	}
+	signer, _, err := pki.SSHKey(ctx, t.KV, t.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.signers == nil {
+		h.signers = map[string]ssh.Signer{}
+	}
+	h.signers[t.Cluster] = signer
+	return signer, nil
+}
+
+// dial connects to a host with its pinned keys: the gateway through the
+// dialer, another host through the gateway's connection gw.
+func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, signer ssh.Signer, gw *hostConn) (*ssh.Client, error) {
 	if gw == nil {
 		keys, err := hostKeys(ctx, t, t.Gateway.Name, t.Gateway.ID)
 		if err != nil {
@@ -157,13 +226,6 @@ func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*ho
 		if err != nil {
 			return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)
 		}
-		gw = &hostConn{ssh: c}
-		h.conns[gwKey] = gw
-	}
-	if host == t.Gateway.Name {
-		return gw, nil
-	}
-	if c := h.conns[t.Cluster+"/"+host]; c != nil {
 		return c, nil
 	}
 	addr, ok := t.Hosts[host]
@@ -174,29 +236,30 @@ func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*ho
 	if err != nil {
 		return nil, err
 	}
-	c, err := sshx.Jump(ctx, gw.ssh, netip.AddrPortFrom(addr.IP, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
-	if err != nil {
-		// The gateway's connection may be the one that broke.
-		gw.ssh.Close()
-		delete(h.conns, gwKey)
-		return nil, err
-	}
-	hc := &hostConn{ssh: c}
-	h.conns[t.Cluster+"/"+host] = hc
-	return hc, nil
+	return sshx.Jump(ctx, gw.ssh, netip.AddrPortFrom(addr.IP, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
 }
 
-// drop forgets a host's connection after an error, so a retry redials.
+// drop closes and forgets a host's connection after an error, so a retry
+// redials.
 func (h *HostSessions) drop(t HostTarget, host string) {
+	key := t.Cluster + "/" + host
+	h.mu.Lock()
+	c := h.conns[key]
+	h.mu.Unlock()
+	if c != nil && h.forget(key, c) {
+		c.close()
+	}
+}
+
+// forget removes c from the connections if it is still key's.
+func (h *HostSessions) forget(key string, c *hostConn) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.conns[t.Cluster+"/"+host]; c != nil {
-		if c.sftp != nil {
-			c.sftp.Close()
-		}
-		c.ssh.Close()
-		delete(h.conns, t.Cluster+"/"+host)
+	if h.conns[key] != c {
+		return false
 	}
+	delete(h.conns, key)
+	return true
 }
 
 // run runs a command on a host, dropping the connection if it failed.
@@ -286,15 +349,15 @@ func (h *HostSessions) put(ctx context.Context, t HostTarget, host string, f ass
 	if err != nil {
 		return err
 	}
-	h.mu.Lock()
+	c.sftpMu.Lock()
 	if c.sftp == nil {
 		if c.sftp, err = sftp.NewClient(c.ssh); err != nil {
-			h.mu.Unlock()
+			c.sftpMu.Unlock()
 			return fmt.Errorf("sftp: %w", err)
 		}
 	}
 	fc := c.sftp
-	h.mu.Unlock()
+	c.sftpMu.Unlock()
 	if err := fc.MkdirAll(path.Dir(f.Path)); err != nil {
 		return fmt.Errorf("mkdir %s: %w", path.Dir(f.Path), err)
 	}
