@@ -344,14 +344,14 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 	}
 	// A change of what only the store keeps (the deletion policy) is made
 	// by recording the spec, below.
-	maps.Copy(states, a.run(ctx, stepCtx, j, stateChanges, done, sum, func(_ context.Context, c diff.Change) error {
+	stateDone := allDone(a.run(ctx, stepCtx, j, stateChanges, done, sum, func(_ context.Context, c diff.Change) error {
 		if c.Action != diff.ActionUpdate {
 			return fmt.Errorf("%w: %s of %s", errors.ErrUnsupported, c.Action, c.Address)
 		}
 		return nil
 	}))
-	notDone := map[string]bool{}
-	for _, c := range slices.Concat(hostChanges, stateChanges) {
+	notDone := map[string]bool{} // hosts with a step not done
+	for _, c := range hostChanges {
 		if states[c.ID] != StepDone {
 			notDone[hostOf(c.Address)] = true
 		}
@@ -367,7 +367,7 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 			}
 		}
 	}
-	if len(notDone) > 0 {
+	if len(notDone) > 0 || !stateDone {
 		return resultFailed, nil
 	}
 	if err := storeKubeconfig(stepCtx, w, pl); err != nil {
