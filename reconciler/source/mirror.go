@@ -1,0 +1,464 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+)
+
+// ErrUpToDate is Sync's answer when no ref it follows moved: nothing was
+// fetched. Like go-git's NoErrAlreadyUpToDate, it is not a failure.
+var ErrUpToDate = errors.New("the remote's refs did not move")
+
+// NotesRef is where OPKE keeps a note per commit it reported on.
+const NotesRef = "refs/notes/opke"
+
+// MirrorOptions say what to mirror and where.
+type MirrorOptions struct {
+	// URL is the remote: a path or file://, git://, https:// or ssh://
+	// (and scp-like user@host:path).
+	URL string
+	// Dir is the cache: a bare repository, made on first use.
+	Dir string
+	// Branch is the tracked branch's name (not its ref).
+	Branch string
+	// Patterns are further branch names (path.Match globs) planned as pull
+	// requests are.
+	Patterns []string
+	// Auth authenticates to the remote (nil for file:// and git://).
+	Auth transport.AuthMethod
+	// Author signs the notes' commits.
+	Author string
+	Logger *slog.Logger
+}
+
+// Mirror is a bare clone of the fleet repository that follows the remote:
+// the tracked branch, pull and merge request heads, the branches matching
+// the patterns, and OPKE's notes. Its methods are safe for concurrent use
+// (they take turns: go-git's storage is not made for concurrent writers).
+type Mirror struct {
+	opts MirrorOptions
+	mu   sync.Mutex
+	repo *git.Repository
+	// seen are the followed refs as last fetched.
+	seen map[string]string
+}
+
+// OpenMirror opens the cache at opts.Dir, making it (and its remote)
+// when missing. Nothing is fetched before the first Sync.
+func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Branch == "" {
+		opts.Branch = "main"
+	}
+	repo, err := git.PlainOpen(opts.Dir)
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("git cache: %w", err)
+		}
+		repo, err = git.PlainInit(opts.Dir, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
+	}
+	remote := &config.RemoteConfig{Name: "origin", URLs: []string{opts.URL}}
+	if r, err := repo.Remote("origin"); err == nil && !slices.Equal(r.Config().URLs, remote.URLs) {
+		if err := repo.DeleteRemote("origin"); err != nil {
+			return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
+		}
+	}
+	if _, err := repo.Remote("origin"); errors.Is(err, git.ErrRemoteNotFound) {
+		if _, err := repo.CreateRemote(remote); err != nil {
+			return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
+		}
+	}
+	m := &Mirror{opts: opts, repo: repo}
+	if m.seen, err = m.localRefs(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// CacheDir names a remote's cache folder under dir: one per URL.
+func CacheDir(dir, remoteURL string) string {
+	sum := sha256.Sum256([]byte(remoteURL))
+	return filepath.Join(dir, hex.EncodeToString(sum[:8])+".git")
+}
+
+// LocalPath returns the remote's folder when it is a local repository (a
+// path or file:// URL), to watch it; "" otherwise.
+func (m *Mirror) LocalPath() string {
+	u := m.opts.URL
+	if strings.HasPrefix(u, "file://") {
+		if p, err := url.Parse(u); err == nil {
+			return p.Path
+		}
+		return ""
+	}
+	if ep, err := transport.NewEndpoint(u); err == nil && ep.Protocol == "file" {
+		return ep.Path
+	}
+	return ""
+}
+
+// Branch is the tracked branch's ref.
+func (m *Mirror) Branch() string { return plumbing.NewBranchReferenceName(m.opts.Branch).String() }
+
+// follows tells whether OPKE follows ref: the tracked branch, a pull or
+// merge request head, a branch of the patterns, or the notes.
+func (m *Mirror) follows(ref string) bool {
+	switch {
+	case ref == m.Branch(), ref == NotesRef:
+		return true
+	case strings.HasPrefix(ref, "refs/pull/") && strings.HasSuffix(ref, "/head"),
+		strings.HasPrefix(ref, "refs/merge-requests/") && strings.HasSuffix(ref, "/head"):
+		return strings.Count(ref, "/") == 3
+	}
+	if name, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
+		for _, p := range m.opts.Patterns {
+			if ok, _ := path.Match(p, name); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// IsPullRequest tells whether ref is one that is planned only: anything
+// followed but the tracked branch and the notes.
+func (m *Mirror) IsPullRequest(ref string) bool {
+	return ref != m.Branch() && ref != NotesRef && m.follows(ref)
+}
+
+// localRefs lists the followed refs the cache holds.
+func (m *Mirror) localRefs() (map[string]string, error) {
+	iter, err := m.repo.References()
+	if err != nil {
+		return nil, fmt.Errorf("git cache refs: %w", err)
+	}
+	out := map[string]string{}
+	err = iter.ForEach(func(r *plumbing.Reference) error {
+		if r.Type() == plumbing.HashReference && m.follows(r.Name().String()) {
+			out[r.Name().String()] = r.Hash().String()
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Sync asks the remote for its refs (one round trip) and fetches only
+// when a followed ref moved, appeared or went; it returns the followed
+// refs (the notes aside) by name, as the cache now holds them. When
+// nothing moved it returns them with [ErrUpToDate].
+func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	remote, err := m.repo.Remote("origin")
+	if err != nil {
+		return nil, fmt.Errorf("git cache: %w", err)
+	}
+	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.opts.Auth})
+	if err != nil {
+		return nil, fmt.Errorf("list the refs of %s: %w", redact(m.opts.URL), err)
+	}
+	want := map[string]string{}
+	for _, r := range listed {
+		if r.Type() == plumbing.HashReference && m.follows(r.Name().String()) {
+			want[r.Name().String()] = r.Hash().String()
+		}
+	}
+	if maps.Equal(want, m.seen) {
+		return withoutNotes(want), ErrUpToDate
+	}
+	var specs []config.RefSpec
+	for name, hash := range want {
+		if m.seen[name] != hash && !m.has(hash) {
+			specs = append(specs, config.RefSpec("+"+name+":"+name))
+		}
+	}
+	if len(specs) > 0 {
+		slices.Sort(specs)
+		err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
+		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+			return nil, fmt.Errorf("fetch from %s: %w", redact(m.opts.URL), err)
+		}
+	}
+	// Refs whose objects the cache already had (a branch moved back, a
+	// pull request at a commit of main) are set without a fetch; refs the
+	// remote dropped (a closed pull request) go.
+	for name, hash := range want {
+		ref := plumbing.NewHashReference(plumbing.ReferenceName(name), plumbing.NewHash(hash))
+		if err := m.repo.Storer.SetReference(ref); err != nil {
+			return nil, fmt.Errorf("git cache: %w", err)
+		}
+	}
+	for name := range m.seen {
+		if _, ok := want[name]; !ok {
+			if err := m.repo.Storer.RemoveReference(plumbing.ReferenceName(name)); err != nil {
+				return nil, fmt.Errorf("git cache: %w", err)
+			}
+		}
+	}
+	m.opts.Logger.Debug("fetched", "remote", redact(m.opts.URL), "refs", len(specs))
+	m.seen = want
+	return withoutNotes(want), nil
+}
+
+func (m *Mirror) has(hash string) bool {
+	_, err := m.repo.CommitObject(plumbing.NewHash(hash))
+	return err == nil
+}
+
+func withoutNotes(refs map[string]string) map[string]string {
+	out := maps.Clone(refs)
+	delete(out, NotesRef)
+	return out
+}
+
+// Read calls fn with the tree of commit as a filesystem.
+func (m *Mirror) Read(ctx context.Context, commit string, fn func(fs.FS) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
+	}
+	tree, err := c.Tree()
+	if err != nil {
+		return fmt.Errorf("read the tree of %s: %w", commit, err)
+	}
+	return fn(NewTreeFS(tree))
+}
+
+// CommitInfo is what the status page shows of a commit.
+type CommitInfo struct {
+	Hash    string    `json:"hash"`
+	Subject string    `json:"subject"`
+	Author  string    `json:"author"`
+	When    time.Time `json:"when"`
+}
+
+// Info describes commit.
+func (m *Mirror) Info(commit string) (CommitInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return CommitInfo{}, fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
+	}
+	subject, _, _ := strings.Cut(c.Message, "\n")
+	return CommitInfo{Hash: commit, Subject: subject, Author: c.Author.Name, When: c.Author.When}, nil
+}
+
+// ErrUnsigned is a commit with no signature or one no key of the keyring
+// made.
+var ErrUnsigned = errors.New("commit is not signed by a trusted key")
+
+// Verify checks that commit is signed by a key of keyring (armored
+// OpenPGP public keys).
+func (m *Mirror) Verify(commit, keyring string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
+	}
+	if c.PGPSignature == "" {
+		return fmt.Errorf("%s: %w: it has no signature", commit, ErrUnsigned)
+	}
+	if _, err := c.Verify(keyring); err != nil {
+		return fmt.Errorf("%s: %w: %v", commit, ErrUnsigned, err)
+	}
+	return nil
+}
+
+// Note returns OPKE's note on commit, from the cache.
+func (m *Mirror) Note(commit string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tree, _, err := m.notesTree()
+	if err != nil || tree == nil {
+		return nil, err
+	}
+	f, err := tree.File(commit)
+	if err != nil {
+		return nil, fmt.Errorf("note of %s: %w", commit, err)
+	}
+	r, err := f.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// notesTree is the tree of the notes ref and its commit; nil, nil when
+// there are no notes yet.
+func (m *Mirror) notesTree() (*object.Tree, *plumbing.Hash, error) {
+	ref, err := m.repo.Reference(NotesRef, true)
+	if errors.Is(err, plumbing.ErrReferenceNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("notes: %w", err)
+	}
+	c, err := m.repo.CommitObject(ref.Hash())
+	if err != nil {
+		return nil, nil, fmt.Errorf("notes: %w", err)
+	}
+	tree, err := c.Tree()
+	if err != nil {
+		return nil, nil, fmt.Errorf("notes: %w", err)
+	}
+	h := ref.Hash()
+	return tree, &h, nil
+}
+
+// AddNote sets OPKE's note on commit to body and pushes the notes to the
+// remote, so `git log --notes=opke` shows it wherever the repository is
+// cloned. Notes another writer pushed meanwhile are fetched and kept: a
+// rejected push is tried again on top of them.
+func (m *Mirror) AddNote(ctx context.Context, commit string, body []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	remote, err := m.repo.Remote("origin")
+	if err != nil {
+		return fmt.Errorf("git cache: %w", err)
+	}
+	var pushErr error
+	for range 3 {
+		// The remote's notes first: a fetch that finds none is no error.
+		spec := config.RefSpec("+" + NotesRef + ":" + NotesRef)
+		err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: []config.RefSpec{spec}, Auth: m.opts.Auth, Tags: git.NoTags})
+		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && !isNoMatchingRef(err) {
+			return fmt.Errorf("fetch the notes from %s: %w", redact(m.opts.URL), err)
+		}
+		if err := m.writeNote(commit, body); err != nil {
+			return err
+		}
+		pushErr = remote.PushContext(ctx, &git.PushOptions{RefSpecs: []config.RefSpec{NotesRef + ":" + NotesRef}, Auth: m.opts.Auth})
+		if pushErr == nil || errors.Is(pushErr, git.NoErrAlreadyUpToDate) {
+			if ref, err := m.repo.Reference(NotesRef, true); err == nil {
+				m.seen[NotesRef] = ref.Hash().String()
+			}
+			return nil
+		}
+		if !errors.Is(pushErr, git.ErrNonFastForwardUpdate) && !strings.Contains(pushErr.Error(), "non-fast-forward") {
+			break
+		}
+	}
+	return fmt.Errorf("push the notes to %s: %w", redact(m.opts.URL), pushErr)
+}
+
+func isNoMatchingRef(err error) bool {
+	var nf git.NoMatchingRefSpecError
+	return errors.As(err, &nf) || strings.Contains(err.Error(), "couldn't find remote ref")
+}
+
+// writeNote commits the notes tree with commit's note set to body.
+func (m *Mirror) writeNote(commit string, body []byte) error {
+	tree, parent, err := m.notesTree()
+	if err != nil {
+		return err
+	}
+	blob := m.repo.Storer.NewEncodedObject()
+	blob.SetType(plumbing.BlobObject)
+	w, err := blob.Writer()
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(body); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	blobHash, err := m.repo.Storer.SetEncodedObject(blob)
+	if err != nil {
+		return fmt.Errorf("notes: %w", err)
+	}
+	var entries []object.TreeEntry
+	if tree != nil {
+		for _, e := range tree.Entries {
+			if e.Name != commit {
+				entries = append(entries, e)
+			}
+		}
+	}
+	entries = append(entries, object.TreeEntry{Name: commit, Mode: filemode.Regular, Hash: blobHash})
+	// git's order: names compared with a "/" after those of trees.
+	sortKey := func(e object.TreeEntry) string {
+		if e.Mode == filemode.Dir {
+			return e.Name + "/"
+		}
+		return e.Name
+	}
+	slices.SortFunc(entries, func(a, b object.TreeEntry) int { return strings.Compare(sortKey(a), sortKey(b)) })
+	newTree := &object.Tree{Entries: entries}
+	treeObj := m.repo.Storer.NewEncodedObject()
+	if err := newTree.Encode(treeObj); err != nil {
+		return fmt.Errorf("notes: %w", err)
+	}
+	treeHash, err := m.repo.Storer.SetEncodedObject(treeObj)
+	if err != nil {
+		return fmt.Errorf("notes: %w", err)
+	}
+	sig := object.Signature{Name: "OPKE", Email: "opke@localhost", When: time.Now()}
+	if m.opts.Author != "" {
+		sig.Name = m.opts.Author
+	}
+	c := &object.Commit{Author: sig, Committer: sig, Message: "Notes added by OPKE\n", TreeHash: treeHash}
+	if parent != nil {
+		c.ParentHashes = []plumbing.Hash{*parent}
+	}
+	commitObj := m.repo.Storer.NewEncodedObject()
+	if err := c.Encode(commitObj); err != nil {
+		return fmt.Errorf("notes: %w", err)
+	}
+	h, err := m.repo.Storer.SetEncodedObject(commitObj)
+	if err != nil {
+		return fmt.Errorf("notes: %w", err)
+	}
+	return m.repo.Storer.SetReference(plumbing.NewHashReference(NotesRef, h))
+}
+
+// redact drops the credentials of a URL for logs and errors.
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	if _, has := p.User.Password(); has {
+		p.User = url.UserPassword(p.User.Username(), "REDACTED")
+	}
+	return p.String()
+}

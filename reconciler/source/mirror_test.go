@@ -1,0 +1,199 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/google/go-cmp/cmp"
+
+	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/reconciler/source"
+)
+
+func openMirror(t *testing.T, url string, patterns ...string) *source.Mirror {
+	t.Helper()
+	m, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: url, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", Patterns: patterns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func setRef(t *testing.T, repo *git.Repository, name string, h plumbing.Hash) {
+	t.Helper()
+	if err := repo.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(name), h)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMirrorFollowsTheRemote: the first sync fetches the tracked branch
+// and the pull request heads (and the branches of the patterns, not
+// others); an unchanged remote costs no fetch (ErrUpToDate); a closed pull
+// request's ref goes; a commit's tree reads as the fleet.
+func TestMirrorFollowsTheRemote(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	remote := gittest.Init(t, dir)
+	a := gittest.Commit(t, remote, "a", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "a\n"}))
+	setRef(t, remote, "refs/heads/main", a)
+	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
+	setRef(t, remote, "refs/pull/7/head", b)
+	setRef(t, remote, "refs/heads/preview-x", b)
+	setRef(t, remote, "refs/heads/other", b)
+	setRef(t, remote, "refs/heads/main", a)
+
+	m := openMirror(t, dir, "preview-*")
+	refs, err := m.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"refs/heads/main": a.String(), "refs/pull/7/head": b.String(), "refs/heads/preview-x": b.String()}
+	if d := cmp.Diff(want, refs); d != "" {
+		t.Fatalf("refs (-want +got):\n%s", d)
+	}
+	if _, err := m.Sync(ctx); !errors.Is(err, source.ErrUpToDate) {
+		t.Fatalf("second sync: %v, want ErrUpToDate", err)
+	}
+	if !m.IsPullRequest("refs/pull/7/head") || !m.IsPullRequest("refs/heads/preview-x") || m.IsPullRequest("refs/heads/main") {
+		t.Error("IsPullRequest is wrong")
+	}
+	var body []byte
+	if err := m.Read(ctx, b.String(), func(fsys fs.FS) (err error) {
+		body, err = fs.ReadFile(fsys, "clusters/demo/cluster.yaml")
+		return err
+	}); err != nil || string(body) != "b\n" {
+		t.Fatalf("Read: %q, %v", body, err)
+	}
+
+	if err := remote.Storer.RemoveReference("refs/pull/7/head"); err != nil {
+		t.Fatal(err)
+	}
+	refs, err = m.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := refs["refs/pull/7/head"]; ok {
+		t.Error("a closed pull request's ref is still followed")
+	}
+}
+
+// TestMirrorNotes: a note is pushed under refs/notes/opke, where git
+// itself reads it; a second note keeps the first, and notes another
+// writer pushed meanwhile are kept too.
+func TestMirrorNotes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	remote := gittest.Init(t, dir)
+	a := gittest.Commit(t, remote, "a", gittest.Files(map[string]string{"x": "1"}))
+	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"x": "2"}))
+	setRef(t, remote, "refs/heads/main", b)
+	m1, m2 := openMirror(t, dir), openMirror(t, dir)
+	for _, m := range []*source.Mirror{m1, m2} {
+		if _, err := m.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m1.AddNote(ctx, a.String(), []byte(`{"state":"pending"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.AddNote(ctx, b.String(), []byte(`{"state":"success"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.AddNote(ctx, a.String(), []byte(`{"state":"failure"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for commit, want := range map[plumbing.Hash]string{a: `{"state":"failure"}`, b: `{"state":"success"}`} {
+		out, err := exec.Command("git", "-C", dir, "notes", "--ref=opke", "show", commit.String()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git notes show: %v: %s", err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("note of %s = %q, want %q", commit, got, want)
+		}
+	}
+	if got, err := m1.Note(b.String()); err != nil || string(got) != `{"state":"success"}` {
+		t.Errorf("Note = %q, %v", got, err)
+	}
+}
+
+// TestMirrorOverGitDaemon: the git:// transport, against git daemon.
+func TestMirrorOverGitDaemon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base := t.TempDir()
+	remote := gittest.Init(t, filepath.Join(base, "fleet"))
+	a := gittest.Commit(t, remote, "a", gittest.Files(map[string]string{"x": "1"}))
+	setRef(t, remote, "refs/heads/main", a)
+	port := freePort(t)
+	cmd := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
+		"--base-path="+base, "--listen=127.0.0.1", fmt.Sprintf("--port=%d", port), base)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := fmt.Sprintf("git://127.0.0.1:%d/fleet", port)
+	m := openMirror(t, url)
+	var refs map[string]string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if refs, err = m.Sync(ctx); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]string{"refs/heads/main": a.String()}, refs); d != "" {
+		t.Fatalf("refs %v", refs)
+	}
+	if m.LocalPath() != "" {
+		t.Error("a git:// remote is not local")
+	}
+}
+
+// TestWatchSeesACommit: a commit to a local repository is seen in well
+// under a second.
+func TestWatchSeesACommit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	repo := gittest.Init(t, dir)
+	gittest.Commit(t, repo, "a", gittest.Files(map[string]string{"x": "1"}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changed := make(chan struct{}, 10)
+	go func() { _ = source.Watch(ctx, dir, func() { changed <- struct{}{} }) }()
+	time.Sleep(100 * time.Millisecond) // the watches are in place
+	out, err := exec.Command("git", "-C", dir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--allow-empty", "-qm", "b").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change seen")
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
