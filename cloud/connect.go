@@ -55,7 +55,10 @@ type Clients struct {
 // Connect authenticates as the target cloud. The token is renewed when
 // Keystone refuses it (AllowReauth); [Pool] also renews it ahead of its
 // expiry.
-func Connect(ctx context.Context, t Target) (*Clients, error) {
+func Connect(ctx context.Context, t Target) (*Clients, error) { return connect(ctx, t, nil) }
+
+// connect is Connect; onRequest, if set, is told each request's service.
+func connect(ctx context.Context, t Target, onRequest func(service string)) (*Clients, error) {
 	opts := []clouds.ParseOption{clouds.WithCloudName(t.Cloud)}
 	if t.File != "" {
 		opts = append(opts, clouds.WithLocations(t.File))
@@ -71,7 +74,8 @@ func Connect(ctx context.Context, t Target) (*Clients, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = tlsConfig
 	budget := cmp.Or(t.Budget, DefaultBudget)
-	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst)}}
+	meter := &meter{on: onRequest}
+	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst), meter: meter}}
 	// Authenticating twice is harmless: a transient failure is tried again.
 	var pc *gophercloud.ProviderClient
 	for attempt, wait := 1, 200*time.Millisecond; ; attempt, wait = attempt+1, wait*2 {
@@ -105,6 +109,8 @@ func Connect(ctx context.Context, t Target) (*Clients, error) {
 		}
 	}
 	c.Compute.Microversion = ComputeMicroversion
+	meter.learn(map[string]*gophercloud.ServiceClient{"identity": c.Identity, "compute": c.Compute, "network": c.Network,
+		"image": c.Image, "load-balancer": c.LoadBalancer, "object-store": c.ObjectStore})
 	return c, nil
 }
 
@@ -151,6 +157,9 @@ type Pool struct {
 	Now func() time.Time
 	// Budget is each cloud's request budget (DefaultBudget when zero).
 	Budget Budget
+	// OnRequest, if set, is told the service (compute, network, ...) of
+	// every request sent, for metrics.
+	OnRequest func(service string)
 
 	mu    sync.Mutex
 	conns map[Target]*Clients
@@ -170,7 +179,7 @@ func (p *Pool) Clients(ctx context.Context, cloud, region string) (*Clients, err
 		}
 		return c, nil
 	}
-	c, err := Connect(ctx, t)
+	c, err := connect(ctx, t, p.OnRequest)
 	if err != nil {
 		return nil, err
 	}

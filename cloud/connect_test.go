@@ -4,8 +4,11 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/internal/cloudtest"
@@ -84,5 +87,47 @@ func TestBudgetLimitsRequests(t *testing.T) {
 	// (a lower bound: a slow machine cannot fail it).
 	if took := time.Since(start); took < 580*time.Millisecond {
 		t.Errorf("30 requests at 50/s took %v: the budget did not hold them back", took)
+	}
+}
+
+// TestPoolCountsRequestsByService: OnRequest is told each request's
+// service, as the simulator counted them.
+func TestPoolCountsRequestsByService(t *testing.T) {
+	t.Parallel()
+	sim, _, dir := cloudtest.Start(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	got := map[string]int{}
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), OnRequest: func(svc string) {
+		mu.Lock()
+		got[svc]++
+		mu.Unlock()
+	}}
+	sim.ResetCounters()
+	c, err := pool.Clients(ctx, "sim", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cloud.Observe(ctx, c, "nobody", nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for route, n := range sim.Counters() {
+		svc := strings.Split(strings.TrimPrefix(strings.SplitN(route, " ", 2)[1], "/"), "/")[0]
+		want[map[string]string{"identity": "identity", "compute": "compute", "network": "network", "image": "image",
+			"load-balancer": "load-balancer", "object-store": "object-store"}[svc]] += int(n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Version discovery (GET of Keystone's root) is not a counted route.
+	if got["identity"] < want["identity"] {
+		t.Errorf("%d identity requests, the simulator counted %d", got["identity"], want["identity"])
+	}
+	got["identity"], want["identity"] = 0, 0
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requests by service (-simulator +OnRequest):\n%s", diff)
+	}
+	if got["compute"] == 0 || got["network"] == 0 {
+		t.Errorf("requests by service: %v", got)
 	}
 }

@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,15 +35,55 @@ var Unlimited = Budget{Rate: math.Inf(1), Burst: 1}
 
 // budgetTransport waits for the bucket before each request.
 type budgetTransport struct {
-	base http.RoundTripper
-	lim  *rate.Limiter
+	base  http.RoundTripper
+	lim   *rate.Limiter
+	meter *meter
 }
 
 func (t budgetTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := t.lim.Wait(r.Context()); err != nil {
 		return nil, fmt.Errorf("request budget: %w", err)
 	}
+	t.meter.count(r.URL.String())
 	return t.base.RoundTrip(r)
+}
+
+// meter tells which service each request goes to, by the longest
+// endpoint its URL starts with; requests before the catalog is known
+// (authentication) are Keystone's.
+type meter struct {
+	on        func(service string)
+	mu        sync.Mutex
+	endpoints []endpoint
+}
+
+type endpoint struct{ prefix, service string }
+
+func (m *meter) learn(clients map[string]*gophercloud.ServiceClient) {
+	var eps []endpoint
+	for svc, c := range clients {
+		eps = append(eps, endpoint{prefix: c.Endpoint, service: svc})
+	}
+	slices.SortFunc(eps, func(a, b endpoint) int { return len(b.prefix) - len(a.prefix) })
+	m.mu.Lock()
+	m.endpoints = eps
+	m.mu.Unlock()
+}
+
+func (m *meter) count(u string) {
+	if m == nil || m.on == nil {
+		return
+	}
+	m.mu.Lock()
+	svc := "identity"
+	for _, e := range m.endpoints {
+		if strings.HasPrefix(u, e.prefix) {
+			svc = e.service
+			break
+		}
+	}
+	m.mu.Unlock()
+	m.on(svc)
 }
 
 // Retries of one request.
