@@ -431,7 +431,7 @@ func storeKubeconfig(ctx context.Context, w writer, pl *Planned) error {
 // longer in the fleet, its last applied spec's.
 func (a *Applier) clients(ctx context.Context, spec *schemas.Cluster, name string) (*cloud.Clients, error) {
 	if spec == nil {
-		specs, err := appliedSpecs(ctx, a.Planner.Store)
+		specs, err := AppliedSpecs(ctx, a.Planner.Store)
 		if err != nil {
 			return nil, err
 		}

@@ -59,8 +59,9 @@ type Ledger struct {
 	Resources map[string]diff.Resource
 }
 
-// appliedSpecs lists every cluster's last applied spec.
-func appliedSpecs(ctx context.Context, kv ledgerKV) (map[string]*AppliedSpec, error) {
+// AppliedSpecs lists every cluster's last applied spec, by name: the
+// clusters the store knows.
+func AppliedSpecs(ctx context.Context, kv ledgerKV) (map[string]*AppliedSpec, error) {
 	prefix := kv.Key("_applied") + "/"
 	raw, err := kv.List(ctx, prefix)
 	if err != nil {

@@ -117,7 +117,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	specs, err := appliedSpecs(ctx, p.Store)
+	specs, err := AppliedSpecs(ctx, p.Store)
 	if err != nil {
 		return nil, err
 	}

@@ -59,8 +59,10 @@ type Cluster struct {
 	Steps    []Step    `json:"steps,omitempty"`
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
-	// Drift counts the changes made outside OPKE that a resync found.
-	Drift int `json:"drift,omitempty"`
+	// Drift is the last drift check that found changes made outside OPKE
+	// since the commit was applied: its plan and its correction. The
+	// cluster's State and Summary are then the correction's.
+	Drift *Cluster `json:"drift,omitempty"`
 }
 
 // Step is one applied change's result.
@@ -97,7 +99,7 @@ func (n *Note) Overall() State {
 // for another file.
 func ClusterOf(file string) string {
 	parts := strings.Split(file, "/")
-	if i := slices.Index(parts, schemas.ClustersDir); i >= 0 && i+2 < len(parts) {
+	if i := slices.Index(parts, schemas.ClustersDir); i >= 0 && i+1 < len(parts) {
 		return parts[i+1]
 	}
 	return ""

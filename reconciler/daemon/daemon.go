@@ -1,0 +1,909 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+// Source is the fleet repository as the daemon reads it; [source.Mirror]
+// is the implementation.
+type Source interface {
+	Sync(ctx context.Context) (map[string]string, error)
+	Read(ctx context.Context, commit string, fn func(fs.FS) error) error
+	Verify(commit, keyring string) error
+	Branch() string
+	IsPullRequest(ref string) bool
+	LocalPath() string
+}
+
+// Defaults of Config.
+const (
+	DefaultInterval       = 60 * time.Second
+	DefaultResyncInterval = 10 * time.Minute
+)
+
+// Config is what a daemon runs with.
+type Config struct {
+	// ID names this daemon in the election (host name and pid).
+	ID      string
+	Source  Source
+	Store   *state.Store
+	Planner *reconciler.Planner
+	// Applier applies the tracked branch; its Planner is Planner.
+	Applier   *reconciler.Applier
+	Reporters []report.Reporter
+	// Interval is the poll period (DefaultInterval), with up to 10 %
+	// jitter; ResyncInterval the period of drift checks
+	// (DefaultResyncInterval).
+	Interval, ResyncInterval time.Duration
+	// LeaderTTL is how long the leadership outlives a daemon that died
+	// (state.DefaultLeaseTTL).
+	LeaderTTL time.Duration
+	// Keyring, if set (armored OpenPGP public keys), is the signature
+	// policy: only commits signed by one of its keys are applied.
+	Keyring string
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// Daemon is OPKE's GitOps loop: it follows the fleet repository, applies
+// the tracked branch cluster by cluster (a queue per cluster, so one slow
+// cluster does not hold the others), plans pull requests without
+// persisting anything, corrects drift every ResyncInterval, and reports
+// on every commit. Several daemons on one store elect one leader; only
+// the leader acts, and a new leader first resumes any journaled apply.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	trigger chan struct{}
+
+	mu      sync.Mutex
+	leader  *state.Leadership
+	queues  map[string]*queue
+	head    string                      // the tracked branch's last dispatched commit
+	fleet   map[string]*schemas.Cluster // its valid clusters
+	seen    map[string]string           // ref -> last dispatched commit
+	lastErr error                       // the last sync's error
+	synced  time.Time                   // the last sync that succeeded
+
+	pubMu sync.Mutex // one note published at a time
+	steps sync.Map   // cluster -> *stepLog, while it is applied
+	work  sync.WaitGroup
+	prs   chan prWork
+}
+
+// New returns a daemon; Run starts it.
+func New(cfg Config) *Daemon {
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultInterval)
+	cfg.ResyncInterval = cmp.Or(cfg.ResyncInterval, DefaultResyncInterval)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1)}
+	cfg.Applier.Progress = d.progress
+	return d
+}
+
+// Trigger asks for a sync now (a webhook, a watched file); it never
+// blocks.
+func (d *Daemon) Trigger() {
+	select {
+	case d.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Leading tells whether this daemon leads.
+func (d *Daemon) Leading() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.leader != nil
+}
+
+// Run campaigns for the leadership and, while it leads, runs the loop;
+// it returns when ctx ends.
+func (d *Daemon) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		d.log.Info("campaigning for the leadership", "id", d.cfg.ID)
+		l, err := d.cfg.Store.Elect(ctx, d.cfg.ID, d.cfg.LeaderTTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			d.log.Error("election", "err", err)
+			d.cfg.Metrics.errorAt("election")
+			sleep(ctx, time.Second)
+			continue
+		}
+		d.log.Info("leading: this daemon applies", "id", d.cfg.ID)
+		d.cfg.Metrics.leader.Set(1)
+		leadCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-l.Lost():
+				d.log.Warn("the leadership is lost: another daemon may lead now")
+			case <-leadCtx.Done():
+			}
+			cancel()
+		}()
+		d.mu.Lock()
+		d.leader = l
+		d.mu.Unlock()
+		d.lead(leadCtx)
+		cancel()
+		d.work.Wait()
+		d.mu.Lock()
+		d.leader, d.queues, d.seen, d.head = nil, nil, nil, ""
+		d.mu.Unlock()
+		d.cfg.Metrics.leader.Set(0)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = l.Resign(rctx)
+		rcancel()
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// lead runs the loop while this daemon leads.
+func (d *Daemon) lead(ctx context.Context) {
+	// An apply a dead leader left half done is finished first, with the
+	// plan and spec it journaled.
+	if sum, err := d.cfg.Applier.Resume(ctx); err != nil {
+		d.log.Error("resume the interrupted applies", "err", err)
+		d.cfg.Metrics.errorAt("apply")
+	} else if len(sum.Resumed) > 0 {
+		d.log.Info("resumed interrupted applies", "clusters", sum.Resumed, "done", sum.Counts[reconciler.StepDone])
+	}
+	seen, err := d.loadSeen(ctx)
+	if err != nil {
+		d.log.Error("read the refs already handled", "err", err)
+	}
+	d.mu.Lock()
+	d.seen, d.queues = seen, map[string]*queue{}
+	d.mu.Unlock()
+	d.prs = make(chan prWork, 64)
+	d.work.Add(1)
+	go func() {
+		defer d.work.Done()
+		d.pullRequests(ctx)
+	}()
+	if dir := d.cfg.Source.LocalPath(); dir != "" {
+		d.work.Add(1)
+		go func() {
+			defer d.work.Done()
+			if err := source.Watch(ctx, dir, d.Trigger); err != nil {
+				d.log.Warn("watching the local repository failed; polling only", "err", err)
+			}
+		}()
+	}
+	resync := time.NewTicker(d.cfg.ResyncInterval)
+	defer resync.Stop()
+	first := true
+	for {
+		d.poll(ctx, first)
+		first = false
+		poll := time.NewTimer(jitter(d.cfg.Interval))
+		select {
+		case <-ctx.Done():
+			poll.Stop()
+			return
+		case <-d.trigger:
+		case <-poll.C:
+		case <-resync.C:
+			d.resync(ctx)
+		}
+		poll.Stop()
+	}
+}
+
+// jitter spreads polls over up to 10 % more than the interval, so that
+// daemons started together do not poll together.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+// poll syncs the source and dispatches what moved. On the first poll of
+// a leadership the tracked branch is checked even when it did not move:
+// whatever happened while no daemon led is drift.
+func (d *Daemon) poll(ctx context.Context, first bool) {
+	refs, err := d.cfg.Source.Sync(ctx)
+	d.mu.Lock()
+	if errors.Is(err, source.ErrUpToDate) {
+		err = nil
+	}
+	d.lastErr = err
+	if err == nil {
+		d.synced = time.Now()
+	}
+	d.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Error("sync the fleet repository", "err", err)
+			d.cfg.Metrics.errorAt("fetch")
+		}
+		return
+	}
+	branch := d.cfg.Source.Branch()
+	d.mu.Lock()
+	seen := maps.Clone(d.seen)
+	d.mu.Unlock()
+	if head := refs[branch]; head != "" {
+		if head != seen[branch] {
+			d.commit(ctx, branch, head)
+		} else if first {
+			d.loadHead(ctx, head)
+			d.resync(ctx)
+		}
+	}
+	for _, ref := range slices.Sorted(maps.Keys(refs)) {
+		if d.cfg.Source.IsPullRequest(ref) && refs[ref] != seen[ref] {
+			select {
+			case d.prs <- prWork{ref: ref, commit: refs[ref]}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// fleetAt reads and validates the fleet at commit, with the transitions
+// from what is applied checked.
+func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]*reconciler.AppliedSpec) (*schemas.Fleet, error) {
+	var fleet *schemas.Fleet
+	err := d.cfg.Source.Read(ctx, commit, func(fsys fs.FS) error {
+		var err error
+		fleet, err = schemas.LoadFleet(fsys, "")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	base := &schemas.Fleet{}
+	for _, name := range slices.Sorted(maps.Keys(applied)) {
+		base.Files = append(base.Files, &schemas.File{Path: schemas.ClustersDir + "/" + name + "/" + schemas.SpecFile, Cluster: applied[name].Spec})
+	}
+	fleet.CheckTransitions(base)
+	return fleet, nil
+}
+
+// judged is a fleet sorted for a commit: the valid clusters, the invalid
+// ones (their findings), and whether the fleet as a whole is broken.
+type judged struct {
+	valid   map[string]*schemas.Cluster
+	invalid map[string]string // cluster -> its first error
+	broken  bool
+}
+
+func judge(fleet *schemas.Fleet) judged {
+	j := judged{valid: fleet.Clusters(), invalid: map[string]string{}}
+	for _, f := range fleet.Findings {
+		if f.Severity != schemas.SeverityError {
+			continue
+		}
+		name := report.ClusterOf(f.File)
+		if name == "" {
+			j.broken = true
+			continue
+		}
+		if _, dup := j.invalid[name]; !dup {
+			j.invalid[name] = f.String()
+		}
+		delete(j.valid, name)
+	}
+	return j
+}
+
+// commit dispatches a new commit of the tracked branch: a report for each
+// cluster, pending; the valid clusters (and those its removal concerns)
+// to their queues; an invalid cluster fails with its findings, and is
+// neither changed nor removed.
+func (d *Daemon) commit(ctx context.Context, ref, commit string) {
+	log := d.log.With("commit", commit)
+	n := &report.Note{Commit: commit, Ref: ref, Applied: true, Clusters: map[string]*report.Cluster{}}
+	defer d.markSeen(ctx, ref, commit)
+	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
+	if err != nil {
+		log.Error("read the applied specs", "err", err)
+		d.cfg.Metrics.errorAt("plan")
+		n.Message = "OPKE could not read its state store: " + err.Error()
+		d.publish(ctx, n)
+		return
+	}
+	fleet, err := d.fleetAt(ctx, commit, applied)
+	if err != nil {
+		log.Warn("the commit holds no readable fleet", "err", err)
+		n.Message = "no fleet at this commit: " + err.Error()
+		d.publish(ctx, n)
+		return
+	}
+	n.Findings = fleet.Findings
+	j := judge(fleet)
+	names := slices.Sorted(maps.Keys(j.valid))
+	for name := range applied {
+		if _, ok := j.valid[name]; !ok && !slices.Contains(names, name) {
+			if _, bad := j.invalid[name]; !bad {
+				names = append(names, name) // its file is gone: the deletion guard decides
+			}
+		}
+	}
+	slices.Sort(names)
+	for name, msg := range j.invalid {
+		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec, nothing applied: " + msg}
+	}
+	defer func() {
+		for name, c := range n.Clusters {
+			if c.State == report.Failure {
+				d.setStatus(ctx, name, func(s *ClusterStatus) {
+					s.Commit, s.Ref, s.State, s.Summary, s.Updated = commit, ref, c.State, c.Summary, time.Now()
+				})
+			}
+		}
+	}()
+	if d.cfg.Keyring != "" {
+		if err := d.cfg.Source.Verify(commit, d.cfg.Keyring); err != nil {
+			log.Warn("refused: the commit is not signed by a trusted key", "err", err)
+			n.Message = "not applied: the commit is not signed by a key of the keyring"
+			for _, name := range names {
+				n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: n.Message}
+			}
+			d.publish(ctx, n)
+			return
+		}
+	}
+	if j.broken {
+		log.Warn("refused: the fleet is invalid")
+		for _, name := range names {
+			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "not applied: the fleet is invalid (see the findings)"}
+		}
+		d.publish(ctx, n)
+		return
+	}
+	for _, name := range names {
+		n.Clusters[name] = &report.Cluster{State: report.Pending, Summary: "queued"}
+	}
+	d.mu.Lock()
+	d.head, d.fleet = commit, j.valid
+	d.mu.Unlock()
+	d.publish(ctx, n)
+	log.Info("new commit on the tracked branch", "clusters", len(names), "invalid", len(j.invalid))
+	for _, name := range names {
+		d.enqueue(ctx, name, &work{commit: commit, ref: ref, clusters: j.valid})
+	}
+}
+
+// loadHead sets the tracked branch's head and fleet without dispatching
+// it (it was, by an earlier leader).
+func (d *Daemon) loadHead(ctx context.Context, commit string) {
+	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
+	if err != nil {
+		d.log.Error("read the applied specs", "err", err)
+		return
+	}
+	fleet, err := d.fleetAt(ctx, commit, applied)
+	if err != nil {
+		d.log.Warn("the head holds no readable fleet", "err", err)
+		return
+	}
+	d.mu.Lock()
+	d.head, d.fleet = commit, judge(fleet).valid
+	d.mu.Unlock()
+}
+
+// resync queues a drift check of every cluster the head's fleet or the
+// store knows.
+func (d *Daemon) resync(ctx context.Context) {
+	d.mu.Lock()
+	head, fleet := d.head, d.fleet
+	d.mu.Unlock()
+	if head == "" {
+		return
+	}
+	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
+	if err != nil {
+		d.log.Error("read the applied specs", "err", err)
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(fleet)) {
+		if _, ok := applied[name]; ok {
+			d.enqueue(ctx, name, &work{commit: head, ref: d.cfg.Source.Branch(), clusters: fleet, resync: true})
+		}
+	}
+}
+
+// work is what a cluster's queue runs: the cluster at a commit, or a
+// drift check (resync).
+type work struct {
+	commit, ref string
+	clusters    map[string]*schemas.Cluster
+	resync      bool
+}
+
+// queue holds a cluster's next work: newer work replaces older queued
+// work (only the newest commit matters), and a drift check never
+// replaces a commit.
+type queue struct {
+	mu   sync.Mutex
+	next *work
+	wake chan struct{}
+}
+
+func (d *Daemon) enqueue(ctx context.Context, name string, w *work) {
+	d.mu.Lock()
+	q := d.queues[name]
+	if q == nil {
+		if d.queues == nil {
+			d.mu.Unlock()
+			return // not leading
+		}
+		q = &queue{wake: make(chan struct{}, 1)}
+		d.queues[name] = q
+		d.work.Add(1)
+		go func() {
+			defer d.work.Done()
+			d.worker(ctx, name, q)
+		}()
+	}
+	d.mu.Unlock()
+	q.mu.Lock()
+	if !(w.resync && q.next != nil && !q.next.resync) {
+		q.next = w
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Daemon) worker(ctx context.Context, name string, q *queue) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.wake:
+		}
+		q.mu.Lock()
+		w := q.next
+		q.next = nil
+		q.mu.Unlock()
+		if w != nil {
+			d.reconcile(ctx, name, w)
+		}
+	}
+}
+
+// stepLog gathers a cluster's steps as the applier reports them.
+type stepLog struct {
+	mu    sync.Mutex
+	steps []report.Step
+}
+
+func (d *Daemon) progress(s reconciler.Step) {
+	if s.State == reconciler.StepStarted {
+		return
+	}
+	v, ok := d.steps.Load(s.Change.Cluster)
+	if !ok {
+		return
+	}
+	l := v.(*stepLog)
+	st := report.Step{ID: s.Change.ID, Address: s.Change.Address, Action: s.Change.Action, State: string(s.State),
+		Seconds: s.Duration.Round(time.Millisecond).Seconds()}
+	if s.Err != nil {
+		st.Error = s.Err.Error()
+	}
+	l.mu.Lock()
+	l.steps = append(l.steps, st)
+	l.mu.Unlock()
+}
+
+// reconcile plans one cluster and applies the plan unless the cluster is
+// paused (or, for drift, does not want it corrected), then reports.
+func (d *Daemon) reconcile(ctx context.Context, name string, w *work) {
+	kind := "commit"
+	if w.resync {
+		kind = "resync"
+	}
+	log := d.log.With("cluster", name, "commit", w.commit, "kind", kind)
+	started := time.Now()
+	entry := &report.Cluster{State: report.Pending, Started: started}
+	req := reconciler.Request{Clusters: w.clusters, Only: name, Commit: w.commit, Resync: w.resync}
+	res, err := d.cfg.Planner.Plan(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // the leadership ended: the next leader plans again
+		}
+		log.Error("plan", "err", err)
+		d.cfg.Metrics.errorAt("plan")
+		d.cfg.Metrics.reconcile.WithLabelValues(kind, string(report.Error)).Observe(time.Since(started).Seconds())
+		entry.State, entry.Summary, entry.Finished = report.Error, "plan: "+err.Error(), time.Now()
+		d.update(ctx, w, name, entry)
+		return
+	}
+	plan := res.Plan
+	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
+		d.cfg.Metrics.changes.WithLabelValues(c.Action.String()).Inc()
+	}
+	entry.Plan = plan
+	spec := w.clusters[name]
+	warnings := warningsOf(plan)
+	switch {
+	case plan.Empty():
+		if w.resync {
+			d.setStatus(ctx, name, func(s *ClusterStatus) { s.LastResync = time.Now() })
+			return // nothing drifted: nothing to say
+		}
+		entry.State, entry.Summary = report.Success, cmp.Or(warnings, "no changes")
+	case spec != nil && spec.Spec.Paused:
+		entry.State, entry.Summary = report.Success, "paused: not applied: "+report.PlanSummary(plan)
+	case w.resync && spec != nil && !spec.Spec.DriftCorrectionEnabled():
+		d.cfg.Metrics.drift.WithLabelValues(name).Add(float64(drifted(plan)))
+		log.Warn("drift detected; not corrected (driftCorrection: false)", "changes", drifted(plan))
+		entry.State, entry.Summary = report.Failure, "drift not corrected (driftCorrection: false): "+report.PlanSummary(plan)
+	default:
+		if w.resync {
+			d.cfg.Metrics.drift.WithLabelValues(name).Add(float64(drifted(plan)))
+			log.Warn("drift detected; correcting it", "changes", drifted(plan))
+		}
+		entry.State, entry.Summary = report.Pending, "applying: "+report.PlanSummary(plan)
+		d.update(ctx, w, name, entry)
+		d.apply(ctx, log, name, w, req, plan, entry)
+		if entry.State == report.Pending {
+			return // interrupted: the next leader resumes the journal
+		}
+		if warnings != "" {
+			entry.Summary += "; " + warnings
+		}
+	}
+	entry.Finished = time.Now()
+	d.cfg.Metrics.reconcile.WithLabelValues(kind, string(entry.State)).Observe(time.Since(started).Seconds())
+	d.update(ctx, w, name, entry)
+}
+
+// drifted counts a drift check's changes: all of them are drift, whether
+// the ledger's (a file changed on a host) or the cloud's (a server gone).
+func drifted(p *diff.Plan) int { return len(p.Changes) + len(p.Drift) }
+
+func warningsOf(p *diff.Plan) string {
+	var ws []string
+	for _, w := range p.Warnings {
+		ws = append(ws, w.Message)
+	}
+	return strings.Join(ws, "; ")
+}
+
+// apply applies a cluster's plan, recording its steps in entry.
+func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *work, req reconciler.Request, plan *diff.Plan, entry *report.Cluster) {
+	steps := &stepLog{}
+	d.steps.Store(name, steps)
+	defer d.steps.Delete(name)
+	sum, err := d.cfg.Applier.Apply(ctx, req, plan)
+	steps.mu.Lock()
+	entry.Steps = slices.Clone(steps.steps)
+	steps.mu.Unlock()
+	took := time.Since(entry.Started).Round(100 * time.Millisecond)
+	verb := "applied"
+	if w.resync {
+		verb = "drift corrected"
+	}
+	switch {
+	case err == nil:
+		entry.State, entry.Summary = report.Success, fmt.Sprintf("%s in %s: %s", verb, took, report.PlanSummary(plan))
+		d.cfg.Metrics.appliedAt(name, w.commit, float64(time.Now().Unix()))
+		log.Info(verb, "steps", sum.Counts[reconciler.StepDone], "took", took)
+	case ctx.Err() != nil:
+		log.Warn("apply interrupted: the leadership ended", "err", err)
+	case errors.Is(err, reconciler.ErrFailed):
+		d.cfg.Metrics.errorAt("apply")
+		first := sum.Failed[0]
+		entry.State = report.Failure
+		entry.Summary = fmt.Sprintf("%d of %d steps failed: %s: %v", len(sum.Failed), len(plan.Changes)+len(plan.Drift), first.Change.Address, first.Err)
+		log.Error("apply failed", "failed", len(sum.Failed), "first", first.Change.Address, "err", first.Err)
+	default:
+		d.cfg.Metrics.errorAt("apply")
+		entry.State, entry.Summary = report.Error, "apply: "+err.Error()
+		log.Error("apply", "err", err)
+	}
+}
+
+// update sets a cluster's entry in its commit's note, and its status, and
+// publishes the note.
+func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report.Cluster) {
+	if w.resync && entry.State == report.Pending {
+		// A drift correction under way keeps the commit's result.
+		return
+	}
+	// Read, change and publish the note in one turn: the clusters'
+	// workers update the same note.
+	d.pubMu.Lock()
+	n, err := d.Note(ctx, w.commit)
+	if err != nil {
+		n = &report.Note{Commit: w.commit, Ref: w.ref, Applied: true, Clusters: map[string]*report.Cluster{}}
+	}
+	if w.resync {
+		// The commit's own entry stays; the drift check is added to it.
+		drift := entry
+		if entry = n.Clusters[name]; entry == nil {
+			entry = &report.Cluster{}
+		}
+		entry.Drift, entry.State, entry.Summary = drift, drift.State, drift.Summary
+	}
+	n.Clusters[name] = entry
+	d.publishLocked(ctx, n)
+	d.pubMu.Unlock()
+	d.setStatus(ctx, name, func(s *ClusterStatus) {
+		s.Commit, s.Ref, s.State, s.Summary, s.Updated = w.commit, w.ref, entry.State, entry.Summary, time.Now()
+		s.Paused = w.clusters[name] != nil && w.clusters[name].Spec.Paused
+		if w.resync {
+			s.LastResync = time.Now()
+			s.Drift = drifted(entry.Drift.Plan)
+		} else if entry.State == report.Success {
+			s.Drift = 0
+		}
+		if !w.resync && entry.State == report.Success && entry.Steps != nil {
+			s.Applied = w.commit
+		}
+	})
+}
+
+// publish stores the note and hands it to every reporter. A reporter's
+// failure is logged and counted: it does not stop the loop.
+func (d *Daemon) publish(ctx context.Context, n *report.Note) {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
+	d.publishLocked(ctx, n)
+}
+
+func (d *Daemon) publishLocked(ctx context.Context, n *report.Note) {
+	n.State = n.Overall()
+	if err := d.put(ctx, d.cfg.Store.Key("_reports", n.Commit), n); err != nil {
+		d.log.Error("store the note", "commit", n.Commit, "err", err)
+		d.cfg.Metrics.errorAt("report")
+		return
+	}
+	for _, r := range d.cfg.Reporters {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		if err := r.Report(rctx, n); err != nil {
+			d.log.Error("report", "commit", n.Commit, "err", err)
+			d.cfg.Metrics.errorAt("report")
+		}
+		cancel()
+	}
+}
+
+// put writes a JSON value if this daemon still leads.
+func (d *Daemon) put(ctx context.Context, key string, v any) error {
+	d.mu.Lock()
+	l := d.leader
+	d.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("put %s: not leading: %w", key, state.ErrLeaseLost)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return l.Put(context.WithoutCancel(ctx), key, data)
+}
+
+// Note reads a commit's note from the store.
+func (d *Daemon) Note(ctx context.Context, commit string) (*report.Note, error) {
+	return readNote(ctx, d.cfg.Store, commit)
+}
+
+func readNote(ctx context.Context, store *state.Store, commit string) (*report.Note, error) {
+	data, err := store.Get(ctx, store.Key("_reports", commit))
+	if err != nil {
+		return nil, err
+	}
+	var n report.Note
+	if err := json.Unmarshal(data, &n); err != nil {
+		return nil, fmt.Errorf("note of %s: %w", commit, err)
+	}
+	if n.Clusters == nil {
+		n.Clusters = map[string]*report.Cluster{}
+	}
+	return &n, nil
+}
+
+// ClusterStatus is a cluster as the status page and the API show it.
+type ClusterStatus struct {
+	Name    string       `json:"name"`
+	Commit  string       `json:"commit"`
+	Ref     string       `json:"ref"`
+	State   report.State `json:"state"`
+	Summary string       `json:"summary"`
+	// Applied is the last commit applied with changes.
+	Applied    string    `json:"applied,omitempty"`
+	Drift      int       `json:"drift"`
+	Paused     bool      `json:"paused,omitempty"`
+	Updated    time.Time `json:"updated,omitzero"`
+	LastResync time.Time `json:"lastResync,omitzero"`
+}
+
+func (d *Daemon) setStatus(ctx context.Context, name string, set func(*ClusterStatus)) {
+	key := d.cfg.Store.Key("_status", name)
+	s := ClusterStatus{Name: name}
+	if data, err := d.cfg.Store.Get(ctx, key); err == nil {
+		_ = json.Unmarshal(data, &s)
+	}
+	set(&s)
+	if err := d.put(ctx, key, s); err != nil && ctx.Err() == nil {
+		d.log.Error("store the cluster's status", "cluster", name, "err", err)
+	}
+}
+
+func (d *Daemon) loadSeen(ctx context.Context) (map[string]string, error) {
+	prefix := d.cfg.Store.Key("_daemon", "seen") + "/"
+	raw, err := d.cfg.Store.List(ctx, prefix)
+	out := map[string]string{}
+	for k, v := range raw {
+		out[strings.TrimPrefix(k, prefix)] = string(v)
+	}
+	return out, err
+}
+
+func (d *Daemon) markSeen(ctx context.Context, ref, commit string) {
+	d.mu.Lock()
+	if d.seen != nil {
+		d.seen[ref] = commit
+	}
+	d.mu.Unlock()
+	d.mu.Lock()
+	l := d.leader
+	d.mu.Unlock()
+	if l != nil {
+		if err := l.Put(context.WithoutCancel(ctx), d.cfg.Store.Key("_daemon", "seen", ref), []byte(commit)); err != nil {
+			d.log.Error("record the handled ref", "ref", ref, "err", err)
+		}
+	}
+}
+
+// prWork is a pull request's head to plan.
+type prWork struct{ ref, commit string }
+
+// pullRequests plans pull request heads one after another: never applied,
+// nothing persisted (the planner renders on the store's read-only view).
+func (d *Daemon) pullRequests(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case pr := <-d.prs:
+			d.mu.Lock()
+			done := d.seen[pr.ref] == pr.commit
+			d.mu.Unlock()
+			if !done {
+				d.pullRequest(ctx, pr.ref, pr.commit)
+			}
+		}
+	}
+}
+
+func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
+	log := d.log.With("ref", ref, "commit", commit)
+	started := time.Now()
+	n := &report.Note{Commit: commit, Ref: ref, Clusters: map[string]*report.Cluster{}}
+	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
+	if err != nil {
+		log.Error("read the applied specs", "err", err)
+		return
+	}
+	fleet, err := d.fleetAt(ctx, commit, applied)
+	if err != nil {
+		n.Message = "no fleet at this commit: " + err.Error()
+		d.publish(ctx, n)
+		d.markSeen(ctx, ref, commit)
+		return
+	}
+	n.Findings = fleet.Findings
+	j := judge(fleet)
+	for name, msg := range j.invalid {
+		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec: " + msg}
+	}
+	names := slices.Sorted(maps.Keys(j.valid))
+	for name := range applied {
+		if _, ok := j.valid[name]; !ok {
+			if _, bad := j.invalid[name]; !bad {
+				names = append(names, name)
+			}
+		}
+	}
+	if !j.broken {
+		for _, name := range names {
+			c := &report.Cluster{Started: time.Now()}
+			res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: j.valid, Only: name, Commit: commit})
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				c.State, c.Summary = report.Error, "plan: "+err.Error()
+				d.cfg.Metrics.errorAt("plan")
+			default:
+				c.State, c.Plan = report.Success, res.Plan
+				c.Summary = "plan: " + report.PlanSummary(res.Plan)
+				if w := warningsOf(res.Plan); w != "" {
+					c.Summary += "; " + w
+				}
+			}
+			c.Finished = time.Now()
+			n.Clusters[name] = c
+		}
+	}
+	d.publish(ctx, n)
+	d.cfg.Metrics.reconcile.WithLabelValues("pull_request", string(n.State)).Observe(time.Since(started).Seconds())
+	log.Info("planned a pull request", "state", n.State, "clusters", len(n.Clusters))
+	d.markSeen(ctx, ref, commit)
+}
+
+// Health is what /readyz and the status page say of the daemon.
+type Health struct {
+	Leader    bool      `json:"leader"`
+	Head      string    `json:"head,omitempty"`
+	LastSync  time.Time `json:"lastSync,omitzero"`
+	SyncError string    `json:"syncError,omitempty"`
+}
+
+// Health reports the daemon's state.
+func (d *Daemon) Health() Health {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := Health{Leader: d.leader != nil, Head: d.head, LastSync: d.synced}
+	if d.lastErr != nil {
+		h.SyncError = d.lastErr.Error()
+	}
+	return h
+}
+
+// Memo is where forge reporters remember what they posted: the store,
+// written only while this daemon leads.
+func (d *Daemon) Memo() report.Memo { return memo{d} }
+
+type memo struct{ d *Daemon }
+
+func (m memo) Get(ctx context.Context, key string) ([]byte, error) {
+	return m.d.cfg.Store.Get(ctx, m.d.cfg.Store.Key("_reported", key))
+}
+
+func (m memo) Put(ctx context.Context, key string, value []byte) error {
+	m.d.mu.Lock()
+	l := m.d.leader
+	m.d.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("remember %s: not leading: %w", key, state.ErrLeaseLost)
+	}
+	return l.Put(ctx, m.d.cfg.Store.Key("_reported", key), value)
+}
+
+// AddReporter adds a reporter (one that needs the daemon, such as a forge
+// remembering through [Daemon.Memo]); call it before Run.
+func (d *Daemon) AddReporter(r ...report.Reporter) { d.cfg.Reporters = append(d.cfg.Reporters, r...) }

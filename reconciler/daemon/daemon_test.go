@@ -1,0 +1,392 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/reconciler/daemon"
+	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/sshx"
+	"opke.dev/opke/state"
+)
+
+const (
+	secret = "hook-secret"
+	main   = "refs/heads/main"
+)
+
+// git runs the git command line in dir.
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=dev", "-c", "user.email=dev@example.com"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// fleetRepo makes a bare repository and a clone of it to commit in.
+func fleetRepo(t *testing.T) (bare, work string) {
+	t.Helper()
+	base := t.TempDir()
+	bare, work = filepath.Join(base, "fleet.git"), filepath.Join(base, "work")
+	if out, err := exec.Command("git", "init", "-q", "--bare", "-b", "main", bare).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := exec.Command("git", "clone", "-q", bare, work).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	git(t, work, "checkout", "-q", "-b", "main")
+	return bare, work
+}
+
+// commitSpec writes a cluster's spec and commits it; it returns the commit.
+func commitSpec(t *testing.T, work, name, spec, msg string) string {
+	t.Helper()
+	dir := filepath.Join(work, "clusters", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, work, "add", "-A")
+	git(t, work, "commit", "-qm", msg)
+	return git(t, work, "rev-parse", "HEAD")
+}
+
+func demoSpec(workers int) string {
+	return strings.Replace(`apiVersion: opke.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: demo
+spec:
+  cloud: sim
+  region: RegionOne
+  image: flatcar
+  kubernetes:
+    version: v1.35.1
+  network:
+    hostCIDR: 192.168.10.0/24
+    externalNetwork: public
+  controllers:
+    count: 1
+    flavor: m1.medium
+  workerPools:
+    - name: default
+      count: WORKERS
+      flavor: m1.small
+  gateway:
+    flavor: m1.small
+`, "WORKERS", string(rune('0'+workers)), 1)
+}
+
+// statuses records the commit statuses a GitHub-like forge receives.
+type statuses struct {
+	mu  sync.Mutex
+	got []map[string]string
+}
+
+func (s *statuses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body map[string]string
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	body["sha"] = r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+	s.mu.Lock()
+	s.got = append(s.got, body)
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusCreated)
+}
+
+func (s *statuses) of(sha, context string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, b := range s.got {
+		if b["sha"] == sha && b["context"] == context {
+			out = append(out, b["state"]+": "+b["description"])
+		}
+	}
+	return out
+}
+
+// env is a daemon on the simulator, a real store and a bare repository.
+type env struct {
+	sim     *cloudsim.Sim
+	clients *cloud.Clients
+	store   *state.Store
+	d       *daemon.Daemon
+	mirror  *source.Mirror
+	forge   *statuses
+	srv     *httptest.Server
+	bare    string
+	work    string
+}
+
+func newEnv(t *testing.T, resync time.Duration) *env {
+	t.Helper()
+	sim, clients, dir := cloudtest.Start(t)
+	store := statetest.Open(t)
+	bare, work := fleetRepo(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: "file://" + bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := daemon.NewMetrics()
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), Budget: cloud.Unlimited, OnRequest: metrics.APICall}
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts}
+	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work}
+	forgeSrv := httptest.NewServer(e.forge)
+	t.Cleanup(forgeSrv.Close)
+	e.d = daemon.New(daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
+		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second},
+		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics})
+	forge := &report.Forge{Kind: report.GitHub, API: forgeSrv.URL, Repo: "acme/fleet", Token: "t", ExternalURL: "http://opke.example", Memo: e.d.Memo()}
+	// Reporters are set after New: the forge's memo is the daemon's.
+	e.d.AddReporter(report.Notes{Git: mirror}, forge)
+	e.srv = httptest.NewServer(e.d.Handler(secret))
+	t.Cleanup(e.srv.Close)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = e.d.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+// push pushes the work clone's HEAD to ref of the bare repository and
+// calls the webhook, as a forge would.
+func (e *env) push(t *testing.T, ref string) {
+	t.Helper()
+	git(t, e.work, "push", "-q", "-f", "origin", "HEAD:"+ref)
+	body := []byte(`{"ref":"` + ref + `","after":"` + git(t, e.work, "rev-parse", "HEAD") + `"}`)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/git", bytes.NewReader(body))
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("webhook: %s", resp.Status)
+	}
+}
+
+// gitNote reads the note of commit as git itself shows it.
+func (e *env) gitNote(t *testing.T, commit string) *report.Note {
+	t.Helper()
+	out, err := exec.Command("git", "-C", e.bare, "notes", "--ref=opke", "show", commit).Output()
+	if err != nil {
+		return nil
+	}
+	var n report.Note
+	if err := json.Unmarshal(out, &n); err != nil {
+		t.Fatalf("note of %s: %v\n%s", commit, err, out)
+	}
+	return &n
+}
+
+// waitNote waits until the commit's note, pushed to the bare repository,
+// has a final state for ref (a commit on a pull request and then on main
+// has one note: main's replaces the pull request's).
+func (e *env) waitNote(t *testing.T, commit, ref string) *report.Note {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if n := e.gitNote(t, commit); n != nil && n.State != report.Pending && n.Ref == ref {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no final note on %s", commit)
+	return nil
+}
+
+// servers lists the names of the simulator's servers.
+func (e *env) servers(t *testing.T) []string {
+	t.Helper()
+	pages, err := servers.List(e.clients.Compute, nil).AllPages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := servers.ExtractServers(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range all {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (e *env) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(e.srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestDaemonEndToEnd: a new cluster committed on main is created (its
+// servers in the simulator, its hosts' files in place, a success note);
+// a pull request scaling it gets a plan note and status and changes
+// nothing; merged, it is applied; a server deleted by hand is recreated
+// within the resync interval; an invalid spec fails naming the file and
+// field, and changes nothing.
+func TestDaemonEndToEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 3*time.Second)
+	demo := []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-gateway-0"}
+
+	// 1. A new cluster on main.
+	c1 := commitSpec(t, e.work, "demo", demoSpec(2), "add demo")
+	e.push(t, "refs/heads/main")
+	n := e.waitNote(t, c1, main)
+	if n.State != report.Success || !n.Applied || n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Success {
+		t.Fatalf("note of the new cluster: %+v", n)
+	}
+	if len(n.Clusters["demo"].Steps) == 0 || n.Clusters["demo"].Plan == nil {
+		t.Errorf("the note has no steps or plan: %+v", n.Clusters["demo"])
+	}
+	if got := e.servers(t); !slices.Equal(got, demo) {
+		t.Fatalf("servers %v, want %v", got, demo)
+	}
+	root, err := e.sim.HostRoot("demo-default-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc", "kubernetes", "kubelet.env")); err != nil {
+		t.Errorf("the worker has no kubelet.env: %v", err)
+	}
+	if got := e.forge.of(c1, "opke/demo"); len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "success: applied") {
+		t.Errorf("statuses of %s: %v", c1, got)
+	}
+
+	// 2. A pull request scaling it: planned, not applied.
+	git(t, e.work, "checkout", "-q", "-b", "scale")
+	c2 := commitSpec(t, e.work, "demo", demoSpec(3), "scale demo to 3 workers")
+	e.push(t, "refs/pull/1/head")
+	n = e.waitNote(t, c2, "refs/pull/1/head")
+	pr := n.Clusters["demo"]
+	if n.State != report.Success || n.Applied || n.Ref != "refs/pull/1/head" || pr == nil || pr.Plan == nil {
+		t.Fatalf("note of the pull request: %+v", n)
+	}
+	planned := false
+	for _, c := range pr.Plan.Changes {
+		planned = planned || c.Address == "openstack/server/demo-default-2"
+	}
+	if !planned {
+		t.Errorf("the pull request's plan does not create demo-default-2: %s", pr.Summary)
+	}
+	if got := e.forge.of(c2, "opke/demo"); len(got) != 1 || !strings.HasPrefix(got[0], "success: plan: ") {
+		t.Errorf("statuses of the pull request: %v", got)
+	}
+	if got := e.servers(t); !slices.Equal(got, demo) {
+		t.Fatalf("the pull request changed the servers: %v", got)
+	}
+
+	// 3. Merged: applied.
+	git(t, e.work, "checkout", "-q", "main")
+	git(t, e.work, "merge", "-q", "--ff-only", "scale")
+	e.push(t, "refs/heads/main")
+	if n = e.waitNote(t, c2, main); !n.Applied || n.State != report.Success {
+		t.Fatalf("note of the merge: %+v", n)
+	}
+	demo = append(demo, "demo-default-2")
+	slices.Sort(demo)
+	if got := e.servers(t); !slices.Equal(got, demo) {
+		t.Fatalf("servers after the merge %v, want %v", got, demo)
+	}
+
+	// 4. Drift: a server deleted by hand comes back within the resync
+	// interval.
+	id := ""
+	pages, _ := servers.List(e.clients.Compute, servers.ListOpts{Name: "^demo-default-1$"}).AllPages(context.Background())
+	if all, _ := servers.ExtractServers(pages); len(all) == 1 {
+		id = all[0].ID
+	}
+	if err := servers.Delete(context.Background(), e.clients.Compute, id).ExtractErr(); err != nil {
+		t.Fatalf("delete demo-default-1 (%q): %v", id, err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, body := e.get(t, "/api/v1/clusters/demo")
+		var st daemon.ClusterStatus
+		_ = json.Unmarshal([]byte(body), &st)
+		if code == 200 && st.Drift > 0 && st.State == report.Success && slices.Equal(e.servers(t), demo) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drift not corrected: servers %v, status %s", e.servers(t), body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, body := e.get(t, "/metrics"); !strings.Contains(body, `opke_drift_detected_total{cluster="demo"}`) ||
+		!strings.Contains(body, `opke_openstack_api_calls_total{service="compute"}`) ||
+		!strings.Contains(body, `opke_last_applied_commit_timestamp_seconds{cluster="demo",commit="`+c2+`"}`) {
+		t.Errorf("metrics lack drift, API calls or the last applied commit:\n%s", body)
+	}
+
+	// 5. An invalid spec fails naming the file and field; nothing changes.
+	c3 := commitSpec(t, e.work, "demo", strings.Replace(demoSpec(3), "count: 1", "count: 2", 1), "two controllers")
+	e.push(t, "refs/heads/main")
+	n = e.waitNote(t, c3, main)
+	if n.State != report.Failure || n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Failure {
+		t.Fatalf("note of the invalid spec: %+v", n)
+	}
+	sum := n.Clusters["demo"].Summary
+	if !strings.Contains(sum, "clusters/demo/cluster.yaml") || !strings.Contains(sum, "spec.controllers.count") {
+		t.Errorf("the failure does not name the file and field: %q", sum)
+	}
+	if got := e.forge.of(c3, "opke/demo"); len(got) != 1 || !strings.HasPrefix(got[0], "failure: ") {
+		t.Errorf("statuses of the invalid spec: %v", got)
+	}
+	if got := e.servers(t); !slices.Equal(got, demo) {
+		t.Fatalf("an invalid spec changed the servers: %v", got)
+	}
+
+	// The status page and the API show the cluster and link its plan.
+	if code, body := e.get(t, "/"); code != 200 || !strings.Contains(body, "demo") || !strings.Contains(body, "/plans/"+c3+"/demo") {
+		t.Errorf("status page: %d\n%s", code, body)
+	}
+	if code, body := e.get(t, "/plans/"+c2+"/demo"); code != 200 || !strings.Contains(body, "openstack/server/demo-default-2") {
+		t.Errorf("plan page: %d\n%s", code, body)
+	}
+	if code, body := e.get(t, "/api/v1/plans/"+c2+"/demo"); code != 200 || !strings.Contains(body, `"address": "openstack/server/demo-default-2"`) {
+		t.Errorf("plan API: %d\n%s", code, body)
+	}
+}

@@ -1,0 +1,66 @@
+package daemon
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the daemon's Prometheus metrics, on a registry of their own.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	reconcile   *prometheus.HistogramVec
+	changes     *prometheus.CounterVec
+	drift       *prometheus.CounterVec
+	apiCalls    *prometheus.CounterVec
+	lastApplied *prometheus.GaugeVec
+	errors      *prometheus.CounterVec
+	leader      prometheus.Gauge
+	// applied remembers each cluster's commit label, to drop the old one.
+	mu      sync.Mutex
+	applied map[string]string
+}
+
+// NewMetrics registers the daemon's metrics and Go's and the process's.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		reconcile: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "opke_reconcile_duration_seconds", Help: "Time to plan and apply one cluster, by kind (commit, resync, pull_request) and result.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}, []string{"kind", "result"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opke_plan_changes_total", Help: "Changes in the plans made, by action."}, []string{"action"}),
+		drift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opke_drift_detected_total", Help: "Changes made outside OPKE that a resync found, by cluster."}, []string{"cluster"}),
+		apiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opke_openstack_api_calls_total", Help: "Requests sent to OpenStack, by service."}, []string{"service"}),
+		lastApplied: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "opke_last_applied_commit_timestamp_seconds", Help: "When a cluster's last commit was applied, with the commit as a label."}, []string{"cluster", "commit"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opke_errors_total", Help: "Errors, by stage (fetch, plan, apply, report)."}, []string{"stage"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opke_leader", Help: "1 while this daemon leads (applies), 0 on standby."}),
+		applied: map[string]string{},
+	}
+	m.Registry.MustRegister(m.reconcile, m.changes, m.drift, m.apiCalls, m.lastApplied, m.errors, m.leader,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// APICall counts a request to OpenStack: cloud.Pool's OnRequest.
+func (m *Metrics) APICall(service string) { m.apiCalls.WithLabelValues(service).Inc() }
+
+func (m *Metrics) errorAt(stage string) { m.errors.WithLabelValues(stage).Inc() }
+
+// appliedAt sets the cluster's last applied commit.
+func (m *Metrics) appliedAt(cluster, commit string, unix float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.applied[cluster]; ok && old != commit {
+		m.lastApplied.DeleteLabelValues(cluster, old)
+	}
+	m.applied[cluster] = commit
+	m.lastApplied.WithLabelValues(cluster, commit).Set(unix)
+}
