@@ -16,10 +16,10 @@ build:
 test:
 	$(GO) test -race -shuffle=on -timeout 15m ./...
 
-## run: validate the example fleet, then run the OpenStack simulator on 127.0.0.1:5050
+## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/
 run: build
 	./$(BIN) validate .
-	./$(BIN) sim --listen 127.0.0.1:5050 --state .opke/sim
+	./$(BIN) serve --data-dir .opke --sim 127.0.0.1:5050 --repo .opke/fleet --seed . --listen 127.0.0.1:8080 --resync-interval 2m
 
 ## sim-cli: drive the simulator with the real openstack CLI (python3-openstackclient)
 sim-cli:

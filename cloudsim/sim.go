@@ -114,7 +114,13 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 	s.hosts = map[string]*simHost{}
 	s.lbTurn = map[string]int{}
 	if opts.StateDir != "" {
-		s.hostsDir = filepath.Join(opts.StateDir, "hosts")
+		// The hosts' roots must not depend on the working folder: a
+		// relative one left the hosts unable to start (found by opke serve).
+		abs, err := filepath.Abs(filepath.Join(opts.StateDir, "hosts"))
+		if err != nil {
+			return nil, fmt.Errorf("hosts dir: %w", err)
+		}
+		s.hostsDir = abs
 		if err := os.MkdirAll(s.hostsDir, 0o711); err != nil {
 			return nil, fmt.Errorf("hosts dir: %w", err)
 		}

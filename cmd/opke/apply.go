@@ -15,13 +15,14 @@ import (
 
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
+	"opke.dev/opke/state"
 )
 
 func (a *app) applyCommand() *cobra.Command {
 	var st stateFlags
 	var cf cloudFlags
 	var repo, cluster, kubeletImage string
-	var autoApprove bool
+	var autoApprove, force bool
 	var parallel int
 	cmd := &cobra.Command{
 		Use:   "apply [--repo DIR] [--cluster NAME] [--auto-approve] [FILE]",
@@ -63,6 +64,11 @@ The exit code is 0 when every step is done, 1 otherwise.`,
 				return err
 			}
 			defer w.Close()
+			if id, err := w.store.Leader(ctx); err == nil && !force {
+				return fmt.Errorf("a daemon (%s) leads on this state and applies the fleet itself: commit to its repository instead, or stop it (--force applies anyway, racing it cluster by cluster under the same leases)", id)
+			} else if err != nil && !errors.Is(err, state.ErrNoLeader) {
+				return err
+			}
 			p := &progress{out: a.stdout}
 			applier := &reconciler.Applier{Planner: w.planner, Hosts: w.hosts, Logger: a.logger, Parallel: parallel,
 				Progress: p.step, Waiting: func(c string) {
@@ -131,6 +137,7 @@ The exit code is 0 when every step is done, 1 otherwise.`,
 	repoFlag(fl, &repo)
 	fl.StringVar(&cluster, "cluster", "", "apply this cluster only")
 	fl.BoolVar(&autoApprove, "auto-approve", false, "apply without asking")
+	fl.BoolVar(&force, "force", false, "apply even while an opke serve daemon leads on this state")
 	fl.IntVar(&parallel, "parallel", 8, "steps run at once, where the plan's dependencies allow")
 	kubeletImageFlag(fl, &kubeletImage)
 	return cmd

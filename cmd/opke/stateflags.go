@@ -68,7 +68,14 @@ func (f *stateFlags) open(ctx context.Context, a *app) (*state.Store, error) {
 	opts := state.Options{DataDir: f.dataDir, Endpoints: f.endpoints, Prefix: f.prefix, EncryptionKey: key, Logger: a.logger, TLS: tlsCfg}
 	s, err := state.Open(ctx, opts)
 	if errors.Is(err, state.ErrLocked) {
-		return nil, fmt.Errorf("%w (is another opke running on this data dir?)", err)
+		// A daemon holds the data dir: attach to its etcd.
+		ep, aerr := attach(f.dataDir)
+		if aerr != nil {
+			return nil, fmt.Errorf("%w (is another opke running on this data dir?)", err)
+		}
+		a.logger.Debug("attached to the daemon's etcd", "pid", ep.PID, "etcd", ep.Etcd)
+		opts.Endpoints = ep.Etcd
+		s, err = state.Open(ctx, opts)
 	}
 	return s, err
 }

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/spf13/cobra"
+
+	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/internal/atomicfile"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/reconciler/daemon"
+	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/schemas"
+)
+
+// endpointsFile is where a running daemon says where it answers, in its
+// data dir: CLI commands on the same data dir attach to its etcd.
+const endpointsFile = "endpoints.json"
+
+// endpoints is endpoints.json.
+type endpoints struct {
+	PID  int      `json:"pid"`
+	ID   string   `json:"id"`
+	Etcd []string `json:"etcd"`
+	API  string   `json:"api"`
+	// SimState is the in-process simulator's state dir (--sim), if any.
+	SimState string `json:"simState,omitempty"`
+}
+
+func (a *app) serveCommand() *cobra.Command {
+	cfg := newServeConfig()
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE] [--repo URL]",
+		Short: "Run the GitOps daemon",
+		Long: `Run OPKE's daemon: follow the fleet repository (--repo), apply each new commit
+of the tracked branch cluster by cluster, plan pull requests (refs/pull/*/head,
+refs/merge-requests/*/head and --pr-branches) without applying them, check for
+drift every --resync-interval and correct it, and report on every commit: a git
+note under refs/notes/opke pushed to the remote, and forge commit statuses.
+
+It polls every --interval; a local repository is also watched, and a forge's
+webhook (POST /hooks/git, signed with the --webhook-secret-file secret) makes
+it sync at once. Several daemons on one etcd elect a leader: only the leader
+applies; the others serve the status page and take over if it dies.
+
+The status page is at / on --listen, with the JSON API under /api/v1,
+/metrics, /healthz and /readyz. DATA_DIR/endpoints.json says where the daemon
+answers; opke commands run on the same data dir attach to its etcd.
+
+With --sim ADDR the OpenStack simulator runs in-process (state, clouds.yaml
+and sim.json in DATA_DIR/sim); with --seed DIR a missing local --repo is
+created from DIR's clusters/: make run does both.`,
+		Example: `  opke serve --sim 127.0.0.1:5050 --repo .opke/fleet --seed .
+  opke serve --config /etc/opke/config.yaml
+  opke serve --repo https://github.com/acme/fleet.git --cloud-config clouds.yaml --encryption-key-file key --etcd https://etcd:2379`,
+		Args: argsAtMost(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				file := newServeConfig()
+				if err := file.fromFile(configFile); err != nil {
+					return usageError{err}
+				}
+				cfg.merge(cmd.Flags(), file)
+			}
+			if err := cfg.Validate(); err != nil {
+				return usagef("invalid configuration:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+			}
+			return a.serve(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().StringVar(&configFile, "config", "", "YAML config file (flags given win over it)")
+	cfg.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
+	if cfg.Seed != "" {
+		created, err := seedRepo(cfg.Repo, cfg.Seed)
+		if err != nil {
+			return fmt.Errorf("--seed: %w", err)
+		}
+		if created {
+			a.logger.Info("created the fleet repository from the seed", "repo", cfg.Repo, "seed", cfg.Seed)
+		}
+	}
+	st, cf := cfg.stateFlags(), cfg.cloudFlags()
+	var sim *cloudsim.Sim
+	if cfg.Sim != "" {
+		var err error
+		if cf.simState, err = filepath.Abs(filepath.Join(cfg.DataDir, "sim")); err != nil {
+			return err
+		}
+		sim, err = cloudsim.Start(ctx, cloudsim.Options{Listen: cfg.Sim, StateDir: cf.simState,
+			Logger: a.logger.With("component", "sim")})
+		if err != nil {
+			return fmt.Errorf("start the simulator: %w", err)
+		}
+		defer sim.Close()
+	}
+	clouds, err := cf.resolve()
+	if err != nil {
+		return err
+	}
+	store, err := st.open(ctx, a)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	auth, err := cfg.gitAuth()
+	if err != nil {
+		return usageError{err}
+	}
+	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: repoURL(cfg.Repo), Dir: source.CacheDir(filepath.Join(cfg.DataDir, "git"), cfg.Repo),
+		Branch: cfg.Branch, Patterns: cfg.PullRequestBranches, Auth: auth, Logger: a.logger})
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s-%d", host, os.Getpid())
+	metrics := daemon.NewMetrics()
+	clouds.pool.OnRequest = metrics.APICall
+	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
+	defer hosts.Close()
+	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Logger: a.logger, KubeletImage: cfg.KubeletImage}
+	applier := &reconciler.Applier{Planner: planner, Hosts: hosts, Logger: a.logger, LeaseTTL: cfg.LeaderTTL}
+	var keyring string
+	if cfg.SignaturePolicy.KeyringFile != "" {
+		b, err := os.ReadFile(cfg.SignaturePolicy.KeyringFile)
+		if err != nil {
+			return usagef("keyring: %w", err)
+		}
+		keyring = string(b)
+	}
+	d := daemon.New(daemon.Config{ID: id, Source: mirror, Store: store, Planner: planner, Applier: applier,
+		Interval: cfg.Interval, ResyncInterval: cfg.ResyncInterval, LeaderTTL: cfg.LeaderTTL, Keyring: keyring,
+		Logger: a.logger, Metrics: metrics})
+	if cfg.Reporters.Notes == nil || *cfg.Reporters.Notes {
+		d.AddReporter(report.Notes{Git: mirror})
+	}
+	listener, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	api := "http://" + listener.Addr().String()
+	external := strings.TrimSuffix(cmp.Or(cfg.ExternalURL, api), "/")
+	for _, f := range cfg.Reporters.Forges {
+		tok, err := readSecret(f.TokenFile)
+		if err != nil {
+			return usagef("forge %s %s: %w", f.Kind, f.Repo, err)
+		}
+		d.AddReporter(&report.Forge{Kind: f.Kind, API: f.API, Repo: f.Repo, Token: tok, ExternalURL: external, Memo: d.Memo()})
+	}
+	var secret string
+	if cfg.WebhookSecretFile != "" {
+		if secret, err = readSecret(cfg.WebhookSecretFile); err != nil {
+			return usagef("webhook secret: %w", err)
+		}
+	}
+	srv := &http.Server{Handler: d.Handler(secret), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(listener) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	ep := endpoints{PID: os.Getpid(), ID: id, Etcd: store.Endpoints(), API: api}
+	if sim != nil {
+		ep.SimState = cf.simState
+	}
+	epPath := filepath.Join(cfg.DataDir, endpointsFile)
+	data, _ := json.MarshalIndent(ep, "", "  ")
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(epPath, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", epPath, err)
+	}
+	defer os.Remove(epPath)
+
+	fmt.Fprintf(a.stdout, "OPKE is serving %s (branch %s) as %s.\n", cfg.Repo, cfg.Branch, id)
+	fmt.Fprintf(a.stdout, "  Status page:  %s/\n  API:          %s/api/v1/clusters\n  Metrics:      %s/metrics\n", external, external, external)
+	if secret != "" {
+		fmt.Fprintf(a.stdout, "  Webhook:      POST %s/hooks/git\n", external)
+	}
+	if path := mirror.LocalPath(); path != "" {
+		fmt.Fprintf(a.stdout, "  Change the fleet: edit %s/clusters/<name>/cluster.yaml, then git -C %s commit -am 'scale' (applied at once)\n", path, path)
+		fmt.Fprintf(a.stdout, "  Audit trail:  git -C %s log --notes=opke\n", path)
+	}
+	if sim != nil {
+		fmt.Fprintf(a.stdout, "  Servers:      OS_CLIENT_CONFIG_FILE=%s OS_CLOUD=sim openstack server list\n", filepath.Join(cf.simState, "clouds.yaml"))
+	}
+	return d.Run(ctx)
+}
+
+// repoURL makes a local path absolute: the mirror's remote outlives the
+// working folder.
+func repoURL(repo string) string {
+	if strings.Contains(repo, "://") || strings.Contains(repo, "@") {
+		return repo
+	}
+	if abs, err := filepath.Abs(repo); err == nil {
+		return abs
+	}
+	return repo
+}
+
+// seedRepo creates the git repository at repo (a local path) with seed's
+// clusters/ committed on main, unless it exists; it tells whether it
+// made it.
+func seedRepo(repo, seed string) (bool, error) {
+	if strings.Contains(repo, "://") {
+		return false, fmt.Errorf("%s is not a local path", repo)
+	}
+	if _, err := os.Stat(repo); err == nil {
+		return false, nil
+	}
+	r, err := git.PlainInitWithOptions(repo, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.Main}})
+	if err != nil {
+		return false, err
+	}
+	wt, err := r.Worktree()
+	if err != nil {
+		return false, err
+	}
+	src := os.DirFS(seed)
+	err = fs.WalkDir(src, schemas.ClustersDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(src, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(repo, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			return err
+		}
+		_, err = wt.Add(p)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	sig := &object.Signature{Name: "OPKE", Email: "opke@localhost", When: time.Now()}
+	if _, err := wt.Commit("The example fleet, seeded by opke serve --seed", &git.CommitOptions{Author: sig}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// attach reads the endpoints of a daemon running on dataDir.
+func attach(dataDir string) (*endpoints, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, endpointsFile))
+	if err != nil {
+		return nil, err
+	}
+	var ep endpoints
+	if err := json.Unmarshal(b, &ep); err != nil || len(ep.Etcd) == 0 {
+		return nil, errors.New(endpointsFile + ": not a daemon's")
+	}
+	return &ep, nil
+}

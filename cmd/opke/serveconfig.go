@@ -1,0 +1,298 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"opke.dev/opke/reconciler/daemon"
+	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/state"
+)
+
+// serveConfig is opke serve's configuration: a YAML file (--config),
+// then the flags, which win. Secrets are named by file, never inline, so
+// the file can live in a ConfigMap.
+type serveConfig struct {
+	Repo   string `yaml:"repo"`
+	Branch string `yaml:"branch"`
+	// PullRequestBranches are branch name globs planned as pull requests
+	// are (refs/pull/*/head and refs/merge-requests/*/head always are).
+	PullRequestBranches []string      `yaml:"pullRequestBranches"`
+	Interval            time.Duration `yaml:"interval"`
+	ResyncInterval      time.Duration `yaml:"resyncInterval"`
+	LeaderTTL           time.Duration `yaml:"leaderTTL"`
+	DataDir             string        `yaml:"dataDir"`
+	Listen              string        `yaml:"listen"`
+	ExternalURL         string        `yaml:"externalURL"`
+	Sim                 string        `yaml:"sim"`
+	Seed                string        `yaml:"seed"`
+	Etcd                struct {
+		Endpoints []string `yaml:"endpoints"`
+		CA        string   `yaml:"ca"`
+		Cert      string   `yaml:"cert"`
+		Key       string   `yaml:"key"`
+		Prefix    string   `yaml:"prefix"`
+	} `yaml:"etcd"`
+	EncryptionKeyFile string `yaml:"encryptionKeyFile"`
+	CloudConfig       string `yaml:"cloudConfig"`
+	SimState          string `yaml:"simState"`
+	SocksProxy        string `yaml:"socksProxy"`
+	KubeletImage      string `yaml:"kubeletImage"`
+	Git               struct {
+		// Username and TokenFile authenticate over https.
+		Username  string `yaml:"username"`
+		TokenFile string `yaml:"tokenFile"`
+		// SSHKeyFile (a deploy key) and KnownHostsFile (required with it)
+		// authenticate over ssh.
+		SSHKeyFile     string `yaml:"sshKeyFile"`
+		KnownHostsFile string `yaml:"knownHostsFile"`
+	} `yaml:"git"`
+	WebhookSecretFile string `yaml:"webhookSecretFile"`
+	SignaturePolicy   struct {
+		// KeyringFile holds the armored OpenPGP public keys whose
+		// signatures are trusted; set, unsigned commits are not applied.
+		KeyringFile string `yaml:"keyringFile"`
+	} `yaml:"signaturePolicy"`
+	Reporters struct {
+		// Notes pushes a git note per commit (default true).
+		Notes  *bool         `yaml:"notes"`
+		Forges []forgeConfig `yaml:"forges"`
+	} `yaml:"reporters"`
+}
+
+type forgeConfig struct {
+	Kind      string `yaml:"kind"`
+	API       string `yaml:"api"`
+	Repo      string `yaml:"repo"`
+	TokenFile string `yaml:"tokenFile"`
+}
+
+// newServeConfig returns the defaults.
+func newServeConfig() *serveConfig {
+	return &serveConfig{Branch: "main", Interval: daemon.DefaultInterval, ResyncInterval: daemon.DefaultResyncInterval,
+		LeaderTTL: state.DefaultLeaseTTL, DataDir: ".opke", Listen: "127.0.0.1:8080"}
+}
+
+// fromFile reads a config file over the defaults; unknown fields are
+// errors.
+func (c *serveConfig) fromFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	return nil
+}
+
+// addFlags binds the flags to c; a flag given wins over the file.
+func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
+	fl.StringVar(&c.Repo, "repo", c.Repo, "the fleet repository: a path, file://, git://, https:// or ssh:// URL")
+	fl.StringVar(&c.Branch, "branch", c.Branch, "the tracked branch, applied")
+	fl.StringSliceVar(&c.PullRequestBranches, "pr-branches", nil, "branch globs planned (never applied) like pull requests")
+	fl.DurationVar(&c.Interval, "interval", c.Interval, "poll period (with up to 10% jitter)")
+	fl.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "period of the drift checks (cloud and hosts' files)")
+	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
+	fl.StringVar(&c.DataDir, "data-dir", c.DataDir, "data dir: the embedded etcd, the git cache, the encryption key, endpoints.json")
+	fl.StringVar(&c.Listen, "listen", c.Listen, "address of the status page, API, webhook and metrics")
+	fl.StringVar(&c.ExternalURL, "external-url", "", "the daemon's URL as people reach it (forge statuses link there; default http://LISTEN)")
+	fl.StringVar(&c.Sim, "sim", "", "run the OpenStack simulator in-process on this address (state in DATA_DIR/sim) and use it as the cloud")
+	fl.StringVar(&c.Seed, "seed", "", "create --repo (a local path) from this folder's clusters/ when it does not exist")
+	fl.StringSliceVar(&c.Etcd.Endpoints, "etcd", nil, "external etcd client URLs instead of the embedded etcd")
+	fl.StringVar(&c.Etcd.CA, "etcd-ca", "", "CA bundle of the external etcd")
+	fl.StringVar(&c.Etcd.Cert, "etcd-cert", "", "client certificate for the external etcd")
+	fl.StringVar(&c.Etcd.Key, "etcd-key", "", "client key for the external etcd")
+	fl.StringVar(&c.Etcd.Prefix, "etcd-prefix", "", "prefix of every key OPKE writes (default "+state.DefaultPrefix+")")
+	fl.StringVar(&c.EncryptionKeyFile, "encryption-key-file", "", "key that seals private keys in the store (default DATA_DIR/"+defaultKeyFile+")")
+	fl.StringVar(&c.CloudConfig, "cloud-config", "", "clouds.yaml")
+	fl.StringVar(&c.SimState, "sim-state", "", "a running simulator's state dir (opke sim --state)")
+	fl.StringVar(&c.SocksProxy, "socks-proxy", "", "SOCKS5 proxy to floating IPs (socks5://127.0.0.1:PORT)")
+	fl.StringVar(&c.KubeletImage, "kubelet-image", "", "kubelet image repository")
+	fl.StringVar(&c.WebhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (no secret: the webhook is off)")
+	fl.StringVar(&c.SignaturePolicy.KeyringFile, "keyring", "", "apply only commits signed by a key of this armored OpenPGP keyring")
+}
+
+// merge fills what the flags did not set from the file's config.
+func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
+	set := func(name string, apply func()) {
+		if !fl.Changed(name) {
+			apply()
+		}
+	}
+	set("repo", func() { c.Repo = file.Repo })
+	set("branch", func() { c.Branch = file.Branch })
+	set("pr-branches", func() { c.PullRequestBranches = file.PullRequestBranches })
+	set("interval", func() { c.Interval = file.Interval })
+	set("resync-interval", func() { c.ResyncInterval = file.ResyncInterval })
+	set("leader-ttl", func() { c.LeaderTTL = file.LeaderTTL })
+	set("data-dir", func() { c.DataDir = file.DataDir })
+	set("listen", func() { c.Listen = file.Listen })
+	set("external-url", func() { c.ExternalURL = file.ExternalURL })
+	set("sim", func() { c.Sim = file.Sim })
+	set("seed", func() { c.Seed = file.Seed })
+	set("etcd", func() { c.Etcd.Endpoints = file.Etcd.Endpoints })
+	set("etcd-ca", func() { c.Etcd.CA = file.Etcd.CA })
+	set("etcd-cert", func() { c.Etcd.Cert = file.Etcd.Cert })
+	set("etcd-key", func() { c.Etcd.Key = file.Etcd.Key })
+	set("etcd-prefix", func() { c.Etcd.Prefix = file.Etcd.Prefix })
+	set("encryption-key-file", func() { c.EncryptionKeyFile = file.EncryptionKeyFile })
+	set("cloud-config", func() { c.CloudConfig = file.CloudConfig })
+	set("sim-state", func() { c.SimState = file.SimState })
+	set("socks-proxy", func() { c.SocksProxy = file.SocksProxy })
+	set("kubelet-image", func() { c.KubeletImage = file.KubeletImage })
+	set("webhook-secret-file", func() { c.WebhookSecretFile = file.WebhookSecretFile })
+	set("keyring", func() { c.SignaturePolicy.KeyringFile = file.SignaturePolicy.KeyringFile })
+	c.Git, c.Reporters = file.Git, file.Reporters
+}
+
+// Validate reports every problem of the config at once.
+func (c *serveConfig) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Repo == "" {
+		bad("repo: required (--repo or repo: in --config)")
+	} else if _, err := transport.NewEndpoint(c.Repo); err != nil {
+		bad("repo %q: %v", c.Repo, err)
+	}
+	if c.Branch == "" || strings.ContainsAny(c.Branch, " ~^:?*[\\") {
+		bad("branch %q: not a branch name", c.Branch)
+	}
+	if c.Interval < time.Second {
+		bad("interval %s: at least 1s", c.Interval)
+	}
+	if c.ResyncInterval < time.Second {
+		bad("resyncInterval %s: at least 1s", c.ResyncInterval)
+	}
+	if c.LeaderTTL < time.Second {
+		bad("leaderTTL %s: at least 1s", c.LeaderTTL)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen %q: want HOST:PORT", c.Listen)
+	}
+	if c.ExternalURL != "" {
+		if u, err := url.Parse(c.ExternalURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("externalURL %q: want an http(s) URL", c.ExternalURL)
+		}
+	}
+	clouds := 0
+	for _, v := range []string{c.Sim, c.SimState, c.CloudConfig} {
+		if v != "" {
+			clouds++
+		}
+	}
+	if clouds > 1 {
+		bad("sim, simState and cloudConfig exclude each other")
+	}
+	if c.Sim != "" && !strings.HasPrefix(c.Sim, "127.0.0.1:") {
+		bad("sim %q: the simulator listens on 127.0.0.1 only", c.Sim)
+	}
+	if c.Sim == "" && c.SimState == "" && c.EncryptionKeyFile == "" {
+		bad("encryptionKeyFile: required unless the cloud is the simulator")
+	}
+	for _, f := range []struct{ name, path string }{
+		{"git.tokenFile", c.Git.TokenFile}, {"git.sshKeyFile", c.Git.SSHKeyFile}, {"git.knownHostsFile", c.Git.KnownHostsFile},
+		{"webhookSecretFile", c.WebhookSecretFile}, {"signaturePolicy.keyringFile", c.SignaturePolicy.KeyringFile},
+		{"encryptionKeyFile", c.EncryptionKeyFile}, {"cloudConfig", c.CloudConfig},
+	} {
+		if f.path != "" {
+			if _, err := os.Stat(f.path); err != nil {
+				bad("%s: %v", f.name, err)
+			}
+		}
+	}
+	if c.Git.SSHKeyFile != "" && c.Git.KnownHostsFile == "" {
+		bad("git.knownHostsFile: required with git.sshKeyFile (host keys are always verified)")
+	}
+	if c.Seed != "" {
+		if st, err := os.Stat(filepath.Join(c.Seed, "clusters")); err != nil || !st.IsDir() {
+			bad("seed %q: no clusters/ folder", c.Seed)
+		}
+	}
+	for i, f := range c.Reporters.Forges {
+		if !slices.Contains(report.Kinds, f.Kind) {
+			bad("reporters.forges[%d].kind %q: want one of %s", i, f.Kind, strings.Join(report.Kinds, ", "))
+		}
+		if u, err := url.Parse(f.API); err != nil || u.Host == "" {
+			bad("reporters.forges[%d].api %q: want the API's base URL", i, f.API)
+		}
+		if f.Repo == "" {
+			bad("reporters.forges[%d].repo: required", i)
+		}
+		if _, err := os.Stat(f.TokenFile); f.TokenFile == "" || err != nil {
+			bad("reporters.forges[%d].tokenFile: required and readable", i)
+		}
+	}
+	if len(c.Reporters.Forges) > 0 && c.ExternalURL == "" {
+		bad("externalURL: required with forge reporters (their statuses link to it)")
+	}
+	return errors.Join(errs...)
+}
+
+// readSecret reads a secret file, trimmed.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
+}
+
+// gitAuth is the remote's authentication the config describes.
+func (c *serveConfig) gitAuth() (transport.AuthMethod, error) {
+	switch {
+	case c.Git.SSHKeyFile != "":
+		keys, err := gitssh.NewPublicKeysFromFile("git", c.Git.SSHKeyFile, "")
+		if err != nil {
+			return nil, fmt.Errorf("git.sshKeyFile: %w", err)
+		}
+		cb, err := gitssh.NewKnownHostsCallback(c.Git.KnownHostsFile)
+		if err != nil {
+			return nil, fmt.Errorf("git.knownHostsFile: %w", err)
+		}
+		keys.HostKeyCallback = cb
+		return keys, nil
+	case c.Git.TokenFile != "":
+		tok, err := readSecret(c.Git.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("git.tokenFile: %w", err)
+		}
+		user := c.Git.Username
+		if user == "" {
+			user = "x-access-token"
+		}
+		return &githttp.BasicAuth{Username: user, Password: tok}, nil
+	}
+	return nil, nil
+}
+
+// stateFlags and cloudFlags as the shared helpers take them.
+func (c *serveConfig) stateFlags() *stateFlags {
+	return &stateFlags{dataDir: c.DataDir, endpoints: c.Etcd.Endpoints, etcdCA: c.Etcd.CA, etcdCert: c.Etcd.Cert, etcdKey: c.Etcd.Key,
+		prefix: cmp.Or(c.Etcd.Prefix, state.DefaultPrefix), encryptionKey: c.EncryptionKeyFile}
+}
+
+func (c *serveConfig) cloudFlags() *cloudFlags {
+	return &cloudFlags{cloudConfig: c.CloudConfig, simState: c.SimState, socksProxy: c.SocksProxy}
+}
