@@ -257,7 +257,10 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 	seen := maps.Clone(d.seen)
 	d.mu.Unlock()
 	if head := refs[branch]; head != "" {
-		if head != seen[branch] {
+		if head != seen[branch] || first && d.unfinished(ctx, head) {
+			// New, or left unfinished by a leader that died: its
+			// journaled applies were resumed above; planning it again
+			// finishes it and reports.
 			d.commit(ctx, branch, head)
 		} else if first {
 			d.loadHead(ctx, head)
@@ -387,7 +390,12 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		d.publish(ctx, n)
 		return
 	}
+	before, _ := d.Note(ctx, commit)
 	for _, name := range names {
+		if c := before.Pending(name, ref); c != nil {
+			n.Clusters[name] = c // a dead leader's apply, resumed
+			continue
+		}
 		n.Clusters[name] = &report.Cluster{State: report.Pending, Summary: "queued"}
 	}
 	d.mu.Lock()
@@ -557,6 +565,8 @@ func (d *Daemon) reconcile(ctx context.Context, name string, w *work) {
 	spec := w.clusters[name]
 	warnings := warningsOf(plan)
 	switch {
+	case plan.Empty() && !w.resync && d.resumed(ctx, w, name, entry):
+		// The plan a dead leader journaled was finished by Resume.
 	case plan.Empty():
 		if w.resync {
 			d.setStatus(ctx, name, func(s *ClusterStatus) { s.LastResync = time.Now() })
@@ -587,6 +597,37 @@ func (d *Daemon) reconcile(ctx context.Context, name string, w *work) {
 	entry.Finished = time.Now()
 	d.cfg.Metrics.reconcile.WithLabelValues(kind, string(entry.State)).Observe(time.Since(started).Seconds())
 	d.update(ctx, w, name, entry)
+}
+
+// unfinished tells whether commit's note has a cluster still pending: its
+// leader died before it was done.
+func (d *Daemon) unfinished(ctx context.Context, commit string) bool {
+	n, err := d.Note(ctx, commit)
+	if err != nil {
+		return false
+	}
+	for _, c := range n.Clusters {
+		if c.State == report.Pending {
+			return true
+		}
+	}
+	return false
+}
+
+// resumed fills entry from the cluster's pending entry in the note, when
+// a dead leader had started applying its plan (which Resume finished).
+func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *report.Cluster) bool {
+	n, err := d.Note(ctx, w.commit)
+	if err != nil {
+		return false
+	}
+	old := n.Pending(name, w.ref)
+	if old == nil || old.Plan == nil {
+		return false
+	}
+	entry.Plan, entry.Steps, entry.Started = old.Plan, old.Steps, old.Started
+	entry.State, entry.Summary = report.Success, "applied (finished by "+d.cfg.ID+" after the leader died): "+report.PlanSummary(old.Plan)
+	return true
 }
 
 // drifted counts a drift check's changes: all of them are drift, whether

@@ -95,6 +95,18 @@ func (n *Note) Overall() State {
 	return st
 }
 
+// Pending returns the cluster's entry if the note is ref's and the
+// cluster's work on it was under way; nil otherwise (and for a nil note).
+func (n *Note) Pending(cluster, ref string) *Cluster {
+	if n == nil || n.Ref != ref {
+		return nil
+	}
+	if c := n.Clusters[cluster]; c != nil && c.State == Pending && c.Plan != nil {
+		return c
+	}
+	return nil
+}
+
 // ClusterOf names the cluster of a spec file (clusters/<name>/...), ""
 // for another file.
 func ClusterOf(file string) string {

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/reconciler/report"
+)
+
+// TestMain lets the test binary be opke itself (OPKE_TEST_MAIN=1), so the
+// daemon tests run real processes they can kill -9.
+func TestMain(m *testing.M) {
+	if os.Getenv("OPKE_TEST_MAIN") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemonProc starts opke serve as a process of its own.
+func daemonProc(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), "OPKE_TEST_MAIN=1")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("opke serve (pid %d):\n%s", cmd.Process.Pid, out)
+		}
+	})
+	return cmd, out
+}
+
+func gitCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=dev", "-c", "user.email=dev@example.com"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestTwoDaemonsTheStandbyFinishesThePlan: two opke serve processes on one
+// etcd; the first leads and starts creating a cluster; it is killed (-9)
+// mid-apply; the second takes the leadership, resumes the journaled plan
+// and finishes it: the commit gets its success note, and every server
+// exists once.
+func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	simDir := t.TempDir()
+	sim, err := cloudsim.Start(ctx, cloudsim.Options{StateDir: simDir, BootDelay: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	store := statetest.Open(t)
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, statetest.Key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	bare, work := filepath.Join(base, "fleet.git"), filepath.Join(base, "work")
+	for _, args := range [][]string{{"init", "-q", "--bare", "-b", "main", bare}, {"clone", "-q", bare, work}} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	spec, err := os.ReadFile(filepath.Join("..", "..", "clusters", "demo", "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(work, "clusters", "demo"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "clusters", "demo", "cluster.yaml"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitCmd(t, work, "checkout", "-q", "-b", "main")
+	gitCmd(t, work, "add", "-A")
+	gitCmd(t, work, "commit", "-qm", "add demo")
+	commit := gitCmd(t, work, "rev-parse", "HEAD")
+	gitCmd(t, work, "push", "-q", "origin", "main")
+
+	args := func(name string) []string {
+		return []string{"--repo", "file://" + bare, "--etcd", strings.Join(store.Endpoints(), ","), "--sim-state", simDir,
+			"--encryption-key-file", keyFile, "--data-dir", filepath.Join(base, name), "--listen", "127.0.0.1:0",
+			"--leader-ttl", "2s", "--interval", "1s", "--log-format", "json"}
+	}
+	first, _ := daemonProc(t, args("a")...)
+	waitFor(t, "the first daemon to lead", func() bool {
+		id, err := store.Leader(ctx)
+		return err == nil && strings.HasSuffix(id, fmt.Sprintf("-%d", first.Process.Pid))
+	})
+	second, secondOut := daemonProc(t, args("b")...)
+	// Kill the leader once a few steps are journaled, before the end.
+	waitFor(t, "the first daemon to journal steps", func() bool {
+		entries, err := store.List(ctx, store.Key("_journal", "demo")+"/")
+		return err == nil && len(entries) >= 6
+	})
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	if _, err := store.Get(ctx, store.Key("_open", "demo")); err != nil {
+		t.Fatalf("the killed leader left no open journal (it finished first?): %v", err)
+	}
+
+	var note report.Note
+	waitFor(t, "the commit's success note", func() bool {
+		out, err := exec.Command("git", "-C", bare, "notes", "--ref=opke", "show", commit).Output()
+		return err == nil && json.Unmarshal(out, &note) == nil && note.State == report.Success
+	})
+	if id, err := store.Leader(ctx); err != nil || !strings.HasSuffix(id, fmt.Sprintf("-%d", second.Process.Pid)) {
+		t.Errorf("leader %q (%v), want the second daemon", id, err)
+	}
+	if c := note.Clusters["demo"]; c == nil || !strings.Contains(c.Summary, "after the leader died") || c.Plan == nil {
+		t.Errorf("the note does not say the standby finished the leader's plan: %+v", c)
+	}
+	if !strings.Contains(secondOut.String(), "resuming an interrupted apply") {
+		t.Error("the second daemon did not resume the journaled plan")
+	}
+	clients, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(simDir, "clouds.yaml"), Cloud: "sim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := servers.List(clients.Compute, nil).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := servers.ExtractServers(pages)
+	var names []string
+	for _, s := range all {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	want := []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-gateway-0"}
+	if !slices.Equal(names, want) {
+		t.Errorf("servers %v, want each of %v once", names, want)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
