@@ -1,0 +1,121 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// decodeStrict reads a manifest into v, refusing unknown fields.
+func decodeStrict(t *testing.T, name string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// TestDeployManifests: the Kubernetes manifests decode strictly with the
+// API's types; the Deployment runs two replicas that must share an
+// external etcd (the config names one), its probes hit the daemon's
+// endpoints, the Service reaches its port, and the ConfigMap's config is
+// one opke serve accepts.
+func TestDeployManifests(t *testing.T) {
+	var dep appsv1.Deployment
+	var svc corev1.Service
+	var cm corev1.ConfigMap
+	decodeStrict(t, "deployment.yaml", &dep)
+	decodeStrict(t, "service.yaml", &svc)
+	decodeStrict(t, "configmap.yaml", &cm)
+	if dep.Kind != "Deployment" || svc.Kind != "Service" || cm.Kind != "ConfigMap" {
+		t.Fatalf("kinds %q %q %q", dep.Kind, svc.Kind, cm.Kind)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", dep.Spec.Replicas)
+	}
+	for k, v := range dep.Spec.Selector.MatchLabels {
+		if dep.Spec.Template.Labels[k] != v || svc.Spec.Selector[k] != v {
+			t.Errorf("label %s=%s: the pod template or the Service does not carry it", k, v)
+		}
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || svc.Spec.Ports[0].TargetPort.StrVal != "http" {
+		t.Errorf("the Service does not reach the container's port: %+v %+v", c.Ports, svc.Spec.Ports)
+	}
+	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("probes %s %s", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	if !strings.Contains(strings.Join(c.Args, " "), "serve --config /etc/opke/config.yaml") {
+		t.Errorf("args %v", c.Args)
+	}
+
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newServeConfig()
+	if err := cfg.fromFile(path); err != nil {
+		t.Fatalf("the ConfigMap's config: %v", err)
+	}
+	if len(cfg.Etcd.Endpoints) == 0 {
+		t.Error("two replicas need an external etcd: the config names none")
+	}
+	if _, port, _ := net.SplitHostPort(cfg.Listen); port != "8080" || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("listen %s, container port %d", cfg.Listen, c.Ports[0].ContainerPort)
+	}
+	if len(cfg.Reporters.Forges) == 0 || cfg.ExternalURL == "" {
+		t.Error("the example config has no forge or external URL")
+	}
+
+	unit, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "opke.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "ExecStart=/usr/local/bin/opke serve --config /etc/opke/config.yaml") {
+		t.Error("the systemd unit does not run opke serve with its config")
+	}
+	docker, err := os.ReadFile(filepath.Join("..", "..", "deploy", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(docker), "install -y --no-install-recommends git") {
+		t.Error("the image has no git (file:// repositories need it)")
+	}
+}
+
+// TestServeConfigErrors: a bad config is refused with every problem at
+// once, before anything starts.
+func TestServeConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte("repo: /nowhere\ninterval: 10ms\nlisten: nope\nreporters:\n  forges:\n    - kind: bitbucket\n      api: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := opke(t, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"))
+	if code != exitUsage {
+		t.Fatalf("exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+	for _, want := range []string{"interval 10ms: at least 1s", `listen "nope"`, `kind "bitbucket"`, "encryptionKeyFile: required"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
+		t.Error("a refused config created the data dir")
+	}
+	if err := os.WriteFile(cfgPath, []byte("repo: x\nrepoo: y\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := opke(t, "serve", "--config", cfgPath); code != exitUsage || !strings.Contains(stderr, "field repoo not found") {
+		t.Errorf("an unknown field: exit %d\n%s", code, stderr)
+	}
+}
