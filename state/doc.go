@@ -12,6 +12,11 @@
 //	/opke/_open/<cluster>                   the plan an apply of the cluster is running
 //	/opke/_journal/<cluster>/<plan>/plan    that plan (JSON) and how it ended
 //	/opke/_journal/<cluster>/<plan>/<step>  the apply journal: each step before and after it ran
+//	/opke/_locks/_daemon/<lease>            the daemons' election (Store.Elect)
+//	/opke/_reports/<commit>                 the daemon's note on a commit (JSON)
+//	/opke/_status/<cluster>                 the daemon's view of a cluster (status page, API)
+//	/opke/_daemon/seen/<ref>                the last commit the daemon handled of a ref
+//	/opke/_reported/<forge>/<commit>/<ctx>  the commit statuses posted (deduplication)
 //	/opke/<cluster>/pki/<name>.crt          certificates, PEM
 //	/opke/<cluster>/pki/<name>.key          private keys, PEM, sealed
 //	/opke/<cluster>/ssh/id_ed25519          OPKE's SSH private key, sealed
@@ -32,6 +37,9 @@
 // [Store.Acquire] takes a cluster's lease; every write through the
 // [Lease] is a transaction that checks it is still held (fencing), so an
 // applier that lost its lease writes nothing.
+//
+// [Store.Elect] makes one of several daemons the leader; its writes
+// ([Leadership.Put]) are fenced like a lease's. [Store.Leader] names it.
 //
 // [Store.ReadOnly] returns an overlay that reads through to the store and
 // keeps every write in memory: a pull-request plan renders with it and
