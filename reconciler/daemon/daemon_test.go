@@ -19,6 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/cloud"
@@ -146,7 +150,7 @@ type env struct {
 	work    string
 }
 
-func newEnv(t *testing.T, resync time.Duration) *env {
+func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	t.Helper()
 	sim, clients, dir := cloudtest.Start(t)
 	store := statetest.Open(t)
@@ -166,7 +170,7 @@ func newEnv(t *testing.T, resync time.Duration) *env {
 	t.Cleanup(forgeSrv.Close)
 	e.d = daemon.New(daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
 		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second},
-		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics})
+		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring})
 	forge := &report.Forge{Kind: report.GitHub, API: forgeSrv.URL, Repo: "acme/fleet", Token: "t", ExternalURL: "http://opke.example", Memo: e.d.Memo()}
 	// Reporters are set after New: the forge's memo is the daemon's.
 	e.d.AddReporter(report.Notes{Git: mirror}, forge)
@@ -269,7 +273,7 @@ func (e *env) get(t *testing.T, path string) (int, string) {
 // field, and changes nothing.
 func TestDaemonEndToEnd(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 3*time.Second)
+	e := newEnv(t, 3*time.Second, "")
 	demo := []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-gateway-0"}
 
 	// 1. A new cluster on main.
@@ -388,5 +392,60 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 	if code, body := e.get(t, "/api/v1/plans/"+c2+"/demo"); code != 200 || !strings.Contains(body, `"address": "openstack/server/demo-default-2"`) {
 		t.Errorf("plan API: %d\n%s", code, body)
+	}
+}
+
+// TestDaemonAppliesOnlySignedCommits: with a keyring, an unsigned commit
+// fails its status and nothing is applied; the same change signed by a
+// key of the keyring is applied.
+func TestDaemonAppliesOnlySignedCommits(t *testing.T) {
+	t.Parallel()
+	key, err := openpgp.NewEntity("dev", "", "dev@example.com", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keyring bytes.Buffer
+	w, err := armor.Encode(&keyring, openpgp.PublicKeyType, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := key.Serialize(w); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	e := newEnv(t, time.Hour, keyring.String())
+
+	unsigned := commitSpec(t, e.work, "demo", demoSpec(2), "add demo, unsigned")
+	e.push(t, main)
+	n := e.waitNote(t, unsigned, main)
+	if n.State != report.Failure || !strings.Contains(n.Message, "not signed") || n.Clusters["demo"].State != report.Failure {
+		t.Fatalf("note of the unsigned commit: %+v", n)
+	}
+	if got := e.servers(t); len(got) != 0 {
+		t.Fatalf("an unsigned commit was applied: %v", got)
+	}
+
+	repo, err := gogit.PlainOpen(e.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, _ := repo.Worktree()
+	if err := os.WriteFile(filepath.Join(e.work, "clusters", "demo", "README"), []byte("signed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Add("clusters/demo/README"); err != nil {
+		t.Fatal(err)
+	}
+	sig := &object.Signature{Name: "dev", Email: "dev@example.com", When: time.Now()}
+	h, err := wt.Commit("signed", &gogit.CommitOptions{Author: sig, SignKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.push(t, main)
+	if n := e.waitNote(t, h.String(), main); n.State != report.Success {
+		t.Fatalf("note of the signed commit: %+v", n)
+	}
+	if got := e.servers(t); len(got) != 4 {
+		t.Fatalf("the signed commit was not applied: %v", got)
 	}
 }
