@@ -179,9 +179,11 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 	if a.point != nil {
 		j.point = func(what string) error {
 			if err := a.point(what); err != nil {
+				// The kill is the cause: it is set before the revocation,
+				// whose loss of the lease would otherwise race to be it.
+				kill(err)
 				// A dead process's lease ends: nothing it had in flight is written.
 				_ = lease.Revoke(context.WithoutCancel(ctx))
-				kill(err)
 				return err
 			}
 			return nil
