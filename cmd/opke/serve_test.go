@@ -20,6 +20,7 @@ import (
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/report"
 )
@@ -74,15 +75,6 @@ func daemonProc(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 	return cmd, out
 }
 
-func gitCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=dev", "-c", "user.email=dev@example.com"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // TestTwoDaemonsTheStandbyFinishesThePlan: two opke serve processes on one
 // etcd; the first leads and starts creating a cluster; it is killed (-9)
 // mid-apply; the second takes the leadership, resumes the journaled plan
@@ -102,13 +94,8 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	if err := os.WriteFile(keyFile, statetest.Key, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	bare, work := gittest.Remote(t)
 	base := t.TempDir()
-	bare, work := filepath.Join(base, "fleet.git"), filepath.Join(base, "work")
-	for _, args := range [][]string{{"init", "-q", "--bare", "-b", "main", bare}, {"clone", "-q", bare, work}} {
-		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-	}
 	spec, err := os.ReadFile(filepath.Join("..", "..", "clusters", "demo", "cluster.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -119,11 +106,10 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "clusters", "demo", "cluster.yaml"), spec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gitCmd(t, work, "checkout", "-q", "-b", "main")
-	gitCmd(t, work, "add", "-A")
-	gitCmd(t, work, "commit", "-qm", "add demo")
-	commit := gitCmd(t, work, "rev-parse", "HEAD")
-	gitCmd(t, work, "push", "-q", "origin", "main")
+	gittest.Git(t, work, "add", "-A")
+	gittest.Git(t, work, "commit", "-qm", "add demo")
+	commit := gittest.Git(t, work, "rev-parse", "HEAD")
+	gittest.Git(t, work, "push", "-q", "origin", "main")
 
 	args := func(name string) []string {
 		return []string{"--repo", "file://" + bare, "--etcd", strings.Join(store.Endpoints(), ","), "--sim-state", simDir,
@@ -151,8 +137,8 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 
 	var note report.Note
 	waitFor(t, "the commit's success note", func() bool {
-		out, err := exec.Command("git", "-C", bare, "notes", "--ref=opke", "show", commit).Output()
-		return err == nil && json.Unmarshal(out, &note) == nil && note.State == report.Success
+		out, ok := gittest.Note(t, bare, commit)
+		return ok && json.Unmarshal(out, &note) == nil && note.State == report.Success
 	})
 	if id, err := store.Leader(ctx); err != nil || !strings.HasSuffix(id, fmt.Sprintf("-%d", second.Process.Pid)) {
 		t.Errorf("leader %q (%v), want the second daemon", id, err)

@@ -3,7 +3,9 @@ package gittest
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +66,36 @@ func Files(m map[string]string) map[string]*string {
 		out[k] = &v
 	}
 	return out
+}
+
+// Git runs the git command line in dir, as a fixed author, and returns its
+// output, trimmed; an error fails tb.
+func Git(tb testing.TB, dir string, args ...string) string {
+	tb.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=dev", "-c", "user.email=dev@example.com"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Remote makes a bare repository whose default branch is main, as a forge
+// holds one, and a clone of it on main to commit in and push from.
+func Remote(tb testing.TB) (bare, work string) {
+	tb.Helper()
+	base := tb.TempDir()
+	bare, work = filepath.Join(base, "fleet.git"), filepath.Join(base, "work")
+	Git(tb, base, "init", "-q", "--bare", "-b", "main", bare)
+	Git(tb, base, "clone", "-q", bare, work)
+	Git(tb, work, "checkout", "-q", "-b", "main")
+	return bare, work
+}
+
+// Note returns OPKE's note (refs/notes/opke) on commit in repo, as git
+// itself reads it; false when there is none.
+func Note(tb testing.TB, repo, commit string) ([]byte, bool) {
+	tb.Helper()
+	out, err := exec.Command("git", "-C", repo, "notes", "--ref=opke", "show", commit).Output()
+	return out, err == nil
 }

@@ -306,6 +306,22 @@ type judged struct {
 	broken  bool
 }
 
+// concerned lists, sorted, the clusters a commit is planned for: the
+// valid ones, and the applied ones whose file is gone (the deletion guard
+// decides what that means); an invalid cluster is held as it is.
+func (j judged) concerned(applied map[string]*reconciler.AppliedSpec) []string {
+	names := slices.Collect(maps.Keys(j.valid))
+	for name := range applied {
+		_, valid := j.valid[name]
+		_, invalid := j.invalid[name]
+		if !valid && !invalid {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 func judge(fleet *schemas.Fleet) judged {
 	j := judged{valid: fleet.Clusters(), invalid: map[string]string{}}
 	for _, f := range fleet.Findings {
@@ -350,15 +366,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	}
 	n.Findings = fleet.Findings
 	j := judge(fleet)
-	names := slices.Sorted(maps.Keys(j.valid))
-	for name := range applied {
-		if _, ok := j.valid[name]; !ok && !slices.Contains(names, name) {
-			if _, bad := j.invalid[name]; !bad {
-				names = append(names, name) // its file is gone: the deletion guard decides
-			}
-		}
-	}
-	slices.Sort(names)
+	names := j.concerned(applied)
 	for name, msg := range j.invalid {
 		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec, nothing applied: " + msg}
 	}
@@ -743,15 +751,22 @@ func (d *Daemon) publishLocked(ctx context.Context, n *report.Note) {
 
 // put writes a JSON value if this daemon still leads.
 func (d *Daemon) put(ctx context.Context, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return d.write(ctx, key, data)
+}
+
+// write puts key through the leadership: a daemon that no longer leads
+// writes nothing. The write outlives ctx's cancellation (a stopping leader
+// still records what it finished).
+func (d *Daemon) write(ctx context.Context, key string, data []byte) error {
 	d.mu.Lock()
 	l := d.leader
 	d.mu.Unlock()
 	if l == nil {
 		return fmt.Errorf("put %s: not leading: %w", key, state.ErrLeaseLost)
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
 	}
 	return l.Put(context.WithoutCancel(ctx), key, data)
 }
@@ -819,13 +834,8 @@ func (d *Daemon) markSeen(ctx context.Context, ref, commit string) {
 		d.seen[ref] = commit
 	}
 	d.mu.Unlock()
-	d.mu.Lock()
-	l := d.leader
-	d.mu.Unlock()
-	if l != nil {
-		if err := l.Put(context.WithoutCancel(ctx), d.cfg.Store.Key("_daemon", "seen", ref), []byte(commit)); err != nil {
-			d.log.Error("record the handled ref", "ref", ref, "err", err)
-		}
+	if err := d.write(ctx, d.cfg.Store.Key("_daemon", "seen", ref), []byte(commit)); err != nil && ctx.Err() == nil {
+		d.log.Error("record the handled ref", "ref", ref, "err", err)
 	}
 }
 
@@ -871,16 +881,8 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 	for name, msg := range j.invalid {
 		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec: " + msg}
 	}
-	names := slices.Sorted(maps.Keys(j.valid))
-	for name := range applied {
-		if _, ok := j.valid[name]; !ok {
-			if _, bad := j.invalid[name]; !bad {
-				names = append(names, name)
-			}
-		}
-	}
 	if !j.broken {
-		for _, name := range names {
+		for _, name := range j.concerned(applied) {
 			c := &report.Cluster{Started: time.Now()}
 			res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: j.valid, Only: name, Commit: commit})
 			switch {
@@ -936,13 +938,7 @@ func (m memo) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 func (m memo) Put(ctx context.Context, key string, value []byte) error {
-	m.d.mu.Lock()
-	l := m.d.leader
-	m.d.mu.Unlock()
-	if l == nil {
-		return fmt.Errorf("remember %s: not leading: %w", key, state.ErrLeaseLost)
-	}
-	return l.Put(ctx, m.d.cfg.Store.Key("_reported", key), value)
+	return m.d.write(ctx, m.d.cfg.Store.Key("_reported", key), value)
 }
 
 // AddReporter adds a reporter (one that needs the daemon, such as a forge

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/daemon"
@@ -42,32 +42,6 @@ const (
 	main   = "refs/heads/main"
 )
 
-// git runs the git command line in dir.
-func git(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=dev", "-c", "user.email=dev@example.com"}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// fleetRepo makes a bare repository and a clone of it to commit in.
-func fleetRepo(t *testing.T) (bare, work string) {
-	t.Helper()
-	base := t.TempDir()
-	bare, work = filepath.Join(base, "fleet.git"), filepath.Join(base, "work")
-	if out, err := exec.Command("git", "init", "-q", "--bare", "-b", "main", bare).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if out, err := exec.Command("git", "clone", "-q", bare, work).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	git(t, work, "checkout", "-q", "-b", "main")
-	return bare, work
-}
-
 // commitSpec writes a cluster's spec and commits it; it returns the commit.
 func commitSpec(t *testing.T, work, name, spec, msg string) string {
 	t.Helper()
@@ -78,9 +52,9 @@ func commitSpec(t *testing.T, work, name, spec, msg string) string {
 	if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, work, "add", "-A")
-	git(t, work, "commit", "-qm", msg)
-	return git(t, work, "rev-parse", "HEAD")
+	gittest.Git(t, work, "add", "-A")
+	gittest.Git(t, work, "commit", "-qm", msg)
+	return gittest.Git(t, work, "rev-parse", "HEAD")
 }
 
 func demoSpec(workers int) string {
@@ -154,7 +128,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	t.Helper()
 	sim, clients, dir := cloudtest.Start(t)
 	store := statetest.Open(t)
-	bare, work := fleetRepo(t)
+	bare, work := gittest.Remote(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: "file://" + bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
 	if err != nil {
@@ -189,8 +163,8 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 // calls the webhook, as a forge would.
 func (e *env) push(t *testing.T, ref string) {
 	t.Helper()
-	git(t, e.work, "push", "-q", "-f", "origin", "HEAD:"+ref)
-	body := []byte(`{"ref":"` + ref + `","after":"` + git(t, e.work, "rev-parse", "HEAD") + `"}`)
+	gittest.Git(t, e.work, "push", "-q", "-f", "origin", "HEAD:"+ref)
+	body := []byte(`{"ref":"` + ref + `","after":"` + gittest.Git(t, e.work, "rev-parse", "HEAD") + `"}`)
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/git", bytes.NewReader(body))
@@ -208,8 +182,8 @@ func (e *env) push(t *testing.T, ref string) {
 // gitNote reads the note of commit as git itself shows it.
 func (e *env) gitNote(t *testing.T, commit string) *report.Note {
 	t.Helper()
-	out, err := exec.Command("git", "-C", e.bare, "notes", "--ref=opke", "show", commit).Output()
-	if err != nil {
+	out, ok := gittest.Note(t, e.bare, commit)
+	if !ok {
 		return nil
 	}
 	var n report.Note
@@ -301,7 +275,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 
 	// 2. A pull request scaling it: planned, not applied.
-	git(t, e.work, "checkout", "-q", "-b", "scale")
+	gittest.Git(t, e.work, "checkout", "-q", "-b", "scale")
 	c2 := commitSpec(t, e.work, "demo", demoSpec(3), "scale demo to 3 workers")
 	e.push(t, "refs/pull/1/head")
 	n = e.waitNote(t, c2, "refs/pull/1/head")
@@ -324,8 +298,8 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 
 	// 3. Merged: applied.
-	git(t, e.work, "checkout", "-q", "main")
-	git(t, e.work, "merge", "-q", "--ff-only", "scale")
+	gittest.Git(t, e.work, "checkout", "-q", "main")
+	gittest.Git(t, e.work, "merge", "-q", "--ff-only", "scale")
 	e.push(t, "refs/heads/main")
 	if n = e.waitNote(t, c2, main); !n.Applied || n.State != report.Success {
 		t.Fatalf("note of the merge: %+v", n)

@@ -259,26 +259,6 @@ func (m *Mirror) Read(ctx context.Context, commit string, fn func(fs.FS) error) 
 	return fn(NewTreeFS(tree))
 }
 
-// CommitInfo is what the status page shows of a commit.
-type CommitInfo struct {
-	Hash    string    `json:"hash"`
-	Subject string    `json:"subject"`
-	Author  string    `json:"author"`
-	When    time.Time `json:"when"`
-}
-
-// Info describes commit.
-func (m *Mirror) Info(commit string) (CommitInfo, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
-	if err != nil {
-		return CommitInfo{}, fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
-	}
-	subject, _, _ := strings.Cut(c.Message, "\n")
-	return CommitInfo{Hash: commit, Subject: subject, Author: c.Author.Name, When: c.Author.When}, nil
-}
-
 // ErrUnsigned is a commit with no signature or one no key of the keyring
 // made.
 var ErrUnsigned = errors.New("commit is not signed by a trusted key")

@@ -116,9 +116,9 @@ func TestMirrorNotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for commit, want := range map[plumbing.Hash]string{a: `{"state":"failure"}`, b: `{"state":"success"}`} {
-		out, err := exec.Command("git", "-C", dir, "notes", "--ref=opke", "show", commit.String()).CombinedOutput()
-		if err != nil {
-			t.Fatalf("git notes show: %v: %s", err, out)
+		out, ok := gittest.Note(t, dir, commit.String())
+		if !ok {
+			t.Fatalf("no note on %s", commit)
 		}
 		if got := strings.TrimSpace(string(out)); got != want {
 			t.Errorf("note of %s = %q, want %q", commit, got, want)
@@ -176,10 +176,7 @@ func TestWatchSeesACommit(t *testing.T) {
 	changed := make(chan struct{}, 10)
 	go func() { _ = source.Watch(ctx, dir, func() { changed <- struct{}{} }) }()
 	time.Sleep(100 * time.Millisecond) // the watches are in place
-	out, err := exec.Command("git", "-C", dir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--allow-empty", "-qm", "b").CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	gittest.Git(t, dir, "commit", "--allow-empty", "-qm", "b")
 	select {
 	case <-changed:
 	case <-time.After(5 * time.Second):
