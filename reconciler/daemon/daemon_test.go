@@ -423,3 +423,81 @@ func TestDaemonAppliesOnlySignedCommits(t *testing.T) {
 		t.Fatalf("the signed commit was not applied: %v", got)
 	}
 }
+
+// TestDaemonHoldsBack: a paused cluster is planned and not applied; with
+// driftCorrection false, drift is reported (failure status) and left as
+// it is; a cluster whose file is removed under deletionPolicy Retain is
+// forgotten, its servers kept, and its status says so.
+func TestDaemonHoldsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2*time.Second, "")
+	// The fleet keeps its clusters/ folder when the last spec goes.
+	if err := os.MkdirAll(filepath.Join(e.work, "clusters"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.work, "clusters", "README"), []byte("one folder per cluster\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	paused := commitSpec(t, e.work, "demo", demoSpec(2)+"  paused: true\n", "demo, paused")
+	e.push(t, main)
+	n := e.waitNote(t, paused, main)
+	if c := n.Clusters["demo"]; n.State != report.Success || c == nil || !strings.HasPrefix(c.Summary, "paused: not applied: ") || c.Plan == nil || len(c.Steps) != 0 {
+		t.Fatalf("note of the paused cluster: %+v", c)
+	}
+	if got := e.servers(t); len(got) != 0 {
+		t.Fatalf("a paused cluster was applied: %v", got)
+	}
+
+	manual := commitSpec(t, e.work, "demo", demoSpec(2)+"  driftCorrection: false\n", "demo, drift reported only")
+	e.push(t, main)
+	if n := e.waitNote(t, manual, main); n.State != report.Success {
+		t.Fatalf("note of the unpaused cluster: %+v", n)
+	}
+	pages, err := servers.List(e.clients.Compute, servers.ListOpts{Name: "^demo-default-1$"}).AllPages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := servers.ExtractServers(pages)
+	if len(all) != 1 {
+		t.Fatalf("demo-default-1: %d servers", len(all))
+	}
+	if err := servers.Delete(context.Background(), e.clients.Compute, all[0].ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, body := e.get(t, "/api/v1/clusters/demo")
+		var st daemon.ClusterStatus
+		_ = json.Unmarshal([]byte(body), &st)
+		if st.State == report.Failure && st.Drift > 0 && strings.HasPrefix(st.Summary, "drift not corrected (driftCorrection: false)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("drift not reported: %s", body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := e.gitNote(t, manual); n.Clusters["demo"].Drift == nil || n.State != report.Failure {
+		t.Errorf("the note does not carry the drift: %+v", n.Clusters["demo"])
+	}
+	left := []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"}
+	if got := e.servers(t); !slices.Equal(got, left) {
+		t.Fatalf("drift was corrected though driftCorrection is false: %v", got)
+	}
+
+	gittest.Git(t, e.work, "rm", "-q", "-r", "clusters/demo")
+	gittest.Git(t, e.work, "commit", "-qm", "remove demo")
+	removed := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	e.push(t, main)
+	n = e.waitNote(t, removed, main)
+	if c := n.Clusters["demo"]; c == nil || c.State != report.Success || !strings.Contains(c.Summary, "deletionPolicy Retain keeps") {
+		t.Fatalf("note of the removal: %+v", c)
+	}
+	if got := e.servers(t); !slices.Equal(got, left) {
+		t.Fatalf("a retained cluster's servers changed: %v", got)
+	}
+	if specs, err := reconciler.AppliedSpecs(context.Background(), e.store); err != nil || specs["demo"] != nil {
+		t.Errorf("the store still manages demo (%v)", err)
+	}
+}
