@@ -561,6 +561,13 @@ func (d *Daemon) reconcile(ctx context.Context, name string, w *work) {
 		log.Error("plan", "err", err)
 		d.cfg.Metrics.errorAt("plan")
 		d.cfg.Metrics.reconcile.WithLabelValues(kind, string(report.Error)).Observe(time.Since(started).Seconds())
+		if w.resync {
+			// A drift check that could not look (a host unreachable for a
+			// moment) says so on the status and tries again next time; it
+			// does not turn the commit's result into an error.
+			d.setStatus(ctx, name, func(s *ClusterStatus) { s.LastResync, s.ResyncError = time.Now(), err.Error() })
+			return
+		}
 		entry.State, entry.Summary, entry.Finished = report.Error, "plan: "+err.Error(), time.Now()
 		d.update(ctx, w, name, entry)
 		return
@@ -577,7 +584,7 @@ func (d *Daemon) reconcile(ctx context.Context, name string, w *work) {
 		// The plan a dead leader journaled was finished by Resume.
 	case plan.Empty():
 		if w.resync {
-			d.setStatus(ctx, name, func(s *ClusterStatus) { s.LastResync = time.Now() })
+			d.setStatus(ctx, name, func(s *ClusterStatus) { s.LastResync, s.ResyncError = time.Now(), "" })
 			return // nothing drifted: nothing to say
 		}
 		entry.State, entry.Summary = report.Success, cmp.Or(warnings, "no changes")
@@ -640,7 +647,12 @@ func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *repor
 
 // drifted counts a drift check's changes: all of them are drift, whether
 // the ledger's (a file changed on a host) or the cloud's (a server gone).
-func drifted(p *diff.Plan) int { return len(p.Changes) + len(p.Drift) }
+func drifted(p *diff.Plan) int {
+	if p == nil {
+		return 0
+	}
+	return len(p.Changes) + len(p.Drift)
+}
 
 func warningsOf(p *diff.Plan) string {
 	var ws []string
@@ -713,7 +725,7 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 		s.Commit, s.Ref, s.State, s.Summary, s.Updated = w.commit, w.ref, entry.State, entry.Summary, time.Now()
 		s.Paused = w.clusters[name] != nil && w.clusters[name].Spec.Paused
 		if w.resync {
-			s.LastResync = time.Now()
+			s.LastResync, s.ResyncError = time.Now(), ""
 			s.Drift = drifted(entry.Drift.Plan)
 		} else if entry.State == report.Success {
 			s.Drift = 0
@@ -804,6 +816,8 @@ type ClusterStatus struct {
 	Paused     bool      `json:"paused,omitempty"`
 	Updated    time.Time `json:"updated,omitzero"`
 	LastResync time.Time `json:"lastResync,omitzero"`
+	// ResyncError is why the last drift check could not look, if it could not.
+	ResyncError string `json:"resyncError,omitempty"`
 }
 
 func (d *Daemon) setStatus(ctx context.Context, name string, set func(*ClusterStatus)) {

@@ -274,6 +274,34 @@ func TestDaemonEndToEnd(t *testing.T) {
 		t.Errorf("statuses of %s: %v", c1, got)
 	}
 
+	// 1b. A drift check that cannot look (the cloud refuses the listing)
+	// says so on the status, keeps the commit's result, and clears once
+	// the cloud answers again.
+	e.sim.SetFaults(cloudsim.Fault{Match: "GET /compute/v2.1/servers/detail", Status: http.StatusBadRequest})
+	waitStatus := func(what string, ok func(daemon.ClusterStatus) bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			_, body := e.get(t, "/api/v1/clusters/demo")
+			var st daemon.ClusterStatus
+			if json.Unmarshal([]byte(body), &st) == nil && ok(st) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: status %s", what, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitStatus("a failed drift check is not reported", func(st daemon.ClusterStatus) bool {
+		return st.ResyncError != "" && st.State == report.Success && st.Commit == c1
+	})
+	if n := e.gitNote(t, c1); n.State != report.Success {
+		t.Errorf("a failed drift check changed the commit's note: %s", n.State)
+	}
+	e.sim.SetFaults()
+	waitStatus("the drift check does not recover", func(st daemon.ClusterStatus) bool { return st.ResyncError == "" })
+
 	// 2. A pull request scaling it: planned, not applied.
 	gittest.Git(t, e.work, "checkout", "-q", "-b", "scale")
 	c2 := commitSpec(t, e.work, "demo", demoSpec(3), "scale demo to 3 workers")

@@ -235,7 +235,7 @@ Tracked head: {{if .Health.Head}}<a href="/commits/{{.Health.Head}}">{{short .He
 last sync {{when .Health.LastSync}}{{if .Health.SyncError}}, <span class="error">sync error: {{.Health.SyncError}}</span>{{end}}.</p>
 <table><tr><th>Cluster</th><th>State</th><th>Commit</th><th>Summary</th><th>Drift</th><th>Last resync</th></tr>
 {{range .Clusters}}<tr><td>{{.Name}}{{if .Paused}} (paused){{end}}</td><td class="{{.State}}">{{.State}}</td>
-<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}</td></tr>
+<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}</td></tr>
 {{else}}<tr><td colspan="6">No cluster yet.</td></tr>{{end}}</table>
 <p><a href="/api/v1/clusters">JSON</a> · <a href="/metrics">metrics</a></p></body></html>{{end}}
 {{define "plan"}}{{template "head" .Name}}<h1>{{.Name}} at {{short .Commit}}</h1>
