@@ -20,14 +20,16 @@ const (
 	ActionRestart                   // restart
 	ActionBackup                    // backup
 	ActionForget                    // forget
+	ActionDrain                     // drain
+	ActionCheck                     // check
 )
 
 // Actions lists every action.
-var Actions = []Action{ActionCreate, ActionUpdate, ActionReplace, ActionDelete, ActionUpload, ActionRestart, ActionBackup, ActionForget}
+var Actions = []Action{ActionCreate, ActionUpdate, ActionReplace, ActionDelete, ActionUpload, ActionRestart, ActionBackup, ActionForget, ActionDrain, ActionCheck}
 
 // MarshalText writes the action's name.
 func (a Action) MarshalText() ([]byte, error) {
-	if a < ActionCreate || a > ActionForget {
+	if a < ActionCreate || a > ActionCheck {
 		return nil, fmt.Errorf("action %d: %w", int(a), errUnknownAction)
 	}
 	return []byte(a.String()), nil

@@ -16,11 +16,13 @@ func _() {
 	_ = x[ActionRestart-6]
 	_ = x[ActionBackup-7]
 	_ = x[ActionForget-8]
+	_ = x[ActionDrain-9]
+	_ = x[ActionCheck-10]
 }
 
-const _Action_name = "createupdatereplacedeleteuploadrestartbackupforget"
+const _Action_name = "createupdatereplacedeleteuploadrestartbackupforgetdraincheck"
 
-var _Action_index = [...]uint8{0, 6, 12, 19, 25, 31, 38, 44, 50}
+var _Action_index = [...]uint8{0, 6, 12, 19, 25, 31, 38, 44, 50, 55, 60}
 
 func (i Action) String() string {
 	idx := int(i) - 1

@@ -51,7 +51,7 @@ var FilesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt"}
 func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	n := c.Metadata.Name
 	s := c.Spec
-	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue}
+	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue, MaxUnavailable: s.Upgrade.MaxUnavailable}
 	add := func(kind Kind, name string, attrs Attrs, forceNew []string, deps ...string) {
 		d.Infra = append(d.Infra, Resource{Kind: kind, Name: name, Attrs: attrs, ForceNew: forceNew, DependsOn: deps})
 	}
@@ -184,7 +184,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 
 	if in.Assets != nil {
 		for _, h := range in.Assets.Hosts {
-			host := Host{Name: h.Name, Version: in.Assets.Version}
+			host := Host{Name: h.Name, Role: h.Role, Version: in.Assets.Version}
 			for _, f := range h.Files {
 				df := File{Path: f.Path, SHA256: f.SHA256, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())), Secret: f.Secret, Restart: f.Restart}
 				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == assets.RoleController

@@ -151,7 +151,34 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	}
 	deletes := b.deleteAll(d.Cluster, gone, "not in the spec")
 	rolling(deletes, ActionDelete, true)
+	b.drains(d, o, deletes)
 	b.hosts(d, o)
+	b.stateChanges(d, o)
+}
+
+// drains adds, before the deletion of a worker that ran a kubelet, its
+// drain: cordon, then evict its pods. The drain takes the deletion's
+// place in the rolling chain (the next worker drains once the one before
+// is gone), and a load balancer member of the server goes after the
+// drain and before the server.
+func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
+	if o.Applied == nil {
+		return
+	}
+	for _, p := range deletes {
+		name, ok := strings.CutPrefix(p.Address, "openstack/server/")
+		if !ok || o.Applied.Versions[name] == "" || !strings.HasPrefix(name, d.Cluster+"-") ||
+			strings.HasPrefix(name, d.Cluster+"-controller-") || strings.HasPrefix(name, d.Cluster+"-gateway-") {
+			continue
+		}
+		drain := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
+			Reason: "cordon the node and evict its pods before its server is deleted"}})
+		drain.deps, p.deps = p.deps, []string{drain.key}
+		if m := b.find(d.Cluster, Resource{Kind: KindMember, Name: name}.Address(), ActionDelete); m != nil {
+			m.deps = append(m.deps, drain.key)
+			p.deps = append(p.deps, m.key)
+		}
+	}
 }
 
 // orNone prints an absent value.
@@ -254,9 +281,43 @@ func (b *builder) deleteAll(cluster string, rs []Resource, reason string) []*pen
 	return out
 }
 
+// hostChanges are one host's changes in a plan.
+type hostChanges struct {
+	host     Host
+	uploads  []*pending
+	restarts []*pending
+	gate     *pending // nil for a new host
+}
+
+// Addresses of the changes that are not about a file or a unit.
+const (
+	gateSuffix  = "/health"
+	drainSuffix = "/drain"
+)
+
+// GateAddress is the address of a host's health gate.
+func GateAddress(host string) string { return "host/" + host + gateSuffix }
+
+// DrainAddress is the address of a worker's drain.
+func DrainAddress(host string) string { return "host/" + host + drainSuffix }
+
+// SnapshotAddress is the address of the etcd snapshot taken before a
+// rollout's first control-plane restart; BackupAddress a scheduled one's.
+func SnapshotAddress(cluster string) string { return "backup/" + cluster + "/before-rollout" }
+
+// BackupAddress is the address of a cluster's scheduled etcd snapshot.
+func BackupAddress(cluster string) string { return "backup/" + cluster }
+
 // hosts plans the host phase of a cluster: uploads where the file differs
 // from what was applied (or, after a resync, from what the host has), and
-// restarts of the units whose files changed, host after host.
+// restarts of the units whose files changed.
+//
+// New hosts restart one after another. Hosts that already run (the ledger
+// has their version) roll: controllers one at a time, then workers in
+// batches of MaxUnavailable, then the gateway; each host's restarts are
+// followed by its health gate, and the next batch's uploads wait for the
+// gates of the one before, so a gate that fails leaves the hosts after it
+// untouched. An etcd snapshot comes before the first controller's files.
 func (b *builder) hosts(d *Desired, o *Observed) {
 	var appliedFiles map[string]map[string]string
 	var versions map[string]string
@@ -264,7 +325,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		appliedFiles, versions = o.Applied.Files, o.Applied.Versions
 	}
 	apiFIP := b.find(d.Cluster, Resource{Kind: KindFloatingIP, Name: d.Cluster + "-api"}.Address(), ActionCreate, ActionReplace)
-	var restartGroups [][]*pending
+	var fresh, rolling []*hostChanges
 	for _, h := range d.Hosts {
 		server := b.find(d.Cluster, Resource{Kind: KindServer, Name: h.Name}.Address(), ActionCreate, ActionReplace)
 		applied, actual := appliedFiles[h.Name], o.HostFiles[h.Name]
@@ -272,8 +333,8 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		if v := versions[h.Name]; v != "" && v != h.Version {
 			note = fmt.Sprintf(" (%s → %s)", v, h.Version)
 		}
+		hc := &hostChanges{host: h}
 		units := map[string][]*pending{}
-		var uploads []*pending
 		for _, f := range h.Files {
 			had := applied[f.Path]
 			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + f.Path, Action: ActionUpload}}
@@ -317,12 +378,11 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			if f.NeedsAPIFloatingIP && apiFIP != nil {
 				p.deps = append(p.deps, apiFIP.key)
 			}
-			uploads = append(uploads, p)
+			hc.uploads = append(hc.uploads, p)
 			for _, u := range f.Restart {
 				units[u] = append(units[u], p)
 			}
 		}
-		var group []*pending
 		for _, u := range slices.Sorted(maps.Keys(units)) {
 			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + "/units/" + u, Action: ActionRestart,
 				Reason: fmt.Sprintf("%d file(s) changed%s", len(units[u]), note)}}
@@ -334,24 +394,113 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			// A unit restarts once every file of the host is in place: a
 			// kubelet restarted before its static pods' manifests would
 			// start the old ones.
-			for _, up := range uploads {
+			for _, up := range hc.uploads {
 				p.deps = append(p.deps, up.key)
 			}
-			group = append(group, p)
+			hc.restarts = append(hc.restarts, p)
 		}
-		if len(group) > 0 {
-			restartGroups = append(restartGroups, group)
+		runs := server == nil && versions[h.Name] != ""
+		switch {
+		case !runs:
+			fresh = append(fresh, hc)
+		case len(hc.restarts) > 0 || versions[h.Name] != h.Version && h.Role != RoleGateway:
+			// A host that runs gets a gate when it restarts, and a node
+			// when it does not run the desired version yet (its gate
+			// failed). The gateway runs no Kubernetes.
+			hc.gate = b.gate(d.Cluster, hc, note)
+			rolling = append(rolling, hc)
 		}
 	}
-	// One host restarts at a time: a host's restarts wait for the previous
-	// host's (controllers come first in the assets).
-	for i := 1; i < len(restartGroups); i++ {
-		for _, p := range restartGroups[i] {
-			for _, q := range restartGroups[i-1] {
-				p.deps = append(p.deps, q.key)
+	// New hosts: one host restarts at a time, controllers first.
+	for i := 1; i < len(fresh); i++ {
+		for _, p := range fresh[i].restarts {
+			for j := i - 1; j >= 0; j-- {
+				if len(fresh[j].restarts) > 0 {
+					for _, q := range fresh[j].restarts {
+						p.deps = append(p.deps, q.key)
+					}
+					break
+				}
 			}
 		}
 	}
+	b.roll(d, rolling)
+}
+
+// gate adds a host's health gate after its restarts.
+func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
+	h := hc.host
+	what := "restarted units active"
+	switch h.Role {
+	case RoleController:
+		what = "kubelet active, every etcd member healthy, API /readyz and /version " + h.Version
+	case RoleWorker:
+		what = "kubelet active, node Ready"
+	}
+	p := &pending{Change: Change{Cluster: cluster, Phase: PhaseHosts, Address: GateAddress(h.Name), Action: ActionCheck,
+		After: Attrs{"version": Known(h.Version), "role": Known(h.Role)}, Reason: what + note}}
+	p.drift = len(hc.restarts) > 0
+	for _, r := range hc.restarts {
+		p.drift = p.drift && r.drift
+	}
+	p = b.add(p)
+	for _, q := range slices.Concat(hc.uploads, hc.restarts) {
+		p.deps = append(p.deps, q.key)
+	}
+	return p
+}
+
+// roll orders the changes of hosts that run into batches: each
+// controller alone, then workers by MaxUnavailable, then the gateway. A
+// batch's changes wait for the gates of the batch before it.
+func (b *builder) roll(d *Desired, hosts []*hostChanges) {
+	var batches [][]*hostChanges
+	var workers []*hostChanges
+	var gateway []*hostChanges
+	for _, hc := range hosts {
+		switch hc.host.Role {
+		case RoleController:
+			batches = append(batches, []*hostChanges{hc})
+		case RoleGateway:
+			gateway = append(gateway, hc)
+		default:
+			workers = append(workers, hc)
+		}
+	}
+	controllers := len(batches)
+	for size := max(d.MaxUnavailable, 1); len(workers) > 0; workers = workers[min(size, len(workers)):] {
+		batches = append(batches, workers[:min(size, len(workers))])
+	}
+	if len(gateway) > 0 {
+		batches = append(batches, gateway)
+	}
+	var snapshot *pending
+	for _, hc := range hosts {
+		if hc.host.Role == RoleController && slices.ContainsFunc(hc.restarts, func(p *pending) bool { return !p.drift }) {
+			snapshot = b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: SnapshotAddress(d.Cluster),
+				Action: ActionBackup, Reason: "etcd snapshot before the first control-plane restart, to restore if the rollout must be undone"}})
+			break
+		}
+	}
+	for i, batch := range batches {
+		var before []string
+		if i > 0 {
+			for _, hc := range batches[i-1] {
+				before = append(before, hc.gate.key)
+			}
+		} else if snapshot != nil && controllers > 0 {
+			before = append(before, snapshot.key)
+		}
+		for _, hc := range batch {
+			for _, p := range slices.Concat(hc.uploads, hc.restarts, []*pending{hc.gate}) {
+				p.deps = append(p.deps, before...)
+			}
+		}
+	}
+}
+
+// stateChanges plans what only the store keeps, and a scheduled backup.
+func (b *builder) stateChanges(d *Desired, o *Observed) {
 	// The deletion policy lives in the state store only (the applied
 	// spec): changing it is a change of its own, or removing the file
 	// after a plan with nothing else would still go by the old one.
@@ -361,7 +510,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			Reason: "deletionPolicy changed"}})
 	}
 	if d.BackupDue {
-		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "backup/" + d.Cluster, Action: ActionBackup,
+		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: BackupAddress(d.Cluster), Action: ActionBackup,
 			Reason: "a scheduled etcd snapshot is due"}})
 	}
 }

@@ -173,8 +173,13 @@ func TestPlans(t *testing.T) {
 			func(t *testing.T, p *Plan) {
 				first := find(t, p.Changes, "openstack/server/demo-default-1", ActionDelete)
 				second := find(t, p.Changes, "openstack/server/demo-default-0", ActionDelete)
-				if !slices.Contains(second.DependsOn, first.ID) {
-					t.Errorf("scale in does not take the highest index first: %v", second.DependsOn)
+				drain1 := find(t, p.Changes, DrainAddress("demo-default-1"), ActionDrain)
+				drain0 := find(t, p.Changes, DrainAddress("demo-default-0"), ActionDrain)
+				if !slices.Contains(first.DependsOn, drain1.ID) || !slices.Contains(second.DependsOn, drain0.ID) {
+					t.Errorf("a worker is deleted before its drain: %v %v", first.DependsOn, second.DependsOn)
+				}
+				if !slices.Contains(drain0.DependsOn, first.ID) {
+					t.Errorf("scale in does not take the highest index first (drain of -0 waits for -1's deletion): %v", drain0.DependsOn)
 				}
 				if port := find(t, p.Changes, "openstack/port/demo-default-1", ActionDelete); !slices.Contains(port.DependsOn, first.ID) {
 					t.Errorf("the port goes before its server: %v", port.DependsOn)
@@ -183,15 +188,40 @@ func TestPlans(t *testing.T) {
 		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.36.0" }), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {
 				for _, c := range p.Changes {
-					if c.Action != ActionUpload && c.Action != ActionRestart {
+					if c.Action != ActionUpload && c.Action != ActionRestart && c.Action != ActionCheck && c.Action != ActionBackup {
 						t.Errorf("a version bump plans %s %s", c.Action, c.Address)
 					}
 				}
-				find(t, p.Changes, "host/demo-controller-0/etc/kubernetes/kubelet.env", ActionUpload)
-				w := find(t, p.Changes, "host/demo-default-0/units/kubelet.service", ActionRestart)
-				ctl := find(t, p.Changes, "host/demo-controller-0/units/kubelet.service", ActionRestart)
-				if !slices.Contains(w.DependsOn, ctl.ID) {
-					t.Errorf("a worker restarts before the controller: %v", w.DependsOn)
+				snap := find(t, p.Changes, SnapshotAddress("demo"), ActionBackup)
+				env := find(t, p.Changes, "host/demo-controller-0/etc/kubernetes/kubelet.env", ActionUpload)
+				if !slices.Contains(env.DependsOn, snap.ID) {
+					t.Errorf("the first controller's files do not wait for the etcd snapshot: %v", env.DependsOn)
+				}
+				ctlRestart := find(t, p.Changes, "host/demo-controller-0/units/kubelet.service", ActionRestart)
+				ctlGate := find(t, p.Changes, GateAddress("demo-controller-0"), ActionCheck)
+				if !slices.Contains(ctlGate.DependsOn, ctlRestart.ID) || ctlGate.After["version"].Value != "v1.36.0" {
+					t.Errorf("the controller's gate does not follow its restart or checks another version: %+v", ctlGate)
+				}
+				wEnv := find(t, p.Changes, "host/demo-default-0/etc/kubernetes/kubelet.env", ActionUpload)
+				w0Gate := find(t, p.Changes, GateAddress("demo-default-0"), ActionCheck)
+				w1Env := find(t, p.Changes, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
+				if !slices.Contains(wEnv.DependsOn, ctlGate.ID) {
+					t.Errorf("a worker's files go before the controller's gate passed: %v", wEnv.DependsOn)
+				}
+				if !slices.Contains(w1Env.DependsOn, w0Gate.ID) {
+					t.Errorf("maxUnavailable 1: the second worker does not wait for the first's gate: %v", w1Env.DependsOn)
+				}
+			}},
+		{"version-bump-batches", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) {
+			c.Spec.Kubernetes.Version = "v1.36.0"
+			c.Spec.Upgrade.MaxUnavailable = 2
+		}), true)}, []*Observed{done},
+			func(t *testing.T, p *Plan) {
+				ctlGate := find(t, p.Changes, GateAddress("demo-controller-0"), ActionCheck)
+				w0Gate := find(t, p.Changes, GateAddress("demo-default-0"), ActionCheck)
+				w1Env := find(t, p.Changes, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
+				if slices.Contains(w1Env.DependsOn, w0Gate.ID) || !slices.Contains(w1Env.DependsOn, ctlGate.ID) {
+					t.Errorf("maxUnavailable 2: both workers are one batch after the controller: %v", w1Env.DependsOn)
 				}
 			}},
 		{"pool-flavor", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { pool(c).Flavor = "m1.large" }), true)}, []*Observed{done},
@@ -400,8 +430,8 @@ func TestActionsAreExhaustive(t *testing.T) {
 	if _, err := Action(0).MarshalText(); err == nil {
 		t.Error("the zero action marshals")
 	}
-	if n := len(Actions); Action(n) != ActionForget {
-		t.Errorf("Actions lists %d actions; the last constant is %d", n, ActionForget)
+	if n := len(Actions); Action(n) != ActionCheck {
+		t.Errorf("Actions lists %d actions; the last constant is %d", n, ActionCheck)
 	}
 }
 

@@ -61,10 +61,20 @@ type File struct {
 
 // Host is a host's desired files.
 type Host struct {
-	Name    string
+	Name string
+	// Role is controller, worker or gateway: it orders a rollout and says
+	// what the host's health gate checks.
+	Role    string
 	Version string
 	Files   []File
 }
+
+// The roles of hosts, as the assets name them.
+const (
+	RoleController = "controller"
+	RoleWorker     = "worker"
+	RoleGateway    = "gateway"
+)
 
 // Desired is a cluster as its spec and the rendered assets say.
 type Desired struct {
@@ -74,6 +84,9 @@ type Desired struct {
 	Hosts          []Host
 	// BackupDue asks for an etcd snapshot in this plan.
 	BackupDue bool
+	// MaxUnavailable is how many workers a rollout restarts at once
+	// (spec.upgrade.maxUnavailable; controllers go one at a time).
+	MaxUnavailable int
 }
 
 // Applied is what OPKE last applied to a cluster, from the state store.

@@ -23,9 +23,11 @@ var symbols = map[Action]string{
 	ActionRestart: "↻",
 	ActionBackup:  "◎",
 	ActionForget:  "×",
+	ActionDrain:   "⇣",
+	ActionCheck:   "✓",
 }
 
-// Symbol is the action's mark in the plan's view: + ~ -/+ - ↑ ↻ ◎ ×.
+// Symbol is the action's mark in the plan's view: + ~ -/+ - ↑ ↻ ◎ × ⇣ ✓.
 func (a Action) Symbol() string { return symbols[a] }
 
 // Read parses a plan's JSON form, refusing another major format version.
@@ -100,6 +102,12 @@ func Text(w io.Writer, data []byte) error {
 	}
 	if n := counts[ActionForget]; n > 0 {
 		fmt.Fprintf(&b, ", %d to forget", n)
+	}
+	if n := counts[ActionDrain]; n > 0 {
+		fmt.Fprintf(&b, ", %d drains", n)
+	}
+	if n := counts[ActionCheck]; n > 0 {
+		fmt.Fprintf(&b, ", %d health gates", n)
 	}
 	b.WriteString(".\n")
 	_, err = io.WriteString(w, b.String())

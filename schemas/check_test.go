@@ -90,7 +90,7 @@ func TestParseRules(t *testing.T) {
 		{"version not vMAJOR.MINOR.PATCH", func(t *testing.T) string { return edit(t, "version: v1.35.1", `version: "1.35"`) },
 			[]string{file + `:9: spec.kubernetes.version: must be vMAJOR.MINOR.PATCH, such as v1.36.0; got "1.35"`}},
 		{"version minor unsupported", func(t *testing.T) string { return edit(t, "version: v1.35.1", "version: v1.29.3") },
-			[]string{file + ":9: spec.kubernetes.version: minor 1.29 is not supported; supported minors: v1.33, v1.34, v1.35, v1.36"}},
+			[]string{file + ":9: spec.kubernetes.version: minor 1.29 is not supported; supported minors: v1.30, v1.31, v1.32, v1.33, v1.34, v1.35, v1.36"}},
 		{"CIDR that does not parse", func(t *testing.T) string { return edit(t, "192.168.20.0/24", "192.168.20.0/33") },
 			[]string{file + `:11: spec.network.hostCIDR: "192.168.20.0/33" is not an IPv4 CIDR such as 192.168.10.0/24`}},
 		{"CIDR of the wrong form", func(t *testing.T) string { return edit(t, "192.168.20.0/24", "fd00::/64") },

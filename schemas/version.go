@@ -8,7 +8,7 @@ import (
 )
 
 // SupportedMinors are the Kubernetes minors OPKE renders assets for, oldest first.
-var SupportedMinors = []string{"1.33", "1.34", "1.35", "1.36"}
+var SupportedMinors = []string{"1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36"}
 
 // Version is a Kubernetes release, vMAJOR.MINOR.PATCH.
 type Version struct{ Major, Minor, Patch int }

@@ -27,6 +27,27 @@ type Images struct {
 // the releases their projects document for that minor. Every minor in
 // schemas.SupportedMinors has a row (TestMatrixCoversSupportedMinors).
 var Matrix = map[string]Images{
+	"1.30": {
+		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.9",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.1", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.10.1",
+		CloudProvider: "v1.30.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v2.53.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.1",
+	},
+	"1.31": {
+		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.25.6", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel2",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.11.2",
+		CloudProvider: "v1.31.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v2.54.1", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.2",
+	},
+	"1.32": {
+		Etcd: "registry.k8s.io/etcd:3.5.16-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.26.2", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.0-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.0",
+		CloudProvider: "v1.32.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
+		Prometheus: "quay.io/prometheus/prometheus:v3.1.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.2",
+	},
 	"1.33": {
 		Etcd: "registry.k8s.io/etcd:3.5.21-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.0", Pause: "registry.k8s.io/pause:3.10",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1",
