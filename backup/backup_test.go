@@ -1,0 +1,91 @@
+package backup_test
+
+import (
+	"bytes"
+
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2/openstack/objectstorage/v1/objects"
+
+	"opke.dev/opke/backup"
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/internal/statetest"
+)
+
+// TestSnapshotLifecycle takes snapshots of a real etcd, stores them in the
+// simulator's Swift, lists them back from the metadata alone, prunes,
+// drills, and catches a corrupted object.
+func TestSnapshotLifecycle(t *testing.T) {
+	ctx := t.Context()
+	store := statetest.Open(t)
+	_, clients, _ := cloudtest.Start(t)
+	box := backup.Objects{Client: clients.ObjectStore, Container: "opke-backups"}
+	base := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	var taken []*backup.Record
+	for i := range 5 {
+		if err := store.Put(ctx, store.Key("test", fmt.Sprint(i)), []byte("value")); err != nil {
+			t.Fatal(err)
+		}
+		s, err := backup.Take(ctx, backup.Source{Client: store.Client()}, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := s.Record("demo", backup.ReasonScheduled, base.Add(time.Duration(i)*time.Minute), box.Container)
+		if err := box.Put(ctx, rec, s.Path); err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, rec)
+	}
+	listed, err := box.List(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range taken {
+		r.Taken = r.Taken.UTC()
+	}
+	if d := cmp.Diff(taken, listed); d != "" {
+		t.Fatalf("records read back from Swift (-taken +listed):\n%s", d)
+	}
+	expired := backup.Expired(listed, 3)
+	if d := cmp.Diff(taken[:2], expired); d != "" {
+		t.Errorf("retain 3 of 5 (-want +got):\n%s", d)
+	}
+	last := listed[4]
+	path, err := box.Download(ctx, last, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := backup.Drill(ctx, path, last, base)
+	if err != nil || !res.Passed || res.Revision != last.Revision || res.Keys != last.Keys {
+		t.Fatalf("drill: %+v, %v (record: revision %d, %d keys)", res, err, last.Revision, last.Keys)
+	}
+	// A record that does not match what the file restores fails the drill.
+	wrong := *last
+	wrong.Keys++
+	if res, err := backup.Drill(ctx, path, &wrong, base); err != nil || res.Passed {
+		t.Errorf("a drill against a wrong key count passed: %+v, %v", res, err)
+	}
+	// An object whose bytes changed is refused by its sha256.
+	b, _ := os.ReadFile(path)
+	b[len(b)/2] ^= 0xff
+	meta := map[string]string{}
+	for k, v := range map[string]string{"Sha256": last.SHA256, "Revision": fmt.Sprint(last.Revision), "Hash": fmt.Sprint(last.Hash),
+		"Keys": fmt.Sprint(last.Keys), "Total-Keys": fmt.Sprint(last.TotalKeys), "Reason": last.Reason, "Taken": last.Taken.Format(time.RFC3339Nano)} {
+		meta[k] = v
+	}
+	if _, err := objects.Create(ctx, clients.ObjectStore, box.Container, last.Object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := box.Download(ctx, last, t.TempDir()); !errors.Is(err, backup.ErrCorrupt) {
+		t.Errorf("a corrupted object downloaded: %v", err)
+	}
+	if _, err := backup.Status(os.DevNull); !errors.Is(err, backup.ErrCorrupt) {
+		t.Errorf("status of an empty file: %v", err)
+	}
+
+}
