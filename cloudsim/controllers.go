@@ -90,10 +90,53 @@ func (h *simHost) startUnit(unit string, restart bool) (unitErr, podErr error) {
 		}
 		h.etcd.Store(m)
 	case unitKubelet:
+		if tag := h.s.crashTag(h.name); tag != "" && tag == kubestub.ImageTag(h.kubeletImage()) {
+			return fmt.Errorf("kubelet %s exits at start: %w", tag, errCrashLoop), nil
+		}
 		h.kubeletSeen()
 		return nil, h.syncStaticPods()
 	}
 	return nil, nil
+}
+
+// errCrashLoop is a unit that starts and exits again and again: systemd
+// keeps it "activating" (auto-restart), and its start does not fail.
+var errCrashLoop = errors.New("crash loop")
+
+// CrashKubelet makes the kubelet of server exit at start whenever its
+// kubelet.env names an image with tag (a release the host cannot run):
+// the unit stays activating, the node is not Ready, and the static pods
+// keep running as they were. An empty tag heals the host.
+func (s *Sim) CrashKubelet(server, tag string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.crashing == nil {
+		s.crashing = map[string]string{}
+	}
+	if tag == "" {
+		delete(s.crashing, server)
+		return
+	}
+	s.crashing[server] = tag
+}
+
+func (s *Sim) crashTag(server string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.crashing[server]
+}
+
+// kubeletImage is the image kubelet.env names; "" if none.
+func (h *simHost) kubeletImage() string {
+	b, err := h.root.ReadFile(pathKubeletEnv)
+	if err != nil {
+		return ""
+	}
+	env, err := readEnvFile(b)
+	if err != nil {
+		return ""
+	}
+	return env["KUBELET_IMAGE"]
 }
 
 // stopUnit stops what a unit runs. Static pods outlive their kubelet, as
@@ -438,12 +481,7 @@ func (s *Sim) peerPort(nets []string, addr netip.AddrPort) (int, error) {
 // and the version it runs; the caller holds svcMu.
 func (h *simHost) kubeletSeen() {
 	ca, _ := h.root.ReadFile(pathClusterCA)
-	version := ""
-	if b, err := h.root.ReadFile(pathKubeletEnv); err == nil {
-		if env, err := readEnvFile(b); err == nil {
-			version = kubestub.ImageTag(env["KUBELET_IMAGE"])
-		}
-	}
+	version := kubestub.ImageTag(h.kubeletImage())
 	h.mu.Lock()
 	h.kubeCA, h.kubeletVersion = digestOf(ca), version
 	h.mu.Unlock()

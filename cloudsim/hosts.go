@@ -452,7 +452,9 @@ func (h *simHost) systemctl(args []string, ev *HostEvent, stdout, stderr io.Writ
 		h.mu.Unlock()
 		unitErr, podErr := h.startUnit(unit, verb == "restart")
 		state := "active"
-		if unitErr != nil {
+		if errors.Is(unitErr, errCrashLoop) {
+			state, ev.Error, unitErr = "activating", unitErr.Error(), nil
+		} else if unitErr != nil {
 			state = "failed"
 			ev.Error = unitErr.Error()
 			fmt.Fprintf(stderr, "Job for %s failed because the control process exited with error code.\n%s: %v\n", unit, unit, unitErr)

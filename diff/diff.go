@@ -437,8 +437,17 @@ func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
 	case RoleWorker:
 		what = "kubelet active, node Ready"
 	}
+	// The units that must be active: those restarted, and a node's kubelet.
+	var units []string
+	for _, r := range hc.restarts {
+		units = append(units, r.Address[strings.LastIndex(r.Address, "/")+1:])
+	}
+	if h.Role != RoleGateway && !slices.Contains(units, "kubelet.service") {
+		units = append(units, "kubelet.service")
+	}
+	slices.Sort(units)
 	p := &pending{Change: Change{Cluster: cluster, Phase: PhaseHosts, Address: GateAddress(h.Name), Action: ActionCheck,
-		After: Attrs{"version": Known(h.Version), "role": Known(h.Role)}, Reason: what + note}}
+		After: Attrs{"version": Known(h.Version), "role": Known(h.Role), "units": Known(strings.Join(units, ","))}, Reason: what + note}}
 	p.drift = len(hc.restarts) > 0
 	for _, r := range hc.restarts {
 		p.drift = p.drift && r.drift

@@ -20,6 +20,7 @@ import (
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -74,6 +75,11 @@ type Applier struct {
 	// Waiting, if set, is told when the applier waits for the lease of a
 	// cluster another applier holds.
 	Waiting func(cluster string)
+	// GateTimeout bounds how long a host's health gate may take to pass
+	// (DefaultGateTimeout); GateInterval is the time between two probes
+	// of a gate or two rounds of a drain (1s).
+	GateTimeout  time.Duration
+	GateInterval time.Duration
 
 	// point, if set (by tests), is called after each journal write; an
 	// error kills the applier there, as if its process died.
@@ -339,7 +345,7 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 		if err != nil {
 			a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
 		}
-		hs := hostStep{a: a, j: j, t: target, files: files, have: have, uploads: uploads}
+		hs := hostStep{a: a, j: j, t: target, files: files, have: have, uploads: uploads, pki: pl.Rendered.PKI, spec: spec}
 		// A resumed apply plans its host phase again: a step the journal
 		// has done is skipped if it is the same change (the same bytes).
 		states = a.run(ctx, stepCtx, j, hostChanges, done, sum, hs.do)
@@ -407,12 +413,22 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 	if spec != nil {
 		// Only user_data is used: the files are rendered again in the
 		// host phase, with cloud.conf's credential.
-		opts := render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage, APIFloatingIP: apiFloatingIP(name, obs.Clusters[name])}
+		opts := render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage, RenewWithin: a.Planner.RenewWithin, APIFloatingIP: apiFloatingIP(name, obs.Clusters[name])}
 		if out, err = render.Cluster(stepCtx, j.w, spec, opts); err != nil {
 			return nil, err
 		}
 	}
 	return a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
+		if c.Action == diff.ActionDrain {
+			if out == nil {
+				return fmt.Errorf("%s: no render for the API's credentials", c.Address)
+			}
+			t, err := hostTarget(name, clients, obs.Clusters[name], j.w)
+			if err != nil {
+				return err
+			}
+			return a.drain(ctx, t, out.PKI, spec, hostOf(c.Address))
+		}
 		return a.infraStep(ctx, j, ops, out, observed, c)
 	}), nil
 }
@@ -455,6 +471,9 @@ type hostStep struct {
 	have map[string]map[string]string
 	// uploads are the paths uploaded in the phase, by host.
 	uploads map[string][]string
+	// pki is the cluster's material, for the gates' and backups' clients.
+	pki  *pki.Bundle
+	spec *schemas.Cluster
 }
 
 // do runs an upload or a restart. An upload the host already has is not
@@ -467,6 +486,10 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 	host := hostOf(c.Address)
 	rest := strings.TrimPrefix(c.Address, "host/"+host)
 	switch c.Action {
+	case diff.ActionCheck:
+		return h.gate(ctx, c)
+	case diff.ActionBackup:
+		return h.backup(ctx, c.Address)
 	case diff.ActionUpload:
 		f, ok := h.files[host][rest]
 		if !ok {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -171,11 +172,19 @@ type writer interface {
 }
 
 // ForgetHost drops what the ledger knows of a host whose server is
-// deleted: its files, its version and its pinned host key. A server made
+// deleted: its files, its version, its pinned host key and the
+// certificates issued for it. A server made
 // again under the name is a new host with none of them.
 func ForgetHost(ctx context.Context, w writer, cluster, host string) error {
 	if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/"); err != nil {
 		return err
+	}
+	for _, name := range pki.HostMaterial(host) {
+		for _, ext := range []string{".crt", ".key"} {
+			if err := w.Delete(ctx, w.Key(cluster, "pki", name+ext)); err != nil {
+				return err
+			}
+		}
 	}
 	return w.Delete(ctx, hostKeyKey(w, cluster, host))
 }
@@ -201,3 +210,48 @@ var (
 	_ writer = (*state.Store)(nil)
 	_ writer = (*state.Lease)(nil)
 )
+
+// Facts returns, for each named cluster, what the transition rules need
+// of it: the newest version a controller runs, and the snapshot taken
+// before the last rollout.
+func Facts(ctx context.Context, kv ledgerKV, clusters []string) (map[string]*schemas.TransitionFacts, error) {
+	out := map[string]*schemas.TransitionFacts{}
+	for _, name := range clusters {
+		f := &schemas.TransitionFacts{}
+		prefix := kv.Key(name, "hosts") + "/"
+		hosts, err := kv.List(ctx, prefix)
+		if err != nil {
+			return nil, fmt.Errorf("ledger of %s: %w", name, err)
+		}
+		for k, v := range hosts {
+			host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+			if rest != "version" || roleOfServer(host, name) != "controller" {
+				continue
+			}
+			if ver, err := schemas.ParseVersion(string(v)); err == nil && newer(ver, f.NewestControllerVersion) {
+				f.NewestControllerVersion = ver
+			}
+		}
+		recs, err := Backups(ctx, kv, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.Reason == "before-rollout" {
+				f.Snapshot = r.ID // oldest first: the last one wins
+			}
+		}
+		out[name] = f
+	}
+	return out, nil
+}
+
+func newer(a, b schemas.Version) bool {
+	if a.Major != b.Major {
+		return a.Major > b.Major
+	}
+	if a.Minor != b.Minor {
+		return a.Minor > b.Minor
+	}
+	return a.Patch > b.Patch
+}

@@ -67,6 +67,9 @@ type Planner struct {
 	// Now is the clock certificates are checked against (time.Now).
 	Now          func() time.Time
 	KubeletImage string
+	// RenewWithin reissues certificates that expire within it
+	// (pki.DefaultRenew, 30 days); the hosts get them as an upgrade does.
+	RenewWithin time.Duration
 }
 
 // Request is what to plan.
@@ -201,6 +204,12 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name], req.Issue); err != nil {
 			return nil, err
 		}
+		if pl.Ledger.Spec != nil {
+			// A scheduled backup of a cluster that exists.
+			if pl.Desired.BackupDue, err = backupDue(ctx, p.Store, c, p.now()); err != nil {
+				return nil, err
+			}
+		}
 		desired = append(desired, pl.Desired)
 		if req.Resync {
 			if pl.Observed.HostFiles, err = p.resync(ctx, pl, clientsOf[name]); err != nil {
@@ -260,7 +269,7 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud
 // IP comes from what is observed (its certificate names it), cloud.conf's
 // credential from kv (placeholder: none yet).
 func (p *Planner) renderOptions(ctx context.Context, kv state.KV, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool, err error) {
-	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
+	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, RenewWithin: p.RenewWithin, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
 	opts.Cloud, placeholder, err = cloudCredential(ctx, kv, c, clients, observed)
 	return opts, placeholder, err
 }

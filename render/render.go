@@ -17,6 +17,9 @@ import (
 type Options struct {
 	// Now is the time certificates are checked against and issued at.
 	Now time.Time
+	// RenewWithin reissues certificates that expire within it
+	// (pki.DefaultRenew).
+	RenewWithin time.Duration
 	// Hosts overrides the planned hosts (assets.PlannedHosts), for example
 	// with the observed addresses of workers.
 	Hosts []assets.Host
@@ -62,7 +65,7 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	req := pki.Request{Cluster: name, APIVIP: vip, APIFloatingIP: o.APIFloatingIP, ServiceCIDR: svc, Now: o.Now}
+	req := pki.Request{Cluster: name, APIVIP: vip, APIFloatingIP: o.APIFloatingIP, ServiceCIDR: svc, Now: o.Now, RenewWithin: o.RenewWithin}
 	for _, h := range hosts {
 		switch h.Role {
 		case assets.RoleController:

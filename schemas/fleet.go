@@ -132,8 +132,9 @@ func readBounded(fsys fs.FS, name string) ([]byte, error) {
 }
 
 // CheckTransitions applies the transition rules from the fleet base (the
-// fleet at an earlier revision) to fl, adding their findings to fl.
-func (fl *Fleet) CheckTransitions(base *Fleet) {
+// fleet at an earlier revision, or as applied) to fl, adding their
+// findings to fl. facts, by cluster, may be nil.
+func (fl *Fleet) CheckTransitions(base *Fleet, facts map[string]*TransitionFacts) {
 	baseClusters, baseFiles, files := base.Clusters(), base.filesByName(), fl.filesByName()
 	for _, name := range sortedKeys(baseClusters) {
 		old := baseClusters[name]
@@ -145,7 +146,7 @@ func (fl *Fleet) CheckTransitions(base *Fleet) {
 		if f.Findings.HasErrors() {
 			continue // an invalid spec is judged once it parses
 		}
-		for _, p := range CheckTransition(old, f.Cluster, nil) {
+		for _, p := range CheckTransition(old, f.Cluster, facts[name]) {
 			fl.Findings = append(fl.Findings, f.finding(p, SeverityError))
 		}
 	}

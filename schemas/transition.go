@@ -141,8 +141,12 @@ func comparePools(old, new []WorkerPool) []FieldChange {
 
 // TransitionFacts is what OPKE observed of a cluster that the rules need.
 type TransitionFacts struct {
-	// NewestControllerVersion is the newest version any controller runs.
+	// NewestControllerVersion is the newest version any controller runs
+	// (zero: none recorded).
 	NewestControllerVersion Version
+	// Snapshot is the etcd snapshot taken before the last rollout, the
+	// one to restore instead of a refused downgrade ("" if none).
+	Snapshot string
 }
 
 // CheckTransition applies the transition rules to a change from old (the
@@ -158,30 +162,44 @@ func CheckTransition(old, new *Cluster, facts *TransitionFacts) []Problem {
 			out = append(out, Problem{Path: c.Path, Message: "refused: " + c.Note})
 		}
 	}
-	if p := checkVersionStep(old.Spec.Kubernetes.Version, new.Spec.Kubernetes.Version, facts); p != "" {
+	if p := checkVersionStep(new.Metadata.Name, old.Spec.Kubernetes.Version, new.Spec.Kubernetes.Version, facts); p != "" {
 		out = append(out, Problem{Path: Path{"spec", "kubernetes", "version"}, Message: p})
 	}
 	return out
 }
 
-func checkVersionStep(oldS, newS string, facts *TransitionFacts) string {
+// checkVersionStep refuses a major change, a skipped minor, and a minor
+// below what a controller runs: a rollout halted after its first
+// controller cannot be reverted by a commit (etcd's data may already be
+// the new minor's), even to the spec last applied.
+func checkVersionStep(cluster, oldS, newS string, facts *TransitionFacts) string {
 	from, err1 := ParseVersion(oldS)
 	to, err2 := ParseVersion(newS)
-	if err1 != nil || err2 != nil || from == to {
+	if err1 != nil || err2 != nil {
 		return ""
 	}
 	running := from
-	if facts != nil {
+	if facts != nil && facts.NewestControllerVersion != (Version{}) {
 		running = facts.NewestControllerVersion
+	}
+	if to.Major == running.Major && to.Minor < running.Minor {
+		hint := "restore the etcd snapshot taken before the upgrade instead"
+		if facts != nil && facts.Snapshot != "" {
+			hint = fmt.Sprintf("%s: opke restore --cluster %s --snapshot %s --to DIR", hint, cluster, facts.Snapshot)
+		}
+		if from == to {
+			return fmt.Sprintf("%s is a minor below v%s, which a controller runs since a rollout halted; %s", to, running.MinorString(), hint)
+		}
+		return fmt.Sprintf("%s -> %s is a minor downgrade and a controller runs v%s; %s", from, to, running.MinorString(), hint)
+	}
+	if from == to {
+		return ""
 	}
 	switch {
 	case from.Major != to.Major:
 		return fmt.Sprintf("%s -> %s changes the major version, which is not supported", from, to)
 	case minorsBetween(from, to) > 1:
 		return fmt.Sprintf("%s -> %s skips a minor; upgrade one minor at a time (next: v%d.%d)", from, to, from.Major, from.Minor+1)
-	case to.Minor < running.Minor:
-		return fmt.Sprintf("%s -> %s is a minor downgrade and a controller runs v%s; restore the etcd snapshot taken before the upgrade instead",
-			from, to, running.MinorString())
 	}
 	return ""
 }

@@ -121,6 +121,11 @@ func TestCheckTransition(t *testing.T) {
 		{"revert once a controller runs the new minor", "v1.36.0", "v1.35.1",
 			&TransitionFacts{NewestControllerVersion: v("v1.36.0")},
 			[]string{"v1.36.0 -> v1.35.1 is a minor downgrade and a controller runs v1.36; restore the etcd snapshot taken before the upgrade instead"}},
+		{"revert to the applied spec after a rollout halted past its first controller", "v1.35.1", "v1.35.1",
+			&TransitionFacts{NewestControllerVersion: v("v1.36.0"), Snapshot: "20261121T120000.000Z-42"},
+			[]string{"v1.35.1 is a minor below v1.36, which a controller runs since a rollout halted; restore the etcd snapshot taken before the upgrade instead: " +
+				"opke restore --cluster prod --snapshot 20261121T120000.000Z-42 --to DIR"}},
+		{"forward fix after a halted rollout", "v1.35.1", "v1.36.1", &TransitionFacts{NewestControllerVersion: v("v1.36.0")}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,7 +153,7 @@ func TestFleetTransitions(t *testing.T) {
 	next := mustFleet(t, map[string]string{
 		"a": strings.Replace(specNamed("a"), "cloud: sim", "cloud: other", 1),
 	})
-	next.CheckTransitions(base)
+	next.CheckTransitions(base, nil)
 	want := []string{
 		`clusters/a/cluster.yaml:6: spec.cloud: immutable: a cluster cannot move to another cloud`,
 		`clusters/b/cluster.yaml: warning: cluster "b" is removed with deletionPolicy Retain: OPKE stops managing it and leaves its servers, networks and load balancer in place`,

@@ -117,6 +117,8 @@ type Backup struct {
 	Interval  Duration `json:"interval,omitempty" yaml:"interval,omitempty"`
 	Retain    int      `json:"retain,omitempty" yaml:"retain,omitempty"`
 	Container string   `json:"container,omitempty" yaml:"container,omitempty"`
+	// Drill restores every new snapshot into a throwaway etcd and checks it.
+	Drill bool `json:"drill,omitempty" yaml:"drill,omitempty"`
 }
 
 // DeletionPolicy says whether removing a cluster's file destroys the cluster.

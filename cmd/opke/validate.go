@@ -71,7 +71,7 @@ Exit codes: 0 valid, 1 findings, 2 usage error.`,
 				if err != nil {
 					return fmt.Errorf("--base %s: %w", base, err)
 				}
-				fleet.CheckTransitions(baseFleet)
+				fleet.CheckTransitions(baseFleet, nil)
 			}
 			return a.printFindings(fleet, output)
 		},

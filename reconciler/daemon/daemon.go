@@ -294,7 +294,11 @@ func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]
 	for _, name := range slices.Sorted(maps.Keys(applied)) {
 		base.Files = append(base.Files, &schemas.File{Path: schemas.ClustersDir + "/" + name + "/" + schemas.SpecFile, Cluster: applied[name].Spec})
 	}
-	fleet.CheckTransitions(base)
+	facts, err := reconciler.Facts(ctx, d.cfg.Store, slices.Sorted(maps.Keys(applied)))
+	if err != nil {
+		return nil, err
+	}
+	fleet.CheckTransitions(base, facts)
 	return fleet, nil
 }
 

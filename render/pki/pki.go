@@ -8,6 +8,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
@@ -471,4 +472,49 @@ func (b *Bundle) Equal(o *Bundle) bool {
 		}
 	}
 	return true
+}
+
+// HostMaterial names the material issued for one host: what goes with
+// its server.
+func HostMaterial(host string) []string {
+	return []string{EtcdServer(host), EtcdPeer(host), APIServer(host), Kubelet(host)}
+}
+
+// Load returns the named material the store holds for cluster, issuing
+// nothing: OPKE's clients (backups, gates) use it outside a render.
+func Load(ctx context.Context, kv state.KV, cluster string, names ...string) (*Bundle, error) {
+	held, err := kv.List(ctx, kv.Key(cluster, "pki")+"/")
+	if err != nil {
+		return nil, fmt.Errorf("load PKI of %s: %w", cluster, err)
+	}
+	b := &Bundle{m: map[string]Material{}}
+	for _, name := range names {
+		m, cert, err := load(kv, held, cluster, name)
+		if err != nil {
+			return nil, err
+		}
+		if cert == nil {
+			return nil, fmt.Errorf("PKI of %s: %s: %w", cluster, name, state.ErrNotFound)
+		}
+		b.m[name] = m
+	}
+	return b, nil
+}
+
+// TLS is a client configuration that trusts ca and presents client.
+func (b *Bundle) TLS(ca, client string) (*tls.Config, error) {
+	caM, ok1 := b.m[ca]
+	cl, ok2 := b.m[client]
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("TLS with %s trusting %s: not in the bundle", client, ca)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caM.Cert) {
+		return nil, fmt.Errorf("%s: no certificate", ca)
+	}
+	pair, err := tls.X509KeyPair(cl.Cert, cl.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", client, err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }

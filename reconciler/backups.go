@@ -1,0 +1,258 @@
+package reconciler
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"opke.dev/opke/backup"
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+)
+
+// StoreBackups is the name OPKE's own store's snapshots go under: its
+// records at /opke/_opke/backups/<id>, its objects at <container>/_opke/.
+const StoreBackups = "_opke"
+
+// backupsKey is where a cluster's backup records live.
+func backupsKey(kv ledgerKV, cluster string) string { return kv.Key(cluster, "backups") + "/" }
+
+// Backups returns the backup records of a cluster the store holds,
+// oldest first.
+func Backups(ctx context.Context, kv ledgerKV, cluster string) ([]*backup.Record, error) {
+	raw, err := kv.List(ctx, backupsKey(kv, cluster))
+	if err != nil {
+		return nil, fmt.Errorf("backups of %s: %w", cluster, err)
+	}
+	var out []*backup.Record
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
+		var r backup.Record
+		if err := json.Unmarshal(raw[k], &r); err != nil {
+			return nil, fmt.Errorf("backups of %s: %s: %w", cluster, k, err)
+		}
+		out = append(out, &r)
+	}
+	return out, nil
+}
+
+// RecordBackup keeps a backup record in the store.
+func RecordBackup(ctx context.Context, kv ledgerKV, r *backup.Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, backupsKey(kv, r.Cluster)+r.ID, b)
+}
+
+// backupDue reports whether a cluster's scheduled backup is due: its
+// newest scheduled record is older than the interval.
+func backupDue(ctx context.Context, kv ledgerKV, c *schemas.Cluster, now time.Time) (bool, error) {
+	if c.Spec.Backup == nil {
+		return false, nil
+	}
+	recs, err := Backups(ctx, kv, c.Metadata.Name)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range slices.Backward(recs) {
+		if r.Reason == backup.ReasonScheduled {
+			return !now.Before(r.Taken.Add(c.Spec.Backup.Interval.Duration)), nil
+		}
+	}
+	return true, nil
+}
+
+// BackupPolicy is where a cluster's snapshots go and how many stay.
+type BackupPolicy struct {
+	Container string
+	Retain    int
+	Drill     bool
+}
+
+// PolicyOf is a cluster's backup policy; a cluster without spec.backup
+// still keeps its snapshots before rollouts, in the default container.
+func PolicyOf(c *schemas.Cluster) BackupPolicy {
+	if b := c.Spec.Backup; b != nil {
+		return BackupPolicy{Container: cmp.Or(b.Container, schemas.DefaultBackupContainer), Retain: cmp.Or(b.Retain, schemas.DefaultBackupRetain), Drill: b.Drill}
+	}
+	return BackupPolicy{Container: schemas.DefaultBackupContainer, Retain: schemas.DefaultBackupRetain}
+}
+
+// ClusterSource is a cluster's etcd as a snapshot source: its
+// controllers' client URLs through the gateway, with the backup client
+// certificate.
+func (h *HostSessions) ClusterSource(t HostTarget, b *pki.Bundle) (backup.Source, error) {
+	cfg, err := b.TLS(pki.EtcdCA, pki.EtcdBackupClient)
+	if err != nil {
+		return backup.Source{}, err
+	}
+	var eps []string
+	for _, ip := range controllerIPs(t) {
+		eps = append(eps, "https://"+netip.AddrPortFrom(ip, etcdClientPort).String())
+	}
+	if len(eps) == 0 {
+		return backup.Source{}, fmt.Errorf("%s: no controller to snapshot", t.Cluster)
+	}
+	return backup.Source{Endpoints: eps, TLS: cfg, Dial: func(ctx context.Context, addr string) (net.Conn, error) { return h.Dial(ctx, t, addr) }}, nil
+}
+
+// Backup takes a snapshot of src for cluster and stores it under the
+// policy: uploaded, recorded, older ones pruned, and drilled if the
+// policy says so (or drill). The store's records follow the container:
+// the snapshots it holds are the ones recorded.
+func Backup(ctx context.Context, kv ledgerKV, objects *cloud.Clients, src backup.Source, cluster, reason string, pol BackupPolicy, now time.Time, seal func([]byte) ([]byte, error)) (*backup.Record, error) {
+	tmp, err := os.MkdirTemp("", "opke-backup-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	snap, err := backup.Take(ctx, src, tmp)
+	if err != nil {
+		return nil, fmt.Errorf("backup of %s: %w", cluster, err)
+	}
+	rec := snap.Record(cluster, reason, now, pol.Container)
+	if seal != nil {
+		if err := sealFile(snap.Path, seal); err != nil {
+			return nil, err
+		}
+		if rec.SHA256, rec.Size, err = fileSum(snap.Path); err != nil {
+			return nil, err
+		}
+		rec.Sealed = true
+	}
+	box := backup.Objects{Client: objects.ObjectStore, Container: pol.Container}
+	if err := box.Put(ctx, rec, snap.Path); err != nil {
+		return nil, err
+	}
+	if err := RecordBackup(ctx, kv, rec); err != nil {
+		return nil, err
+	}
+	if err := Prune(ctx, kv, box, cluster, pol.Retain); err != nil {
+		return rec, err
+	}
+	if pol.Drill && seal == nil {
+		res, err := backup.Drill(ctx, snap.Path, rec, now)
+		if err != nil {
+			return rec, err
+		}
+		rec.Drill = res
+		if err := RecordBackup(ctx, kv, rec); err != nil {
+			return rec, err
+		}
+		if !res.Passed {
+			return rec, fmt.Errorf("restore drill of %s: %s: %w", rec.ID, res.Message, backup.ErrCorrupt)
+		}
+	}
+	return rec, nil
+}
+
+// Prune deletes a cluster's snapshots past retention from the container
+// and makes the store's records match what the container keeps: a record
+// lost by a crash between upload and record comes back from the object's
+// metadata, a record of an object gone is dropped.
+func Prune(ctx context.Context, kv ledgerKV, box backup.Objects, cluster string, retain int) error {
+	listed, err := box.List(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	expired := backup.Expired(listed, retain)
+	for _, r := range expired {
+		if err := box.Delete(ctx, r); err != nil {
+			return err
+		}
+	}
+	recs, err := Backups(ctx, kv, cluster)
+	if err != nil {
+		return err
+	}
+	have := map[string]*backup.Record{}
+	for _, r := range recs {
+		have[r.ID] = r
+	}
+	keep := map[string]bool{}
+	for _, r := range listed {
+		if slices.Contains(expired, r) {
+			continue
+		}
+		keep[r.ID] = true
+		if have[r.ID] == nil {
+			if err := RecordBackup(ctx, kv, r); err != nil {
+				return err
+			}
+		}
+	}
+	for id := range have {
+		if !keep[id] {
+			if err := deleteKey(ctx, kv, backupsKey(kv, cluster)+id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// deleteKey deletes through whatever kv is (the store or a lease).
+func deleteKey(ctx context.Context, kv ledgerKV, key string) error {
+	d, ok := kv.(interface {
+		Delete(ctx context.Context, key string) error
+	})
+	if !ok {
+		return fmt.Errorf("delete %s: %T cannot delete", key, kv)
+	}
+	return d.Delete(ctx, key)
+}
+
+func sealFile(path string, seal func([]byte) ([]byte, error)) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	sealed, err := seal(b)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, sealed, 0o600)
+}
+
+// backupStep runs a plan's backup change: a scheduled snapshot, or the
+// one before a rollout's first control-plane restart.
+func (h hostStep) backup(ctx context.Context, address string) error {
+	reason := backup.ReasonScheduled
+	if strings.HasSuffix(address, "/before-rollout") {
+		reason = backup.ReasonBeforeRollout
+	}
+	src, err := h.a.Hosts.ClusterSource(h.t, h.pki)
+	if err != nil {
+		return err
+	}
+	rec, err := Backup(ctx, h.j.w, h.t.Clients, src, h.j.cluster, reason, PolicyOf(h.spec), h.a.Planner.now(), nil)
+	if err != nil {
+		return err
+	}
+	h.a.log().Info("etcd snapshot stored", "cluster", h.j.cluster, "reason", reason, "id", rec.ID, "size", rec.Size, "object", rec.Container+"/"+rec.Object)
+	return nil
+}
+
+// fileSum is a file's sha256 and size.
+func fileSum(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}

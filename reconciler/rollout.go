@@ -1,0 +1,423 @@
+package reconciler
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+)
+
+// DefaultGateTimeout is how long a host's health gate may take to pass.
+const DefaultGateTimeout = 5 * time.Minute
+
+// ErrGate is a health gate that did not pass: the rollout halts there.
+var ErrGate = errors.New("health gate did not pass")
+
+// ErrDrain is a drain that did not finish within the drain timeout.
+var ErrDrain = errors.New("drain did not finish")
+
+// Ports OPKE reaches on the hosts, through the gateway.
+const (
+	etcdClientPort = 2379
+	apiPort        = 6443
+)
+
+// Dial opens a TCP connection to address (a host's fixed IP and port)
+// through the cluster's gateway: SSH's direct-tcpip, nothing dialled
+// from here but the gateway.
+func (h *HostSessions) Dial(ctx context.Context, t HostTarget, address string) (net.Conn, error) {
+	gw, err := h.conn(ctx, t, t.Gateway.Name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := gw.ssh.DialContext(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("through the gateway of %s to %s: %w", t.Cluster, address, err)
+	}
+	return c, nil
+}
+
+// controllerIPs are the fixed IPs of t's controllers, by index.
+func controllerIPs(t HostTarget) []netip.Addr {
+	var names []string
+	for name := range t.Hosts {
+		if roleOfServer(name, t.Cluster) == "controller" {
+			names = append(names, name)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(serverIndex(a), serverIndex(b)) })
+	var out []netip.Addr
+	for _, n := range names {
+		out = append(out, t.Hosts[n].IP)
+	}
+	return out
+}
+
+// serverIndex is the index of a server <cluster>-<pool>-<index>.
+func serverIndex(name string) int {
+	var i int
+	_, _ = fmt.Sscanf(name[strings.LastIndex(name, "-")+1:], "%d", &i)
+	return i
+}
+
+// kubeClient talks to one kube-apiserver through the gateway, as admin.
+type kubeClient struct {
+	base string
+	http *http.Client
+}
+
+func (a *Applier) kube(t HostTarget, b *pki.Bundle, ip netip.Addr) (*kubeClient, error) {
+	cfg, err := b.TLS(pki.CA, pki.Admin)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return a.Hosts.Dial(ctx, t, addr) },
+		TLSClientConfig: cfg, ForceAttemptHTTP2: false, MaxIdleConnsPerHost: 2,
+	}
+	return &kubeClient{base: "https://" + netip.AddrPortFrom(ip, apiPort).String(), http: &http.Client{Transport: tr, Timeout: 15 * time.Second}}, nil
+}
+
+func (k *kubeClient) close() { k.http.CloseIdleConnections() }
+
+// do sends a request; out, if set, receives a 2xx body as JSON.
+func (k *kubeClient) do(ctx context.Context, method, path, contentType string, body any, out any) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, k.base+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := k.http.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, b, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, b, nil
+}
+
+// gateSpec is what a host's gate checks, from its change.
+type gateSpec struct {
+	host, role, version string
+	units               []string
+}
+
+func gateOf(c diff.Change) gateSpec {
+	g := gateSpec{host: hostOf(c.Address), role: c.After["role"].Value, version: c.After["version"].Value}
+	if u := c.After["units"].Value; u != "" {
+		g.units = strings.Split(u, ",")
+	}
+	return g
+}
+
+// gate waits until the host's health gate passes, probing every second
+// up to the gate timeout; then it records the version the host runs.
+func (h hostStep) gate(ctx context.Context, c diff.Change) error {
+	a, g := h.a, gateOf(c)
+	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
+	probe := &prober{a: a, t: h.t, b: h.pki, g: g}
+	defer probe.close()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := probe.run(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return errors.Join(ctx.Err(), err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s (%s) within %s: %w", ErrGate, g.host, g.role, timeout, err)
+		}
+		a.log().Debug("health gate not passed yet", "cluster", c.Cluster, "host", g.host, "why", err)
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(cmp.Or(a.GateInterval, time.Second)):
+		}
+	}
+	if err := h.j.hook("gate passed " + c.Address); err != nil {
+		return err
+	}
+	a.log().Info("health gate passed", "cluster", c.Cluster, "host", g.host, "version", g.version)
+	return RecordVersion(ctx, h.j.w, c.Cluster, g.host, g.version)
+}
+
+// prober runs a gate's checks, keeping its clients between probes.
+type prober struct {
+	a    *Applier
+	t    HostTarget
+	b    *pki.Bundle
+	g    gateSpec
+	etcd *clientv3.Client
+	kube *kubeClient
+}
+
+func (p *prober) close() {
+	if p.etcd != nil {
+		_ = p.etcd.Close()
+	}
+	if p.kube != nil {
+		p.kube.close()
+	}
+}
+
+func (p *prober) run(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for _, u := range p.g.units {
+		out, err := p.a.Hosts.run(ctx, p.t, p.g.host, "systemctl is-active "+u)
+		if state := strings.TrimSpace(string(out)); err != nil || state != "active" {
+			return fmt.Errorf("%s is %s", u, cmp.Or(state, "not active: "+fmt.Sprint(err)))
+		}
+	}
+	switch p.g.role {
+	case diff.RoleController:
+		ip := p.t.Hosts[p.g.host].IP
+		if err := p.etcdHealthy(ctx, ip); err != nil {
+			return err
+		}
+		return p.apiServes(ctx, ip)
+	case diff.RoleWorker:
+		return p.nodeReady(ctx)
+	}
+	return nil
+}
+
+// etcdHealthy checks every member of the etcd cluster answers its status.
+func (p *prober) etcdHealthy(ctx context.Context, ip netip.Addr) error {
+	if p.etcd == nil {
+		cfg, err := p.b.TLS(pki.EtcdCA, pki.EtcdOPKEClient)
+		if err != nil {
+			return err
+		}
+		p.etcd, err = clientv3.New(clientv3.Config{
+			Endpoints: []string{"https://" + netip.AddrPortFrom(ip, etcdClientPort).String()}, TLS: cfg,
+			DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+			DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return p.a.Hosts.Dial(ctx, p.t, addr)
+			})},
+		})
+		if err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+	}
+	members, err := p.etcd.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd member list: %w", err)
+	}
+	for _, m := range members.Members {
+		if len(m.ClientURLs) == 0 {
+			return fmt.Errorf("etcd member %s has not started", cmp.Or(m.Name, fmt.Sprintf("%x", m.ID)))
+		}
+		st, err := p.etcd.Status(ctx, m.ClientURLs[0])
+		if err != nil {
+			return fmt.Errorf("etcd member %s: %w", m.Name, err)
+		}
+		if len(st.Errors) > 0 {
+			return fmt.Errorf("etcd member %s: %s", m.Name, strings.Join(st.Errors, "; "))
+		}
+		if st.Leader == 0 {
+			return fmt.Errorf("etcd member %s: no leader", m.Name)
+		}
+	}
+	return nil
+}
+
+// apiServes checks the host's API server is ready and runs the version.
+func (p *prober) apiServes(ctx context.Context, ip netip.Addr) error {
+	k, err := p.a.kube(p.t, p.b, ip)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+	code, body, err := k.do(ctx, http.MethodGet, "/readyz", "", nil, nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("API server: %w", err)
+	case code != http.StatusOK:
+		return fmt.Errorf("API server /readyz: %d %s", code, firstLine(body))
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if _, _, err := k.do(ctx, http.MethodGet, "/version", "", nil, &v); err != nil {
+		return fmt.Errorf("API server: %w", err)
+	}
+	if v.GitVersion != p.g.version {
+		return fmt.Errorf("API server /version reports %s, want %s", cmp.Or(v.GitVersion, "nothing"), p.g.version)
+	}
+	return nil
+}
+
+// nodeReady checks, through a controller's API, that the node is Ready
+// and its kubelet reports the version.
+func (p *prober) nodeReady(ctx context.Context) error {
+	var node struct {
+		Status struct {
+			Conditions []struct{ Type, Status string } `json:"conditions"`
+			NodeInfo   struct {
+				KubeletVersion string `json:"kubeletVersion"`
+			} `json:"nodeInfo"`
+		} `json:"status"`
+	}
+	code, body, err := p.api(ctx, http.MethodGet, "/api/v1/nodes/"+p.g.host, "", nil, &node)
+	switch {
+	case err != nil:
+		return err
+	case code != http.StatusOK:
+		return fmt.Errorf("node %s: %d %s", p.g.host, code, firstLine(body))
+	}
+	ready := slices.ContainsFunc(node.Status.Conditions, func(c struct{ Type, Status string }) bool { return c.Type == "Ready" && c.Status == "True" })
+	if !ready {
+		return fmt.Errorf("node %s is not Ready", p.g.host)
+	}
+	if v := node.Status.NodeInfo.KubeletVersion; v != p.g.version {
+		return fmt.Errorf("node %s runs kubelet %s, want %s", p.g.host, cmp.Or(v, "(none)"), p.g.version)
+	}
+	return nil
+}
+
+// api calls the first controller's API server that answers.
+func (p *prober) api(ctx context.Context, method, path, contentType string, body, out any) (int, []byte, error) {
+	var errs []error
+	for _, ip := range controllerIPs(p.t) {
+		if p.kube == nil {
+			k, err := p.a.kube(p.t, p.b, ip)
+			if err != nil {
+				return 0, nil, err
+			}
+			p.kube = k
+		}
+		code, b, err := p.kube.do(ctx, method, path, contentType, body, out)
+		if err == nil {
+			return code, b, nil
+		}
+		errs = append(errs, err)
+		p.kube.close()
+		p.kube = nil
+	}
+	if len(errs) == 0 {
+		return 0, nil, errors.New("no controller to ask")
+	}
+	return 0, nil, fmt.Errorf("API server: %w", errors.Join(errs...))
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return s
+}
+
+// drain cordons a worker and evicts its pods through the API; an
+// eviction a disruption budget refuses is retried until the spec's drain
+// timeout, then the drain fails naming the pod.
+func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, host string) error {
+	p := &prober{a: a, t: t, b: b, g: gateSpec{host: host}}
+	defer p.close()
+	code, body, err := p.api(ctx, http.MethodPatch, "/api/v1/nodes/"+host, "application/merge-patch+json",
+		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cordon %s: %w", host, err)
+	case code == http.StatusNotFound:
+		return nil // no node: nothing runs there
+	case code/100 != 2:
+		return fmt.Errorf("cordon %s: %d %s", host, code, firstLine(body))
+	}
+	timeout := spec.Spec.Upgrade.DrainTimeout.Duration
+	deadline := time.Now().Add(timeout)
+	for {
+		var pods struct {
+			Items []struct {
+				Metadata struct{ Namespace, Name string } `json:"metadata"`
+			} `json:"items"`
+		}
+		code, body, err := p.api(ctx, http.MethodGet, "/api/v1/pods?fieldSelector=spec.nodeName%3D"+host, "", nil, &pods)
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("pods of %s: %d %s %w", host, code, firstLine(body), err)
+		}
+		if len(pods.Items) == 0 {
+			a.log().Info("drained", "cluster", t.Cluster, "host", host)
+			return nil
+		}
+		var blocked []string
+		for _, it := range pods.Items {
+			pod := it.Metadata
+			ev := map[string]any{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": map[string]string{"name": pod.Name, "namespace": pod.Namespace}}
+			code, body, err := p.api(ctx, http.MethodPost, "/api/v1/namespaces/"+pod.Namespace+"/pods/"+pod.Name+"/eviction", "application/json", ev, nil)
+			switch {
+			case err != nil:
+				return fmt.Errorf("evict %s/%s: %w", pod.Namespace, pod.Name, err)
+			case code/100 == 2, code == http.StatusNotFound:
+			case code == http.StatusTooManyRequests:
+				blocked = append(blocked, fmt.Sprintf("pod %s/%s: %s", pod.Namespace, pod.Name, budgetCause(body)))
+			default:
+				return fmt.Errorf("evict %s/%s: %d %s", pod.Namespace, pod.Name, code, firstLine(body))
+			}
+		}
+		if len(blocked) > 0 && time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s within the drain timeout %s: %s", ErrDrain, host, schemas.Duration{Duration: timeout}, strings.Join(blocked, "; "))
+		}
+		if len(blocked) > 0 {
+			a.log().Info("eviction refused by a disruption budget; retrying", "cluster", t.Cluster, "host", host, "blocked", blocked[0])
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(cmp.Or(a.GateInterval, time.Second)):
+		}
+	}
+}
+
+// budgetCause is why an eviction was refused, from the API's Status.
+func budgetCause(body []byte) string {
+	var st struct {
+		Message string `json:"message"`
+		Details struct {
+			Causes []struct{ Message string } `json:"causes"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(body, &st) != nil {
+		return firstLine(body)
+	}
+	if len(st.Details.Causes) > 0 && st.Details.Causes[0].Message != "" {
+		return st.Details.Causes[0].Message
+	}
+	return st.Message
+}
