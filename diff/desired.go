@@ -158,9 +158,18 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		server(name, ignition.RoleController, s.Controllers.Flavor, cip.String(), sgName, nodesSG, zone(s.Controllers.AvailabilityZones, i))
 		controllers = append(controllers, name)
 	}
+	// A worker's port takes any free address: it waits for the ports
+	// whose addresses are fixed, so that it never takes one of them.
+	fixedPorts := []string{addr(KindPort, gwName)}
+	for _, c := range controllers {
+		fixedPorts = append(fixedPorts, addr(KindPort, c))
+	}
 	for _, p := range s.WorkerPools {
 		for i := range p.Count {
-			server(schemas.ServerName(n, p.Name, i), ignition.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
+			name := schemas.ServerName(n, p.Name, i)
+			server(name, ignition.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
+			port := &d.Infra[len(d.Infra)-2]
+			port.DependsOn = append(port.DependsOn, fixedPorts...)
 		}
 	}
 

@@ -518,7 +518,9 @@ func (b *builder) stateChanges(d *Desired, o *Observed) {
 			Before: Attrs{"deletion_policy": Known(o.Applied.DeletionPolicy)}, After: Attrs{"deletion_policy": Known(d.DeletionPolicy)},
 			Reason: "deletionPolicy changed"}})
 	}
-	if d.BackupDue {
+	// A snapshot before a rollout stands in for a scheduled one due now;
+	// the scheduled one comes with the next plan.
+	if d.BackupDue && b.find(d.Cluster, SnapshotAddress(d.Cluster), ActionBackup) == nil {
 		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: BackupAddress(d.Cluster), Action: ActionBackup,
 			Reason: "a scheduled etcd snapshot is due"}})
 	}

@@ -256,3 +256,59 @@ func fileSum(path string) (string, int64, error) {
 	n, err := io.Copy(h, f)
 	return hex.EncodeToString(h.Sum(nil)), n, err
 }
+
+// VerifyBackup checks a stored snapshot end to end: downloaded, its
+// sha256 against the object's metadata, etcdutl's status against the
+// record, and a restore drill. The drill's result is recorded. A snapshot
+// that fails any of them is [backup.ErrCorrupt].
+func VerifyBackup(ctx context.Context, kv ledgerKV, box backup.Objects, cluster, id string, now time.Time, open func([]byte) ([]byte, error)) (*backup.Record, error) {
+	listed, err := box.List(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := backup.Find(listed, id)
+	if err != nil {
+		return nil, err
+	}
+	if recs, err := Backups(ctx, kv, cluster); err == nil {
+		if stored, err := backup.Find(recs, id); err == nil && stored.Drill != nil {
+			rec.Drill = stored.Drill
+		}
+	}
+	tmp, err := os.MkdirTemp("", "opke-verify-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	path, err := box.Download(ctx, rec, tmp)
+	if err != nil {
+		return rec, err
+	}
+	if rec.Sealed {
+		if open == nil {
+			return rec, fmt.Errorf("snapshot %s is sealed: the store's encryption key is needed to open it", id)
+		}
+		if err := sealFile(path, open); err != nil {
+			return rec, fmt.Errorf("open snapshot %s: %w: %w", id, err, backup.ErrCorrupt)
+		}
+	}
+	st, err := backup.Status(path)
+	if err != nil {
+		return rec, err
+	}
+	if st.Revision != rec.Revision || st.Hash != rec.Hash {
+		return rec, fmt.Errorf("snapshot %s: status says revision %d hash %d, the record %d and %d: %w", id, st.Revision, st.Hash, rec.Revision, rec.Hash, backup.ErrCorrupt)
+	}
+	res, err := backup.Drill(ctx, path, rec, now)
+	if err != nil {
+		return rec, err
+	}
+	rec.Drill = res
+	if err := RecordBackup(ctx, kv, rec); err != nil {
+		return rec, err
+	}
+	if !res.Passed {
+		return rec, fmt.Errorf("restore drill of %s: %s: %w", id, res.Message, backup.ErrCorrupt)
+	}
+	return rec, nil
+}

@@ -29,8 +29,10 @@ import (
 	"opke.dev/opke/state"
 )
 
-// now is the clock of every test: certificates issued at it stay valid.
-var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+// now is the clock of every test: the wall clock when the tests start,
+// since what OPKE's clients and the simulator's servers check certificates
+// against is the wall clock (a health gate's TLS to an API server).
+var now = time.Now().UTC().Truncate(time.Second)
 
 // spec reads an example cluster, optionally under another name and host
 // network (for fleets of many).

@@ -217,7 +217,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		{pki.CA, "ca.key"}, {pki.APIServer(h.Name), "apiserver"}, {pki.APIServerKubelet, "apiserver-kubelet-client"},
 		{pki.APIServerEtcdClient, "apiserver-etcd-client"}, {pki.FrontProxyCA, "front-proxy-ca.crt"},
 		{pki.FrontProxyClient, "front-proxy-client"},
-	})
+	}, UnitKubelet) // read by the static pods at start: the kubelet's restart restarts those whose files changed
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrMissingMaterial, err)
 		}
-		files = append(files, secretFile("/etc/kubernetes/"+kc.file, b))
+		files = append(files, secretFile("/etc/kubernetes/"+kc.file, b, UnitKubelet))
 	}
 	pods, err := r.staticPods(h)
 	if err != nil {

@@ -1,0 +1,581 @@
+package reconciler_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
+	"maps"
+	"math/big"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2/openstack/objectstorage/v1/objects"
+
+	"opke.dev/opke/backup"
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/cloudsim/kubestub"
+	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
+)
+
+// clock is a test's movable clock: the wall clock plus an offset.
+type clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().UTC().Add(c.offset)
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+// applyPlan plans the fleet and applies it with a; it returns the plan,
+// the summary and apply's error.
+func (r *rig) applyPlan(t *testing.T, a *reconciler.Applier, fleet ...*schemas.Cluster) (*diff.Plan, *reconciler.Summary, error) {
+	t.Helper()
+	req := request(fleet...)
+	res, err := r.planner.Plan(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := a.Apply(context.Background(), req, res.Plan)
+	return res.Plan, sum, err
+}
+
+// mustApply applies the fleet and fails the test on a failed step.
+func (r *rig) mustApply(t *testing.T, a *reconciler.Applier, fleet ...*schemas.Cluster) *diff.Plan {
+	t.Helper()
+	p, sum, err := r.applyPlan(t, a, fleet...)
+	if err != nil {
+		for _, f := range sum.Failed {
+			t.Errorf("%s %s: %s %v", f.Change.Action, f.Change.Address, f.State, f.Err)
+		}
+		t.Fatal(err)
+	}
+	return p
+}
+
+// versions are the Kubernetes versions the ledger says the hosts run.
+func (r *rig) versions(t *testing.T, cluster string) map[string]string {
+	t.Helper()
+	prefix := r.store.Key(cluster, "hosts") + "/"
+	kv, err := r.store.List(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for k, v := range kv {
+		if host, ok := strings.CutSuffix(strings.TrimPrefix(k, prefix), "/version"); ok && !strings.Contains(host, "gateway") {
+			out[host] = string(v)
+		}
+	}
+	return out
+}
+
+// restarts returns, per host, the times its kubelet was restarted since.
+func restarts(t *testing.T, sim *cloudsim.Sim, hosts []string, since time.Time) map[string][]time.Time {
+	t.Helper()
+	out := map[string][]time.Time{}
+	for _, h := range hosts {
+		evs, err := sim.HostEvents(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Command == "systemctl restart kubelet.service" && !ev.Time.Before(since) {
+				out[h] = append(out[h], ev.Time)
+			}
+		}
+	}
+	return out
+}
+
+// observed is the cluster's resources by kind/name.
+func (r *rig) observed(t *testing.T) map[string]diff.Resource {
+	t.Helper()
+	obs, err := cloud.Observe(context.Background(), r.clients, r.owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]diff.Resource{}
+	for _, x := range obs.Clusters["demo"] {
+		out[x.Address()] = x
+	}
+	return out
+}
+
+// apiClient talks to a controller's API server through the gateway, as
+// admin: what kubectl with the admin kubeconfig would see.
+func (r *rig) apiClient(t *testing.T, res map[string]diff.Resource, controller string) (*http.Client, string, *tls.ConnectionState) {
+	t.Helper()
+	ctx := context.Background()
+	gw := dialHost(t, r, res, "demo-gateway-0", nil)
+	b, err := pki.Load(ctx, r.store, "demo", pki.CA, pki.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := b.TLS(pki.CA, pki.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state tls.ConnectionState
+	tr := &http.Transport{TLSClientConfig: cfg, DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		raw, err := gw.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(addr)
+		c := cfg.Clone()
+		c.ServerName = host
+		tc := tls.Client(raw, c)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, err
+		}
+		state = tc.ConnectionState()
+		return tc, nil
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	ip := res["openstack/port/"+controller].Attrs["fixed_ip"].Value
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, "https://" + ip + ":6443", &state
+}
+
+func (r *rig) apiVersion(t *testing.T, res map[string]diff.Resource, controller string) string {
+	t.Helper()
+	c, base, _ := r.apiClient(t, res, controller)
+	resp, err := c.Get(base + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v.GitVersion
+}
+
+// TestDayTwo runs a three-controller, three-worker cluster through the
+// operations of its life against the simulator, with real etcd members
+// and API servers behind real SSH: a minor upgrade rolled one host at a
+// time behind health gates; an upgrade whose gate fails on the second
+// controller, a revert refused with the restore command, a forward fix;
+// a certificate about to expire rotated; a scale-in whose drain a
+// disruption budget refuses until it lets go; scheduled backups with
+// retention and restore drills, and a corrupted snapshot caught.
+func TestDayTwo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	clk := &clock{}
+	r.planner.Now = clk.now
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	a := &reconciler.Applier{Planner: r.planner, Hosts: hosts, Parallel: 8, GateTimeout: 30 * time.Second, GateInterval: 200 * time.Millisecond}
+
+	demo := spec(t, "demo", "", 0)
+	demo.Spec.Kubernetes.Version = "v1.30.2"
+	demo.Spec.Controllers.Count = 3
+	demo.Spec.WorkerPools[0].Count = 3
+	demo.Spec.Upgrade.DrainTimeout = schemas.Duration{Duration: 2 * time.Second}
+	demo.Spec.Backup = &schemas.Backup{Interval: schemas.Duration{Duration: time.Hour}, Retain: 3, Container: "opke-backups", Drill: true}
+	r.mustApply(t, a, demo)
+	controllers := []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}
+	workers := []string{"demo-default-0", "demo-default-1", "demo-default-2"}
+	nodes := slices.Concat(controllers, workers)
+	box := backup.Objects{Client: r.clients.ObjectStore, Container: "opke-backups"}
+
+	t.Run("minor upgrade rolls one host at a time behind its gate", func(t *testing.T) {
+		before := serverIDs(r.checkClean(t, "before the upgrade"))
+		since := time.Now()
+		demo.Spec.Kubernetes.Version = "v1.31.1"
+		plan := r.mustApply(t, a, demo)
+		for _, c := range plan.Changes {
+			if c.Phase != diff.PhaseHosts {
+				t.Errorf("the upgrade plans %s %s", c.Action, c.Address)
+			}
+		}
+		got := restarts(t, r.sim, nodes, since)
+		for i, h := range nodes {
+			if len(got[h]) != 1 {
+				t.Fatalf("%s restarted its kubelet %d times: %v", h, len(got[h]), got)
+			}
+			if i > 0 && !got[h][0].After(got[nodes[i-1]][0]) {
+				t.Errorf("%s restarted at %s, before %s (%s): not one host at a time, controllers first",
+					h, got[h][0].Format(time.StampMicro), nodes[i-1], got[nodes[i-1]][0].Format(time.StampMicro))
+			}
+		}
+		want := map[string]string{}
+		for _, h := range nodes {
+			want[h] = "v1.31.1"
+		}
+		if d := cmp.Diff(want, r.versions(t, "demo")); d != "" {
+			t.Errorf("versions the hosts run (-want +got):\n%s", d)
+		}
+		res := r.observed(t)
+		for _, ctl := range controllers {
+			if v := r.apiVersion(t, res, ctl); v != "v1.31.1" {
+				t.Errorf("%s /version: %s", ctl, v)
+			}
+		}
+		if after := serverIDs(r.checkClean(t, "upgraded")); !maps.Equal(before, after) {
+			t.Errorf("a server or its user_data changed in the upgrade:\n%v\n%v", before, after)
+		}
+		recs, err := reconciler.Backups(ctx, r.store, "demo")
+		if err != nil || !slices.ContainsFunc(recs, func(r *backup.Record) bool { return r.Reason == backup.ReasonBeforeRollout }) {
+			t.Errorf("no snapshot before the rollout: %v %v", recs, err)
+		}
+	})
+
+	t.Run("a failing gate halts the rollout; a revert is refused; a forward fix completes", func(t *testing.T) {
+		r.sim.CrashKubelet("demo-controller-1", "v1.32.0")
+		defer r.sim.CrashKubelet("demo-controller-1", "")
+		short := *a
+		short.GateTimeout = 3 * time.Second
+		since := time.Now()
+		demo.Spec.Kubernetes.Version = "v1.32.0"
+		_, sum, err := r.applyPlan(t, &short, demo)
+		if !errors.Is(err, reconciler.ErrFailed) {
+			t.Fatalf("apply: %v", err)
+		}
+		var gateErr error
+		for _, f := range sum.Failed {
+			if f.State == reconciler.StepFailed {
+				if f.Change.Address != diff.GateAddress("demo-controller-1") {
+					t.Errorf("failed: %s %v", f.Change.Address, f.Err)
+				}
+				gateErr = f.Err
+			}
+		}
+		if !errors.Is(gateErr, reconciler.ErrGate) || !strings.Contains(gateErr.Error(), "demo-controller-1") ||
+			!strings.Contains(gateErr.Error(), "kubelet.service is activating") {
+			t.Errorf("the halt does not name the host and the reason: %v", gateErr)
+		}
+		want := map[string]string{"demo-controller-0": "v1.32.0", "demo-controller-1": "v1.31.1", "demo-controller-2": "v1.31.1",
+			"demo-default-0": "v1.31.1", "demo-default-1": "v1.31.1", "demo-default-2": "v1.31.1"}
+		if d := cmp.Diff(want, r.versions(t, "demo")); d != "" {
+			t.Errorf("versions after the halt (-want +got):\n%s", d)
+		}
+		got := restarts(t, r.sim, nodes, since)
+		for _, h := range slices.Concat(controllers[2:], workers) {
+			if len(got[h]) > 0 {
+				t.Errorf("%s was restarted after the halt", h)
+			}
+		}
+
+		applied, err := reconciler.AppliedSpecs(ctx, r.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		facts, err := reconciler.Facts(ctx, r.store, []string{"demo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		revert := *demo
+		revert.Spec.Kubernetes.Version = "v1.31.1"
+		problems := schemas.CheckTransition(applied["demo"].Spec, &revert, facts["demo"])
+		if len(problems) != 1 || facts["demo"].Snapshot == "" ||
+			!strings.Contains(problems[0].Message, "opke restore --cluster demo --snapshot "+facts["demo"].Snapshot) {
+			t.Errorf("the revert is not refused with the restore hint: %v (facts %+v)", problems, facts["demo"])
+		}
+
+		demo.Spec.Kubernetes.Version = "v1.32.1"
+		if p := schemas.CheckTransition(applied["demo"].Spec, demo, facts["demo"]); len(p) != 0 {
+			t.Fatalf("the forward fix is refused: %v", p)
+		}
+		r.mustApply(t, a, demo)
+		for _, h := range nodes {
+			want[h] = "v1.32.1"
+		}
+		if d := cmp.Diff(want, r.versions(t, "demo")); d != "" {
+			t.Errorf("versions after the forward fix (-want +got):\n%s", d)
+		}
+		if v := r.apiVersion(t, r.observed(t), "demo-controller-1"); v != "v1.32.1" {
+			t.Errorf("demo-controller-1 /version after the fix: %s", v)
+		}
+	})
+
+	t.Run("a certificate about to expire is rotated with no server replaced", func(t *testing.T) {
+		before := serverIDs(r.checkClean(t, "before the rotation"))
+		name := pki.APIServer("demo-controller-2")
+		old := shortLived(t, r, name, 10*24*time.Hour)
+		plan := r.plan(t, demo)
+		byAddr := addresses(plan.Changes)
+		for _, want := range []struct {
+			address string
+			action  diff.Action
+		}{
+			{"host/demo-controller-2/etc/kubernetes/pki/apiserver.crt", diff.ActionUpload},
+			{"host/demo-controller-2/units/kubelet.service", diff.ActionRestart},
+			{diff.GateAddress("demo-controller-2"), diff.ActionCheck},
+		} {
+			if byAddr[want.address] != want.action {
+				t.Errorf("the rotation does not plan %s %s: %v", want.action, want.address, byAddr)
+			}
+		}
+		r.mustApply(t, a, demo)
+		if after := serverIDs(r.checkClean(t, "rotated")); !maps.Equal(before, after) {
+			t.Errorf("a server changed in the rotation")
+		}
+		c, base, state := r.apiClient(t, r.observed(t), "demo-controller-2")
+		resp, err := c.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		served := state.PeerCertificates[0]
+		if served.SerialNumber.Cmp(old.SerialNumber) == 0 || time.Until(served.NotAfter) < 300*24*time.Hour {
+			t.Errorf("demo-controller-2 serves a certificate valid until %s (the old one: %s)", served.NotAfter, old.NotAfter)
+		}
+	})
+
+	t.Run("scale in drains highest first, a refusing budget fails after the timeout naming the pod", func(t *testing.T) {
+		demo.Spec.WorkerPools[0].Count = 5
+		r.mustApply(t, a, demo)
+		objects := kubestub.Objects{
+			Pods: []kubestub.Pod{
+				{Namespace: "default", Name: "web-0", Node: "demo-default-4", Labels: map[string]string{"app": "web"}},
+				{Namespace: "default", Name: "batch-0", Node: "demo-default-3"},
+				{Namespace: "default", Name: "db-0", Node: "demo-default-1", Labels: map[string]string{"app": "db"}},
+			},
+			Budgets: []kubestub.Budget{{Namespace: "default", Name: "web", Selector: map[string]string{"app": "web"}, DisruptionsAllowed: 0}},
+		}
+		if err := r.sim.SetKubeObjects("demo-controller-0", objects); err != nil {
+			t.Fatal(err)
+		}
+		demo.Spec.WorkerPools[0].Count = 2
+		started := time.Now()
+		_, sum, err := r.applyPlan(t, a, demo)
+		if !errors.Is(err, reconciler.ErrFailed) {
+			t.Fatalf("apply: %v", err)
+		}
+		var drainErr error
+		for _, f := range sum.Failed {
+			if f.State == reconciler.StepFailed {
+				if f.Change.Address != diff.DrainAddress("demo-default-4") {
+					t.Errorf("failed: %s %v", f.Change.Address, f.Err)
+				}
+				drainErr = f.Err
+			}
+		}
+		if !errors.Is(drainErr, reconciler.ErrDrain) || !strings.Contains(drainErr.Error(), "pod default/web-0") ||
+			!strings.Contains(drainErr.Error(), "default/web") || time.Since(started) < 2*time.Second {
+			t.Errorf("the drain did not fail after the 2s timeout naming the pod and budget: %v", drainErr)
+		}
+		if _, ok := r.observed(t)["openstack/server/demo-default-4"]; !ok {
+			t.Error("demo-default-4 was deleted although its drain failed")
+		}
+
+		objects.Budgets[0].DisruptionsAllowed = 1
+		if err := r.sim.SetKubeObjects("demo-controller-0", objects); err != nil {
+			t.Fatal(err)
+		}
+		r.mustApply(t, a, demo)
+		r.checkClean(t, "scaled in")
+		res := r.observed(t)
+		var got []string
+		for addr := range res {
+			if name, ok := strings.CutPrefix(addr, "openstack/server/demo-default-"); ok {
+				got = append(got, name)
+			}
+			if strings.HasPrefix(addr, "openstack/member/demo-default") || strings.HasPrefix(addr, "openstack/floating-ip/demo-default") {
+				t.Errorf("left behind: %s", addr)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"0", "1"}) {
+			t.Errorf("workers left: %v, want 0 and 1", got)
+		}
+		inv := cloudtest.Inventory(t, r.clients)
+		for _, gone := range []string{"demo-default-2", "demo-default-3", "demo-default-4"} {
+			for k := range inv {
+				if strings.HasSuffix(k, "/"+gone) {
+					t.Errorf("OpenStack still holds %s", k)
+				}
+			}
+			keys, err := r.store.List(ctx, r.store.Key("demo")+"/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range keys {
+				if strings.Contains(k, gone) {
+					t.Errorf("the store still holds %s", k)
+				}
+			}
+		}
+		left, err := r.sim.KubeObjects("demo-controller-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pods := left.PodsOn(""); len(pods) != 1 || pods[0].Name != "db-0" {
+			t.Errorf("pods left: %v, want only db-0 on a kept worker", pods)
+		}
+	})
+
+	t.Run("scheduled backups keep the newest three, each drilled; a corrupted one fails verify", func(t *testing.T) {
+		var ids []string
+		for range 5 {
+			clk.advance(time.Hour)
+			plan := r.mustApply(t, a, demo)
+			if addresses(plan.Changes)[diff.BackupAddress("demo")] != diff.ActionBackup {
+				t.Fatalf("no backup planned an interval later: %v", addresses(plan.Changes))
+			}
+			recs, err := reconciler.Backups(ctx, r.store, "demo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, recs[len(recs)-1].ID)
+		}
+		if p := r.plan(t, demo); !p.Empty() {
+			t.Errorf("a backup is planned before its interval: %v", addresses(p.Changes))
+		}
+		listed, err := box.List(ctx, "demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var scheduled []string
+		for _, rec := range listed {
+			if rec.Reason == backup.ReasonScheduled {
+				scheduled = append(scheduled, rec.ID)
+			}
+		}
+		if d := cmp.Diff(ids[2:], scheduled); d != "" {
+			t.Errorf("scheduled snapshots in Swift (-newest three +got):\n%s", d)
+		}
+		recs, err := reconciler.Backups(ctx, r.store, "demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != len(listed) {
+			t.Errorf("the store records %d snapshots, Swift holds %d", len(recs), len(listed))
+		}
+		for _, rec := range recs {
+			if rec.Reason == backup.ReasonScheduled && (rec.Drill == nil || !rec.Drill.Passed) {
+				t.Errorf("snapshot %s: drill %+v", rec.ID, rec.Drill)
+			}
+		}
+		newest := recs[len(recs)-1]
+		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); err != nil {
+			t.Errorf("verify a sound snapshot: %v", err)
+		}
+		corrupt(t, box, newest)
+		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); !errors.Is(err, backup.ErrCorrupt) {
+			t.Errorf("verify a corrupted snapshot: %v", err)
+		}
+	})
+}
+
+// shortLived replaces a certificate of the demo cluster in the store with
+// one, signed by the same CA for the same names, that expires within
+// valid; it returns it.
+func shortLived(t *testing.T, r *rig, name string, valid time.Duration) *x509.Certificate {
+	t.Helper()
+	ctx := context.Background()
+	b, err := pki.Load(ctx, r.store, "demo", pki.CA, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := b.Get(pki.CA)
+	cur, _ := b.Get(name)
+	caCert, caKey := parsePair(t, ca)
+	old, _ := parsePair(t, cur)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := *old
+	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(valid)
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.PutSecret(ctx, r.store.Key("demo", "pki", name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Put(ctx, r.store.Key("demo", "pki", name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return cert
+}
+
+func parsePair(t *testing.T, m pki.Material) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	cb, _ := pem.Decode(m.Cert)
+	kb, _ := pem.Decode(m.Key)
+	if cb == nil || kb == nil {
+		t.Fatal("material is not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// corrupt flips a byte in the middle of a stored snapshot, keeping its
+// metadata, as a bad disk would.
+func corrupt(t *testing.T, box backup.Objects, rec *backup.Record) {
+	t.Helper()
+	ctx := context.Background()
+	res := objectsDownload(ctx, box, rec)
+	defer res.Close()
+	b, err := io.ReadAll(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := objectsReplace(ctx, box, rec, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func objectsDownload(ctx context.Context, box backup.Objects, rec *backup.Record) io.ReadCloser {
+	return objects.Download(ctx, box.Client, box.Container, rec.Object, nil).Body
+}
+
+// objectsReplace writes new bytes under the object, with its metadata.
+func objectsReplace(ctx context.Context, box backup.Objects, rec *backup.Record, b []byte) error {
+	meta, err := objects.Get(ctx, box.Client, box.Container, rec.Object, nil).ExtractMetadata()
+	if err != nil {
+		return err
+	}
+	_, err = objects.Create(ctx, box.Client, box.Container, rec.Object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract()
+	return err
+}
