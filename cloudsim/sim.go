@@ -69,7 +69,7 @@ type Sim struct {
 	tempDir  bool
 	hostsMu  sync.Mutex // guards hosts; never taken before mu
 	hosts    map[string]*simHost
-	lbTurn   map[string]int // guarded by mu: the next member per load balancer
+	lbTurn   map[string]int    // guarded by mu: the next member per load balancer
 	crashing map[string]string // guarded by mu: server -> kubelet image tag it cannot run
 
 	done      chan struct{}

@@ -6,8 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/netip"
@@ -20,6 +20,7 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // StoreBackups is the name OPKE's own store's snapshots go under: its
@@ -124,7 +125,7 @@ func Backup(ctx context.Context, kv ledgerKV, objects *cloud.Clients, src backup
 	}
 	rec := snap.Record(cluster, reason, now, pol.Container)
 	if seal != nil {
-		if err := sealFile(snap.Path, seal); err != nil {
+		if err := transformFile(snap.Path, seal); err != nil {
 			return nil, err
 		}
 		if rec.SHA256, rec.Size, err = fileSum(snap.Path); err != nil {
@@ -214,16 +215,17 @@ func deleteKey(ctx context.Context, kv ledgerKV, key string) error {
 	return d.Delete(ctx, key)
 }
 
-func sealFile(path string, seal func([]byte) ([]byte, error)) error {
+// transformFile rewrites a file through fn (sealing or opening it).
+func transformFile(path string, fn func([]byte) ([]byte, error)) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	sealed, err := seal(b)
+	out, err := fn(b)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, sealed, 0o600)
+	return os.WriteFile(path, out, 0o600)
 }
 
 // backupStep runs a plan's backup change: a scheduled snapshot, or the
@@ -288,7 +290,7 @@ func VerifyBackup(ctx context.Context, kv ledgerKV, box backup.Objects, cluster,
 		if open == nil {
 			return rec, fmt.Errorf("snapshot %s is sealed: the store's encryption key is needed to open it", id)
 		}
-		if err := sealFile(path, open); err != nil {
+		if err := transformFile(path, open); err != nil {
 			return rec, fmt.Errorf("open snapshot %s: %w: %w", id, err, backup.ErrCorrupt)
 		}
 	}
@@ -311,4 +313,60 @@ func VerifyBackup(ctx context.Context, kv ledgerKV, box backup.Objects, cluster,
 		return rec, fmt.Errorf("restore drill of %s: %s: %w", id, res.Message, backup.ErrCorrupt)
 	}
 	return rec, nil
+}
+
+// storeLabel binds a sealed snapshot of OPKE's store to its purpose.
+const storeLabel = "opke-store-snapshot"
+
+// BackupStore snapshots OPKE's own state store, seals it with the
+// store's encryption key, and keeps it like a cluster's, under
+// StoreBackups in the policy's container.
+func BackupStore(ctx context.Context, store *state.Store, clients *cloud.Clients, pol BackupPolicy, reason string, now time.Time) (*backup.Record, error) {
+	pol.Drill = false // a drill needs the plain snapshot: opke backup verify --store opens it
+	return Backup(ctx, store, clients, backup.Source{Client: store.Client()}, StoreBackups, reason, pol, now,
+		func(b []byte) ([]byte, error) { return store.SealBlob(storeLabel, b) })
+}
+
+// OpenStoreSnapshot is the opener of OPKE's sealed store snapshots.
+func OpenStoreSnapshot(store *state.Store) func([]byte) ([]byte, error) {
+	return func(b []byte) ([]byte, error) { return store.OpenBlob(storeLabel, b) }
+}
+
+// BackupCluster snapshots an applied cluster's etcd now, as `opke backup
+// now` does: through its gateway with the backup client certificate,
+// stored and pruned under its spec's policy.
+func BackupCluster(ctx context.Context, p *Planner, hosts *HostSessions, cluster, reason string) (*backup.Record, error) {
+	specs, err := AppliedSpecs(ctx, p.Store)
+	if err != nil {
+		return nil, err
+	}
+	a := specs[cluster]
+	if a == nil {
+		return nil, fmt.Errorf("cluster %s: %w: not applied", cluster, state.ErrNotFound)
+	}
+	clients, err := p.Clouds.Clients(ctx, a.Spec.Spec.Cloud, a.Spec.Spec.Region)
+	if err != nil {
+		return nil, err
+	}
+	owner, err := p.Store.InstallationID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := cloud.Observe(ctx, clients, owner, nil)
+	if err != nil {
+		return nil, err
+	}
+	t, err := hostTarget(cluster, clients, obs.Clusters[cluster], p.Store)
+	if err != nil {
+		return nil, err
+	}
+	b, err := pki.Load(ctx, p.Store, cluster, pki.EtcdCA, pki.EtcdBackupClient)
+	if err != nil {
+		return nil, err
+	}
+	src, err := hosts.ClusterSource(t, b)
+	if err != nil {
+		return nil, err
+	}
+	return Backup(ctx, p.Store, clients, src, cluster, reason, PolicyOf(a.Spec), p.now(), nil)
 }

@@ -104,3 +104,10 @@ func newInstallationID() string {
 	_, _ = rand.Read(b) // crypto/rand does not fail on Linux
 	return fmt.Sprintf("%x", b)
 }
+
+// SealBlob encrypts data with the store's encryption key, bound to label:
+// OPKE's own snapshots are sealed so before they leave for Swift.
+func (s *Store) SealBlob(label string, data []byte) ([]byte, error) { return s.seal.seal(label, data) }
+
+// OpenBlob decrypts what SealBlob sealed under label.
+func (s *Store) OpenBlob(label string, sealed []byte) ([]byte, error) { return s.seal.open(label, sealed) }
