@@ -277,6 +277,16 @@ func (b *builder) deleteAll(cluster string, rs []Resource, reason string) []*pen
 				}
 			}
 		}
+		// A port holds an address of the subnet (it names only its
+		// network): Neutron refuses to delete a subnet while one exists.
+		if r.Kind == KindPort {
+			for _, s := range rs {
+				if s.Kind == KindSubnet {
+					q := b.find(cluster, s.Address(), ActionDelete)
+					q.deps = append(q.deps, p.key)
+				}
+			}
+		}
 	}
 	return out
 }

@@ -111,6 +111,9 @@ client certificate) or of OPKE's own state store (sealed with its
 encryption key), kept in Swift as <container>/<cluster>/<time>-<revision>.db
 with their sha256 and etcd's status in the object's metadata. The daemon
 takes a cluster's on spec.backup's schedule and before every rollout.`,
+		Example: `  opke backup now --cluster demo --sim-state .opke/sim
+  opke backup list --cluster demo --sim-state .opke/sim
+  opke backup verify --store --cloud prod --data-dir /var/lib/opke`,
 		Args: argsAtMost(0),
 	}
 	cmd.AddCommand(a.backupNowCommand(), a.backupListCommand(), a.backupVerifyCommand())
