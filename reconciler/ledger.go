@@ -218,17 +218,15 @@ func Facts(ctx context.Context, kv ledgerKV, clusters []string) (map[string]*sch
 	out := map[string]*schemas.TransitionFacts{}
 	for _, name := range clusters {
 		f := &schemas.TransitionFacts{}
-		prefix := kv.Key(name, "hosts") + "/"
-		hosts, err := kv.List(ctx, prefix)
+		versions, err := HostVersions(ctx, kv, name)
 		if err != nil {
-			return nil, fmt.Errorf("ledger of %s: %w", name, err)
+			return nil, err
 		}
-		for k, v := range hosts {
-			host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
-			if rest != "version" || roleOfServer(host, name) != "controller" {
+		for host, v := range versions {
+			if roleOfServer(host, name) != "controller" {
 				continue
 			}
-			if ver, err := schemas.ParseVersion(string(v)); err == nil && newer(ver, f.NewestControllerVersion) {
+			if ver, err := schemas.ParseVersion(v); err == nil && newer(ver, f.NewestControllerVersion) {
 				f.NewestControllerVersion = ver
 			}
 		}
@@ -254,4 +252,22 @@ func newer(a, b schemas.Version) bool {
 		return a.Minor > b.Minor
 	}
 	return a.Patch > b.Patch
+}
+
+// HostVersions returns the Kubernetes version each host of a cluster
+// runs, as recorded when its gate passed (the gateway aside).
+func HostVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]string, error) {
+	prefix := kv.Key(cluster, "hosts") + "/"
+	hosts, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
+	}
+	out := map[string]string{}
+	for k, v := range hosts {
+		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
+		if rest == "version" && roleOfServer(host, cluster) != "gateway" {
+			out[host] = string(v)
+		}
+	}
+	return out, nil
 }

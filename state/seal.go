@@ -110,4 +110,6 @@ func newInstallationID() string {
 func (s *Store) SealBlob(label string, data []byte) ([]byte, error) { return s.seal.seal(label, data) }
 
 // OpenBlob decrypts what SealBlob sealed under label.
-func (s *Store) OpenBlob(label string, sealed []byte) ([]byte, error) { return s.seal.open(label, sealed) }
+func (s *Store) OpenBlob(label string, sealed []byte) ([]byte, error) {
+	return s.seal.open(label, sealed)
+}

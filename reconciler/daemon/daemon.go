@@ -544,6 +544,39 @@ func (d *Daemon) progress(s reconciler.Step) {
 	l.mu.Lock()
 	l.steps = append(l.steps, st)
 	l.mu.Unlock()
+	if s.Change.Action == diff.ActionCheck {
+		// A rollout shows on the status page host by host as it goes.
+		if s.State == reconciler.StepFailed {
+			d.cfg.Metrics.gateFailed(s.Change.Cluster)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.setStatus(ctx, s.Change.Cluster, func(cs *ClusterStatus) {
+			if cs.Rollout == nil {
+				cs.Rollout = &Rollout{Version: s.Change.After["version"].Value}
+			}
+			host := strings.TrimSuffix(strings.TrimPrefix(s.Change.Address, "host/"), "/health")
+			i := slices.IndexFunc(cs.Rollout.Hosts, func(h HostVersion) bool { return h.Name == host })
+			if i < 0 {
+				cs.Rollout.Hosts = append(cs.Rollout.Hosts, HostVersion{Name: host})
+				i = len(cs.Rollout.Hosts) - 1
+			}
+			switch s.State {
+			case reconciler.StepDone:
+				cs.Rollout.Hosts[i].Version = s.Change.After["version"].Value
+				cs.Rollout.Halted = ""
+			case reconciler.StepFailed:
+				cs.Rollout.Halted = s.Change.Address + ": " + st.Error
+			}
+			cs.Rollout.Version = s.Change.After["version"].Value
+			cs.Rollout.Done = 0
+			for _, h := range cs.Rollout.Hosts {
+				if h.Version == cs.Rollout.Version {
+					cs.Rollout.Done++
+				}
+			}
+		})
+	}
 }
 
 // reconcile plans one cluster and applies the plan unless the cluster is
@@ -594,14 +627,17 @@ func (d *Daemon) reconcile(ctx context.Context, name string, w *work) {
 		entry.State, entry.Summary = report.Success, cmp.Or(warnings, "no changes")
 	case spec != nil && spec.Spec.Paused:
 		entry.State, entry.Summary = report.Success, "paused: not applied: "+report.PlanSummary(plan)
-	case w.resync && spec != nil && !spec.Spec.DriftCorrectionEnabled():
+	case w.resync && spec != nil && !spec.Spec.DriftCorrectionEnabled() && drifted(plan) > 0:
 		d.cfg.Metrics.drift.WithLabelValues(name).Add(float64(drifted(plan)))
 		log.Warn("drift detected; not corrected (driftCorrection: false)", "changes", drifted(plan))
 		entry.State, entry.Summary = report.Failure, "drift not corrected (driftCorrection: false): "+report.PlanSummary(plan)
 	default:
-		if w.resync {
+		switch {
+		case w.resync && drifted(plan) > 0:
 			d.cfg.Metrics.drift.WithLabelValues(name).Add(float64(drifted(plan)))
 			log.Warn("drift detected; correcting it", "changes", drifted(plan))
+		case w.resync:
+			log.Info("a scheduled etcd backup is due")
 		}
 		entry.State, entry.Summary = report.Pending, "applying: "+report.PlanSummary(plan)
 		d.update(ctx, w, name, entry)
@@ -650,12 +686,19 @@ func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *repor
 }
 
 // drifted counts a drift check's changes: all of them are drift, whether
-// the ledger's (a file changed on a host) or the cloud's (a server gone).
+// the ledger's (a file changed on a host) or the cloud's (a server gone),
+// but a scheduled backup, which a drift check finds due.
 func drifted(p *diff.Plan) int {
 	if p == nil {
 		return 0
 	}
-	return len(p.Changes) + len(p.Drift)
+	n := 0
+	for _, c := range slices.Concat(p.Changes, p.Drift) {
+		if c.Action != diff.ActionBackup {
+			n++
+		}
+	}
+	return n
 }
 
 func warningsOf(p *diff.Plan) string {
@@ -677,8 +720,11 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	steps.mu.Unlock()
 	took := time.Since(entry.Started).Round(100 * time.Millisecond)
 	verb := "applied"
-	if w.resync {
+	switch {
+	case w.resync && drifted(plan) > 0:
 		verb = "drift corrected"
+	case w.resync:
+		verb = "scheduled backup taken"
 	}
 	switch {
 	case err == nil:
@@ -705,6 +751,14 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report.Cluster) {
 	if w.resync && entry.State == report.Pending {
 		// A drift correction under way keeps the commit's result.
+		return
+	}
+	if w.resync && drifted(entry.Plan) == 0 && entry.State == report.Success {
+		// A scheduled backup taken: the status says so, not the note.
+		d.setStatus(ctx, name, func(s *ClusterStatus) {
+			s.LastResync, s.ResyncError = time.Now(), ""
+			d.day2(ctx, name, w.clusters[name], nil, s)
+		})
 		return
 	}
 	// Read, change and publish the note in one turn: the clusters'
@@ -737,7 +791,51 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 		if !w.resync && entry.State == report.Success && entry.Steps != nil {
 			s.Applied = w.commit
 		}
+		d.day2(ctx, name, w.clusters[name], entry, s)
 	})
+}
+
+// day2 sets the rollout and backup parts of a cluster's status from the
+// ledger, and their metrics.
+func (d *Daemon) day2(ctx context.Context, name string, spec *schemas.Cluster, entry *report.Cluster, s *ClusterStatus) {
+	if spec != nil {
+		versions, err := reconciler.HostVersions(ctx, d.cfg.Store, name)
+		if err == nil && len(versions) > 0 {
+			r := &Rollout{Version: spec.Spec.Kubernetes.Version}
+			for _, h := range slices.Sorted(maps.Keys(versions)) {
+				r.Hosts = append(r.Hosts, HostVersion{Name: h, Version: versions[h]})
+				if versions[h] == r.Version {
+					r.Done++
+				}
+			}
+			if entry != nil && entry.State == report.Failure {
+				for _, st := range entry.Steps {
+					if st.State == string(reconciler.StepFailed) && (st.Action == diff.ActionCheck || st.Action == diff.ActionDrain) {
+						r.Halted = st.Address + ": " + st.Error
+						break
+					}
+				}
+			} else if s.Rollout != nil && (entry == nil || entry.State == report.Pending) {
+				r.Halted = s.Rollout.Halted
+			}
+			s.Rollout = r
+			d.cfg.Metrics.rollout(name, r.Done, len(r.Hosts))
+		}
+	}
+	recs, err := reconciler.Backups(ctx, d.cfg.Store, name)
+	if err != nil || len(recs) == 0 {
+		return
+	}
+	last := recs[len(recs)-1]
+	b := &BackupStatus{ID: last.ID, Reason: last.Reason, Taken: last.Taken, Size: last.Size}
+	if last.Drill != nil {
+		b.Drill = "failed: " + last.Drill.Message
+		if last.Drill.Passed {
+			b.Drill = "passed: " + last.Drill.Message
+		}
+	}
+	s.LastBackup = b
+	d.cfg.Metrics.backup(name, last)
 }
 
 // publish stores the note and hands it to every reporter. A reporter's
@@ -822,6 +920,37 @@ type ClusterStatus struct {
 	LastResync time.Time `json:"lastResync,omitzero"`
 	// ResyncError is why the last drift check could not look, if it could not.
 	ResyncError string `json:"resyncError,omitempty"`
+	// Rollout is where the hosts are: the version each runs, and the
+	// gate (or drain) that halted the last apply, if one did.
+	Rollout *Rollout `json:"rollout,omitempty"`
+	// LastBackup is the newest etcd snapshot stored.
+	LastBackup *BackupStatus `json:"lastBackup,omitempty"`
+}
+
+// Rollout is a cluster's rollout as the ledger and the last apply say.
+type Rollout struct {
+	// Version is the spec's; Done counts the hosts that run it.
+	Version string        `json:"version"`
+	Done    int           `json:"done"`
+	Hosts   []HostVersion `json:"hosts"`
+	// Halted names the step that stopped the last apply and why.
+	Halted string `json:"halted,omitempty"`
+}
+
+// HostVersion is the Kubernetes version a host runs.
+type HostVersion struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// BackupStatus is a cluster's newest snapshot.
+type BackupStatus struct {
+	ID     string    `json:"id"`
+	Reason string    `json:"reason"`
+	Taken  time.Time `json:"taken"`
+	Size   int64     `json:"size"`
+	// Drill is the last restore drill's outcome ("" if none ran).
+	Drill string `json:"drill,omitempty"`
 }
 
 func (d *Daemon) setStatus(ctx context.Context, name string, set func(*ClusterStatus)) {

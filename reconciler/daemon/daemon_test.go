@@ -143,7 +143,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	forgeSrv := httptest.NewServer(e.forge)
 	t.Cleanup(forgeSrv.Close)
 	e.d = daemon.New(daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
-		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second},
+		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second, GateTimeout: 3 * time.Second, GateInterval: 200 * time.Millisecond},
 		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring})
 	forge := &report.Forge{Kind: report.GitHub, API: forgeSrv.URL, Repo: "acme/fleet", Token: "t", ExternalURL: "http://opke.example", Memo: e.d.Memo()}
 	// Reporters are set after New: the forge's memo is the daemon's.
@@ -527,5 +527,84 @@ func TestDaemonHoldsBack(t *testing.T) {
 	}
 	if specs, err := reconciler.AppliedSpecs(context.Background(), e.store); err != nil || specs["demo"] != nil {
 		t.Errorf("the store still manages demo (%v)", err)
+	}
+}
+
+// status polls a cluster's status until ok accepts it, for up to a minute.
+func (e *env) status(t *testing.T, name string, ok func(daemon.ClusterStatus) bool) daemon.ClusterStatus {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, body := e.get(t, "/api/v1/clusters/"+name)
+		var st daemon.ClusterStatus
+		_ = json.Unmarshal([]byte(body), &st)
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of %s never came: %s", name, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestDaemonDayTwo: the daemon takes a cluster's first scheduled backup
+// at the next drift check and shows it (time, size, drill) on the status,
+// the page and the metrics; a version bump rolls and the status shows
+// every host at the new version; a gate that fails halts the rollout and
+// the status, the page and the note say where and why.
+func TestDaemonDayTwo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second, "")
+	withBackup := func(version string) string {
+		return strings.Replace(demoSpec(1), "v1.35.1", version, 1) + "  backup:\n    interval: 1h\n    retain: 2\n    drill: true\n"
+	}
+	first := commitSpec(t, e.work, "demo", withBackup("v1.35.1"), "demo with backups")
+	e.push(t, main)
+	if n := e.waitNote(t, first, main); n.State != report.Success {
+		t.Fatalf("note: %+v", n.Clusters["demo"])
+	}
+	st := e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.LastBackup != nil })
+	if b := st.LastBackup; b.Reason != "scheduled" || b.Size == 0 || !strings.HasPrefix(b.Drill, "passed: restored revision") {
+		t.Errorf("last backup: %+v", b)
+	}
+	if n := e.gitNote(t, first); n.Clusters["demo"].Drift != nil {
+		t.Errorf("a scheduled backup is reported as drift: %+v", n.Clusters["demo"].Drift)
+	}
+	_, page := e.get(t, "/")
+	_, metrics := e.get(t, "/metrics")
+	if !strings.Contains(page, "drill passed: restored revision") || !strings.Contains(metrics, `opke_last_backup_drill_passed{cluster="demo"} 1`) ||
+		!strings.Contains(metrics, `opke_last_backup_size_bytes{cluster="demo"}`) || strings.Contains(metrics, `opke_drift_detected_total{cluster="demo"}`) {
+		t.Errorf("the page or the metrics lack the backup:\n%s\n%s", page, metrics)
+	}
+
+	bumped := commitSpec(t, e.work, "demo", withBackup("v1.35.2"), "demo v1.35.2")
+	e.push(t, main)
+	if n := e.waitNote(t, bumped, main); n.State != report.Success {
+		t.Fatalf("upgrade note: %+v", n.Clusters["demo"])
+	}
+	st = e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.Rollout != nil && s.Rollout.Version == "v1.35.2" })
+	if r := st.Rollout; r.Done != 2 || len(r.Hosts) != 2 || r.Halted != "" {
+		t.Errorf("rollout after the upgrade: %+v", r)
+	}
+	_, metrics = e.get(t, "/metrics")
+	if !strings.Contains(metrics, `opke_rollout_hosts{cluster="demo",state="done"} 2`) {
+		t.Errorf("metrics lack the rollout:\n%s", metrics)
+	}
+
+	e.sim.CrashKubelet("demo-default-0", "v1.35.3")
+	broken := commitSpec(t, e.work, "demo", withBackup("v1.35.3"), "demo v1.35.3")
+	e.push(t, main)
+	n := e.waitNote(t, broken, main)
+	if c := n.Clusters["demo"]; n.State != report.Failure || !strings.Contains(c.Summary, "host/demo-default-0/health") {
+		t.Errorf("note of the halted rollout: %+v", c)
+	}
+	st = e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.Rollout != nil && s.Rollout.Halted != "" })
+	if r := st.Rollout; r.Version != "v1.35.3" || r.Done != 1 || !strings.Contains(r.Halted, "kubelet.service is activating") {
+		t.Errorf("rollout after the halt: %+v", r)
+	}
+	_, page = e.get(t, "/")
+	if !strings.Contains(page, "halted: host/demo-default-0/health") {
+		t.Errorf("the page does not show the halt:\n%s", page)
 	}
 }

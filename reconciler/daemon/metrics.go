@@ -3,6 +3,8 @@ package daemon
 import (
 	"sync"
 
+	"opke.dev/opke/backup"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -18,6 +20,12 @@ type Metrics struct {
 	lastApplied *prometheus.GaugeVec
 	errors      *prometheus.CounterVec
 	leader      prometheus.Gauge
+	// Day 2: rollouts and backups.
+	rolloutHosts *prometheus.GaugeVec
+	gateFailures *prometheus.CounterVec
+	backupTime   *prometheus.GaugeVec
+	backupSize   *prometheus.GaugeVec
+	backupDrill  *prometheus.GaugeVec
 	// applied remembers each cluster's commit label, to drop the old one.
 	mu      sync.Mutex
 	applied map[string]string
@@ -42,9 +50,20 @@ func NewMetrics() *Metrics {
 			Name: "opke_errors_total", Help: "Errors, by stage (fetch, plan, apply, report)."}, []string{"stage"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opke_leader", Help: "1 while this daemon leads (applies), 0 on standby."}),
+		rolloutHosts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "opke_rollout_hosts", Help: "Hosts of a cluster, by whether they run the spec's Kubernetes version (state: done, pending)."}, []string{"cluster", "state"}),
+		gateFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "opke_health_gate_failures_total", Help: "Health gates that did not pass (a rollout halted), by cluster."}, []string{"cluster"}),
+		backupTime: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "opke_last_backup_timestamp_seconds", Help: "When a cluster's newest etcd snapshot was taken."}, []string{"cluster"}),
+		backupSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "opke_last_backup_size_bytes", Help: "The size of a cluster's newest etcd snapshot."}, []string{"cluster"}),
+		backupDrill: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "opke_last_backup_drill_passed", Help: "1 if the newest snapshot's restore drill passed, 0 if it failed, absent if none ran."}, []string{"cluster"}),
 		applied: map[string]string{},
 	}
 	m.Registry.MustRegister(m.reconcile, m.changes, m.drift, m.apiCalls, m.lastApplied, m.errors, m.leader,
+		m.rolloutHosts, m.gateFailures, m.backupTime, m.backupSize, m.backupDrill,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -63,4 +82,25 @@ func (m *Metrics) appliedAt(cluster, commit string, unix float64) {
 	}
 	m.applied[cluster] = commit
 	m.lastApplied.WithLabelValues(cluster, commit).Set(unix)
+}
+
+// rollout sets how many of a cluster's hosts run its spec's version.
+func (m *Metrics) rollout(cluster string, done, total int) {
+	m.rolloutHosts.WithLabelValues(cluster, "done").Set(float64(done))
+	m.rolloutHosts.WithLabelValues(cluster, "pending").Set(float64(total - done))
+}
+
+func (m *Metrics) gateFailed(cluster string) { m.gateFailures.WithLabelValues(cluster).Inc() }
+
+// backup sets a cluster's newest snapshot.
+func (m *Metrics) backup(cluster string, r *backup.Record) {
+	m.backupTime.WithLabelValues(cluster).Set(float64(r.Taken.Unix()))
+	m.backupSize.WithLabelValues(cluster).Set(float64(r.Size))
+	if r.Drill != nil {
+		v := 0.0
+		if r.Drill.Passed {
+			v = 1
+		}
+		m.backupDrill.WithLabelValues(cluster).Set(v)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"io"
 	"net/http"
@@ -223,6 +224,12 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339)
 	},
+	"bytes": func(n int64) string {
+		if n >= 1<<20 {
+			return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+		}
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	},
 }).Parse(`
 {{define "head"}}<!doctype html><html><head><meta charset="utf-8"><title>{{.}} · OPKE</title>
 <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}table{border-collapse:collapse}
@@ -233,9 +240,11 @@ td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left;vertical-al
 <p>This daemon {{if .Health.Leader}}<b>leads</b> (applies){{else}}is on standby{{end}}.
 Tracked head: {{if .Health.Head}}<a href="/commits/{{.Health.Head}}">{{short .Health.Head}}</a>{{else}}none yet{{end}};
 last sync {{when .Health.LastSync}}{{if .Health.SyncError}}, <span class="error">sync error: {{.Health.SyncError}}</span>{{end}}.</p>
-<table><tr><th>Cluster</th><th>State</th><th>Commit</th><th>Summary</th><th>Drift</th><th>Last resync</th></tr>
+<table><tr><th>Cluster</th><th>State</th><th>Commit</th><th>Summary</th><th>Drift</th><th>Last resync</th><th>Rollout</th><th>Last backup</th></tr>
 {{range .Clusters}}<tr><td>{{.Name}}{{if .Paused}} (paused){{end}}</td><td class="{{.State}}">{{.State}}</td>
-<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}</td></tr>
+<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}</td>
+<td>{{with .Rollout}}{{.Done}}/{{len .Hosts}} at {{.Version}}{{if .Halted}} <span class="error">halted: {{.Halted}}</span>{{end}}<br><small>{{range .Hosts}}{{.Name}} {{.Version}}; {{end}}</small>{{end}}</td>
+<td>{{with .LastBackup}}{{when .Taken}}, {{bytes .Size}}{{if .Drill}}, drill {{.Drill}}{{end}}{{else}}-{{end}}</td></tr>
 {{else}}<tr><td colspan="6">No cluster yet.</td></tr>{{end}}</table>
 <p><a href="/api/v1/clusters">JSON</a> · <a href="/metrics">metrics</a></p></body></html>{{end}}
 {{define "plan"}}{{template "head" .Name}}<h1>{{.Name}} at {{short .Commit}}</h1>
