@@ -144,19 +144,42 @@ func Backup(ctx context.Context, kv ledgerKV, objects *cloud.Clients, src backup
 		return rec, err
 	}
 	if pol.Drill && seal == nil {
-		res, err := backup.Drill(ctx, snap.Path, rec, now)
-		if err != nil {
-			return rec, err
-		}
-		rec.Drill = res
-		if err := RecordBackup(ctx, kv, rec); err != nil {
-			return rec, err
-		}
-		if !res.Passed {
-			return rec, fmt.Errorf("restore drill of %s: %s: %w", rec.ID, res.Message, backup.ErrCorrupt)
-		}
+		return rec, drill(ctx, kv, snap.Path, rec, now)
 	}
 	return rec, nil
+}
+
+// drill restores a snapshot file into a throwaway etcd, records how it
+// went, and fails with [backup.ErrCorrupt] if it did not pass.
+func drill(ctx context.Context, kv ledgerKV, path string, rec *backup.Record, now time.Time) error {
+	res, err := backup.Drill(ctx, path, rec, now)
+	if err != nil {
+		return err
+	}
+	rec.Drill = res
+	if err := RecordBackup(ctx, kv, rec); err != nil {
+		return err
+	}
+	if !res.Passed {
+		return fmt.Errorf("restore drill of %s: %s: %w", rec.ID, res.Message, backup.ErrCorrupt)
+	}
+	return nil
+}
+
+// Fetch downloads a snapshot into dir, checked against its sha256 and,
+// if sealed, opened with open: a plain etcd snapshot file.
+func Fetch(ctx context.Context, box backup.Objects, rec *backup.Record, dir string, open func([]byte) ([]byte, error)) (string, error) {
+	path, err := box.Download(ctx, rec, dir)
+	if err != nil || !rec.Sealed {
+		return path, err
+	}
+	if open == nil {
+		return "", fmt.Errorf("snapshot %s is sealed: the store's encryption key is needed to open it", rec.ID)
+	}
+	if err := transformFile(path, open); err != nil {
+		return "", fmt.Errorf("open snapshot %s: %w: %w", rec.ID, err, backup.ErrCorrupt)
+	}
+	return path, nil
 }
 
 // Prune deletes a cluster's snapshots past retention from the container
@@ -282,17 +305,9 @@ func VerifyBackup(ctx context.Context, kv ledgerKV, box backup.Objects, cluster,
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	path, err := box.Download(ctx, rec, tmp)
+	path, err := Fetch(ctx, box, rec, tmp, open)
 	if err != nil {
 		return rec, err
-	}
-	if rec.Sealed {
-		if open == nil {
-			return rec, fmt.Errorf("snapshot %s is sealed: the store's encryption key is needed to open it", id)
-		}
-		if err := transformFile(path, open); err != nil {
-			return rec, fmt.Errorf("open snapshot %s: %w: %w", id, err, backup.ErrCorrupt)
-		}
 	}
 	st, err := backup.Status(path)
 	if err != nil {
@@ -301,18 +316,7 @@ func VerifyBackup(ctx context.Context, kv ledgerKV, box backup.Objects, cluster,
 	if st.Revision != rec.Revision || st.Hash != rec.Hash {
 		return rec, fmt.Errorf("snapshot %s: status says revision %d hash %d, the record %d and %d: %w", id, st.Revision, st.Hash, rec.Revision, rec.Hash, backup.ErrCorrupt)
 	}
-	res, err := backup.Drill(ctx, path, rec, now)
-	if err != nil {
-		return rec, err
-	}
-	rec.Drill = res
-	if err := RecordBackup(ctx, kv, rec); err != nil {
-		return rec, err
-	}
-	if !res.Passed {
-		return rec, fmt.Errorf("restore drill of %s: %s: %w", id, res.Message, backup.ErrCorrupt)
-	}
-	return rec, nil
+	return rec, drill(ctx, kv, path, rec, now)
 }
 
 // storeLabel binds a sealed snapshot of OPKE's store to its purpose.

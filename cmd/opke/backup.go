@@ -294,21 +294,9 @@ touched; the command prints how to put the data dir in place.`,
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			path, err := t.box().Download(ctx, rec, tmp)
+			path, err := reconciler.Fetch(ctx, t.box(), rec, tmp, t.open)
 			if err != nil {
 				return err
-			}
-			if rec.Sealed {
-				b, err := os.ReadFile(path)
-				if err != nil {
-					return err
-				}
-				if b, err = t.open(b); err != nil {
-					return fmt.Errorf("open snapshot %s: %w", id, err)
-				}
-				if err := os.WriteFile(path, b, 0o600); err != nil {
-					return err
-				}
 			}
 			member, peer := "opke", "http://127.0.0.1:2380"
 			if !f.store {

@@ -43,8 +43,8 @@ func TestBackupCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "Snapshot "+id+" of cluster demo's etcd verified") || !strings.Contains(out, "drill: restored revision") {
 		t.Errorf("backup verify: exit %d\n%s\n%s", code, out, stderr)
 	}
-	if code, out, _ = run("backup", "list", "--cluster", "demo"); !strings.Contains(out, "passed ") {
-		t.Errorf("backup list does not show the drill:\n%s", out)
+	if code, out, _ = run("backup", "list", "--cluster", "demo"); code != exitOK || !strings.Contains(out, "passed ") {
+		t.Errorf("backup list does not show the drill: exit %d\n%s", code, out)
 	}
 	to := filepath.Join(t.TempDir(), "restored")
 	code, out, stderr = run("restore", "--cluster", "demo", "--snapshot", id, "--to", to)
