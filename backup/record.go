@@ -3,8 +3,6 @@ package backup
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,9 +99,8 @@ func (r *Record) metadata() map[string]string {
 // X-Object-Meta- prefix).
 func recordFrom(container, object string, size int64, meta map[string]string) (*Record, error) {
 	norm := map[string]string{}
-	for _, k := range slices.Sorted(maps.Keys(meta)) {
-		key := strings.ToLower(strings.TrimPrefix(strings.ToLower(k), "x-object-meta-"))
-		norm[key] = meta[k]
+	for k, v := range meta {
+		norm[strings.TrimPrefix(strings.ToLower(k), "x-object-meta-")] = v
 	}
 	get := func(k string) string { return norm[strings.ToLower(k)] }
 	cluster, file, ok := strings.Cut(object, "/")
@@ -130,4 +127,23 @@ func recordFrom(container, object string, size int64, meta map[string]string) (*
 		return nil, fmt.Errorf("%s/%s: metadata: %w", container, object, err)
 	}
 	return r, nil
+}
+
+// String is the drill's outcome as people read it.
+func (d *DrillResult) String() string {
+	if d.Passed {
+		return "passed: " + d.Message
+	}
+	return "failed: " + d.Message
+}
+
+// FormatSize prints a snapshot's size as people read it.
+func FormatSize(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }

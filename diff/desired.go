@@ -114,12 +114,20 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		sum := sha256.Sum256(in.UserData[role])
 		return Known(hex.EncodeToString(sum[:]))
 	}
+	// A port with no fixed IP takes any free address: it waits for
+	// portsAfter, the ports whose addresses are fixed, so that it never
+	// takes one of them.
+	var portsAfter []string
 	server := func(name string, role ignition.Role, flavor, fixedIP, group string, sgs string, zone string) {
 		portAttrs := Attrs{"network": Known(n), "security_groups": Known(sgs), "fixed_ip": Known(fixedIP)}
+		portDeps := []string{subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0])}
 		if fixedIP == "" {
 			portAttrs["fixed_ip"] = Value{Unknown: true}
+			portDeps = append(portDeps, portsAfter...)
+		} else {
+			portsAfter = append(portsAfter, addr(KindPort, name))
 		}
-		add(KindPort, name, portAttrs, []string{"network", "fixed_ip"}, subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0]))
+		add(KindPort, name, portAttrs, []string{"network", "fixed_ip"}, portDeps...)
 		attrs := Attrs{"flavor": Known(flavor), "image": Known(s.Image), "port": Known(name), "user_data": userData(role)}
 		force := []string{"flavor", "image", "port", "user_data"}
 		deps := []string{addr(KindPort, name)}
@@ -158,18 +166,9 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		server(name, ignition.RoleController, s.Controllers.Flavor, cip.String(), sgName, nodesSG, zone(s.Controllers.AvailabilityZones, i))
 		controllers = append(controllers, name)
 	}
-	// A worker's port takes any free address: it waits for the ports
-	// whose addresses are fixed, so that it never takes one of them.
-	fixedPorts := []string{addr(KindPort, gwName)}
-	for _, c := range controllers {
-		fixedPorts = append(fixedPorts, addr(KindPort, c))
-	}
 	for _, p := range s.WorkerPools {
 		for i := range p.Count {
-			name := schemas.ServerName(n, p.Name, i)
-			server(name, ignition.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
-			port := &d.Infra[len(d.Infra)-2]
-			port.DependsOn = append(port.DependsOn, fixedPorts...)
+			server(schemas.ServerName(n, p.Name, i), ignition.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
 		}
 	}
 

@@ -167,8 +167,8 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 	}
 	for _, p := range deletes {
 		name, ok := strings.CutPrefix(p.Address, "openstack/server/")
-		if !ok || o.Applied.Versions[name] == "" || !strings.HasPrefix(name, d.Cluster+"-") ||
-			strings.HasPrefix(name, d.Cluster+"-controller-") || strings.HasPrefix(name, d.Cluster+"-gateway-") {
+		if !ok || o.Applied.Versions[name] == "" || strings.HasPrefix(name, d.Cluster+"-"+RoleController+"-") ||
+			strings.HasPrefix(name, d.Cluster+"-"+RoleGateway+"-") {
 			continue
 		}
 		drain := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
@@ -422,17 +422,17 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		}
 	}
 	// New hosts: one host restarts at a time, controllers first.
-	for i := 1; i < len(fresh); i++ {
-		for _, p := range fresh[i].restarts {
-			for j := i - 1; j >= 0; j-- {
-				if len(fresh[j].restarts) > 0 {
-					for _, q := range fresh[j].restarts {
-						p.deps = append(p.deps, q.key)
-					}
-					break
-				}
+	var prev []*pending
+	for _, hc := range fresh {
+		if len(hc.restarts) == 0 {
+			continue
+		}
+		for _, p := range hc.restarts {
+			for _, q := range prev {
+				p.deps = append(p.deps, q.key)
 			}
 		}
+		prev = hc.restarts
 	}
 	b.roll(d, rolling)
 }
@@ -486,7 +486,6 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 			workers = append(workers, hc)
 		}
 	}
-	controllers := len(batches)
 	for size := max(d.MaxUnavailable, 1); len(workers) > 0; workers = workers[min(size, len(workers)):] {
 		batches = append(batches, workers[:min(size, len(workers))])
 	}
@@ -507,7 +506,7 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 			for _, hc := range batches[i-1] {
 				before = append(before, hc.gate.key)
 			}
-		} else if snapshot != nil && controllers > 0 {
+		} else if snapshot != nil { // batch 0 is the first controller's
 			before = append(before, snapshot.key)
 		}
 		for _, hc := range batch {

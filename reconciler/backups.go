@@ -13,11 +13,11 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/cloud"
+	"opke.dev/opke/diff"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -113,7 +113,7 @@ func (h *HostSessions) ClusterSource(t HostTarget, b *pki.Bundle) (backup.Source
 // policy: uploaded, recorded, older ones pruned, and drilled if the
 // policy says so (or drill). The store's records follow the container:
 // the snapshots it holds are the ones recorded.
-func Backup(ctx context.Context, kv ledgerKV, objects *cloud.Clients, src backup.Source, cluster, reason string, pol BackupPolicy, now time.Time, seal func([]byte) ([]byte, error)) (*backup.Record, error) {
+func Backup(ctx context.Context, kv writer, objects *cloud.Clients, src backup.Source, cluster, reason string, pol BackupPolicy, now time.Time, seal func([]byte) ([]byte, error)) (*backup.Record, error) {
 	tmp, err := os.MkdirTemp("", "opke-backup-")
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func Backup(ctx context.Context, kv ledgerKV, objects *cloud.Clients, src backup
 	if err := Prune(ctx, kv, box, cluster, pol.Retain); err != nil {
 		return rec, err
 	}
-	if pol.Drill && seal == nil {
+	if pol.Drill && seal == nil { // a sealed one is drilled by opke backup verify --store, which opens it
 		return rec, drill(ctx, kv, snap.Path, rec, now)
 	}
 	return rec, nil
@@ -151,7 +151,7 @@ func Backup(ctx context.Context, kv ledgerKV, objects *cloud.Clients, src backup
 
 // drill restores a snapshot file into a throwaway etcd, records how it
 // went, and fails with [backup.ErrCorrupt] if it did not pass.
-func drill(ctx context.Context, kv ledgerKV, path string, rec *backup.Record, now time.Time) error {
+func drill(ctx context.Context, kv writer, path string, rec *backup.Record, now time.Time) error {
 	res, err := backup.Drill(ctx, path, rec, now)
 	if err != nil {
 		return err
@@ -186,7 +186,7 @@ func Fetch(ctx context.Context, box backup.Objects, rec *backup.Record, dir stri
 // and makes the store's records match what the container keeps: a record
 // lost by a crash between upload and record comes back from the object's
 // metadata, a record of an object gone is dropped.
-func Prune(ctx context.Context, kv ledgerKV, box backup.Objects, cluster string, retain int) error {
+func Prune(ctx context.Context, kv writer, box backup.Objects, cluster string, retain int) error {
 	listed, err := box.List(ctx, cluster)
 	if err != nil {
 		return err
@@ -219,23 +219,12 @@ func Prune(ctx context.Context, kv ledgerKV, box backup.Objects, cluster string,
 	}
 	for id := range have {
 		if !keep[id] {
-			if err := deleteKey(ctx, kv, backupsKey(kv, cluster)+id); err != nil {
+			if err := kv.Delete(ctx, backupsKey(kv, cluster)+id); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// deleteKey deletes through whatever kv is (the store or a lease).
-func deleteKey(ctx context.Context, kv ledgerKV, key string) error {
-	d, ok := kv.(interface {
-		Delete(ctx context.Context, key string) error
-	})
-	if !ok {
-		return fmt.Errorf("delete %s: %T cannot delete", key, kv)
-	}
-	return d.Delete(ctx, key)
 }
 
 // transformFile rewrites a file through fn (sealing or opening it).
@@ -255,7 +244,7 @@ func transformFile(path string, fn func([]byte) ([]byte, error)) error {
 // one before a rollout's first control-plane restart.
 func (h hostStep) backup(ctx context.Context, address string) error {
 	reason := backup.ReasonScheduled
-	if strings.HasSuffix(address, "/before-rollout") {
+	if address == diff.SnapshotAddress(h.j.cluster) {
 		reason = backup.ReasonBeforeRollout
 	}
 	src, err := h.a.Hosts.ClusterSource(h.t, h.pki)
@@ -282,23 +271,24 @@ func fileSum(path string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
-// VerifyBackup checks a stored snapshot end to end: downloaded, its
-// sha256 against the object's metadata, etcdutl's status against the
-// record, and a restore drill. The drill's result is recorded. A snapshot
-// that fails any of them is [backup.ErrCorrupt].
-func VerifyBackup(ctx context.Context, kv ledgerKV, box backup.Objects, cluster, id string, now time.Time, open func([]byte) ([]byte, error)) (*backup.Record, error) {
+// VerifyBackup checks a stored snapshot end to end (id "": the newest):
+// downloaded, its sha256 against the object's metadata, etcdutl's status
+// against the record, and a restore drill, whose result is recorded. A
+// snapshot that fails any of them is [backup.ErrCorrupt].
+func VerifyBackup(ctx context.Context, kv writer, box backup.Objects, cluster, id string, now time.Time, open func([]byte) ([]byte, error)) (*backup.Record, error) {
 	listed, err := box.List(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
+	if id == "" {
+		if len(listed) == 0 {
+			return nil, fmt.Errorf("no snapshot of %s in %s: %w", cluster, box.Container, backup.ErrNotFound)
+		}
+		id = listed[len(listed)-1].ID
+	}
 	rec, err := backup.Find(listed, id)
 	if err != nil {
 		return nil, err
-	}
-	if recs, err := Backups(ctx, kv, cluster); err == nil {
-		if stored, err := backup.Find(recs, id); err == nil && stored.Drill != nil {
-			rec.Drill = stored.Drill
-		}
 	}
 	tmp, err := os.MkdirTemp("", "opke-verify-")
 	if err != nil {
@@ -326,7 +316,6 @@ const storeLabel = "opke-store-snapshot"
 // store's encryption key, and keeps it like a cluster's, under
 // StoreBackups in the policy's container.
 func BackupStore(ctx context.Context, store *state.Store, clients *cloud.Clients, pol BackupPolicy, reason string, now time.Time) (*backup.Record, error) {
-	pol.Drill = false // a drill needs the plain snapshot: opke backup verify --store opens it
 	return Backup(ctx, store, clients, backup.Source{Client: store.Client()}, StoreBackups, reason, pol, now,
 		func(b []byte) ([]byte, error) { return store.SealBlob(storeLabel, b) })
 }

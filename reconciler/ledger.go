@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"strings"
 
+	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
+	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -223,10 +225,10 @@ func Facts(ctx context.Context, kv ledgerKV, clusters []string) (map[string]*sch
 			return nil, err
 		}
 		for host, v := range versions {
-			if roleOfServer(host, name) != "controller" {
+			if roleOfServer(host, name) != ignition.RoleController {
 				continue
 			}
-			if ver, err := schemas.ParseVersion(v); err == nil && newer(ver, f.NewestControllerVersion) {
+			if ver, err := schemas.ParseVersion(v); err == nil && ver.Compare(f.NewestControllerVersion) > 0 {
 				f.NewestControllerVersion = ver
 			}
 		}
@@ -235,23 +237,13 @@ func Facts(ctx context.Context, kv ledgerKV, clusters []string) (map[string]*sch
 			return nil, err
 		}
 		for _, r := range recs {
-			if r.Reason == "before-rollout" {
+			if r.Reason == backup.ReasonBeforeRollout {
 				f.Snapshot = r.ID // oldest first: the last one wins
 			}
 		}
 		out[name] = f
 	}
 	return out, nil
-}
-
-func newer(a, b schemas.Version) bool {
-	if a.Major != b.Major {
-		return a.Major > b.Major
-	}
-	if a.Minor != b.Minor {
-		return a.Minor > b.Minor
-	}
-	return a.Patch > b.Patch
 }
 
 // HostVersions returns the Kubernetes version each host of a cluster
@@ -265,7 +257,7 @@ func HostVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]
 	out := map[string]string{}
 	for k, v := range hosts {
 		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
-		if rest == "version" && roleOfServer(host, cluster) != "gateway" {
+		if rest == "version" && roleOfServer(host, cluster) != ignition.RoleGateway {
 			out[host] = string(v)
 		}
 	}

@@ -56,25 +56,13 @@ func (h *HostSessions) Dial(ctx context.Context, t HostTarget, address string) (
 
 // controllerIPs are the fixed IPs of t's controllers, by index.
 func controllerIPs(t HostTarget) []netip.Addr {
-	var names []string
-	for name := range t.Hosts {
-		if roleOfServer(name, t.Cluster) == "controller" {
-			names = append(names, name)
+	var out []netip.Addr
+	for i := range len(t.Hosts) {
+		if h, ok := t.Hosts[schemas.ServerName(t.Cluster, schemas.RoleController, i)]; ok {
+			out = append(out, h.IP)
 		}
 	}
-	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(serverIndex(a), serverIndex(b)) })
-	var out []netip.Addr
-	for _, n := range names {
-		out = append(out, t.Hosts[n].IP)
-	}
 	return out
-}
-
-// serverIndex is the index of a server <cluster>-<pool>-<index>.
-func serverIndex(name string) int {
-	var i int
-	_, _ = fmt.Sscanf(name[strings.LastIndex(name, "-")+1:], "%d", &i)
-	return i
 }
 
 // kubeClient talks to one kube-apiserver through the gateway, as admin.
@@ -186,16 +174,32 @@ type prober struct {
 	b    *pki.Bundle
 	g    gateSpec
 	etcd *clientv3.Client
-	kube *kubeClient
+	kube map[netip.Addr]*kubeClient // by controller
 }
 
 func (p *prober) close() {
 	if p.etcd != nil {
 		_ = p.etcd.Close()
 	}
-	if p.kube != nil {
-		p.kube.close()
+	for _, k := range p.kube {
+		k.close()
 	}
+}
+
+// client is the API client of the controller at ip, made once.
+func (p *prober) client(ip netip.Addr) (*kubeClient, error) {
+	if k := p.kube[ip]; k != nil {
+		return k, nil
+	}
+	k, err := p.a.kube(p.t, p.b, ip)
+	if err != nil {
+		return nil, err
+	}
+	if p.kube == nil {
+		p.kube = map[netip.Addr]*kubeClient{}
+	}
+	p.kube[ip] = k
+	return k, nil
 }
 
 func (p *prober) run(ctx context.Context) error {
@@ -262,11 +266,10 @@ func (p *prober) etcdHealthy(ctx context.Context, ip netip.Addr) error {
 
 // apiServes checks the host's API server is ready and runs the version.
 func (p *prober) apiServes(ctx context.Context, ip netip.Addr) error {
-	k, err := p.a.kube(p.t, p.b, ip)
+	k, err := p.client(ip)
 	if err != nil {
 		return err
 	}
-	defer k.close()
 	code, body, err := k.do(ctx, http.MethodGet, "/readyz", "", nil, nil)
 	switch {
 	case err != nil:
@@ -318,20 +321,15 @@ func (p *prober) nodeReady(ctx context.Context) error {
 func (p *prober) api(ctx context.Context, method, path, contentType string, body, out any) (int, []byte, error) {
 	var errs []error
 	for _, ip := range controllerIPs(p.t) {
-		if p.kube == nil {
-			k, err := p.a.kube(p.t, p.b, ip)
-			if err != nil {
-				return 0, nil, err
-			}
-			p.kube = k
+		k, err := p.client(ip)
+		if err != nil {
+			return 0, nil, err
 		}
-		code, b, err := p.kube.do(ctx, method, path, contentType, body, out)
+		code, b, err := k.do(ctx, method, path, contentType, body, out)
 		if err == nil {
 			return code, b, nil
 		}
 		errs = append(errs, err)
-		p.kube.close()
-		p.kube = nil
 	}
 	if len(errs) == 0 {
 		return 0, nil, errors.New("no controller to ask")
@@ -369,8 +367,11 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 			} `json:"items"`
 		}
 		code, body, err := p.api(ctx, http.MethodGet, "/api/v1/pods?fieldSelector=spec.nodeName%3D"+host, "", nil, &pods)
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("pods of %s: %d %s %w", host, code, firstLine(body), err)
+		switch {
+		case err != nil:
+			return fmt.Errorf("pods of %s: %w", host, err)
+		case code != http.StatusOK:
+			return fmt.Errorf("pods of %s: %d %s", host, code, firstLine(body))
 		}
 		if len(pods.Items) == 0 {
 			a.log().Info("drained", "cluster", t.Cluster, "host", host)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +55,18 @@ type target struct {
 }
 
 func (t *target) Close() { _ = t.store.Close() }
+
+// runE resolves the flags into a target for fn and closes it after.
+func (f *backupFlags) runE(a *app, fn func(ctx context.Context, t *target) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		t, err := f.resolve(cmd.Context(), a)
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		return fn(cmd.Context(), t)
+	}
+}
 
 func (t *target) box() backup.Objects {
 	return backup.Objects{Client: t.clients.ObjectStore, Container: t.policy.Container}
@@ -128,15 +139,10 @@ func (a *app) backupNowCommand() *cobra.Command {
 		Example: `  opke backup now --cluster demo --sim-state .opke/sim
   opke backup now --store --cloud prod --data-dir /var/lib/opke`,
 		Args: argsAtMost(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			t, err := f.resolve(ctx, a)
-			if err != nil {
-				return err
-			}
-			defer t.Close()
+		RunE: f.runE(a, func(ctx context.Context, t *target) error {
 			fmt.Fprintf(a.stderr, "Taking a snapshot of %s...\n", t.label())
 			var rec *backup.Record
+			var err error
 			if f.store {
 				rec, err = reconciler.BackupStore(ctx, t.store, t.clients, t.policy, backup.ReasonManual, time.Now())
 			} else {
@@ -149,9 +155,9 @@ func (a *app) backupNowCommand() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "Stored %s/%s: revision %d, %d keys, %s, sha256 %s.\n",
-				rec.Container, rec.Object, rec.Revision, rec.Keys, size(rec.Size), rec.SHA256)
+				rec.Container, rec.Object, rec.Revision, rec.Keys, backup.FormatSize(rec.Size), rec.SHA256)
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd
@@ -171,13 +177,7 @@ func (a *app) backupListCommand() *cobra.Command {
 		Short:   "List the snapshots Swift holds, oldest first, with their last drill",
 		Example: `  opke backup list --cluster demo --sim-state .opke/sim`,
 		Args:    argsAtMost(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			t, err := f.resolve(ctx, a)
-			if err != nil {
-				return err
-			}
-			defer t.Close()
+		RunE: f.runE(a, func(ctx context.Context, t *target) error {
 			listed, err := t.box().List(ctx, t.name)
 			if err != nil {
 				return err
@@ -200,10 +200,10 @@ func (a *app) backupListCommand() *cobra.Command {
 						drill = "passed " + stored.Drill.At.UTC().Format(time.RFC3339)
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.ID, r.Reason, r.Revision, r.Keys, size(r.Size), drill)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.ID, r.Reason, r.Revision, r.Keys, backup.FormatSize(r.Size), drill)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd
@@ -222,34 +222,18 @@ The exit code is 1 when any check fails.`,
 		Example: `  opke backup verify --cluster demo --sim-state .opke/sim
   opke backup verify --cluster prod --snapshot 20261121T020000.000Z-48213`,
 		Args: argsAtMost(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			t, err := f.resolve(ctx, a)
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			if id == "" {
-				listed, err := t.box().List(ctx, t.name)
-				if err != nil {
-					return err
-				}
-				if len(listed) == 0 {
-					return fmt.Errorf("no snapshot of %s in %s", t.label(), t.policy.Container)
-				}
-				id = listed[len(listed)-1].ID
-			}
+		RunE: f.runE(a, func(ctx context.Context, t *target) error {
 			rec, err := reconciler.VerifyBackup(ctx, t.store, t.box(), t.name, id, time.Now(), t.open)
 			if errors.Is(err, backup.ErrCorrupt) {
-				return fmt.Errorf("snapshot %s of %s FAILED verification: %w", id, t.label(), err)
+				return fmt.Errorf("snapshot %s of %s FAILED verification: %w", rec.ID, t.label(), err)
 			}
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "Snapshot %s of %s verified: sha256 matches, status revision %d hash %d, drill: %s.\n",
-				id, t.label(), rec.Revision, rec.Hash, rec.Drill.Message)
+				rec.ID, t.label(), rec.Revision, rec.Hash, rec.Drill.Message)
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&id, "snapshot", "", "the snapshot's ID (default: the newest)")
@@ -330,15 +314,4 @@ and start opke serve --data-dir DATA again with the same encryption key.
 	cmd.Flags().StringVar(&id, "snapshot", "", "the snapshot's ID (opke backup list)")
 	cmd.Flags().StringVar(&to, "to", "", "the data dir to write (must not exist)")
 	return cmd
-}
-
-// size prints a byte count as people read it.
-func size(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", cmp.Or(n, 0))
 }

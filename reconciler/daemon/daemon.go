@@ -569,12 +569,7 @@ func (d *Daemon) progress(s reconciler.Step) {
 				cs.Rollout.Halted = s.Change.Address + ": " + st.Error
 			}
 			cs.Rollout.Version = s.Change.After["version"].Value
-			cs.Rollout.Done = 0
-			for _, h := range cs.Rollout.Hosts {
-				if h.Version == cs.Rollout.Version {
-					cs.Rollout.Done++
-				}
-			}
+			cs.Rollout.tally()
 		})
 	}
 }
@@ -804,10 +799,8 @@ func (d *Daemon) day2(ctx context.Context, name string, spec *schemas.Cluster, e
 			r := &Rollout{Version: spec.Spec.Kubernetes.Version}
 			for _, h := range slices.Sorted(maps.Keys(versions)) {
 				r.Hosts = append(r.Hosts, HostVersion{Name: h, Version: versions[h]})
-				if versions[h] == r.Version {
-					r.Done++
-				}
 			}
+			r.tally()
 			if entry != nil && entry.State == report.Failure {
 				for _, st := range entry.Steps {
 					if st.State == string(reconciler.StepFailed) && (st.Action == diff.ActionCheck || st.Action == diff.ActionDrain) {
@@ -829,10 +822,7 @@ func (d *Daemon) day2(ctx context.Context, name string, spec *schemas.Cluster, e
 	last := recs[len(recs)-1]
 	b := &BackupStatus{ID: last.ID, Reason: last.Reason, Taken: last.Taken, Size: last.Size}
 	if last.Drill != nil {
-		b.Drill = "failed: " + last.Drill.Message
-		if last.Drill.Passed {
-			b.Drill = "passed: " + last.Drill.Message
-		}
+		b.Drill = last.Drill.String()
 	}
 	s.LastBackup = b
 	d.cfg.Metrics.backup(name, last)
@@ -935,6 +925,16 @@ type Rollout struct {
 	Hosts   []HostVersion `json:"hosts"`
 	// Halted names the step that stopped the last apply and why.
 	Halted string `json:"halted,omitempty"`
+}
+
+// tally counts the hosts at the rollout's version.
+func (r *Rollout) tally() {
+	r.Done = 0
+	for _, h := range r.Hosts {
+		if h.Version == r.Version {
+			r.Done++
+		}
+	}
 }
 
 // HostVersion is the Kubernetes version a host runs.

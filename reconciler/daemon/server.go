@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"html/template"
 	"io"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/state"
@@ -224,12 +224,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format(time.RFC3339)
 	},
-	"bytes": func(n int64) string {
-		if n >= 1<<20 {
-			return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-		}
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	},
+	"bytes": backup.FormatSize,
 }).Parse(`
 {{define "head"}}<!doctype html><html><head><meta charset="utf-8"><title>{{.}} · OPKE</title>
 <style>body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}table{border-collapse:collapse}
