@@ -1,8 +1,6 @@
 package backup_test
 
 import (
-	"bytes"
-
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/gophercloud/gophercloud/v2/openstack/objectstorage/v1/objects"
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/internal/cloudtest"
@@ -71,16 +68,7 @@ func TestSnapshotLifecycle(t *testing.T) {
 		t.Errorf("a drill against a wrong key count passed: %+v, %v", res, err)
 	}
 	// An object whose bytes changed is refused by its sha256.
-	b, _ := os.ReadFile(path)
-	b[len(b)/2] ^= 0xff
-	meta := map[string]string{}
-	for k, v := range map[string]string{"Sha256": last.SHA256, "Revision": fmt.Sprint(last.Revision), "Hash": fmt.Sprint(last.Hash),
-		"Keys": fmt.Sprint(last.Keys), "Total-Keys": fmt.Sprint(last.TotalKeys), "Reason": last.Reason, "Taken": last.Taken.Format(time.RFC3339Nano)} {
-		meta[k] = v
-	}
-	if _, err := objects.Create(ctx, clients.ObjectStore, box.Container, last.Object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract(); err != nil {
-		t.Fatal(err)
-	}
+	cloudtest.CorruptObject(t, clients, box.Container, last.Object)
 	if _, err := box.Download(ctx, last, t.TempDir()); !errors.Is(err, backup.ErrCorrupt) {
 		t.Errorf("a corrupted object downloaded: %v", err)
 	}

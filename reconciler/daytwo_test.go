@@ -1,7 +1,6 @@
 package reconciler_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,7 +10,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"io"
 	"maps"
 	"math/big"
 	"net"
@@ -23,7 +21,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/gophercloud/gophercloud/v2/openstack/objectstorage/v1/objects"
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/cloud"
@@ -265,15 +262,7 @@ func TestDayTwo(t *testing.T) {
 		if !errors.Is(err, reconciler.ErrFailed) {
 			t.Fatalf("apply: %v", err)
 		}
-		var gateErr error
-		for _, f := range sum.Failed {
-			if f.State == reconciler.StepFailed {
-				if f.Change.Address != diff.GateAddress("demo-controller-1") {
-					t.Errorf("failed: %s %v", f.Change.Address, f.Err)
-				}
-				gateErr = f.Err
-			}
-		}
+		gateErr := onlyFailure(t, sum, diff.GateAddress("demo-controller-1"))
 		if !errors.Is(gateErr, reconciler.ErrGate) || !strings.Contains(gateErr.Error(), "demo-controller-1") ||
 			!strings.Contains(gateErr.Error(), "kubelet.service is activating") {
 			t.Errorf("the halt does not name the host and the reason: %v", gateErr)
@@ -376,15 +365,7 @@ func TestDayTwo(t *testing.T) {
 		if !errors.Is(err, reconciler.ErrFailed) {
 			t.Fatalf("apply: %v", err)
 		}
-		var drainErr error
-		for _, f := range sum.Failed {
-			if f.State == reconciler.StepFailed {
-				if f.Change.Address != diff.DrainAddress("demo-default-4") {
-					t.Errorf("failed: %s %v", f.Change.Address, f.Err)
-				}
-				drainErr = f.Err
-			}
-		}
+		drainErr := onlyFailure(t, sum, diff.DrainAddress("demo-default-4"))
 		if !errors.Is(drainErr, reconciler.ErrDrain) || !strings.Contains(drainErr.Error(), "pod default/web-0") ||
 			!strings.Contains(drainErr.Error(), "default/web") || time.Since(started) < 2*time.Second {
 			t.Errorf("the drain did not fail after the 2s timeout naming the pod and budget: %v", drainErr)
@@ -485,11 +466,27 @@ func TestDayTwo(t *testing.T) {
 		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); err != nil {
 			t.Errorf("verify a sound snapshot: %v", err)
 		}
-		corrupt(t, box, newest)
+		cloudtest.CorruptObject(t, r.clients, box.Container, newest.Object)
 		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); !errors.Is(err, backup.ErrCorrupt) {
 			t.Errorf("verify a corrupted snapshot: %v", err)
 		}
 	})
+}
+
+// onlyFailure returns the error of the one step that failed (the others
+// were skipped), failing the test if another step failed.
+func onlyFailure(t *testing.T, sum *reconciler.Summary, address string) error {
+	t.Helper()
+	var err error
+	for _, f := range sum.Failed {
+		if f.State == reconciler.StepFailed {
+			if f.Change.Address != address {
+				t.Errorf("failed: %s %v", f.Change.Address, f.Err)
+			}
+			err = f.Err
+		}
+	}
+	return err
 }
 
 // shortLived replaces a certificate of the demo cluster in the store with
@@ -547,35 +544,4 @@ func parsePair(t *testing.T, m pki.Material) (*x509.Certificate, *ecdsa.PrivateK
 		t.Fatal(err)
 	}
 	return cert, key
-}
-
-// corrupt flips a byte in the middle of a stored snapshot, keeping its
-// metadata, as a bad disk would.
-func corrupt(t *testing.T, box backup.Objects, rec *backup.Record) {
-	t.Helper()
-	ctx := context.Background()
-	res := objectsDownload(ctx, box, rec)
-	defer res.Close()
-	b, err := io.ReadAll(res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0xff
-	if err := objectsReplace(ctx, box, rec, b); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func objectsDownload(ctx context.Context, box backup.Objects, rec *backup.Record) io.ReadCloser {
-	return objects.Download(ctx, box.Client, box.Container, rec.Object, nil).Body
-}
-
-// objectsReplace writes new bytes under the object, with its metadata.
-func objectsReplace(ctx context.Context, box backup.Objects, rec *backup.Record, b []byte) error {
-	meta, err := objects.Get(ctx, box.Client, box.Container, rec.Object, nil).ExtractMetadata()
-	if err != nil {
-		return err
-	}
-	_, err = objects.Create(ctx, box.Client, box.Container, rec.Object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract()
-	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/objectstorage/v1/objects"
 
 	"opke.dev/opke/cloud"
+	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/state"
 )
@@ -64,19 +65,7 @@ func TestBackupCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := objects.Download(ctx, clients.ObjectStore, "opke-backups", object, nil)
-	b, err := res.ExtractContent()
-	if err != nil {
-		t.Fatal(err)
-	}
-	meta, err := objects.Get(ctx, clients.ObjectStore, "opke-backups", object, nil).ExtractMetadata()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0xff
-	if _, err := objects.Create(ctx, clients.ObjectStore, "opke-backups", object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract(); err != nil {
-		t.Fatal(err)
-	}
+	cloudtest.CorruptObject(t, clients, "opke-backups", object)
 	code, _, stderr = run("backup", "verify", "--cluster", "demo", "--snapshot", id)
 	if code != exitFailure || !strings.Contains(stderr, "snapshot "+id+" of cluster demo's etcd FAILED verification") || !strings.Contains(stderr, "snapshot corrupt") {
 		t.Errorf("verify of a corrupted snapshot: exit %d, %s", code, stderr)

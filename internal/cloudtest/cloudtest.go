@@ -5,6 +5,7 @@
 package cloudtest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,6 +37,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+	"github.com/gophercloud/gophercloud/v2/openstack/objectstorage/v1/objects"
 	"github.com/gophercloud/gophercloud/v2/pagination"
 
 	"opke.dev/opke/cloud"
@@ -369,5 +371,25 @@ func Converge(t testing.TB, store *state.Store, clients *cloud.Clients, now time
 		if err := reconciler.RecordSpec(ctx, store, c, "0123456789abcdef0123456789abcdef01234567"); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// CorruptObject flips one byte in the middle of a Swift object and keeps
+// its metadata, as a bad disk would.
+func CorruptObject(t testing.TB, c *cloud.Clients, container, object string) {
+	t.Helper()
+	ctx := context.Background()
+	dl := objects.Download(ctx, c.ObjectStore, container, object, nil)
+	b, err := dl.ExtractContent()
+	if err != nil {
+		t.Fatalf("download %s/%s: %v", container, object, err)
+	}
+	meta, err := objects.Get(ctx, c.ObjectStore, container, object, nil).ExtractMetadata()
+	if err != nil {
+		t.Fatalf("metadata of %s/%s: %v", container, object, err)
+	}
+	b[len(b)/2] ^= 0xff
+	if _, err := objects.Create(ctx, c.ObjectStore, container, object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract(); err != nil {
+		t.Fatalf("rewrite %s/%s: %v", container, object, err)
 	}
 }
