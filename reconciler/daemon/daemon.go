@@ -374,7 +374,9 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	for name, msg := range j.invalid {
 		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec, nothing applied: " + msg}
 	}
-	defer func() {
+	// publish sets the failed clusters' statuses before the note goes
+	// out, so whoever reads the note finds the status page agreeing.
+	publish := func() {
 		for name, c := range n.Clusters {
 			if c.State == report.Failure {
 				d.setStatus(ctx, name, func(s *ClusterStatus) {
@@ -382,7 +384,8 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 				})
 			}
 		}
-	}()
+		d.publish(ctx, n)
+	}
 	if d.cfg.Keyring != "" {
 		if err := d.cfg.Source.Verify(commit, d.cfg.Keyring); err != nil {
 			log.Warn("refused: the commit is not signed by a trusted key", "err", err)
@@ -390,7 +393,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 			for _, name := range names {
 				n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: n.Message}
 			}
-			d.publish(ctx, n)
+			publish()
 			return
 		}
 	}
@@ -399,7 +402,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		for _, name := range names {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "not applied: the fleet is invalid (see the findings)"}
 		}
-		d.publish(ctx, n)
+		publish()
 		return
 	}
 	before, _ := d.Note(ctx, commit)
@@ -413,7 +416,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	d.mu.Lock()
 	d.head, d.fleet = commit, j.valid
 	d.mu.Unlock()
-	d.publish(ctx, n)
+	publish()
 	log.Info("new commit on the tracked branch", "clusters", len(names), "invalid", len(j.invalid))
 	for _, name := range names {
 		d.enqueue(ctx, name, &work{commit: commit, ref: ref, clusters: j.valid})

@@ -99,6 +99,21 @@ func (s *statuses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusCreated)
 }
 
+// final waits until the forge's last status for the commit is no longer
+// pending (the daemon tells the forge after it writes the git note) and
+// returns them all.
+func (s *statuses) final(t *testing.T, sha, context string) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := s.of(sha, context)
+		if len(got) > 0 && !strings.HasPrefix(got[len(got)-1], "pending") || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (s *statuses) of(sha, context string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -270,7 +285,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "etc", "kubernetes", "kubelet.env")); err != nil {
 		t.Errorf("the worker has no kubelet.env: %v", err)
 	}
-	if got := e.forge.of(c1, "opke/demo"); len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "success: applied") {
+	if got := e.forge.final(t, c1, "opke/demo"); len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "success: applied") {
 		t.Errorf("statuses of %s: %v", c1, got)
 	}
 
@@ -318,7 +333,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if !planned {
 		t.Errorf("the pull request's plan does not create demo-default-2: %s", pr.Summary)
 	}
-	if got := e.forge.of(c2, "opke/demo"); len(got) != 1 || !strings.HasPrefix(got[0], "success: plan: ") {
+	if got := e.forge.final(t, c2, "opke/demo"); len(got) != 1 || !strings.HasPrefix(got[0], "success: plan: ") {
 		t.Errorf("statuses of the pull request: %v", got)
 	}
 	if got := e.servers(t); !slices.Equal(got, demo) {
@@ -378,7 +393,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	if !strings.Contains(sum, "clusters/demo/cluster.yaml") || !strings.Contains(sum, "spec.controllers.count") {
 		t.Errorf("the failure does not name the file and field: %q", sum)
 	}
-	if got := e.forge.of(c3, "opke/demo"); len(got) != 1 || !strings.HasPrefix(got[0], "failure: ") {
+	if got := e.forge.final(t, c3, "opke/demo"); len(got) != 1 || !strings.HasPrefix(got[0], "failure: ") {
 		t.Errorf("statuses of the invalid spec: %v", got)
 	}
 	if got := e.servers(t); !slices.Equal(got, demo) {
