@@ -30,7 +30,8 @@ type Options struct {
 	// StateDir keeps state.json, clouds.yaml and sim.json; empty: memory only.
 	StateDir string
 	// BootDelay is how long a server stays in BUILD and a load balancer in
-	// PENDING_*. Default 0: the next read sees ACTIVE.
+	// PENDING_*. Default 0: the answer to the write still says PENDING_*
+	// (or BUILD), the next read sees ACTIVE.
 	BootDelay time.Duration
 	// TokenTTL is the lifetime of a Keystone token. Default 1h.
 	TokenTTL time.Duration

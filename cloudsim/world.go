@@ -198,11 +198,11 @@ func (w *world) tick(now time.Time) {
 	}
 }
 
+// schedule makes a change due after delay. Even with none, it is applied
+// by the next request's tick, not this one: the answer to a write shows
+// the state the write left (PENDING_CREATE, BUILD), as OpenStack's do.
 func (w *world) schedule(now time.Time, delay time.Duration, kind, id string) {
 	w.Pending = append(w.Pending, pendingChange{Due: now.Add(delay), Kind: kind, ID: id})
-	if delay <= 0 {
-		w.tick(now)
-	}
 }
 
 // Tag filters shared by Nova and Neutron: tags (all of), tags-any,

@@ -55,8 +55,15 @@ import (
 // (which holds clouds.yaml). The clients have no request budget.
 func Start(tb testing.TB) (*cloudsim.Sim, *cloud.Clients, string) {
 	tb.Helper()
+	return StartWith(tb, cloudsim.Options{})
+}
+
+// StartWith is Start with options (its StateDir is tb's).
+func StartWith(tb testing.TB, opts cloudsim.Options) (*cloudsim.Sim, *cloud.Clients, string) {
+	tb.Helper()
 	dir := tb.TempDir()
-	sim, err := cloudsim.Start(context.Background(), cloudsim.Options{StateDir: dir})
+	opts.StateDir = dir
+	sim, err := cloudsim.Start(context.Background(), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
