@@ -33,7 +33,7 @@ import (
 const MetaUserData = "opke-user-data"
 
 // pageSize is the page OPKE asks for; larger listings take more pages.
-const pageSize = 1000
+var pageSize = 1000
 
 // Tag returns the tag key=value OPKE puts on resources.
 func Tag(key, value string) string { return key + "=" + value }

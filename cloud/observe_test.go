@@ -3,9 +3,13 @@ package cloud_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
@@ -37,7 +41,13 @@ func cluster(t testing.TB, name string, i int, workers int) *schemas.Cluster {
 	return &c
 }
 
-var userData = map[ignition.Role][]byte{ignition.RoleController: []byte("c"), ignition.RoleWorker: []byte("w"), ignition.RoleGateway: []byte("g")}
+// userData are small Ignition configs, one per role: the simulator boots
+// them.
+var userData = map[ignition.Role][]byte{ignition.RoleController: roleConfig("c"), ignition.RoleWorker: roleConfig("w"), ignition.RoleGateway: roleConfig("g")}
+
+func roleConfig(role string) []byte {
+	return []byte(`{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/etc/opke-role","contents":{"source":"data:,` + role + `"}}]}}`)
+}
 
 // desired is the infrastructure a spec asks for, with fixed user_data.
 func desired(t testing.TB, c *schemas.Cluster) *diff.Desired {
@@ -49,60 +59,89 @@ func desired(t testing.TB, c *schemas.Cluster) *diff.Desired {
 	return d
 }
 
-// TestObserveAdoptsAClusterBuiltByHand: a cluster's infrastructure built
-// by hand to match its spec is adopted by its tags: the infrastructure
-// phase plans nothing. Then each kind of drift made by hand shows up as
-// drift once the cluster counts as applied.
-func TestObserveAdoptsAClusterBuiltByHand(t *testing.T) {
-	t.Parallel()
-	_, c, _ := cloudtest.Start(t)
+// clusterName is a cluster name of the test's own: tests share a real
+// cloud, and OPKE never adopts what another owner named the same.
+func clusterName(tgt *cloudtest.Target, base string) string {
+	return base + "-" + tgt.Owner[len(tgt.Owner)-8:]
+}
+
+// TestContractObserveAdoptsAClusterBuiltByHand: a cluster's infrastructure
+// built by hand to match its spec is adopted by its tags: the
+// infrastructure phase plans nothing, whether the listings come in one
+// page or in pages of two. Then each kind of drift made by hand shows up
+// as drift once the cluster counts as applied. Not parallel: it sets the
+// page size.
+func TestContractObserveAdoptsAClusterBuiltByHand(t *testing.T) {
+	tgt := cloudtest.Contract(t)
+	c, owner := tgt.Clients, tgt.Owner
 	ctx := context.Background()
-	d := desired(t, cluster(t, "prod", 1, 2))
+	name := clusterName(tgt, "prod")
+	d := desired(t, cluster(t, name, 1, 2))
 	cloudtest.Build(t, c, owner, d)
 	obs, err := cloud.Observe(ctx, c, owner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := diff.Diff([]*diff.Desired{d}, []*diff.Observed{{Cluster: "prod", Cloud: obs.Clusters["prod"]}})
+	plan := diff.Diff([]*diff.Desired{d}, []*diff.Observed{{Cluster: name, Cloud: obs.Clusters[name]}})
 	if !plan.Empty() {
 		for _, ch := range plan.Changes {
 			t.Errorf("adopted cluster plans %s %s: %s", ch.Action, ch.Address, ch.Reason)
 		}
 	}
-	t.Logf("observed %d resources", len(obs.Clusters["prod"]))
-	if got, want := len(obs.Clusters["prod"]), len(d.Infra); got != want {
+	t.Logf("observed %d resources", len(obs.Clusters[name]))
+	if got, want := len(obs.Clusters[name]), len(d.Infra); got != want {
 		t.Errorf("observed %d resources, desired %d", got, want)
 	}
-
+	t.Run("in pages of two", func(t *testing.T) {
+		restore := cloud.SetPageSize(2)
+		paged, err := cloud.Observe(ctx, c, owner, nil)
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(obs.Clusters, paged.Clusters); diff != "" {
+			t.Errorf("observed in pages of two (-one page +pages):\n%s", diff)
+		}
+	})
 	// Applied as observed; then drift by hand.
 	applied := &diff.Applied{Infra: map[string]diff.Attrs{}}
 	byAddr := map[string]diff.Resource{}
-	for _, r := range obs.Clusters["prod"] {
+	for _, r := range obs.Clusters[name] {
 		applied.Infra[r.Address()] = r.Attrs
 		byAddr[r.Address()] = r
 	}
-	if err := servers.Delete(ctx, c.Compute, byAddr["openstack/server/prod-default-1"].ID).ExtractErr(); err != nil {
+	gone := byAddr["openstack/server/"+name+"-default-1"].ID
+	if err := servers.Delete(ctx, c.Compute, gone).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rules.Delete(ctx, c.Network, byAddr["openstack/security-group-rule/prod-gateway/ingress-tcp-22-0.0.0.0_0"].ID).ExtractErr(); err != nil {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, err := servers.Get(ctx, c.Compute, gone).Extract()
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted server is still there: %v", err)
+		}
+	}
+	if err := rules.Delete(ctx, c.Network, byAddr["openstack/security-group-rule/"+name+"-gateway/ingress-tcp-22-0.0.0.0_0"].ID).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ports.Update(ctx, c.Network, byAddr["openstack/port/prod-controller-0"].ID, ports.UpdateOpts{SecurityGroups: &[]string{}}).Extract(); err != nil {
+	if _, err := ports.Update(ctx, c.Network, byAddr["openstack/port/"+name+"-controller-0"].ID, ports.UpdateOpts{SecurityGroups: &[]string{}}).Extract(); err != nil {
 		t.Fatal(err)
 	}
 	obs, err = cloud.Observe(ctx, c, owner, obs.Members)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan = diff.Diff([]*diff.Desired{d}, []*diff.Observed{{Cluster: "prod", Cloud: obs.Clusters["prod"], Applied: applied}})
+	plan = diff.Diff([]*diff.Desired{d}, []*diff.Observed{{Cluster: name, Cloud: obs.Clusters[name], Applied: applied}})
 	got := map[string]diff.Action{}
 	for _, ch := range plan.Drift {
 		got[ch.Address] = ch.Action
 	}
 	want := map[string]diff.Action{
-		"openstack/server/prod-default-1":                                     diff.ActionCreate,
-		"openstack/security-group-rule/prod-gateway/ingress-tcp-22-0.0.0.0_0": diff.ActionCreate,
-		"openstack/port/prod-controller-0":                                    diff.ActionUpdate,
+		"openstack/server/" + name + "-default-1":                                     diff.ActionCreate,
+		"openstack/security-group-rule/" + name + "-gateway/ingress-tcp-22-0.0.0.0_0": diff.ActionCreate,
+		"openstack/port/" + name + "-controller-0":                                    diff.ActionUpdate,
 	}
 	for a, act := range want {
 		if got[a] != act {

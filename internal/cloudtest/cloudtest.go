@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
@@ -124,6 +125,31 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			return m, err
 		}
 	})
+	flavorIDs := lookup(func() (pagination.Pager, func(pagination.Page) (map[string]string, error)) {
+		return flavors.ListDetail(c.Compute, nil), func(p pagination.Page) (map[string]string, error) {
+			l, err := flavors.ExtractFlavors(p)
+			m := map[string]string{}
+			for _, f := range l {
+				m[f.Name] = f.ID
+			}
+			return m, err
+		}
+	})
+	// settle waits for the load balancer to be ACTIVE again: Octavia
+	// refuses a change while it is PENDING_*.
+	var lbID string
+	settle := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			lb, err := loadbalancers.Get(ctx, c.LoadBalancer, lbID).Extract()
+			if err == nil && lb.ProvisioningStatus == "ACTIVE" {
+				return
+			}
+			if err != nil || lb.ProvisioningStatus == "ERROR" || time.Now().After(deadline) {
+				t.Fatalf("%s: load balancer %v %v", what, lb, err)
+			}
+		}
+	}
 	tag := func(kind, id string) {
 		if _, err := attributestags.ReplaceAll(ctx, c.Network, kind, id, attributestags.ReplaceAllOpts{Tags: tags}).Extract(); err != nil {
 			t.Fatalf("tag %s %s: %v", kind, id, err)
@@ -204,7 +230,7 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			newID = p.ID
 			tag("ports", p.ID)
 		case diff.KindServer:
-			opts := servers.CreateOpts{Name: r.Name, FlavorRef: flavorRef(a("flavor")), ImageRef: imgs[a("image")], Tags: tags,
+			opts := servers.CreateOpts{Name: r.Name, FlavorRef: flavorIDs[a("flavor")], ImageRef: imgs[a("image")], Tags: tags,
 				Networks: []servers.Network{{Port: id(diff.KindPort, a("port"))}}, Metadata: map[string]string{cloud.MetaUserData: a("user_data")}, UserData: bySum[a("user_data")]}
 			var hints servers.SchedulerHintOptsBuilder
 			if g := a("server_group"); g != "" {
@@ -228,31 +254,36 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			lb, err := loadbalancers.Create(ctx, c.LoadBalancer, loadbalancers.CreateOpts{Name: r.Name, VipSubnetID: id(diff.KindSubnet, a("subnet")),
 				VipAddress: a("vip_address"), Tags: tags}).Extract()
 			must(r.Address(), err)
-			newID = lb.ID
+			newID, lbID = lb.ID, lb.ID
 			ids["vip/"+r.Name] = lb.VipPortID
+			settle(r.Address())
 		case diff.KindListener:
 			port, _ := strconv.Atoi(a("port"))
 			l, err := listeners.Create(ctx, c.LoadBalancer, listeners.CreateOpts{Name: r.Name, LoadbalancerID: id(diff.KindLoadBalancer, a("load_balancer")),
 				Protocol: listeners.Protocol(a("protocol")), ProtocolPort: port, Tags: tags}).Extract()
 			must(r.Address(), err)
 			newID = l.ID
+			settle(r.Address())
 		case diff.KindPool:
 			p, err := pools.Create(ctx, c.LoadBalancer, pools.CreateOpts{Name: r.Name, ListenerID: id(diff.KindListener, a("listener")),
 				Protocol: pools.Protocol(a("protocol")), LBMethod: pools.LBMethod(a("algorithm")), Tags: tags}).Extract()
 			must(r.Address(), err)
 			newID = p.ID
+			settle(r.Address())
 		case diff.KindMember:
 			port, _ := strconv.Atoi(a("port"))
 			m, err := pools.CreateMember(ctx, c.LoadBalancer, id(diff.KindPool, a("pool")), pools.CreateMemberOpts{Name: r.Name, Address: a("address"),
 				ProtocolPort: port, SubnetID: id(diff.KindSubnet, d.Cluster), Tags: tags}).Extract()
 			must(r.Address(), err)
 			newID = m.ID
+			settle(r.Address())
 		case diff.KindMonitor:
 			n := func(k string) int { v, _ := strconv.Atoi(a(k)); return v }
 			m, err := monitors.Create(ctx, c.LoadBalancer, monitors.CreateOpts{Name: r.Name, PoolID: id(diff.KindPool, a("pool")), Type: a("type"),
 				Delay: n("delay"), Timeout: n("timeout"), MaxRetries: n("max_retries"), Tags: tags}).Extract()
 			must(r.Address(), err)
 			newID = m.ID
+			settle(r.Address())
 		default:
 			t.Fatalf("no builder for %s", r.Kind)
 		}
@@ -302,10 +333,6 @@ func RoomFor(t testing.TB, dir string, user *cloud.Clients) {
 	if _, err := subnets.Create(ctx, admin.Network, subnets.CreateOpts{NetworkID: net.ID, CIDR: "198.18.0.0/16", IPVersion: 4}).Extract(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func flavorRef(name string) string {
-	return map[string]string{"m1.small": "2", "m1.medium": "3", "m1.large": "4"}[name]
 }
 
 // Converge does by hand what apply will, short of the hosts: it issues
