@@ -66,7 +66,16 @@ func (s *Sim) edgeConn(conn net.Conn) {
 		conn.Close()
 		return
 	}
+	asked := time.Now()
 	nets, ip, code := s.edgeRoute(target)
+	if code == socksHostUnreachable && s.attached != nil {
+		// A floating IP the last read of the real cloud did not have yet.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if s.refresh(ctx, asked) == nil {
+			nets, ip, code = s.edgeRoute(target)
+		}
+		cancel()
+	}
 	if code != socksSucceeded {
 		socksReply(conn, code)
 		conn.Close()

@@ -128,6 +128,18 @@ func compareAddr(a, b string) int {
 
 // connect opens a connection to ip:port as seen from nets.
 func (s *Sim) connect(ctx context.Context, nets []string, ip string, port int) (net.Conn, error) {
+	asked := time.Now()
+	c, err := s.connectOnce(ctx, nets, ip, port)
+	if errors.Is(err, errNoRoute) && s.attached != nil {
+		// A server the last read of the real cloud did not have yet.
+		if s.refresh(ctx, asked) == nil {
+			return s.connectOnce(ctx, nets, ip, port)
+		}
+	}
+	return c, err
+}
+
+func (s *Sim) connectOnce(ctx context.Context, nets []string, ip string, port int) (net.Conn, error) {
 	s.mu.Lock()
 	s.w.tick(s.opts.Now())
 	dst, err := s.w.resolve(nets, ip)

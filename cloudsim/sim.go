@@ -45,6 +45,9 @@ type Options struct {
 	// EdgeListen is the SOCKS5 edge's address, the only way to the
 	// simulated floating IPs. Default 127.0.0.1:0.
 	EdgeListen string
+	// Attach runs the host layer for the servers of a real cloud instead
+	// of a simulated one (attach.go); nil: the simulator's own cloud.
+	Attach *AttachOptions
 }
 
 // ErrNotLoopback is returned for a listen address off 127.0.0.1.
@@ -72,6 +75,7 @@ type Sim struct {
 	hosts    map[string]*simHost
 	lbTurn   map[string]int    // guarded by mu: the next member per load balancer
 	crashing map[string]string // guarded by mu: server -> kubelet image tag it cannot run
+	attached *attachment       // set once by Start: the real cloud whose servers are the hosts
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -147,6 +151,17 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		s.apiLn.Close()
 		s.admLn.Close()
 		return nil, fmt.Errorf("listen %s: %w", opts.EdgeListen, err)
+	}
+	if opts.Attach != nil {
+		s.api.Handler = http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+			writeJSON(rw, http.StatusServiceUnavailable, map[string]any{"error": map[string]any{"code": 503, "message": ErrAttached.Error()}})
+		})
+		if err := s.attach(ctx, *opts.Attach); err != nil {
+			s.apiLn.Close()
+			s.admLn.Close()
+			s.edgeLn.Close()
+			return nil, err
+		}
 	}
 	s.resumeHosts()
 	s.serve(s.api, s.apiLn)

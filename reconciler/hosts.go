@@ -41,6 +41,10 @@ const HostUser = "core"
 // checked on every connection.
 type HostSessions struct {
 	Dialer sshx.Dialer
+	// Console reads a server's console output; nil: Nova's. A cloud whose
+	// console cannot show host keys (Nova's fake driver, with hosts of the
+	// simulator attached: cloudsim.Sim.ConsoleOutput) names another.
+	Console func(ctx context.Context, serverID string) (string, error)
 	// Parallel is how many hosts Checksums reads at once (default 8).
 	Parallel int
 
@@ -118,7 +122,7 @@ func hostKeyKey(kv state.KV, cluster, host string) string { return kv.Key(cluste
 
 // hostKeys returns a host's pinned keys, pinning the console's at first
 // contact.
-func hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.PublicKey, error) {
+func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.PublicKey, error) {
 	key := hostKeyKey(t.KV, t.Cluster, host)
 	pinned, err := t.KV.Get(ctx, key)
 	switch {
@@ -135,7 +139,12 @@ func hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.P
 	case !errors.Is(err, state.ErrNotFound):
 		return nil, err
 	}
-	console, err := servers.ShowConsoleOutput(ctx, t.Clients.Compute, serverID, servers.ShowConsoleOutputOpts{}).Extract()
+	var console string
+	if h.Console != nil {
+		console, err = h.Console(ctx, serverID)
+	} else {
+		console, err = servers.ShowConsoleOutput(ctx, t.Clients.Compute, serverID, servers.ShowConsoleOutputOpts{}).Extract()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("console of %s: %w", host, err)
 	}
@@ -218,7 +227,7 @@ func (h *HostSessions) signer(ctx context.Context, t HostTarget) (ssh.Signer, er
 // dialer, another host through the gateway's connection gw.
 func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, signer ssh.Signer, gw *hostConn) (*ssh.Client, error) {
 	if gw == nil {
-		keys, err := hostKeys(ctx, t, t.Gateway.Name, t.Gateway.ID)
+		keys, err := h.hostKeys(ctx, t, t.Gateway.Name, t.Gateway.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +241,7 @@ func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, sign
 	if !ok {
 		return nil, fmt.Errorf("host %s: no server with a fixed IP", host)
 	}
-	keys, err := hostKeys(ctx, t, host, addr.ServerID)
+	keys, err := h.hostKeys(ctx, t, host, addr.ServerID)
 	if err != nil {
 		return nil, err
 	}
