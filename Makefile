@@ -6,7 +6,7 @@ BENCH    ?= .
 BENCHTIME ?= 1s
 
 .DEFAULT_GOAL := help
-.PHONY: build test run sim-cli lint fuzz bench verify help
+.PHONY: build test conformance run sim-cli lint fuzz bench verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -15,6 +15,10 @@ build:
 ## test: run every test with the race detector, in random order
 test:
 	$(GO) test -race -shuffle=on -timeout 15m ./...
+
+## conformance: a real OpenStack (Zed, Debian's packages) on 127.0.0.1, the contract tests against it, then down (test/openstack)
+conformance:
+	bash test/openstack/conformance.sh
 
 ## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/
 run: build
@@ -54,4 +58,4 @@ verify:
 
 ## help: list the targets
 help:
-	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## //' | awk -F': ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## //' | awk -F': ' '{printf "  %-12s %s\n", $$1, $$2}'
