@@ -49,4 +49,11 @@
 // balancer's listener too. Pods and disruption budgets for drains are set
 // with [Sim.SetKubeObjects]. Units that were active run again when the
 // simulator restarts from its state dir.
+//
+// With [Options.Attach] the host layer serves another cloud's servers
+// (attach.go): a real control plane whose Nova has no hypervisor
+// (test/openstack) is read as an admin, user_data included, and every
+// ACTIVE server there gets a simulated host here, reached through this
+// simulator's edge; its console is [Sim.ConsoleOutput]. The conformance
+// suite runs the engine's create, upgrade and backup flow that way.
 package cloudsim

@@ -573,6 +573,9 @@ func (d *Daemon) progress(s reconciler.Step) {
 			}
 			cs.Rollout.Version = s.Change.After["version"].Value
 			cs.Rollout.tally()
+			// The metrics move with the status (a scrape right after a
+			// gate agrees with the page).
+			d.cfg.Metrics.rollout(s.Change.Cluster, cs.Rollout.Done, len(cs.Rollout.Hosts))
 		})
 	}
 }

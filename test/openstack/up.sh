@@ -37,6 +37,8 @@ PKGS="mariadb-server rabbitmq-server python3-pymysql python3-openstackclient
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   # no service may be started by maintainer scripts (there is no init system here anyway)
   if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi
+  # a fresh machine's package lists may be empty or stale
+  dpkg -s $PKGS >/dev/null 2>&1 || apt-get update -qq >$B/apt-update.log 2>&1 || { tail -30 $B/apt-update.log; exit 1; }
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     -o Dpkg::Options::=--force-confold $PKGS >$B/apt-install.log 2>&1 || { tail -30 $B/apt-install.log; exit 1; }
   ts "apt-get install done"
