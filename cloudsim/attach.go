@@ -134,17 +134,17 @@ func (s *Sim) refresh(ctx context.Context, since time.Time) error {
 	return nil
 }
 
-// mirrored is one read of the real cloud.
+// mirrored is one read of the real cloud, by id.
 type mirrored struct {
 	servers   []realServer
-	ports     []*port
-	subnets   []*subnet
-	fips      []*floatingIP
-	rules     []*secRule
-	lbs       []*loadBalancer
-	listeners []*listener
-	pools     []*lbPool
-	members   []*member
+	ports     map[string]*port
+	subnets   map[string]*subnet
+	fips      map[string]*floatingIP
+	rules     map[string]*secRule
+	lbs       map[string]*loadBalancer
+	listeners map[string]*listener
+	pools     map[string]*lbPool
+	members   map[string]*member
 }
 
 // realServer is what Nova shows an admin of a server.
@@ -184,46 +184,79 @@ func listAll[T any](ctx context.Context, p pagination.Pager, label string) ([]T,
 	return out, nil
 }
 
+// keyed is a Neutron or Octavia resource: its id.
+type keyed interface{ key() string }
+
+func (c *common) key() string   { return c.ID }
+func (c *lbCommon) key() string { return c.ID }
+
+// listByID is listAll by id.
+func listByID[T keyed](ctx context.Context, p pagination.Pager, label string) (map[string]T, error) {
+	l, err := listAll[T](ctx, p, label)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]T, len(l))
+	for _, x := range l {
+		out[x.key()] = x
+	}
+	return out, nil
+}
+
 // read lists what the host layer needs, as an admin, across projects.
 func (a *attachment) read(ctx context.Context) (*mirrored, error) {
-	m := &mirrored{}
+	m := &mirrored{members: map[string]*member{}}
 	var err error
-	if m.servers, err = listAll[realServer](ctx, servers.List(a.compute, servers.ListOpts{AllTenants: true}), "servers"); err != nil {
-		return nil, err
-	}
-	if m.ports, err = listAll[*port](ctx, ports.List(a.network, nil), "ports"); err != nil {
-		return nil, err
-	}
-	if m.subnets, err = listAll[*subnet](ctx, subnets.List(a.network, nil), "subnets"); err != nil {
-		return nil, err
-	}
-	if m.fips, err = listAll[*floatingIP](ctx, floatingips.List(a.network, nil), "floatingips"); err != nil {
-		return nil, err
-	}
-	if m.rules, err = listAll[*secRule](ctx, rules.List(a.network, rules.ListOpts{}), "security_group_rules"); err != nil {
-		return nil, err
-	}
-	if m.lbs, err = listAll[*loadBalancer](ctx, loadbalancers.List(a.lbc, nil), "loadbalancers"); err != nil {
-		return nil, err
-	}
-	if m.listeners, err = listAll[*listener](ctx, listeners.List(a.lbc, nil), "listeners"); err != nil {
-		return nil, err
-	}
-	if m.pools, err = listAll[*lbPool](ctx, pools.List(a.lbc, nil), "pools"); err != nil {
-		return nil, err
-	}
-	for _, p := range m.pools {
-		ms, err := listAll[*member](ctx, pools.ListMembers(a.lbc, p.ID, nil), "members")
-		if err != nil {
-			if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-				continue // deleted since the pools were listed
-			}
+	for _, step := range []func() error{
+		func() (err error) {
+			m.servers, err = listAll[realServer](ctx, servers.List(a.compute, servers.ListOpts{AllTenants: true}), "servers")
+			return err
+		},
+		func() (err error) {
+			m.ports, err = listByID[*port](ctx, ports.List(a.network, nil), "ports")
+			return err
+		},
+		func() (err error) {
+			m.subnets, err = listByID[*subnet](ctx, subnets.List(a.network, nil), "subnets")
+			return err
+		},
+		func() (err error) {
+			m.fips, err = listByID[*floatingIP](ctx, floatingips.List(a.network, nil), "floatingips")
+			return err
+		},
+		func() (err error) {
+			m.rules, err = listByID[*secRule](ctx, rules.List(a.network, rules.ListOpts{}), "security_group_rules")
+			return err
+		},
+		func() (err error) {
+			m.lbs, err = listByID[*loadBalancer](ctx, loadbalancers.List(a.lbc, nil), "loadbalancers")
+			return err
+		},
+		func() (err error) {
+			m.listeners, err = listByID[*listener](ctx, listeners.List(a.lbc, nil), "listeners")
+			return err
+		},
+		func() (err error) { m.pools, err = listByID[*lbPool](ctx, pools.List(a.lbc, nil), "pools"); return err },
+	} {
+		if err = step(); err != nil {
 			return nil, err
 		}
-		for _, mb := range ms {
-			mb.PoolID = p.ID
+	}
+	for _, p := range m.pools {
+		if len(p.LoadBalancers) > 0 {
+			p.LB = p.LoadBalancers[0].ID
 		}
-		m.members = append(m.members, ms...)
+		ms, err := listByID[*member](ctx, pools.ListMembers(a.lbc, p.ID, nil), "members")
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			continue // deleted since the pools were listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		for id, mb := range ms {
+			mb.PoolID, mb.LB = p.ID, p.LB
+			m.members[id] = mb
+		}
 	}
 	return m, nil
 }
@@ -235,48 +268,18 @@ func (a *attachment) read(ctx context.Context) (*mirrored, error) {
 func (s *Sim) mirror(m *mirrored) {
 	w := s.w
 	now := s.opts.Now()
-	w.Ports = map[string]*port{}
-	for _, p := range m.ports {
-		w.Ports[p.ID] = p
-	}
-	w.Subnets = map[string]*subnet{}
-	for _, sn := range m.subnets {
-		w.Subnets[sn.ID] = sn
-	}
-	w.FloatingIPs = map[string]*floatingIP{}
-	for _, f := range m.fips {
-		w.FloatingIPs[f.ID] = f
-	}
-	w.SecRules = map[string]*secRule{}
-	for _, r := range m.rules {
-		w.SecRules[r.ID] = r
-	}
-	w.LoadBalancer = map[string]*loadBalancer{}
+	// Octavia's children name their load balancer in lists; the world
+	// keeps it in LB.
 	for _, lb := range m.lbs {
 		lb.LB = lb.ID
-		w.LoadBalancer[lb.ID] = lb
 	}
-	w.Listeners = map[string]*listener{}
 	for _, l := range m.listeners {
 		if len(l.LoadBalancers) > 0 {
 			l.LB = l.LoadBalancers[0].ID
 		}
-		w.Listeners[l.ID] = l
 	}
-	w.Pools = map[string]*lbPool{}
-	for _, p := range m.pools {
-		if len(p.LoadBalancers) > 0 {
-			p.LB = p.LoadBalancers[0].ID
-		}
-		w.Pools[p.ID] = p
-	}
-	w.Members = map[string]*member{}
-	for _, mb := range m.members {
-		if p := w.Pools[mb.PoolID]; p != nil {
-			mb.LB = p.LB
-		}
-		w.Members[mb.ID] = mb
-	}
+	w.Ports, w.Subnets, w.FloatingIPs, w.SecRules = m.ports, m.subnets, m.fips, m.rules
+	w.LoadBalancer, w.Listeners, w.Pools, w.Members = m.lbs, m.listeners, m.pools, m.members
 
 	// A server's ports, in the order they were made.
 	portsOf := map[string][]*port{}

@@ -233,36 +233,6 @@ func TestNovaServerLifecycle(t *testing.T) {
 	}
 }
 
-func TestNovaMicroversions(t *testing.T) {
-	t.Parallel()
-	e := startEnv(t, Options{})
-	for _, tt := range []struct {
-		name, header string
-		want         int
-	}{
-		{"default", "", 200}, {"latest", "latest", 200}, {"zed's maximum", "2.93", 200}, {"too new", "2.99", 406}, {"malformed", "two", 400},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodGet, e.sim.URL()+"/compute/v2.1/flavors", nil)
-			req.Header.Set("X-Auth-Token", e.user.provider.Token())
-			if tt.header != "" {
-				req.Header.Set("X-OpenStack-Nova-API-Version", tt.header)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != tt.want {
-				t.Errorf("status %d, want %d", resp.StatusCode, tt.want)
-			}
-			if tt.want == 200 && resp.Header.Get("X-OpenStack-Nova-API-Version") == "" {
-				t.Errorf("no X-OpenStack-Nova-API-Version header in the response")
-			}
-		})
-	}
-}
-
 func TestNovaAntiAffinityAndQuotas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
