@@ -2,7 +2,6 @@ package cloudsim
 
 import (
 	"context"
-	"encoding/base64"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
-	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/tags"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
@@ -162,60 +160,8 @@ func TestNovaServerLifecycle(t *testing.T) {
 		t.Errorf("addresses: %v, want the pool's second address (the DHCP port has the first)", got.Addresses)
 	}
 
-	// user_data is readable with the admin microversion only.
-	admin := *e.admin.compute
-	admin.Microversion = "2.3"
-	var withUD struct {
-		UserData *string `json:"OS-EXT-SRV-ATTR:user_data"`
-	}
-	if err := servers.Get(ctx, &admin, sv.ID).ExtractInto(&withUD); err != nil {
-		t.Fatal(err)
-	}
-	if withUD.UserData == nil || *withUD.UserData != base64.StdEncoding.EncodeToString(userData) {
-		t.Errorf("admin user_data: %v", withUD.UserData)
-	}
-	member := *e.user.compute
-	member.Microversion = "2.3"
-	withUD.UserData = nil
-	if err := servers.Get(ctx, &member, sv.ID).ExtractInto(&withUD); err != nil || withUD.UserData != nil {
-		t.Errorf("a member sees user_data: %v %v", withUD.UserData, err)
-	}
-
-	// Tags: filters and the tags API.
-	listNames := func(opts servers.ListOpts) []string {
-		t.Helper()
-		pages, err := servers.List(e.user.compute, opts).AllPages(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		list, _ := servers.ExtractServers(pages)
-		var names []string
-		for _, s := range list {
-			names = append(names, s.Name)
-		}
-		return names
-	}
-	if got := listNames(servers.ListOpts{Tags: "opke-cluster=prod"}); len(got) != 1 {
-		t.Errorf("tags filter: %v", got)
-	}
-	if got := listNames(servers.ListOpts{Tags: "opke-cluster=other"}); len(got) != 0 {
-		t.Errorf("tags filter of another cluster: %v", got)
-	}
-	if got := listNames(servers.ListOpts{NotTagsAny: "opke-owner=x"}); len(got) != 0 {
-		t.Errorf("not-tags-any: %v", got)
-	}
-	if err := tags.Add(ctx, e.user.compute, sv.ID, "drain").ExtractErr(); err != nil {
-		t.Fatal(err)
-	}
-	tl, err := tags.List(ctx, e.user.compute, sv.ID).Extract()
-	if diff := cmp.Diff([]string{"opke-cluster=prod", "opke-owner=x", "drain"}, tl); diff != "" || err != nil {
-		t.Errorf("tags (-want +got):\n%s %v", diff, err)
-	}
-	old := *e.user.compute
-	old.Microversion = "2.25"
-	if _, err := tags.List(ctx, &old, sv.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-		t.Errorf("tags before microversion 2.26: %v, want 404", err)
-	}
+	// user_data for admins only, tag filters and the tags API: the
+	// contract suite (TestContractNovaServers), on both targets.
 
 	out, err := servers.ShowConsoleOutput(ctx, e.user.compute, sv.ID, servers.ShowConsoleOutputOpts{Length: 2}).Extract()
 	if err != nil || !strings.Contains(out, "prod-worker-0 login:") || strings.Count(out, "\n") != 2 {
