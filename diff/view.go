@@ -40,6 +40,13 @@ func Read(data []byte) (*Plan, error) {
 	if want, _, _ := strings.Cut(FormatVersion, "."); major != want {
 		return nil, fmt.Errorf("%w: version %q, this opke reads %s.x", ErrFormat, p.FormatVersion, want)
 	}
+	// A change names what it does to what (a change of neither, found by
+	// fuzzing, was read and could not be written back).
+	for i, c := range slices.Concat(p.Changes, p.Drift) {
+		if c.Address == "" || c.Action < ActionCreate || c.Action > ActionCheck {
+			return nil, fmt.Errorf("%w: change %d has no address or no action", ErrFormat, i)
+		}
+	}
 	return &p, nil
 }
 
