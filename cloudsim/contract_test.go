@@ -59,6 +59,14 @@ type ct struct {
 	ctx context.Context
 }
 
+// on is c bound to a subtest: its failures and cleanups are the
+// subtest's (FailNow belongs to the goroutine of the test it fails).
+func (c *ct) on(t *testing.T) *ct {
+	bound := *c
+	bound.t = t
+	return &bound
+}
+
 func contract(t *testing.T) *ct {
 	t.Helper()
 	return &ct{Target: cloudtest.Contract(t), t: t, ctx: context.Background()}
@@ -203,22 +211,31 @@ func (c *ct) server(opts servers.CreateOptsBuilder, hints servers.SchedulerHintO
 	sv, err := servers.Create(c.ctx, c.Clients.Compute, opts, hints).Extract()
 	c.must(err, "create server")
 	c.cleanup("server", func() error {
-		err := servers.Delete(c.ctx, c.Clients.Compute, sv.ID).ExtractErr()
-		if err != nil {
+		if err := servers.Delete(c.ctx, c.Clients.Compute, sv.ID).ExtractErr(); err != nil {
 			return err
 		}
-		for range 600 {
-			if _, err := servers.Get(c.ctx, c.Clients.Compute, sv.ID).Extract(); gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		return fmt.Errorf("server %s not gone after a minute", sv.ID)
+		return gone("server "+sv.ID, func() error { _, err := servers.Get(c.ctx, c.Clients.Compute, sv.ID).Extract(); return err })
 	})
 	return sv
 }
 
-// status polls a server until it leaves BUILD.
+// gone polls get until it answers 404, for up to two minutes.
+func gone(what string, get func() error) error {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		err := get()
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still there after two minutes", what)
+		}
+	}
+}
+
+// settled polls a server until it leaves BUILD.
 func (c *ct) settled(id string) *servers.Server {
 	c.t.Helper()
 	var sv *servers.Server
@@ -242,6 +259,7 @@ func TestContractSeed(t *testing.T) {
 	}
 	for _, name := range []string{"flatcar", "fedora-coreos"} {
 		t.Run("image "+name, func(t *testing.T) {
+			c := c.on(t)
 			img, err := images.Get(c.ctx, c.Clients.Image, c.image(name)).Extract()
 			if err != nil || img.Status != images.ImageStatusActive {
 				t.Errorf("image %s: %+v %v, want active", name, img, err)
@@ -249,6 +267,7 @@ func TestContractSeed(t *testing.T) {
 		})
 	}
 	t.Run("external network public", func(t *testing.T) {
+		c := c.on(t)
 		var n struct {
 			networks.Network
 			external.NetworkExternalExt
@@ -258,6 +277,7 @@ func TestContractSeed(t *testing.T) {
 		}
 	})
 	t.Run("finite quotas", func(t *testing.T) {
+		c := c.on(t)
 		q, err := quotasets.Get(c.ctx, c.Clients.Compute, c.project()).Extract()
 		if err != nil || q.Instances <= 0 || q.Cores <= 0 || q.ServerGroups <= 0 {
 			t.Errorf("compute quotas: %+v %v, want finite limits", q, err)
@@ -299,6 +319,7 @@ func TestContractNovaServers(t *testing.T) {
 		Networks: []servers.Network{{UUID: n.network}}, UserData: userData, Metadata: map[string]string{"role": "worker"},
 		Tags: c.tags("srv")}}, nil)
 	t.Run("BUILD then ACTIVE", func(t *testing.T) {
+		c := c.on(t)
 		got := c.settled(sv.ID)
 		if got.Status != "ACTIVE" || got.Metadata["role"] != "worker" || got.KeyName != kp.Name {
 			t.Errorf("status %s, metadata %v, key %q", got.Status, got.Metadata, got.KeyName)
@@ -403,11 +424,9 @@ func TestContractNovaServers(t *testing.T) {
 		})
 	}
 	t.Run("delete", func(t *testing.T) {
+		c := c.on(t)
 		c.must(servers.Delete(c.ctx, cc, sv.ID).ExtractErr(), "delete server")
-		c.eventually("the deleted server is 404", time.Minute, func() (bool, string) {
-			_, err := servers.Get(c.ctx, cc, sv.ID).Extract()
-			return gophercloud.ResponseCodeIs(err, http.StatusNotFound), fmt.Sprint(err)
-		})
+		c.must(gone("the deleted server", func() error { _, err := servers.Get(c.ctx, cc, sv.ID).Extract(); return err }), "delete server")
 		c.eventually("the port Nova made goes with it", time.Minute, func() (bool, string) {
 			pages, err := ports.List(c.Clients.Network, ports.ListOpts{DeviceID: sv.ID}).AllPages(c.ctx)
 			l, _ := ports.ExtractPorts(pages)
@@ -448,6 +467,7 @@ func TestContractAntiAffinity(t *testing.T) {
 		hosts[got.HypervisorHostname] = true
 	}
 	t.Run("a fourth member has no valid host", func(t *testing.T) {
+		c := c.on(t)
 		got := c.settled(ids[3])
 		if got.Status != "ERROR" || !strings.Contains(got.Fault.Message, "No valid host") {
 			t.Errorf("status %s, fault %q; want ERROR, no valid host", got.Status, got.Fault.Message)
@@ -468,6 +488,7 @@ func TestContractQuotas(t *testing.T) {
 	c := contract(t)
 	project := c.project()
 	t.Run("nova instances", func(t *testing.T) {
+		c := c.on(t)
 		q, err := quotasets.Get(c.ctx, c.Admin.Compute, project).Extract()
 		c.must(err, "get quotas")
 		c.t.Cleanup(func() {
@@ -486,6 +507,7 @@ func TestContractQuotas(t *testing.T) {
 		}
 	})
 	t.Run("neutron security groups", func(t *testing.T) {
+		c := c.on(t)
 		q, err := quotas.Get(c.ctx, c.Admin.Network, project).Extract()
 		c.must(err, "get quotas")
 		c.t.Cleanup(func() {
@@ -506,6 +528,7 @@ func TestContractQuotas(t *testing.T) {
 		}
 	})
 	t.Run("octavia load balancers", func(t *testing.T) {
+		c := c.on(t)
 		q, err := lbquotas.Get(c.ctx, c.Admin.LoadBalancer, project).Extract()
 		c.must(err, "get quotas")
 		c.t.Cleanup(func() {
@@ -530,6 +553,7 @@ func TestContractNeutron(t *testing.T) {
 	n := c.network("nt", "192.168.44.0/24", true)
 
 	t.Run("router gateway", func(t *testing.T) {
+		c := c.on(t)
 		rt, err := routers.Get(c.ctx, nc, n.router).Extract()
 		if err != nil || rt.GatewayInfo.NetworkID != c.public() || len(rt.GatewayInfo.ExternalFixedIPs) != 1 {
 			t.Errorf("router gateway: %+v %v", rt.GatewayInfo, err)
@@ -576,6 +600,7 @@ func TestContractNeutron(t *testing.T) {
 		}
 	})
 	t.Run("floating IP", func(t *testing.T) {
+		c := c.on(t)
 		fip, err := floatingips.Create(c.ctx, nc, floatingips.CreateOpts{FloatingNetworkID: c.public(), PortID: p.ID}).Extract()
 		if err != nil {
 			t.Fatalf("floating IP: %v", err)
@@ -594,6 +619,7 @@ func TestContractNeutron(t *testing.T) {
 		}
 	})
 	t.Run("floating IP without a route", func(t *testing.T) {
+		c := c.on(t)
 		iso := c.network("nt-isolated", "10.9.0.0/24", false)
 		ip, err := ports.Create(c.ctx, nc, ports.CreateOpts{NetworkID: iso.network, FixedIPs: []ports.IP{{SubnetID: iso.subnet}}}).Extract()
 		if err != nil {
@@ -617,6 +643,7 @@ func TestContractNeutron(t *testing.T) {
 		}
 	})
 	t.Run("update in place", func(t *testing.T) {
+		c := c.on(t)
 		ns := []string{"192.0.2.53"}
 		before, err := subnets.Get(c.ctx, nc, n.subnet).Extract()
 		c.must(err, "get subnet")
@@ -698,30 +725,15 @@ func TestContractOctavia(t *testing.T) {
 	lb, err := loadbalancers.Create(c.ctx, lc, loadbalancers.CreateOpts{Name: c.name("lb-api"), VipSubnetID: n.subnet, Tags: c.tags("lb")}).Extract()
 	c.must(err, "create load balancer")
 	c.cleanup("load balancer", func() error {
-		err := loadbalancers.Delete(c.ctx, lc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr()
-		for range 600 {
-			if err != nil {
-				return err
-			}
-			_, err = loadbalancers.Get(c.ctx, lc, lb.ID).Extract()
-			time.Sleep(100 * time.Millisecond)
+		if err := loadbalancers.Delete(c.ctx, lc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(); err != nil {
+			return err
 		}
-		return err
+		return gone("load balancer "+lb.ID, func() error { _, err := loadbalancers.Get(c.ctx, lc, lb.ID).Extract(); return err })
 	})
 	active := func(what string) *loadbalancers.LoadBalancer {
 		t.Helper()
-		var got *loadbalancers.LoadBalancer
-		c.eventually(what+": the load balancer turns ACTIVE", 2*time.Minute, func() (bool, string) {
-			var err error
-			got, err = loadbalancers.Get(c.ctx, lc, lb.ID).Extract()
-			if err != nil {
-				return false, err.Error()
-			}
-			if got.ProvisioningStatus == "ERROR" {
-				t.Fatalf("%s: the load balancer went to ERROR", what)
-			}
-			return got.ProvisioningStatus == "ACTIVE", got.ProvisioningStatus
-		})
+		got, err := cloudtest.WaitLB(c.ctx, lc, lb.ID)
+		c.must(err, what)
 		return got
 	}
 	t.Run("PENDING_CREATE then ACTIVE", func(t *testing.T) {
@@ -784,6 +796,7 @@ func TestContractOctavia(t *testing.T) {
 		}
 	})
 	t.Run("cascade delete", func(t *testing.T) {
+		c := c.on(t)
 		vip := lb.VipPortID
 		c.must(loadbalancers.Delete(c.ctx, lc, lb.ID, loadbalancers.DeleteOpts{Cascade: true}).ExtractErr(), "delete")
 		c.eventually("the deleted load balancer is 404 or DELETED", 2*time.Minute, func() (bool, string) {
@@ -796,10 +809,7 @@ func TestContractOctavia(t *testing.T) {
 			}
 			return got.ProvisioningStatus == "DELETED", got.ProvisioningStatus
 		})
-		c.eventually("the VIP port goes", time.Minute, func() (bool, string) {
-			_, err := ports.Get(c.ctx, c.Clients.Network, vip).Extract()
-			return gophercloud.ResponseCodeIs(err, http.StatusNotFound), fmt.Sprint(err)
-		})
+		c.must(gone("the VIP port", func() error { _, err := ports.Get(c.ctx, c.Clients.Network, vip).Extract(); return err }), "cascade delete")
 	})
 }
 

@@ -90,32 +90,12 @@ func TestContractCreateScaleUpgradeBackup(t *testing.T) {
 			_ = containers.Delete(ctx, sc, c.Spec.Backup.Container).Err
 		})
 	}
-	observed := func(t *testing.T) map[string]diff.Resource {
-		t.Helper()
-		obs, err := cloud.Observe(ctx, r.clients, r.owner, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]diff.Resource{}
-		for _, x := range obs.Clusters[name] {
-			out[x.Address()] = x
-		}
-		return out
-	}
+	observed := func(t *testing.T) map[string]diff.Resource { return r.observedOf(t, name) }
 	settled := func(t *testing.T, when string) {
 		t.Helper()
 		if next := r.plan(t, c); !next.Empty() {
 			t.Fatalf("%s, the next plan: %v, drift %v", when, addresses(next.Changes), addresses(next.Drift))
 		}
-	}
-	serverIDs := func(res map[string]diff.Resource) map[string]string {
-		out := map[string]string{}
-		for addr, x := range res {
-			if x.Kind == diff.KindServer {
-				out[addr] = x.ID + " " + x.Attrs["user_data"].Value
-			}
-		}
-		return out
 	}
 
 	t.Run("create", func(t *testing.T) {

@@ -113,15 +113,18 @@ func restarts(t *testing.T, sim *cloudsim.Sim, hosts []string, since time.Time) 
 	return out
 }
 
-// observed is the cluster's resources by kind/name.
-func (r *rig) observed(t *testing.T) map[string]diff.Resource {
+// observed is the demo cluster's resources by address.
+func (r *rig) observed(t *testing.T) map[string]diff.Resource { return r.observedOf(t, "demo") }
+
+// observedOf is a cluster's resources by address.
+func (r *rig) observedOf(t *testing.T, cluster string) map[string]diff.Resource {
 	t.Helper()
 	obs, err := cloud.Observe(context.Background(), r.clients, r.owner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]diff.Resource{}
-	for _, x := range obs.Clusters["demo"] {
+	for _, x := range obs.Clusters[cluster] {
 		out[x.Address()] = x
 	}
 	return out

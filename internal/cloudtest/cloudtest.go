@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
@@ -140,14 +142,8 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 	var lbID string
 	settle := func(what string) {
 		t.Helper()
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			lb, err := loadbalancers.Get(ctx, c.LoadBalancer, lbID).Extract()
-			if err == nil && lb.ProvisioningStatus == "ACTIVE" {
-				return
-			}
-			if err != nil || lb.ProvisioningStatus == "ERROR" || time.Now().After(deadline) {
-				t.Fatalf("%s: load balancer %v %v", what, lb, err)
-			}
+		if _, err := WaitLB(ctx, c.LoadBalancer, lbID); err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
 	tag := func(kind, id string) {
@@ -425,5 +421,24 @@ func CorruptObject(t testing.TB, c *cloud.Clients, container, object string) {
 	b[len(b)/2] ^= 0xff
 	if _, err := objects.Create(ctx, c.ObjectStore, container, object, objects.CreateOpts{Content: bytes.NewReader(b), Metadata: meta}).Extract(); err != nil {
 		t.Fatalf("rewrite %s/%s: %v", container, object, err)
+	}
+}
+
+// WaitLB waits up to two minutes for a load balancer to be ACTIVE (after
+// a create or a change of its children) and returns it; ERROR, a failed
+// read or the deadline is an error.
+func WaitLB(ctx context.Context, lbc *gophercloud.ServiceClient, id string) (*loadbalancers.LoadBalancer, error) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		lb, err := loadbalancers.Get(ctx, lbc, id).Extract()
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("load balancer %s: %w", id, err)
+		case lb.ProvisioningStatus == "ACTIVE":
+			return lb, nil
+		case lb.ProvisioningStatus == "ERROR":
+			return nil, fmt.Errorf("load balancer %s went to ERROR", id)
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("load balancer %s still %s after two minutes", id, lb.ProvisioningStatus)
+		}
 	}
 }
