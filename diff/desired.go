@@ -114,10 +114,16 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		sum := sha256.Sum256(in.UserData[role])
 		return Known(hex.EncodeToString(sum[:]))
 	}
+	// The API's load balancer, its floating IP the cluster's endpoint. Its
+	// VIP is a fixed address of the subnet.
+	api := n + "-api"
+	add(KindLoadBalancer, api, Attrs{"subnet": Known(n), "vip_address": Known(vip.String())}, []string{"subnet", "vip_address"}, subnet)
+
 	// A port with no fixed IP takes any free address: it waits for
-	// portsAfter, the ports whose addresses are fixed, so that it never
-	// takes one of them.
-	var portsAfter []string
+	// portsAfter, the ports whose addresses are fixed and the load
+	// balancer (its VIP), so that it never takes one of them (the
+	// seeded fleet's third worker took the VIP).
+	portsAfter := []string{addr(KindLoadBalancer, api)}
 	server := func(name string, role ignition.Role, flavor, fixedIP, group string, sgs string, zone string) {
 		portAttrs := Attrs{"network": Known(n), "security_groups": Known(sgs), "fixed_ip": Known(fixedIP)}
 		portDeps := []string{subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0])}
@@ -172,9 +178,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		}
 	}
 
-	// The API's load balancer, its floating IP the cluster's endpoint.
-	api := n + "-api"
-	add(KindLoadBalancer, api, Attrs{"subnet": Known(n), "vip_address": Known(vip.String())}, []string{"subnet", "vip_address"}, subnet)
+	// The load balancer's children, once the controllers are there.
 	listener := fmt.Sprintf("%s-%d", api, portAPI)
 	add(KindListener, listener, Attrs{"load_balancer": Known(api), "protocol": Known("TCP"), "port": Known(strconv.Itoa(portAPI))},
 		[]string{"load_balancer", "protocol", "port"}, addr(KindLoadBalancer, api))
