@@ -50,8 +50,20 @@ type Observation struct {
 // opke-owner=owner), each type once. known resolves member ids from a
 // previous observation; nil costs a call per pool.
 func Observe(ctx context.Context, c *Clients, owner string, known map[string]diff.Resource) (*Observation, error) {
-	o := &observer{c: c, owner: owner, ownerTag: Tag(schemas.TagOwner, owner), out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
+	return ObserveCluster(ctx, c, owner, "", known)
+}
+
+// ObserveCluster lists what OPKE owns of one cluster (of all, if cluster
+// is empty): the listings are filtered by its tag as well, so their cost
+// does not grow with the fleet (the untagged server groups and health
+// monitors aside).
+func ObserveCluster(ctx context.Context, c *Clients, owner, cluster string, known map[string]diff.Resource) (*Observation, error) {
+	o := &observer{c: c, owner: owner, only: cluster, tags: []string{Tag(schemas.TagOwner, owner)},
+		out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
 		names: map[string]string{}, cluster: map[string]string{}}
+	if cluster != "" {
+		o.tags = append(o.tags, Tag(schemas.TagCluster, cluster))
+	}
 	steps := []func(context.Context) error{o.appCredentials, o.networks, o.subnets, o.securityGroups, o.routers, o.ports, o.images, o.servers,
 		o.loadBalancers, o.floatingIPs, o.listeners}
 	for _, step := range steps {
@@ -72,9 +84,12 @@ func Observe(ctx context.Context, c *Clients, owner string, known map[string]dif
 }
 
 type observer struct {
-	c        *Clients
-	owner    string
-	ownerTag string
+	c     *Clients
+	owner string
+	// only is the one cluster observed, if set; tags are the tags every
+	// listing filters by (all of them).
+	only string
+	tags []string
 	out      *Observation
 	names    map[string]string // id -> name, for references
 	cluster  map[string]string // id -> cluster
@@ -93,8 +108,11 @@ func clusterOf(tags []string) string {
 	return ""
 }
 
+// tagFilter is the tags filter of Nova's and Neutron's listings.
+func (o *observer) tagFilter() string { return strings.Join(o.tags, ",") }
+
 func (o *observer) add(cluster string, r diff.Resource) {
-	if cluster == "" {
+	if cluster == "" || o.only != "" && cluster != o.only {
 		return
 	}
 	o.names[r.ID] = r.Name
@@ -133,7 +151,7 @@ func each(ctx context.Context, what string, p pagination.Pager, fn func(paginati
 }
 
 func (o *observer) networks(ctx context.Context) error {
-	err := each(ctx, "networks", networks.List(o.c.Network, networks.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+	err := each(ctx, "networks", networks.List(o.c.Network, networks.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
 		list, err := networks.ExtractNetworks(p)
 		for _, n := range list {
 			o.add(clusterOf(n.Tags), diff.Resource{Kind: diff.KindNetwork, Name: n.Name, ID: n.ID, Attrs: diff.Attrs{}})
@@ -156,7 +174,7 @@ func (o *observer) networks(ctx context.Context) error {
 }
 
 func (o *observer) subnets(ctx context.Context) error {
-	return each(ctx, "subnets", subnets.List(o.c.Network, subnets.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+	return each(ctx, "subnets", subnets.List(o.c.Network, subnets.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
 		list, err := subnets.ExtractSubnets(p)
 		for _, s := range list {
 			dns := slices.Clone(s.DNSNameservers)
@@ -170,7 +188,7 @@ func (o *observer) subnets(ctx context.Context) error {
 
 func (o *observer) securityGroups(ctx context.Context) error {
 	var all []groups.SecGroup
-	err := each(ctx, "security groups", groups.List(o.c.Network, groups.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+	err := each(ctx, "security groups", groups.List(o.c.Network, groups.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
 		list, err := groups.ExtractGroups(p)
 		all = append(all, list...)
 		return err
@@ -212,7 +230,7 @@ func (o *observer) securityGroups(ctx context.Context) error {
 }
 
 func (o *observer) routers(ctx context.Context) error {
-	err := each(ctx, "routers", routers.List(o.c.Network, routers.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+	err := each(ctx, "routers", routers.List(o.c.Network, routers.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
 		list, err := routers.ExtractRouters(p)
 		for _, r := range list {
 			o.add(clusterOf(r.Tags), diff.Resource{Kind: diff.KindRouter, Name: r.Name, ID: r.ID, Attrs: diff.Attrs{
@@ -242,7 +260,7 @@ func (o *observer) routers(ctx context.Context) error {
 
 func (o *observer) ports(ctx context.Context) error {
 	o.portOfDevice = map[string]string{}
-	return each(ctx, "ports", ports.List(o.c.Network, ports.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+	return each(ctx, "ports", ports.List(o.c.Network, ports.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
 		list, err := ports.ExtractPorts(p)
 		for _, port := range list {
 			var sgs []string
@@ -320,7 +338,7 @@ func (o *observer) servers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = each(ctx, "servers", servers.List(o.c.Compute, servers.ListOpts{Tags: o.ownerTag, Limit: pageSize}), func(p pagination.Page) error {
+	err = each(ctx, "servers", servers.List(o.c.Compute, servers.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
 		var list []novaServer
 		if err := servers.ExtractServersInto(p, &list); err != nil {
 			return err
@@ -352,7 +370,7 @@ func (o *observer) servers(ctx context.Context) error {
 
 func (o *observer) loadBalancers(ctx context.Context) error {
 	o.vipPort = map[string]string{}
-	err := each(ctx, "load balancers", loadbalancers.List(o.c.LoadBalancer, loadbalancers.ListOpts{Tags: []string{o.ownerTag}, Limit: pageSize}),
+	err := each(ctx, "load balancers", loadbalancers.List(o.c.LoadBalancer, loadbalancers.ListOpts{Tags: o.tags, Limit: pageSize}),
 		func(p pagination.Page) error {
 			list, err := loadbalancers.ExtractLoadBalancers(p)
 			for _, lb := range list {
@@ -369,7 +387,7 @@ func (o *observer) loadBalancers(ctx context.Context) error {
 // it is on, or the load balancer whose VIP port that is. Floating IPs have
 // no name: their description is OPKE's name.
 func (o *observer) floatingIPs(ctx context.Context) error {
-	return each(ctx, "floating IPs", floatingips.List(o.c.Network, floatingips.ListOpts{Tags: o.ownerTag}), func(p pagination.Page) error {
+	return each(ctx, "floating IPs", floatingips.List(o.c.Network, floatingips.ListOpts{Tags: o.tagFilter()}), func(p pagination.Page) error {
 		list, err := floatingips.ExtractFloatingIPs(p)
 		for _, f := range list {
 			attrs := diff.Attrs{"network": diff.Known(o.names[f.FloatingNetworkID]), "address": diff.Known(f.FloatingIP)}
@@ -385,7 +403,7 @@ func (o *observer) floatingIPs(ctx context.Context) error {
 }
 
 func (o *observer) listeners(ctx context.Context) error {
-	return each(ctx, "listeners", listeners.List(o.c.LoadBalancer, listeners.ListOpts{Tags: []string{o.ownerTag}, Limit: pageSize}),
+	return each(ctx, "listeners", listeners.List(o.c.LoadBalancer, listeners.ListOpts{Tags: o.tags, Limit: pageSize}),
 		func(p pagination.Page) error {
 			list, err := listeners.ExtractListeners(p)
 			for _, l := range list {
@@ -401,7 +419,7 @@ func (o *observer) listeners(ctx context.Context) error {
 
 func (o *observer) pools(ctx context.Context, known map[string]diff.Resource) error {
 	var all []pools.Pool
-	err := each(ctx, "pools", pools.List(o.c.LoadBalancer, pools.ListOpts{Tags: []string{o.ownerTag}, Limit: pageSize}), func(p pagination.Page) error {
+	err := each(ctx, "pools", pools.List(o.c.LoadBalancer, pools.ListOpts{Tags: o.tags, Limit: pageSize}), func(p pagination.Page) error {
 		list, err := pools.ExtractPools(p)
 		all = append(all, list...)
 		return err

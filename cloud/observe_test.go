@@ -152,3 +152,29 @@ func TestContractObserveAdoptsAClusterBuiltByHand(t *testing.T) {
 		t.Errorf("changes besides the drift: %+v", plan.Changes)
 	}
 }
+
+// TestContractObserveOneCluster: a cluster's own observation, filtered by
+// its tag, is what the whole observation holds of it, and nothing of
+// another cluster.
+func TestContractObserveOneCluster(t *testing.T) {
+	tgt := cloudtest.Contract(t)
+	c, owner := tgt.Clients, tgt.Owner
+	ctx := context.Background()
+	a, b := clusterName(tgt, "one"), clusterName(tgt, "two")
+	cloudtest.Build(t, c, owner, desired(t, cluster(t, a, 3, 1)))
+	cloudtest.Build(t, c, owner, desired(t, cluster(t, b, 4, 1)))
+	all, err := cloud.Observe(ctx, c, owner, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Clusters[a]) == 0 || len(all.Clusters[b]) == 0 {
+		t.Fatalf("the whole observation holds %d resources of %s and %d of %s", len(all.Clusters[a]), a, len(all.Clusters[b]), b)
+	}
+	one, err := cloud.ObserveCluster(ctx, c, owner, a, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string][]diff.Resource{a: all.Clusters[a]}, one.Clusters); d != "" {
+		t.Errorf("observation of %s alone (-of all +alone):\n%s", a, d)
+	}
+}

@@ -107,8 +107,26 @@ func (fs *faultSet) match(pattern string) *Fault {
 }
 
 type counters struct {
-	mu sync.Mutex
-	m  map[string]int64
+	mu   sync.Mutex
+	m    map[string]int64
+	busy time.Duration
+}
+
+// took adds the time an API handler ran since started.
+func (c *counters) took(started time.Time) {
+	d := time.Since(started)
+	c.mu.Lock()
+	c.busy += d
+	c.mu.Unlock()
+}
+
+// Busy returns the time the API handlers ran since the start or the last
+// ResetCounters, summed over the requests: the simulator's own share of a
+// caller's wall time (its fault latencies included).
+func (s *Sim) Busy() time.Duration {
+	s.count.mu.Lock()
+	defer s.count.mu.Unlock()
+	return s.count.busy
 }
 
 func newCounters() *counters { return &counters{m: map[string]int64{}} }
@@ -130,6 +148,6 @@ func (s *Sim) Counters() map[string]int64 {
 // ResetCounters sets every request counter to zero.
 func (s *Sim) ResetCounters() {
 	s.count.mu.Lock()
-	s.count.m = map[string]int64{}
+	s.count.m, s.count.busy = map[string]int64{}, 0
 	s.count.mu.Unlock()
 }

@@ -32,6 +32,13 @@ func TestFaultStatusWithRetryAfter(t *testing.T) {
 	if got := e.sim.Counters()["GET /network/v2.0/networks"]; got != 2 {
 		t.Errorf("counter: %d, want 2", got)
 	}
+	if e.sim.Busy() <= 0 {
+		t.Errorf("busy %s after two requests, want more than nothing", e.sim.Busy())
+	}
+	e.sim.ResetCounters()
+	if n, busy := len(e.sim.Counters()), e.sim.Busy(); n != 0 || busy != 0 {
+		t.Errorf("after a reset: %d counters, busy %s; want none", n, busy)
+	}
 }
 
 // TestFaultDropAfterProcessing is the case that makes naive clients create

@@ -377,6 +377,7 @@ func (s *Sim) routeAuth(mux *http.ServeMux, pattern string, auth bool, h handler
 func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 	return func(rw http.ResponseWriter, hr *http.Request) {
 		s.count.add(pattern)
+		defer s.count.took(time.Now())
 		f := s.faults.match(pattern)
 		if f != nil && f.Latency.Duration > 0 {
 			select {

@@ -393,7 +393,7 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 	if err != nil {
 		return nil, err
 	}
-	obs, err := cloud.Observe(stepCtx, clients, owner, nil)
+	obs, err := cloud.ObserveCluster(stepCtx, clients, owner, name, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -345,7 +345,7 @@ func BackupCluster(ctx context.Context, p *Planner, hosts *HostSessions, cluster
 	if err != nil {
 		return nil, err
 	}
-	obs, err := cloud.Observe(ctx, clients, owner, nil)
+	obs, err := cloud.ObserveCluster(ctx, clients, owner, cluster, nil)
 	if err != nil {
 		return nil, err
 	}

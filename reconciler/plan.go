@@ -174,7 +174,9 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			}
 		}
 		started := time.Now()
-		obs, err := cloud.Observe(ctx, clients, owner, known)
+		// One cluster's plan lists its own resources only: its cost does
+		// not grow with the fleet.
+		obs, err := cloud.ObserveCluster(ctx, clients, owner, req.Only, known)
 		if err != nil {
 			return nil, fmt.Errorf("observe cloud %s: %w", w.cloud, err)
 		}

@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
+)
+
+// sizes are the fleet sizes benchmarked: OPKE_BENCH_SIZES (comma
+// separated), default 1, 100 and 1,000 clusters.
+func sizes(tb testing.TB) []int {
+	tb.Helper()
+	spec := os.Getenv("OPKE_BENCH_SIZES")
+	if spec == "" {
+		return []int{1, 100, 1000}
+	}
+	var out []int
+	for _, f := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			tb.Fatalf("OPKE_BENCH_SIZES: %q is not a fleet size", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// calls sums the simulator's request counters.
+func (f *fleet) calls() int64 {
+	var n int64
+	for _, k := range f.sim.Counters() {
+		n += k
+	}
+	return n
+}
+
+// converged loads a seeded fleet of n clusters and checks that it plans
+// nothing (which also warms the connection and the token).
+func converged(b *testing.B, n int) *fleet {
+	b.Helper()
+	f := loadFleet(b, seedFleet(b, cacheRoot(), n))
+	if p := f.plan(b); !p.Empty() {
+		b.Fatalf("the seeded fleet of %d plans %d changes", n, len(p.Changes)+len(p.Drift))
+	}
+	return f
+}
+
+// BenchmarkNoopReconcile plans a converged fleet: each cloud listed once,
+// every cluster rendered and diffed against its ledger. It reports the
+// OpenStack API calls of one plan, and the simulator's share of the time
+// (what the same calls cost a real cloud is the cloud's).
+func BenchmarkNoopReconcile(b *testing.B) {
+	for _, n := range sizes(b) {
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+			f := converged(b, n)
+			var calls int64
+			var busy time.Duration
+			for b.Loop() {
+				f.sim.ResetCounters()
+				if p := f.plan(b); !p.Empty() {
+					b.Fatal("a converged fleet planned changes")
+				}
+				calls, busy = calls+f.calls(), busy+f.sim.Busy()
+			}
+			b.ReportMetric(float64(calls)/float64(b.N), "api-calls/op")
+			b.ReportMetric(float64(busy.Microseconds())/1e3/float64(b.N), "sim-ms/op")
+		})
+	}
+}
+
+// BenchmarkOneClusterChanged scales one cluster of a converged fleet out
+// by a worker, plans the fleet and applies the plan (the new worker's
+// server, port and files over SSH through the gateway, its health gate):
+// the API calls of the plan, and of the whole reconcile.
+func BenchmarkOneClusterChanged(b *testing.B) {
+	for _, n := range sizes(b) {
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+			f := converged(b, n)
+			hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: f.sim.Edge()}}
+			b.Cleanup(hosts.Close)
+			a := &reconciler.Applier{Planner: f.planner, Hosts: hosts, GateInterval: 100 * time.Millisecond}
+			name := clusterName(0)
+			c := *f.clusters[name]
+			c.Spec.WorkerPools = append([]schemas.WorkerPool(nil), c.Spec.WorkerPools...)
+			f.clusters[name] = &c
+			var calls, planCalls int64
+			for b.Loop() {
+				c.Spec.WorkerPools[0].Count++
+				f.sim.ResetCounters()
+				req := reconciler.Request{Clusters: f.clusters, Commit: "0123456789abcdef0123456789abcdef01234567"}
+				res, err := f.planner.Plan(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				planCalls += f.calls()
+				if sum, err := a.Apply(context.Background(), req, res.Plan); err != nil {
+					for _, s := range sum.Failed {
+						b.Errorf("%s: %v", s.Change.Address, s.Err)
+					}
+					b.Fatal(err)
+				}
+				calls += f.calls()
+			}
+			b.ReportMetric(float64(planCalls)/float64(b.N), "plan-api-calls/op")
+			b.ReportMetric(float64(calls)/float64(b.N), "api-calls/op")
+		})
+	}
+}
