@@ -59,7 +59,7 @@ func Observe(ctx context.Context, c *Clients, owner string, known map[string]dif
 // monitors aside).
 func ObserveCluster(ctx context.Context, c *Clients, owner, cluster string, known map[string]diff.Resource) (*Observation, error) {
 	o := &observer{c: c, owner: owner, only: cluster, tags: []string{Tag(schemas.TagOwner, owner)},
-		out: &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
+		out:   &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
 		names: map[string]string{}, cluster: map[string]string{}}
 	if cluster != "" {
 		o.tags = append(o.tags, Tag(schemas.TagCluster, cluster))
@@ -88,11 +88,11 @@ type observer struct {
 	owner string
 	// only is the one cluster observed, if set; tags are the tags every
 	// listing filters by (all of them).
-	only string
-	tags []string
-	out      *Observation
-	names    map[string]string // id -> name, for references
-	cluster  map[string]string // id -> cluster
+	only    string
+	tags    []string
+	out     *Observation
+	names   map[string]string // id -> name, for references
+	cluster map[string]string // id -> cluster
 	// what later steps look up
 	portOfDevice map[string]string // server or lb id -> port name
 	vipPort      map[string]string // port id -> load balancer name
