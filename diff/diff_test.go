@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render"
@@ -497,4 +498,28 @@ func FuzzDiff(f *testing.F) {
 			t.Fatal("the same inputs planned different bytes")
 		}
 	})
+}
+
+// TestPlanOf: a cluster's part of a plan holds its changes, drift and
+// warnings, and nothing of another cluster.
+func TestPlanOf(t *testing.T) {
+	t.Parallel()
+	p := &Plan{FormatVersion: FormatVersion, Commit: "c0ffee", StateRevision: 7,
+		Changes:  []Change{{Cluster: "a", Address: "openstack/network/a", Action: ActionCreate}, {Cluster: "b", Address: "openstack/network/b", Action: ActionCreate}},
+		Drift:    []Change{{Cluster: "b", Address: "openstack/server/b-worker-0", Action: ActionCreate}},
+		Warnings: []Warning{{Cluster: "a", Message: "a's"}, {Cluster: "b", Message: "b's"}}}
+	for _, tc := range []struct {
+		name string
+		want *Plan
+	}{
+		{"a", &Plan{FormatVersion: FormatVersion, Commit: "c0ffee", StateRevision: 7, Changes: p.Changes[:1], Drift: []Change{}, Warnings: p.Warnings[:1]}},
+		{"b", &Plan{FormatVersion: FormatVersion, Commit: "c0ffee", StateRevision: 7, Changes: p.Changes[1:], Drift: p.Drift, Warnings: p.Warnings[1:]}},
+		{"c", &Plan{FormatVersion: FormatVersion, Commit: "c0ffee", StateRevision: 7, Changes: []Change{}, Drift: []Change{}, Warnings: []Warning{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, p.Of(tc.name), cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("plan of %s (-want +got):\n%s", tc.name, d)
+			}
+		})
+	}
 }

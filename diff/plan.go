@@ -2,6 +2,7 @@ package diff
 
 import (
 	"errors"
+	"slices"
 )
 
 // FormatVersion is the version of the plan's JSON form. A reader refuses
@@ -81,6 +82,19 @@ type Plan struct {
 	Changes       []Change  `json:"changes"`
 	Drift         []Change  `json:"drift"`
 	Warnings      []Warning `json:"warnings,omitempty"`
+}
+
+// Of is cluster's part of the plan: its changes, drift and warnings.
+func (p *Plan) Of(cluster string) *Plan {
+	other := func(c Change) bool { return c.Cluster != cluster }
+	return &Plan{
+		FormatVersion: p.FormatVersion,
+		Commit:        p.Commit,
+		StateRevision: p.StateRevision,
+		Changes:       slices.DeleteFunc(slices.Clone(p.Changes), other),
+		Drift:         slices.DeleteFunc(slices.Clone(p.Drift), other),
+		Warnings:      slices.DeleteFunc(slices.Clone(p.Warnings), func(w Warning) bool { return w.Cluster != cluster }),
+	}
 }
 
 // Empty reports whether the plan changes nothing.

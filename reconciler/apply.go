@@ -98,7 +98,7 @@ func (a *Applier) Apply(ctx context.Context, req Request, plan *diff.Plan) (*Sum
 	sum := &Summary{Counts: map[StepState]int{}}
 	var errs []error
 	for _, name := range clustersOf(plan) {
-		if err := a.cluster(ctx, name, req.Clusters[name], clusterPlan(plan, name), sum); err != nil {
+		if err := a.cluster(ctx, name, req.Clusters[name], plan.Of(name), sum); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
@@ -235,7 +235,7 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 func (a *Applier) Check(ctx context.Context, plan *diff.Plan) error {
 	var errs []error
 	for _, name := range clustersOf(plan) {
-		if _, err := a.admit(ctx, name, clusterPlan(plan, name)); err != nil {
+		if _, err := a.admit(ctx, name, plan.Of(name)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}

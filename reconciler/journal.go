@@ -74,18 +74,6 @@ var ErrUnfinished = errors.New("an interrupted apply of the cluster must be resu
 // made (another apply ran): plan again.
 var ErrStale = errors.New("the cluster's state moved since the plan was made")
 
-// clusterPlan is cluster's part of plan.
-func clusterPlan(plan *diff.Plan, cluster string) *diff.Plan {
-	mine := func(c diff.Change) bool { return c.Cluster != cluster }
-	return &diff.Plan{
-		FormatVersion: plan.FormatVersion,
-		Commit:        plan.Commit,
-		StateRevision: plan.StateRevision,
-		Changes:       slices.DeleteFunc(slices.Clone(plan.Changes), mine),
-		Drift:         slices.DeleteFunc(slices.Clone(plan.Drift), mine),
-	}
-}
-
 // planID names a cluster's plan in the journal: the hash of its commit
 // and changes, so the same saved plan applied again after a crash is
 // known as the one to resume.

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
@@ -406,21 +408,86 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		return
 	}
 	before, _ := d.Note(ctx, commit)
+	w := &work{commit: commit, ref: ref, clusters: j.valid}
+	settled := d.settle(ctx, log, w, names)
+	var queued []string
 	for _, name := range names {
-		if c := before.Pending(name, ref); c != nil {
+		switch c := before.Pending(name, ref); {
+		case c != nil:
 			n.Clusters[name] = c // a dead leader's apply, resumed
-			continue
+			queued = append(queued, name)
+		case settled[name] != nil:
+			n.Clusters[name] = settled[name]
+		default:
+			n.Clusters[name] = &report.Cluster{State: report.Pending, Summary: "queued"}
+			queued = append(queued, name)
 		}
-		n.Clusters[name] = &report.Cluster{State: report.Pending, Summary: "queued"}
 	}
 	d.mu.Lock()
 	d.head, d.fleet = commit, j.valid
 	d.mu.Unlock()
 	publish()
-	log.Info("new commit on the tracked branch", "clusters", len(names), "invalid", len(j.invalid))
-	for _, name := range names {
-		d.enqueue(ctx, name, &work{commit: commit, ref: ref, clusters: j.valid})
+	d.settledStatuses(ctx, w, settled)
+	log.Info("new commit on the tracked branch", "clusters", len(names), "converged", len(settled), "queued", len(queued), "invalid", len(j.invalid))
+	for _, name := range queued {
+		d.enqueue(ctx, name, w)
 	}
+}
+
+// settle plans the whole fleet of w in one go (each cloud listed once,
+// whatever the fleet's size) and returns the entries of the clusters it
+// finds converged whose queue is idle: their reconcile is done. The
+// others go to their queues, whose worker plans each again before it
+// applies. A plan that fails leaves every cluster to its queue.
+func (d *Daemon) settle(ctx context.Context, log *slog.Logger, w *work, names []string) map[string]*report.Cluster {
+	started := time.Now()
+	res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: w.clusters, Commit: w.commit})
+	if err != nil {
+		log.Warn("plan the fleet; each cluster is planned on its own", "err", err)
+		return nil
+	}
+	changed := map[string]bool{}
+	for _, c := range slices.Concat(res.Plan.Changes, res.Plan.Drift) {
+		changed[c.Cluster] = true
+	}
+	out := map[string]*report.Cluster{}
+	for _, name := range names {
+		if changed[name] || !d.idle(name) {
+			continue
+		}
+		plan := res.Plan.Of(name)
+		out[name] = &report.Cluster{State: report.Success, Summary: cmp.Or(warningsOf(plan), "no changes"), Plan: plan,
+			Started: started, Finished: time.Now()}
+		d.cfg.Metrics.reconcile.WithLabelValues("commit", string(report.Success)).Observe(time.Since(started).Seconds())
+	}
+	return out
+}
+
+// settledStatuses sets the statuses of the clusters a commit found
+// converged, a few at a time.
+func (d *Daemon) settledStatuses(ctx context.Context, w *work, settled map[string]*report.Cluster) {
+	g := new(errgroup.Group)
+	g.SetLimit(16)
+	for name, entry := range settled {
+		g.Go(func() error {
+			d.setStatus(ctx, name, d.commitStatus(ctx, w, name, entry))
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// idle tells whether a cluster's queue has nothing queued or running.
+func (d *Daemon) idle(name string) bool {
+	d.mu.Lock()
+	q := d.queues[name]
+	d.mu.Unlock()
+	if q == nil {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.next == nil && !q.busy
 }
 
 // loadHead sets the tracked branch's head and fleet without dispatching
@@ -476,6 +543,7 @@ type work struct {
 type queue struct {
 	mu   sync.Mutex
 	next *work
+	busy bool // a reconcile runs
 	wake chan struct{}
 }
 
@@ -516,10 +584,13 @@ func (d *Daemon) worker(ctx context.Context, name string, q *queue) {
 		}
 		q.mu.Lock()
 		w := q.next
-		q.next = nil
+		q.next, q.busy = nil, w != nil
 		q.mu.Unlock()
 		if w != nil {
 			d.reconcile(ctx, name, w)
+			q.mu.Lock()
+			q.busy = false
+			q.mu.Unlock()
 		}
 	}
 }
@@ -780,7 +851,13 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 	n.Clusters[name] = entry
 	d.publishLocked(ctx, n)
 	d.pubMu.Unlock()
-	d.setStatus(ctx, name, func(s *ClusterStatus) {
+	d.setStatus(ctx, name, d.commitStatus(ctx, w, name, entry))
+}
+
+// commitStatus is how a cluster's status changes with its entry in the
+// note of w.
+func (d *Daemon) commitStatus(ctx context.Context, w *work, name string, entry *report.Cluster) func(*ClusterStatus) {
+	return func(s *ClusterStatus) {
 		s.Commit, s.Ref, s.State, s.Summary, s.Updated = w.commit, w.ref, entry.State, entry.Summary, time.Now()
 		s.Paused = w.clusters[name] != nil && w.clusters[name].Spec.Paused
 		if w.resync {
@@ -793,7 +870,7 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 			s.Applied = w.commit
 		}
 		d.day2(ctx, name, w.clusters[name], entry, s)
-	})
+	}
 }
 
 // day2 sets the rollout and backup parts of a cluster's status from the

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -33,6 +34,7 @@ import (
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
 )
@@ -621,5 +623,42 @@ func TestDaemonDayTwo(t *testing.T) {
 	_, page = e.get(t, "/")
 	if !strings.Contains(page, "halted: host/demo-default-0/health") {
 		t.Errorf("the page does not show the halt:\n%s", page)
+	}
+}
+
+// TestDaemonSettlesAConvergedFleetInOnePlan: a commit that changes no
+// cluster of a converged fleet is settled by one plan of the whole fleet:
+// every cluster's entry says so, each cloud is listed once, and no
+// cluster is planned again on its own.
+func TestDaemonSettlesAConvergedFleetInOnePlan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0, "")
+	var specs []*schemas.Cluster
+	for i, name := range []string{"east", "north", "west"} {
+		spec := strings.NewReplacer("name: demo", "name: "+name, "192.168.10.0/24", fmt.Sprintf("192.168.%d.0/24", 20+i)).Replace(demoSpec(1))
+		f := schemas.Parse(name, []byte(spec))
+		if f.Cluster == nil || f.Findings.HasErrors() {
+			t.Fatalf("%s: %v", name, f.Findings)
+		}
+		specs = append(specs, f.Cluster)
+		commitSpec(t, e.work, name, spec, "add "+name)
+	}
+	cloudtest.Converge(t, e.store, e.clients, time.Now(), specs...)
+	e.sim.ResetCounters()
+	e.push(t, main)
+	head := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	n := e.waitNote(t, head, main)
+	for _, c := range specs {
+		entry := n.Clusters[c.Metadata.Name]
+		if entry == nil || entry.State != report.Success || entry.Summary != "no changes" || entry.Plan == nil || !entry.Plan.Empty() {
+			t.Errorf("%s: %+v, want a success with no changes", c.Metadata.Name, entry)
+		}
+	}
+	if got := e.sim.Counters()["GET /compute/v2.1/servers/detail"]; got != 1 {
+		t.Errorf("the servers were listed %d times, want once for the fleet", got)
+	}
+	s := e.status(t, "west", func(s daemon.ClusterStatus) bool { return s.Commit == head })
+	if s.State != report.Success {
+		t.Errorf("west's status: %+v", s)
 	}
 }
