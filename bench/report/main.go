@@ -1,0 +1,199 @@
+// Command report runs OPKE's fleet-scale benchmarks several times and
+// prints one table of their figures, each with its median and spread
+// (min-max over the runs), and its target where the project set one; it
+// writes the same as JSON. `make bench` runs it:
+//
+//	go run ./bench/report -count 5 -json bench.json
+//
+// It runs `go test -bench` on the benchmark packages with -benchtime 1x
+// (each run is one fleet-sized operation) and reads the standard
+// benchmark lines, so any figure a benchmark reports with ReportMetric
+// shows up.
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Figure is one benchmark's metric over the runs.
+type Figure struct {
+	Benchmark string    `json:"benchmark"`
+	Unit      string    `json:"unit"`
+	Runs      []float64 `json:"runs"`
+	Median    float64   `json:"median"`
+	Min       float64   `json:"min"`
+	Max       float64   `json:"max"`
+	Target    string    `json:"target,omitempty"`
+	Met       *bool     `json:"met,omitempty"`
+}
+
+// target is a figure's goal: below Max, in the figure's unit.
+type target struct {
+	bench, unit string
+	max         float64
+	text        string
+}
+
+// targets are the issue's: a no-op reconcile of 1,000 clusters under 2 s,
+// a commit's status within 1 s (p95), opke serve under 300 MiB.
+var targets = []target{
+	{"NoopReconcile/clusters=1000", "ns/op", 2e9, "< 2 s"},
+	{"CommitToStatus/fsnotify", "p95-ms", 1000, "p95 < 1 s"},
+	{"CommitToStatus/webhook", "p95-ms", 1000, "p95 < 1 s"},
+	{"ServeRSS/clusters=1000", "peak-rss-MiB", 300, "< 300 MiB"},
+}
+
+func main() {
+	count := flag.Int("count", 5, "runs of each benchmark")
+	bench := flag.String("bench", ".", "benchmarks to run (a go test -bench regexp)")
+	jsonOut := flag.String("json", "", "write the figures as JSON to this file")
+	pkgs := flag.String("pkgs", "./bench ./render ./schemas", "packages whose benchmarks run")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, *count, *bench, strings.Fields(*pkgs), *jsonOut, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, count int, bench string, pkgs []string, jsonOut string, w io.Writer) error {
+	args := append([]string{"test", "-run", "^$", "-bench", bench, "-benchtime", "1x", "-count", strconv.Itoa(count), "-timeout", "60m"}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "go %s\n", strings.Join(args, " "))
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	// The raw lines go to stderr as they come: progress on a long run.
+	figures, perr := parse(io.TeeReader(out, os.Stderr))
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("go test: %w", err)
+	}
+	if perr != nil {
+		return perr
+	}
+	if len(figures) == 0 {
+		return errors.New("no benchmark ran")
+	}
+	print(w, figures)
+	if jsonOut != "" {
+		data, err := json.MarshalIndent(figures, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(jsonOut, append(data, '\n'), 0o644)
+	}
+	return nil
+}
+
+// benchLine is a benchmark result: name-procs, iterations, then value
+// and unit pairs.
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+(.*)$`)
+
+// parse reads go test's output into figures, in the order first seen.
+func parse(r io.Reader) ([]*Figure, error) {
+	var out []*Figure
+	byKey := map[string]*Figure{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		fields := strings.Fields(m[3])
+		for i := 0; i+1 < len(fields); i += 2 {
+			v, err := strconv.ParseFloat(fields[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("benchmark %s: value %q: %w", m[1], fields[i], err)
+			}
+			unit := fields[i+1]
+			key := m[1] + " " + unit
+			f := byKey[key]
+			if f == nil {
+				f = &Figure{Benchmark: m[1], Unit: unit}
+				byKey[key] = f
+				out = append(out, f)
+			}
+			f.Runs = append(f.Runs, v)
+		}
+	}
+	for _, f := range out {
+		f.summarise()
+	}
+	return out, sc.Err()
+}
+
+func (f *Figure) summarise() {
+	s := slices.Clone(f.Runs)
+	slices.Sort(s)
+	f.Min, f.Max = s[0], s[len(s)-1]
+	if n := len(s); n%2 == 1 {
+		f.Median = s[n/2]
+	} else {
+		f.Median = (s[n/2-1] + s[n/2]) / 2
+	}
+	for _, t := range targets {
+		if t.bench == f.Benchmark && t.unit == f.Unit {
+			met := f.Median < t.max
+			f.Target, f.Met = t.text, &met
+		}
+	}
+}
+
+// print writes the table: time in human units, the rest as measured;
+// B/op and allocs/op are left to the JSON.
+func print(w io.Writer, figures []*Figure) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "benchmark\tfigure\tmedian\tspread (min-max)\truns\ttarget")
+	for _, f := range figures {
+		if f.Unit == "B/op" || f.Unit == "allocs/op" {
+			continue
+		}
+		tgt := ""
+		if f.Met != nil {
+			tgt = f.Target + map[bool]string{true: " met", false: " MISSED"}[*f.Met]
+		}
+		unit := cmp.Or(map[string]string{"ns/op": "time"}[f.Unit], f.Unit)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s - %s\t%d\t%s\n", f.Benchmark, unit, human(f.Unit, f.Median), human(f.Unit, f.Min), human(f.Unit, f.Max), len(f.Runs), tgt)
+	}
+	tw.Flush()
+}
+
+// human prints a value: durations (ns/op) in their unit, counts plain.
+func human(unit string, v float64) string {
+	if unit != "ns/op" {
+		if v == float64(int64(v)) {
+			return strconv.FormatInt(int64(v), 10)
+		}
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2f s", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1f ms", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1f µs", v/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", v)
+}
