@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/state"
+)
+
+// opkeBinary builds the opke binary once per run.
+func opkeBinary(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "opke")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/opke")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("build opke: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// proc is a process started by a benchmark.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when it ends
+	log    string
+}
+
+// process starts a command whose output goes to a log file in dir; it is
+// stopped (SIGTERM, then SIGKILL) at the end.
+func process(tb testing.TB, dir, name string, cmd *exec.Cmd) *proc {
+	tb.Helper()
+	p := &proc{cmd: cmd, exited: make(chan struct{}), log: filepath.Join(dir, name+".log")}
+	log, err := os.Create(p.log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); log.Close(); close(p.exited) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// alive fails tb with the process's log if it ended.
+func (p *proc) alive(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-p.exited:
+		out, _ := os.ReadFile(p.log)
+		tb.Fatalf("%s ended: %s", p.cmd.Path, out)
+	default:
+	}
+}
+
+// peakRSS is a process's peak resident set (VmHWM), in MiB.
+func peakRSS(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	tb.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+func waitListening(tb testing.TB, addr string) {
+	tb.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("nothing listens on %s", addr)
+		}
+	}
+}
+
+// BenchmarkServeRSS runs `opke serve` on a seeded fleet with the simulator
+// in its own process (`opke sim`) and an etcd of its own (embedded in the
+// benchmark, external to opke), until the fleet's commit is settled: the
+// peak resident set of opke serve alone, and the time from its start to
+// the commit's note.
+func BenchmarkServeRSS(b *testing.B) {
+	n := 1000
+	if s := sizes(b); s[len(s)-1] < n {
+		n = s[len(s)-1]
+	}
+	b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+		bin := opkeBinary(b)
+		s := seedFleet(b, cacheRoot(), n)
+		var rss, settle float64
+		for b.Loop() {
+			dir := b.TempDir()
+			if err := copyTree(s.dir, dir); err != nil {
+				b.Fatal(err)
+			}
+			listen, err := os.ReadFile(filepath.Join(dir, "listen"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			process(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
+				"--edge-listen", "127.0.0.1:0", "--state", filepath.Join(dir, "sim"), "--boot-delay", "0s"))
+			waitListening(b, string(listen))
+			store, err := state.Open(context.Background(), state.Options{DataDir: filepath.Join(dir, "state"), EncryptionKey: statetest.Key})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { store.Close() })
+			key := filepath.Join(dir, "key")
+			if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			work := filepath.Join(dir, "fleet")
+			gittest.Git(b, work, "init", "-q", "-b", "main")
+			gittest.Git(b, work, "add", "-A")
+			gittest.Git(b, work, "commit", "-qm", "the fleet")
+			head := gittest.Git(b, work, "rev-parse", "HEAD")
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close()
+			started := time.Now()
+			serve := process(b, dir, "serve", exec.Command(bin, "serve", "--repo", work, "--etcd", strings.Join(store.Endpoints(), ","),
+				"--encryption-key-file", key, "--sim-state", filepath.Join(dir, "sim"),
+				"--data-dir", filepath.Join(dir, "serve"), "--listen", addr, "--resync-interval", "24h", "--interval", "1h"))
+			for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+				serve.alive(b)
+				data, err := store.Get(context.Background(), store.Key("_reports", head))
+				var note report.Note
+				if err == nil && json.Unmarshal(data, &note) == nil && note.State != report.Pending && len(note.Clusters) == n {
+					if note.State != report.Success {
+						b.Fatalf("the fleet's commit: %s", note.State)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					logs, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+					b.Fatalf("the fleet's commit was not settled in 10 minutes; opke serve said:\n%s", logs)
+				}
+			}
+			settle += time.Since(started).Seconds()
+			rss += peakRSS(b, serve.cmd.Process.Pid)
+		}
+		b.ReportMetric(rss/float64(b.N), "peak-rss-MiB")
+		b.ReportMetric(settle/float64(b.N), "settle-s")
+	})
+}
