@@ -7,9 +7,10 @@ FUZZTIME ?= 30s
 FUZZMINIMIZE ?= 1s
 BENCH    ?= .
 BENCHTIME ?= 1s
+COUNT    ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance run sim-cli lint fuzz bench verify help
+.PHONY: build test conformance run sim-cli lint fuzz bench microbench verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -47,8 +48,13 @@ fuzz:
 	  done; \
 	done
 
-## bench: run the benchmarks (BENCH=regexp, BENCHTIME=1s) and print their figures
+## bench: the fleet-scale report: each benchmark COUNT times (5), one table of medians and spreads, bench.json (BENCH=regexp; OPKE_BENCH_SIZES=1,100,1000)
 bench:
+	$(GO) run ./bench/report -count $(COUNT) -bench '$(BENCH)' -skip 'CommitToStatusPoll' -json bench.json
+	$(GO) run ./bench/report -count 1 -bench 'CommitToStatusPoll' -pkgs ./bench -json bench-poll.json
+
+## microbench: every package's Go benchmarks (BENCH=regexp, BENCHTIME=1s), as go test prints them
+microbench:
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
 
 ## verify: regenerate, tidy and format, then fail if that changed the tree

@@ -91,7 +91,10 @@ type Request struct {
 
 // Planned is one cluster as the planner saw it.
 type Planned struct {
-	Rendered *render.Output // nil for a cluster no longer in the fleet
+	// Rendered is what was rendered, kept for a request that issues
+	// (apply's host phase); nil otherwise, and for a cluster no longer in
+	// the fleet.
+	Rendered *render.Output
 	Desired  *diff.Desired
 	Observed *diff.Observed
 	Ledger   *Ledger
@@ -205,6 +208,13 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		}
 		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name], req.Issue); err != nil {
 			return nil, err
+		}
+		if req.Issue == nil {
+			// Only apply's host phase pushes what was rendered: a fleet's
+			// renders are let go one by one (1,000 clusters' files and
+			// material held to the end of a plan were most of opke serve's
+			// peak memory).
+			pl.Rendered = nil
 		}
 		if pl.Ledger.Spec != nil {
 			// A scheduled backup of a cluster that exists.

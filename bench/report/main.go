@@ -61,19 +61,24 @@ var targets = []target{
 func main() {
 	count := flag.Int("count", 5, "runs of each benchmark")
 	bench := flag.String("bench", ".", "benchmarks to run (a go test -bench regexp)")
+	skip := flag.String("skip", "", "benchmarks not to run (a go test -skip regexp)")
 	jsonOut := flag.String("json", "", "write the figures as JSON to this file")
 	pkgs := flag.String("pkgs", "./bench ./render ./schemas", "packages whose benchmarks run")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *count, *bench, strings.Fields(*pkgs), *jsonOut, os.Stdout); err != nil {
+	args := []string{"test", "-run", "^$", "-bench", *bench, "-benchtime", "1x", "-count", strconv.Itoa(*count), "-timeout", "60m"}
+	if *skip != "" {
+		args = append(args, "-skip", *skip)
+	}
+	if err := run(ctx, append(args, strings.Fields(*pkgs)...), *jsonOut, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, count int, bench string, pkgs []string, jsonOut string, w io.Writer) error {
-	args := append([]string{"test", "-run", "^$", "-bench", bench, "-benchtime", "1x", "-count", strconv.Itoa(count), "-timeout", "60m"}, pkgs...)
+// run runs go with args and prints the figures of its benchmarks.
+func run(ctx context.Context, args []string, jsonOut string, w io.Writer) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
