@@ -64,6 +64,27 @@ func loadFleet(tb testing.TB, s *seed) *fleet {
 	return f
 }
 
+// another is a second installation's view of the same fleet: a copy of
+// the seed's store (the same installation id, so the same resources are
+// its own) and specs, on the same simulator.
+func (f *fleet) another(tb testing.TB, s *seed) *fleet {
+	tb.Helper()
+	dir := tb.TempDir()
+	for _, sub := range []string{"state", "fleet"} {
+		if err := copyTree(filepath.Join(s.dir, sub), filepath.Join(dir, sub)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	store, err := state.Open(context.Background(), state.Options{DataDir: filepath.Join(dir, "state"), EncryptionKey: statetest.Key})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { store.Close() })
+	g := &fleet{dir: dir, sim: f.sim, store: store, pool: f.pool, clusters: f.clusters}
+	g.planner = &reconciler.Planner{Store: store, Clouds: g.pool, Now: f.planner.Now}
+	return g
+}
+
 // plan plans the whole fleet.
 func (f *fleet) plan(tb testing.TB) *diff.Plan {
 	tb.Helper()

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -29,30 +31,41 @@ import (
 
 const hookSecret = "bench-hook-secret"
 
-// repo makes the seed's fleet folder a git repository on main; with
-// bare, it is a work clone of a new bare repository, pushed.
-func (f *fleet) repo(tb testing.TB, bare bool) (work, remote string) {
+// repo makes the seed's fleet folder a git repository on main and
+// returns it and the URL the daemon follows: file:// of it (the daemon
+// watches a local repository's refs), or with remote, git:// of a bare
+// clone that git daemon serves (no watch: a webhook or the poll).
+func (f *fleet) repo(tb testing.TB, remote bool) (work, url string) {
 	tb.Helper()
 	work = filepath.Join(f.dir, "fleet")
 	gittest.Git(tb, work, "init", "-q", "-b", "main")
 	gittest.Git(tb, work, "add", "-A")
 	gittest.Git(tb, work, "commit", "-qm", "the fleet")
-	if !bare {
-		return work, work
+	if !remote {
+		return work, "file://" + work
 	}
-	remote = filepath.Join(f.dir, "fleet.git")
-	gittest.Git(tb, f.dir, "init", "-q", "--bare", "-b", "main", remote)
-	gittest.Git(tb, work, "remote", "add", "origin", remote)
+	bare := filepath.Join(f.dir, "fleet.git")
+	gittest.Git(tb, f.dir, "init", "-q", "--bare", "-b", "main", bare)
+	gittest.Git(tb, work, "remote", "add", "origin", bare)
 	gittest.Git(tb, work, "push", "-q", "origin", "HEAD:main")
-	return work, remote
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	process(tb, f.dir, "git-daemon", exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--base-path="+f.dir,
+		"--listen=127.0.0.1", fmt.Sprintf("--port=%d", port), f.dir))
+	waitListening(tb, fmt.Sprintf("127.0.0.1:%d", port))
+	return work, fmt.Sprintf("git://127.0.0.1:%d/fleet.git", port)
 }
 
-// serve runs a daemon on the fleet, following the repository at remote
-// and polling it every interval; it returns its HTTP handler's URL.
-func (f *fleet) serve(tb testing.TB, remote string, interval time.Duration) (*daemon.Daemon, string) {
+// serve runs a daemon on the fleet, following the repository at url and
+// polling it every interval; it returns its HTTP handler's URL.
+func (f *fleet) serve(tb testing.TB, url string, interval time.Duration) (*daemon.Daemon, string) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: "file://" + remote, Dir: filepath.Join(tb.TempDir(), "cache"), Branch: "main"})
+	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: url, Dir: filepath.Join(tb.TempDir(), "cache"), Branch: "main"})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -160,10 +173,7 @@ func BenchmarkCommitToStatus(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				w := f.watchStatus(ctx, b, clusterName(0))
-				d, url := f.serve(b, remote, time.Hour)
-				if how == "fsnotify" {
-					go func() { _ = source.Watch(ctx, work, d.Trigger) }()
-				}
+				_, url := f.serve(b, remote, time.Hour)
 				w.until(b, gittest.Git(b, work, "rev-parse", "HEAD"))
 				for i := range samples {
 					w := f.watchStatus(ctx, b, clusterName(0))
@@ -185,15 +195,20 @@ func BenchmarkCommitToStatus(b *testing.B) {
 
 // BenchmarkCommitToStatusPoll: the same with no trigger but the daemon's
 // 60 s poll, for comparison: daemons in parallel, each committed to at a
-// random moment of its first minute.
+// random moment of its first minute (each with its own store, all on
+// one simulator).
 func BenchmarkCommitToStatusPoll(b *testing.B) {
 	const daemons = 6
 	var took []time.Duration
 	for b.Loop() {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
+		first := converged(b, 1)
 		for k := range daemons {
-			f := converged(b, 1)
+			f := first
+			if k > 0 {
+				f = first.another(b, seedFleet(b, cacheRoot(), 1))
+			}
 			work, remote := f.repo(b, true)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
