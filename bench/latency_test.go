@@ -1,16 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -124,24 +119,6 @@ func commitOnce(tb testing.TB, work string, i int) string {
 	return gittest.Git(tb, work, "rev-parse", "HEAD")
 }
 
-// hook calls the daemon's webhook as a forge does after a push.
-func hook(tb testing.TB, url, commit string) {
-	tb.Helper()
-	body := []byte(`{"ref":"refs/heads/main","after":"` + commit + `"}`)
-	mac := hmac.New(sha256.New, []byte(hookSecret))
-	mac.Write(body)
-	req, _ := http.NewRequest(http.MethodPost, url+"/hooks/git", bytes.NewReader(body))
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		tb.Fatalf("webhook: %s", resp.Status)
-	}
-}
-
 // reportQuantiles reports the median, 95th percentile and maximum of
 // latencies, in milliseconds.
 func reportQuantiles(b *testing.B, took []time.Duration) {
@@ -182,7 +159,7 @@ func BenchmarkCommitToStatus(b *testing.B) {
 					if how == "webhook" {
 						gittest.Git(b, work, "push", "-q", "origin", "HEAD:main")
 						started = time.Now()
-						hook(b, url, head)
+						gittest.Hook(b, url, hookSecret, "refs/heads/main", head)
 					}
 					w.until(b, head)
 					took = append(took, time.Since(started))

@@ -2,6 +2,11 @@
 package gittest
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,4 +103,27 @@ func Note(tb testing.TB, repo, commit string) ([]byte, bool) {
 	tb.Helper()
 	out, err := exec.Command("git", "-C", repo, "notes", "--ref=opke", "show", commit).Output()
 	return out, err == nil
+}
+
+// Hook calls a daemon's webhook (POST base+"/hooks/git") as a GitHub-like
+// forge does after a push of commit to ref, signed with secret; any
+// answer but 202 Accepted fails tb.
+func Hook(tb testing.TB, base, secret, ref, commit string) {
+	tb.Helper()
+	body := []byte(`{"ref":"` + ref + `","after":"` + commit + `"}`)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	req, err := http.NewRequest(http.MethodPost, base+"/hooks/git", bytes.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		tb.Fatalf("webhook: %s", resp.Status)
+	}
 }

@@ -3,9 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -181,19 +178,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 func (e *env) push(t *testing.T, ref string) {
 	t.Helper()
 	gittest.Git(t, e.work, "push", "-q", "-f", "origin", "HEAD:"+ref)
-	body := []byte(`{"ref":"` + ref + `","after":"` + gittest.Git(t, e.work, "rev-parse", "HEAD") + `"}`)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+"/hooks/git", bytes.NewReader(body))
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("webhook: %s", resp.Status)
-	}
+	gittest.Hook(t, e.srv.URL, secret, ref, gittest.Git(t, e.work, "rev-parse", "HEAD"))
 }
 
 // gitNote reads the note of commit as git itself shows it.
