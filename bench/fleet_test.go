@@ -12,7 +12,6 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/diff"
-	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -46,10 +45,7 @@ func loadFleet(tb testing.TB, s *seed) *fleet {
 		tb.Fatalf("start the seed's simulator on its address %s: %v", listen, err)
 	}
 	tb.Cleanup(func() { sim.Close() })
-	store, err := state.Open(ctx, state.Options{DataDir: filepath.Join(dir, "state"), EncryptionKey: statetest.Key})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	store := openStore(tb, filepath.Join(dir, "state"))
 	tb.Cleanup(func() { store.Close() })
 	f := &fleet{dir: dir, sim: sim, store: store, clusters: map[string]*schemas.Cluster{},
 		pool: &cloud.Pool{File: filepath.Join(dir, "sim", "clouds.yaml"), Budget: cloud.Unlimited}}
@@ -75,10 +71,7 @@ func (f *fleet) another(tb testing.TB, s *seed) *fleet {
 			tb.Fatal(err)
 		}
 	}
-	store, err := state.Open(context.Background(), state.Options{DataDir: filepath.Join(dir, "state"), EncryptionKey: statetest.Key})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	store := openStore(tb, filepath.Join(dir, "state"))
 	tb.Cleanup(func() { store.Close() })
 	g := &fleet{dir: dir, sim: f.sim, store: store, pool: f.pool, clusters: f.clusters}
 	g.planner = &reconciler.Planner{Store: store, Clouds: g.pool, Now: f.planner.Now}

@@ -147,8 +147,7 @@ func BenchmarkCommitToStatus(b *testing.B) {
 			for b.Loop() {
 				f := converged(b, 1)
 				work, remote := f.repo(b, how == "webhook")
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
+				ctx := b.Context() // the watches end with the benchmark
 				w := f.watchStatus(ctx, b, clusterName(0))
 				_, url := f.serve(b, remote, time.Hour)
 				w.until(b, gittest.Git(b, work, "rev-parse", "HEAD"))
@@ -180,15 +179,15 @@ func BenchmarkCommitToStatusPoll(b *testing.B) {
 	for b.Loop() {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
+		seed := seedFleet(b, cacheRoot(), 1)
 		first := converged(b, 1)
 		for k := range daemons {
 			f := first
 			if k > 0 {
-				f = first.another(b, seedFleet(b, cacheRoot(), 1))
+				f = first.another(b, seed)
 			}
 			work, remote := f.repo(b, true)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
+			ctx := b.Context()
 			w := f.watchStatus(ctx, b, clusterName(0))
 			f.serve(b, remote, time.Minute)
 			w.until(b, gittest.Git(b, work, "rev-parse", "HEAD"))

@@ -18,7 +18,6 @@ import (
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/report"
-	"opke.dev/opke/state"
 )
 
 // opkeBinary builds the opke binary once per run.
@@ -138,10 +137,7 @@ func BenchmarkServeRSS(b *testing.B) {
 			process(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
 				"--edge-listen", "127.0.0.1:0", "--state", filepath.Join(dir, "sim"), "--boot-delay", "0s"))
 			waitListening(b, string(listen))
-			store, err := state.Open(context.Background(), state.Options{DataDir: filepath.Join(dir, "state"), EncryptionKey: statetest.Key})
-			if err != nil {
-				b.Fatal(err)
-			}
+			store := openStore(b, filepath.Join(dir, "state"))
 			b.Cleanup(func() { store.Close() })
 			key := filepath.Join(dir, "key")
 			if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key), 0o600); err != nil {

@@ -186,10 +186,7 @@ func makeSeed(tb testing.TB, dir string, n int) {
 		tb.Fatal(err)
 	}
 	cloudtest.RoomFor(tb, simDir, clients)
-	store, err := state.Open(ctx, state.Options{DataDir: stateDir, EncryptionKey: statetest.Key})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	store := openStore(tb, stateDir)
 	defer store.Close()
 	owner, err := store.InstallationID(ctx)
 	if err != nil {
@@ -221,13 +218,17 @@ func makeSeed(tb testing.TB, dir string, n int) {
 
 	snap := readSnapshot(tb, filepath.Join(simDir, "state.json"))
 	t := snap.template(tmpl.Metadata.Name)
-	ov := store.ReadOnly()
+	// An overlay per clone: a render lists its cluster's material, and
+	// one overlay for all would scan every clone's writes each time.
+	overlays := map[string]*state.Overlay{}
 	var mu sync.Mutex
 	g := new(errgroup.Group)
 	g.SetLimit(runtime.GOMAXPROCS(0))
 	for i := 1; i < n; i++ {
 		name := clusterName(i)
 		ids, ips := t.fresh(&mu, snap)
+		ov := store.ReadOnly()
+		overlays[name] = ov
 		g.Go(func() error {
 			c, _, err := parse(name)
 			if err != nil {
@@ -286,16 +287,18 @@ func makeSeed(tb testing.TB, dir string, n int) {
 			continue
 		}
 		for _, r := range rs {
-			if err := reconciler.RecordResource(ctx, ov, name, r); err != nil {
+			if err := reconciler.RecordResource(ctx, overlays[name], name, r); err != nil {
 				tb.Fatal(err)
 			}
 		}
 	}
-	load(tb, store, ov)
+	for _, ov := range overlays {
+		load(tb, store, ov)
+	}
 	writeFleet(tb, filepath.Join(dir, "fleet"), n)
 }
 
-// load writes what the overlay holds into the store, 128 keys a
+// load writes what an overlay holds into the store, 128 keys a
 // transaction (etcd's default limit): secrets are sealed already.
 func load(tb testing.TB, store *state.Store, ov *state.Overlay) {
 	tb.Helper()
@@ -544,6 +547,16 @@ func roleOf(server, cluster string) ignition.Role {
 		}
 	}
 	return ignition.RoleWorker
+}
+
+// openStore opens the store of a seed (or a copy of one) in dir.
+func openStore(tb testing.TB, dir string) *state.Store {
+	tb.Helper()
+	store, err := state.Open(context.Background(), state.Options{DataDir: dir, EncryptionKey: statetest.Key})
+	if err != nil {
+		tb.Fatalf("open the seed's store: %v", err)
+	}
+	return store
 }
 
 // copyTree copies a seed's folder to dst.
