@@ -30,6 +30,9 @@ type Target struct {
 	Region string
 	// Budget limits the requests per second (DefaultBudget when zero).
 	Budget Budget
+	// UserAgent, if set, is put before gophercloud's in every request's
+	// User-Agent: the cloud's logs tell which daemon sent what.
+	UserAgent string
 }
 
 func (t Target) String() string {
@@ -75,7 +78,7 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 	transport.TLSClientConfig = tlsConfig
 	budget := cmp.Or(t.Budget, DefaultBudget)
 	meter := &meter{on: onRequest}
-	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst), meter: meter}}
+	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst), meter: meter, agent: t.UserAgent}}
 	// Authenticating twice is harmless: a transient failure is tried again.
 	var pc *gophercloud.ProviderClient
 	for attempt, wait := 1, 200*time.Millisecond; ; attempt, wait = attempt+1, wait*2 {
@@ -160,6 +163,8 @@ type Pool struct {
 	// OnRequest, if set, is told the service (compute, network, ...) of
 	// every request sent, for metrics.
 	OnRequest func(service string)
+	// UserAgent is every connection's [Target.UserAgent].
+	UserAgent string
 
 	mu    sync.Mutex
 	conns map[Target]*Clients
@@ -168,7 +173,7 @@ type Pool struct {
 // Clients returns the connection to cloud in region, connecting the first
 // time and renewing a token near its expiry.
 func (p *Pool) Clients(ctx context.Context, cloud, region string) (*Clients, error) {
-	t := Target{File: p.File, Cloud: cloud, Region: region, Budget: p.Budget}
+	t := Target{File: p.File, Cloud: cloud, Region: region, Budget: p.Budget, UserAgent: p.UserAgent}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.conns[t]; c != nil {

@@ -2,6 +2,7 @@ package cloud_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/internal/cloudtest"
@@ -129,5 +131,56 @@ func TestPoolCountsRequestsByService(t *testing.T) {
 	}
 	if got["compute"] == 0 || got["network"] == 0 {
 		t.Errorf("requests by service: %v", got)
+	}
+}
+
+// TestFenceRefusesWritesOfALostLease: a write whose context's fence fails
+// is never sent (the simulator logs no write, nothing is created) and is
+// not tried again; reads pass; once the fence holds, the write goes out,
+// naming the sender in its User-Agent.
+func TestFenceRefusesWritesOfALostLease(t *testing.T) {
+	t.Parallel()
+	sim, _, dir := cloudtest.Start(t)
+	ctx := context.Background()
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), UserAgent: "opke/test daemon/a-1"}
+	c, err := pool.Clients(ctx, "sim", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := errors.New("lease lost")
+	var checks int
+	held := true
+	fenced := cloud.WithFence(ctx, func(context.Context) error {
+		checks++
+		if held {
+			return nil
+		}
+		return lost
+	})
+	sim.ResetCounters()
+	held = false
+	_, err = networks.Create(fenced, c.Network, networks.CreateOpts{Name: "fenced"}).Extract()
+	if !errors.Is(err, cloud.ErrFenced) || !errors.Is(err, lost) {
+		t.Fatalf("a fenced create: %v, want ErrFenced and the fence's error", err)
+	}
+	if checks != 1 {
+		t.Errorf("the fence was asked %d times, want once (a fenced write is not tried again)", checks)
+	}
+	if w := sim.Writes(); len(w) != 0 {
+		t.Errorf("the simulator saw writes from a fenced writer: %+v", w)
+	}
+	if _, err := networks.List(c.Network, nil).AllPages(fenced); err != nil {
+		t.Errorf("a fenced read: %v, want it to pass", err)
+	}
+	if checks != 1 {
+		t.Errorf("a read asked the fence (%d checks)", checks)
+	}
+	held = true
+	if _, err := networks.Create(fenced, c.Network, networks.CreateOpts{Name: "fenced"}).Extract(); err != nil {
+		t.Fatalf("a create once the fence holds: %v", err)
+	}
+	w := sim.Writes()
+	if len(w) != 1 || w[0].Route != "POST /network/v2.0/networks" || !strings.HasPrefix(w[0].Agent, "opke/test daemon/a-1 gophercloud/") {
+		t.Errorf("write log %+v, want one network create by opke/test daemon/a-1 (gophercloud)", w)
 	}
 }

@@ -33,16 +33,25 @@ var DefaultBudget = Budget{Rate: 20, Burst: 40}
 // Unlimited is no budget at all, for tests that build fleets by hand.
 var Unlimited = Budget{Rate: math.Inf(1), Burst: 1}
 
-// budgetTransport waits for the bucket before each request.
+// budgetTransport waits for the bucket before each request, checks a
+// write's fence, and names the sender in the User-Agent.
 type budgetTransport struct {
 	base  http.RoundTripper
 	lim   *rate.Limiter
 	meter *meter
+	agent string
 }
 
 func (t budgetTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err := t.lim.Wait(r.Context()); err != nil {
 		return nil, fmt.Errorf("request budget: %w", err)
+	}
+	if err := fence(r); err != nil {
+		return nil, err
+	}
+	if t.agent != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("User-Agent", strings.TrimSpace(t.agent+" "+r.Header.Get("User-Agent")))
 	}
 	t.meter.count(r.URL.String())
 	return t.base.RoundTrip(r)
@@ -164,7 +173,7 @@ func retry(ctx context.Context, method, _ string, _ *gophercloud.RequestOpts, er
 // Transient reports whether err may pass if the request is made again: a
 // 5xx, a 429, or no answer at all.
 func Transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrFenced) {
 		return false
 	}
 	var code gophercloud.ErrUnexpectedResponseCode

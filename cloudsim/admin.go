@@ -15,7 +15,8 @@ import (
 // The admin endpoint, for tests and benchmarks (never part of a cloud):
 //
 //	GET    /counters    requests per route pattern: {"counts": {...}, "total": N}
-//	DELETE /counters    reset the counters
+//	DELETE /counters    reset the counters (and the write log)
+//	GET    /writes      the write log: [{"at", "route", "agent"}], oldest first
 //	GET    /faults      the injected faults
 //	PUT    /faults      replace them: a JSON list of Fault
 //	PUT    /boot-delay  {"boot_delay": "2s"}
@@ -35,6 +36,9 @@ func (s *Sim) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /counters", func(rw http.ResponseWriter, _ *http.Request) {
 		s.ResetCounters()
 		rw.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /writes", func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, s.Writes())
 	})
 	mux.HandleFunc("GET /faults", func(rw http.ResponseWriter, _ *http.Request) {
 		writeJSON(rw, http.StatusOK, s.Faults())

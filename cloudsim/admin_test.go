@@ -2,9 +2,11 @@ package cloudsim
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,28 @@ func TestAdminControls(t *testing.T) {
 	if got, _ := servers.Get(ctx, e.user.compute, sv.ID).Extract(); got.Status != "ACTIVE" {
 		t.Errorf("after the boot delay: %s, want ACTIVE", got.Status)
 	}
+	// The write log has the server's create, with its client's agent, and
+	// none of the reads.
+	resp, err := http.Get(admin + "/writes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes []Write
+	if err := json.NewDecoder(resp.Body).Decode(&writes); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var routes []string
+	for _, w := range writes {
+		if !strings.Contains(w.Agent, "gophercloud") {
+			t.Errorf("write %s by agent %q, want gophercloud's", w.Route, w.Agent)
+		}
+		routes = append(routes, w.Route)
+	}
+	if want := []string{"POST /compute/v2.1/servers"}; len(routes) == 0 || !slices.Equal(routes[len(routes)-1:], want) || slices.Contains(routes, "GET /compute/v2.1/servers/{id}") {
+		t.Errorf("write log %v, want it to end with %v and hold no read", routes, want)
+	}
+
 	if code := adminCall(t, http.MethodPut, admin+"/boot-delay", `{"boot_delay": "soon"}`); code != http.StatusBadRequest {
 		t.Errorf("a bad boot delay: %d, want 400", code)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -107,9 +108,40 @@ func (fs *faultSet) match(pattern string) *Fault {
 }
 
 type counters struct {
-	mu   sync.Mutex
-	m    map[string]int64
-	busy time.Duration
+	mu     sync.Mutex
+	m      map[string]int64
+	busy   time.Duration
+	writes []Write
+}
+
+// Write is a request that could change the cloud (any method but GET and
+// HEAD) and reached its handler, with who sent it.
+type Write struct {
+	At    time.Time `json:"at"`
+	Route string    `json:"route"`
+	// Agent is the request's User-Agent: an OPKE daemon names itself in it.
+	Agent string `json:"agent"`
+}
+
+// maxWrites bounds the write log: the oldest entries go first.
+const maxWrites = 100_000
+
+func (c *counters) wrote(w Write) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.writes) == maxWrites {
+		c.writes = slices.Delete(c.writes, 0, maxWrites/10)
+	}
+	c.writes = append(c.writes, w)
+}
+
+// Writes returns the log of writes since the start or the last
+// ResetCounters (the newest 100,000), oldest first: who changed the cloud
+// and when, for a test that two writers never interleave.
+func (s *Sim) Writes() []Write {
+	s.count.mu.Lock()
+	defer s.count.mu.Unlock()
+	return append([]Write{}, s.count.writes...)
 }
 
 // took adds the time an API handler ran since started.
@@ -148,6 +180,6 @@ func (s *Sim) Counters() map[string]int64 {
 // ResetCounters sets every request counter to zero.
 func (s *Sim) ResetCounters() {
 	s.count.mu.Lock()
-	s.count.m, s.count.busy = map[string]int64{}, 0
+	s.count.m, s.count.busy, s.count.writes = map[string]int64{}, 0, nil
 	s.count.mu.Unlock()
 }

@@ -418,6 +418,7 @@ func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 			h(target, req)
 			if hr.Method != http.MethodGet && hr.Method != http.MethodHead {
 				s.dirty = true
+				s.count.wrote(Write{At: time.Now(), Route: pattern, Agent: hr.UserAgent()})
 			}
 		}
 		s.mu.Unlock()

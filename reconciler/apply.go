@@ -174,6 +174,10 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 	// are cut short when the lease is lost or the test hook kills.
 	stepCtx, kill := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer kill(nil)
+	// Each write to the cloud asks etcd first whether the lease is still
+	// held: a paused applier whose keepalive has not yet noticed the loss
+	// sends nothing after its successor started.
+	stepCtx = cloud.WithFence(stepCtx, lease.Check)
 	go func() {
 		select {
 		case <-lease.Lost():

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -309,5 +310,56 @@ func TestApplyStopsGracefully(t *testing.T) {
 	r.apply(t, demo)
 	if next := r.plan(t, demo); !next.Empty() {
 		t.Errorf("plan: %v", addresses(next.Changes))
+	}
+}
+
+// TestApplierThatLostItsLeaseSendsTheCloudNothing: the lease ends while a
+// step runs (revoked at the step's start, as the TTL of a paused process
+// would end it, before the applier's keepalive can notice): the step's
+// writes to the cloud are fenced, and the cloud sees none from then on.
+func TestApplierThatLostItsLeaseSendsTheCloudNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	req, plan := r.planned(t, demo)
+	a := r.applier(t)
+	// Another client revokes: the applier's own client would drop its
+	// keepalive at once, which a paused process's does not.
+	other, err := clientv3.New(clientv3.Config{Endpoints: r.store.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var revoked bool
+	a.SetPoint(func(what string) error {
+		// A port's step writes to the cloud first (a server's forgets
+		// its host's records in the store first, which is fenced there).
+		if revoked || !strings.HasPrefix(what, "started openstack/port/") {
+			return nil
+		}
+		leases, err := other.Leases(ctx)
+		if err != nil {
+			return err
+		}
+		for _, l := range leases.Leases {
+			if _, err := other.Revoke(ctx, l.ID); err != nil {
+				return err
+			}
+		}
+		revoked = true
+		r.sim.ResetCounters()
+		return nil
+	})
+	if _, err := a.Apply(ctx, req, plan); err == nil {
+		t.Fatal("an apply that lost its lease mid-step succeeded")
+	}
+	if !revoked {
+		t.Fatal("no port step started")
+	}
+	for _, w := range r.sim.Writes() {
+		if !strings.Contains(w.Route, "/auth/tokens") {
+			t.Errorf("the cloud saw %s after the lease ended", w.Route)
+		}
 	}
 }

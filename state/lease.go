@@ -95,6 +95,13 @@ func (l *Lease) txn(ctx context.Context, what string, ops ...clientv3.Op) error 
 	return nil
 }
 
+// Check returns nil if the lease is still this writer's as etcd sees it
+// now (a linearizable round trip), [ErrLeaseLost] if not, and the error if
+// etcd cannot tell: a writer outside the store (a cloud API call) checks
+// it just before each write, instead of trusting a keepalive that has
+// not noticed the loss yet.
+func (l *Lease) Check(ctx context.Context) error { return l.txn(ctx, "check the lease") }
+
 // Key implements KV.
 func (l *Lease) Key(parts ...string) string { return l.s.Key(parts...) }
 

@@ -22,6 +22,9 @@ func TestLeaseOneWriterAtATime(t *testing.T) {
 	if err := first.Put(ctx, s.Key("prod", "a"), []byte("1")); err != nil {
 		t.Fatalf("holder's write: %v", err)
 	}
+	if err := first.Check(ctx); err != nil {
+		t.Fatalf("holder's check: %v", err)
+	}
 	waited := make(chan struct{})
 	got := make(chan *Lease)
 	go func() {
@@ -54,6 +57,12 @@ func TestLeaseOneWriterAtATime(t *testing.T) {
 	}
 	if err := second.Put(ctx, s.Key("prod", "a"), []byte("2")); err != nil {
 		t.Fatalf("new holder's write: %v", err)
+	}
+	if err := second.Check(ctx); err != nil {
+		t.Errorf("new holder's check: %v", err)
+	}
+	if err := first.Check(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("released writer's check: %v, want ErrLeaseLost", err)
 	}
 	if err := first.Put(ctx, s.Key("prod", "a"), []byte("stale")); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("released writer's write: %v, want ErrLeaseLost", err)

@@ -135,6 +135,9 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	id := fmt.Sprintf("%s-%d", host, os.Getpid())
 	metrics := daemon.NewMetrics()
 	clouds.pool.OnRequest = metrics.APICall
+	// The cloud's logs (and the simulator's write log) tell which daemon
+	// sent each request.
+	clouds.pool.UserAgent = fmt.Sprintf("opke (daemon %s)", id)
 	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
 	defer hosts.Close()
 	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Logger: a.logger, KubeletImage: cfg.KubeletImage}
