@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -18,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/source"
@@ -43,16 +42,9 @@ func (f *fleet) repo(tb testing.TB, remote bool) (work, url string) {
 	gittest.Git(tb, f.dir, "init", "-q", "--bare", "-b", "main", bare)
 	gittest.Git(tb, work, "remote", "add", "origin", bare)
 	gittest.Git(tb, work, "push", "-q", "origin", "HEAD:main")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	process(tb, f.dir, "git-daemon", exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--base-path="+f.dir,
-		"--listen=127.0.0.1", fmt.Sprintf("--port=%d", port), f.dir))
-	waitListening(tb, fmt.Sprintf("127.0.0.1:%d", port))
-	return work, fmt.Sprintf("git://127.0.0.1:%d/fleet.git", port)
+	addr := proctest.FreeAddr(tb)
+	gittest.Daemon(tb, f.dir, addr)
+	return work, "git://" + addr + "/fleet.git"
 }
 
 // serve runs a daemon on the fleet, following the repository at url and

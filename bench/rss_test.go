@@ -11,70 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/report"
 )
-
-// opkeBinary builds the opke binary once per run.
-func opkeBinary(tb testing.TB) string {
-	tb.Helper()
-	bin := filepath.Join(tb.TempDir(), "opke")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/opke")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("build opke: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// proc is a process started by a benchmark.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when it ends
-	log    string
-}
-
-// process starts a command whose output goes to a log file in dir; it is
-// stopped (SIGTERM, then SIGKILL) at the end.
-func process(tb testing.TB, dir, name string, cmd *exec.Cmd) *proc {
-	tb.Helper()
-	p := &proc{cmd: cmd, exited: make(chan struct{}), log: filepath.Join(dir, name+".log")}
-	log, err := os.Create(p.log)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); log.Close(); close(p.exited) }()
-	tb.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	return p
-}
-
-// alive fails tb with the process's log if it ended.
-func (p *proc) alive(tb testing.TB) {
-	tb.Helper()
-	select {
-	case <-p.exited:
-		out, _ := os.ReadFile(p.log)
-		tb.Fatalf("%s ended: %s", p.cmd.Path, out)
-	default:
-	}
-}
 
 // peakRSS is a process's peak resident set (VmHWM), in MiB.
 func peakRSS(tb testing.TB, pid int) float64 {
@@ -98,19 +42,6 @@ func peakRSS(tb testing.TB, pid int) float64 {
 	return 0
 }
 
-func waitListening(tb testing.TB, addr string) {
-	tb.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("nothing listens on %s", addr)
-		}
-	}
-}
-
 // BenchmarkServeRSS runs `opke serve` on a seeded fleet with the simulator
 // in its own process (`opke sim`) and an etcd of its own (embedded in the
 // benchmark, external to opke), until the fleet's commit is settled: the
@@ -122,7 +53,7 @@ func BenchmarkServeRSS(b *testing.B) {
 		n = s[len(s)-1]
 	}
 	b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
-		bin := opkeBinary(b)
+		bin := proctest.Opke(b)
 		s := seedFleet(b, cacheRoot(), n)
 		var rss, settle float64
 		for b.Loop() {
@@ -134,9 +65,9 @@ func BenchmarkServeRSS(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			process(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
+			proctest.Start(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
 				"--edge-listen", "127.0.0.1:0", "--state", filepath.Join(dir, "sim"), "--boot-delay", "0s"))
-			waitListening(b, string(listen))
+			proctest.WaitListening(b, string(listen))
 			store := openStore(b, filepath.Join(dir, "state"))
 			b.Cleanup(func() { store.Close() })
 			key := filepath.Join(dir, "key")
@@ -155,11 +86,11 @@ func BenchmarkServeRSS(b *testing.B) {
 			addr := ln.Addr().String()
 			ln.Close()
 			started := time.Now()
-			serve := process(b, dir, "serve", exec.Command(bin, "serve", "--repo", work, "--etcd", strings.Join(store.Endpoints(), ","),
+			serve := proctest.Start(b, dir, "serve", exec.Command(bin, "serve", "--repo", work, "--etcd", strings.Join(store.Endpoints(), ","),
 				"--encryption-key-file", key, "--sim-state", filepath.Join(dir, "sim"),
 				"--data-dir", filepath.Join(dir, "serve"), "--listen", addr, "--resync-interval", "24h", "--interval", "1h"))
 			for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-				serve.alive(b)
+				serve.Alive(b)
 				data, err := store.Get(context.Background(), store.Key("_reports", head))
 				var note report.Note
 				if err == nil && json.Unmarshal(data, &note) == nil && note.State != report.Pending && len(note.Clusters) == n {
@@ -174,7 +105,7 @@ func BenchmarkServeRSS(b *testing.B) {
 				}
 			}
 			settle += time.Since(started).Seconds()
-			rss += peakRSS(b, serve.cmd.Process.Pid)
+			rss += peakRSS(b, serve.Cmd.Process.Pid)
 		}
 		b.ReportMetric(rss/float64(b.N), "peak-rss-MiB")
 		b.ReportMetric(settle/float64(b.N), "settle-s")

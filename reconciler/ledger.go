@@ -83,6 +83,24 @@ func AppliedSpecs(ctx context.Context, kv ledgerKV) (map[string]*AppliedSpec, er
 
 // readLedger reads a cluster's resources and files; spec is its applied
 // spec, if any.
+// ReadLedger reads one cluster's ledger: its last applied spec and what
+// the store says was applied of it.
+func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, error) {
+	var spec *AppliedSpec
+	b, err := kv.Get(ctx, kv.Key("_applied", cluster))
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
+	default:
+		spec = &AppliedSpec{}
+		if err := json.Unmarshal(b, spec); err != nil || spec.Spec == nil {
+			return nil, fmt.Errorf("ledger of %s: not an applied spec", cluster)
+		}
+	}
+	return readLedger(ctx, kv, cluster, spec)
+}
+
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
 	l := &Ledger{Spec: spec, Resources: map[string]diff.Resource{}}
 	applied := &diff.Applied{Infra: map[string]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}}

@@ -146,6 +146,14 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	if c := note.Clusters["demo"]; c == nil || !strings.Contains(c.Summary, "after the leader died") || c.Plan == nil {
 		t.Errorf("the note does not say the standby finished the leader's plan: %+v", c)
 	}
+	// The status says the commit is applied, though its steps are in the
+	// journal Resume finished, not in the note.
+	var status struct {
+		Applied string `json:"applied"`
+	}
+	if b, err := store.Get(ctx, store.Key("_status", "demo")); err != nil || json.Unmarshal(b, &status) != nil || status.Applied != commit {
+		t.Errorf("the status says %q is applied (%v), want %s", status.Applied, err, commit)
+	}
 	if !strings.Contains(secondOut.String(), "resuming an interrupted apply") {
 		t.Error("the second daemon did not resume the journaled plan")
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +18,8 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"opke.dev/opke/internal/proctest"
 )
 
 // Init creates an empty repository at dir.
@@ -126,4 +129,20 @@ func Hook(tb testing.TB, base, secret, ref, commit string) {
 	if resp.StatusCode != http.StatusAccepted {
 		tb.Fatalf("webhook: %s", resp.Status)
 	}
+}
+
+// Daemon serves every repository under base over git:// with `git daemon`
+// on addr (127.0.0.1:port), until tb ends or the process is stopped: a
+// remote that a test can make unreachable and bring back on the same
+// address. A repository base/x.git is git://addr/x.git.
+func Daemon(tb testing.TB, base, addr string) *proctest.Proc {
+	tb.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := proctest.Start(tb, base, "git-daemon", exec.Command("git", "daemon", "--reuseaddr", "--export-all",
+		"--base-path="+base, "--listen="+host, "--port="+port, base))
+	proctest.WaitListening(tb, addr)
+	return p
 }

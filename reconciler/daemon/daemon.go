@@ -866,7 +866,9 @@ func (d *Daemon) commitStatus(ctx context.Context, w *work, name string, entry *
 		} else if entry.State == report.Success {
 			s.Drift = 0
 		}
-		if !w.resync && entry.State == report.Success && entry.Steps != nil {
+		// Applied with changes: by this daemon, or by Resume when a dead
+		// leader had started (its steps are in the journal, not the note).
+		if !w.resync && entry.State == report.Success && entry.Plan != nil && !entry.Plan.Empty() && !s.Paused {
 			s.Applied = w.commit
 		}
 		d.day2(ctx, name, w.clusters[name], entry, s)

@@ -1,0 +1,310 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/reconciler/report"
+)
+
+// runs is how many times a scenario runs: full for make chaos, short for
+// CI (OPKE_CHAOS=short).
+func runs(full, short int) int {
+	if os.Getenv("OPKE_CHAOS") == "short" {
+		return short
+	}
+	return full
+}
+
+// seed makes the random fault points reproducible: OPKE_CHAOS_SEED=N
+// replays a run the log names.
+var seed = func() uint64 {
+	if v, err := strconv.ParseUint(os.Getenv("OPKE_CHAOS_SEED"), 10, 64); err == nil {
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}()
+
+// each runs scenario n times in parallel subtests, each with its own
+// random source, and records their outcomes.
+func each(t *testing.T, scenario string, n int, run func(t *testing.T, rng *rand.Rand, o *outcome)) {
+	t.Logf("%s: %d runs, OPKE_CHAOS_SEED=%d", scenario, n, seed)
+	for i := range n {
+		t.Run(fmt.Sprintf("run-%02d", i+1), func(t *testing.T) {
+			t.Parallel()
+			var o outcome
+			defer func() { record(scenario, o) }()
+			run(t, rand.New(rand.NewPCG(seed, uint64(i))), &o)
+		})
+	}
+}
+
+// within is a random point of d.
+func within(rng *rand.Rand, d time.Duration) time.Duration {
+	return time.Duration(rng.Int64N(int64(d) + 1))
+}
+
+// TestKillDuringCreate: opke serve is killed (-9) at a random point of a
+// cluster's create and started again: it resumes the journal the dead
+// one left and the cluster converges, every resource made once.
+func TestKillDuringCreate(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "kill -9 serve during a create", runs(20, 3), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		w.commit(v1)
+		w.applyStarted(time.Minute)
+		time.Sleep(within(rng, ref.create))
+		o.Hit = w.applying(context.Background())
+		a.Kill()
+		w.serve("a")
+		w.verify(o, ref, v1, time.Now())
+		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
+		if !o.Reported {
+			t.Error("the restarted daemon did not resume the journal the killed one left")
+		}
+	})
+}
+
+// TestKillDuringUpgrade: the same, at a random point of a rolling
+// Kubernetes upgrade: no server is recreated (an upgrade never changes
+// user_data), every host ends at the new version.
+func TestKillDuringUpgrade(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "kill -9 serve during an upgrade", runs(20, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		c1 := w.commit(v1)
+		if !w.settled(c1, settleTimeout) {
+			t.Fatal("the create did not converge")
+		}
+		ids := w.serverIDs()
+		w.commit(v2)
+		w.applyStarted(time.Minute)
+		time.Sleep(within(rng, ref.upgrade))
+		o.Hit = w.applying(context.Background())
+		a.Kill()
+		w.serve("a")
+		w.verify(o, ref, v2, time.Now())
+		if got := w.serverIDs(); fmt.Sprint(got) != fmt.Sprint(ids) {
+			o.Converged = false
+			t.Errorf("the upgrade recreated servers: %v, were %v", got, ids)
+		}
+		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
+		if !o.Reported {
+			t.Error("the restarted daemon did not resume the journal the killed one left")
+		}
+	})
+}
+
+// TestEtcdRestart: etcd is killed (-9) at a random point of a create and
+// started again 5 s later: the daemon says it is not ready while the
+// store is gone, and then finishes the cluster.
+func TestEtcdRestart(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "etcd killed and restarted", runs(5, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		w.commit(v1)
+		w.applyStarted(time.Minute)
+		time.Sleep(within(rng, ref.create))
+		o.Hit = w.applying(context.Background())
+		w.etcd.Kill()
+		o.Reported = waitFor(15*time.Second, func() bool {
+			code, _, err := a.ready()
+			return err == nil && code == http.StatusServiceUnavailable
+		})
+		if !o.Reported {
+			t.Error("the daemon's /readyz did not say the state store is gone")
+		}
+		time.Sleep(5 * time.Second)
+		w.startEtcd()
+		restarted := time.Now()
+		w.verify(o, ref, v1, restarted)
+		if code, _, err := a.ready(); err != nil || code != http.StatusOK {
+			t.Errorf("/readyz after etcd came back: %d (%v)", code, err)
+		}
+	})
+}
+
+// TestSimulatorOutage: the cloud (the simulator, its APIs and its hosts)
+// goes away for 30 s at a random point of a create: the daemon reports
+// the failure on the cluster's status, and finishes the cluster when the
+// cloud is back.
+func TestSimulatorOutage(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "cloud down for 30 s", runs(3, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		w.serve("a")
+		w.commit(v1)
+		w.applyStarted(time.Minute)
+		time.Sleep(within(rng, ref.create))
+		o.Hit = w.applying(context.Background())
+		w.stopSim()
+		down := time.Now()
+		o.Reported = waitFor(30*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s, err := w.status(ctx)
+			return err == nil && (s.State == report.Failure || s.State == report.Error || s.ResyncError != "")
+		})
+		time.Sleep(time.Until(down.Add(30 * time.Second)))
+		w.startSim()
+		back := time.Now()
+		if o.Hit && !o.Reported {
+			t.Error("the cluster's status did not report the outage")
+		}
+		w.verify(o, ref, v1, back)
+	})
+}
+
+// TestGitRemoteUnreachable: the fleet's remote (git daemon) goes away, an
+// upgrade is pushed meanwhile: the daemon reports the failing sync on
+// /readyz, and applies the upgrade when the remote is back.
+func TestGitRemoteUnreachable(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "git remote unreachable", runs(3, 1), func(t *testing.T, _ *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{gitDaemon: true})
+		a := w.serve("a")
+		c1 := w.commit(v1)
+		if !w.settled(c1, settleTimeout) {
+			t.Fatal("the create did not converge")
+		}
+		w.gitd.Stop(10 * time.Second)
+		w.commit(v2)
+		o.Reported = waitFor(20*time.Second, func() bool {
+			code, h, err := a.ready()
+			return err == nil && code == http.StatusOK && h.SyncError != ""
+		})
+		if !o.Reported {
+			t.Error("the daemon's /readyz did not report the failing sync")
+		}
+		time.Sleep(3 * time.Second)
+		w.gitd = gittest.Daemon(t, w.dir, w.gitAddr)
+		back := time.Now()
+		w.verify(o, ref, v2, back)
+		if _, h, err := a.ready(); err != nil || h.SyncError != "" {
+			t.Errorf("/readyz after the remote came back: %+v (%v)", h, err)
+		}
+	})
+}
+
+// faults are the API errors injected: about 30 % of the requests fail
+// (15 % 503, 12.5 % 500 of what is left), and 10 % of the creates are
+// carried out with their answer lost.
+const faults = `[{"match": "POST", "drop": true, "rate": 0.1},
+ {"status": 503, "rate": 0.15}, {"status": 500, "rate": 0.125}]`
+
+// TestAPIErrors: a cluster is created while the cloud fails about 30 % of
+// the requests: it converges, every resource made once.
+func TestAPIErrors(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "30 % API errors", runs(5, 1), func(t *testing.T, _ *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		w.setFaults(faults)
+		a := w.serve("a")
+		c1 := w.commit(v1)
+		o.Hit = true
+		started := time.Now()
+		if !w.settled(c1, settleTimeout) {
+			t.Errorf("the create did not converge under faults in %v", settleTimeout)
+		}
+		t.Logf("converged under faults in %v", time.Since(started).Round(time.Millisecond))
+		w.setFaults("[]")
+		o.Reported = w.metric(a, "opke_errors_total") > 0 || strings.Contains(w.logs("a"), `"step failed"`)
+		w.verify(o, ref, v1, started)
+	})
+}
+
+// TestTwoDaemons: two daemons on one etcd; the leader is paused (SIGSTOP:
+// a frozen VM, a long GC) at a random point of a create, past its lease;
+// the standby takes over and finishes; the old leader wakes up fenced:
+// the cloud's write log shows the two never both wrote.
+func TestTwoDaemons(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	each(t, "two daemons, the leader paused", runs(5, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		if !waitFor(30*time.Second, func() bool { id, err := w.store.Leader(context.Background()); return err == nil && id == a.id() }) {
+			t.Fatal("the first daemon did not lead")
+		}
+		b := w.serve("b")
+		w.commit(v1)
+		w.applyStarted(time.Minute)
+		time.Sleep(within(rng, ref.create))
+		o.Hit = w.applying(context.Background())
+		if err := a.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		if !waitFor(30*time.Second, func() bool { id, err := w.store.Leader(context.Background()); return err == nil && id == b.id() }) {
+			t.Error("the standby did not take over from the paused leader")
+		}
+		time.Sleep(2 * leaderTTL)
+		if err := a.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		woke := time.Now()
+		o.Reported = waitFor(20*time.Second, func() bool { return strings.Contains(w.logs("a"), "the leadership is lost") })
+		if !o.Reported {
+			t.Error("the paused leader did not say it lost the leadership")
+		}
+		w.verify(o, ref, v1, woke)
+		var order []string
+		o.Overlaps, order = w.overlaps()
+		t.Logf("writers to the cloud, in order: %v", order)
+	})
+}
+
+// setFaults replaces the simulator's injected faults.
+func (w *world) setFaults(list string) {
+	w.t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, "http://"+w.simAdmin+"/faults", strings.NewReader(list))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		w.t.Fatalf("PUT /faults: %s", resp.Status)
+	}
+}
+
+// metric sums a counter's series on the daemon's /metrics.
+func (w *world) metric(s *serveProc, name string) float64 {
+	resp, err := httpClient.Get("http://" + s.api + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for line := range strings.Lines(string(body)) {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
