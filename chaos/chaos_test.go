@@ -141,8 +141,8 @@ func TestEtcdRestart(t *testing.T) {
 
 // TestSimulatorOutage: the cloud (the simulator, its APIs and its hosts)
 // goes away for 30 s at a random point of a create: the daemon reports
-// the failure on the cluster's status, and finishes the cluster when the
-// cloud is back.
+// it on the cluster's status (a step retrying, or the apply failed), and
+// finishes the cluster when the cloud is back.
 func TestSimulatorOutage(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
@@ -159,7 +159,7 @@ func TestSimulatorOutage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			s, err := w.status(ctx)
-			return err == nil && (s.State == report.Failure || s.State == report.Error || s.ResyncError != "")
+			return err == nil && (s.State == report.Failure || s.State == report.Error || s.ResyncError != "" || s.Retrying != "")
 		})
 		time.Sleep(time.Until(down.Add(30 * time.Second)))
 		w.startSim()

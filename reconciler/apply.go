@@ -43,6 +43,10 @@ const (
 	StepFailed  StepState = "failed"
 	StepSkipped StepState = "skipped" // a change it depends on failed
 	StepPending StepState = "pending" // not started: the apply was interrupted
+	// StepRetrying is told to Progress (never journaled) when a step
+	// failed on a transient error and is tried again: the cloud or a host
+	// is unreachable for now. Err says why.
+	StepRetrying StepState = "retrying"
 )
 
 // Summary is what an apply did.
@@ -651,7 +655,7 @@ func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.C
 	report := func(s Step) {
 		reportMu.Lock()
 		defer reportMu.Unlock()
-		if s.State != StepStarted {
+		if s.State != StepStarted && s.State != StepRetrying {
 			sum.Counts[s.State]++
 		}
 		if s.State == StepFailed || s.State == StepSkipped {
@@ -696,7 +700,10 @@ func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.C
 					t0 := time.Now()
 					err := j.step(stepCtx, c, StepStarted, nil)
 					if err == nil {
-						err = a.retry(stepCtx, func() error { return step(stepCtx, c) })
+						err = a.retry(stepCtx, func() error { return step(stepCtx, c) }, func(err error) {
+							a.log().Warn("step failed on a transient error; trying again", "cluster", c.Cluster, "address", c.Address, "err", err)
+							report(Step{Change: c, State: StepRetrying, Err: err})
+						})
 					}
 					st := StepDone
 					if err != nil {
@@ -737,7 +744,7 @@ func allDone(states map[string]StepState) bool {
 }
 
 // retry runs a step again on transient cloud errors, with backoff.
-func (a *Applier) retry(ctx context.Context, fn func() error) error {
+func (a *Applier) retry(ctx context.Context, fn func() error, retrying func(error)) error {
 	attempts := cmp.Or(a.Attempts, 8)
 	wait := 100 * time.Millisecond
 	for i := 1; ; i++ {
@@ -745,6 +752,7 @@ func (a *Applier) retry(ctx context.Context, fn func() error) error {
 		if err == nil || i == attempts || !cloud.Transient(err) {
 			return err
 		}
+		retrying(err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
@@ -65,6 +66,18 @@ func (r *rig) convergeUnderFaults(t *testing.T, hits map[string]int, fleet ...*s
 		applied = append(applied, res.Plan)
 		a := r.applier(t)
 		a.Parallel = 8
+		var mu sync.Mutex
+		a.Progress = func(s reconciler.Step) {
+			if s.State != reconciler.StepRetrying {
+				return
+			}
+			if !cloud.Transient(s.Err) {
+				t.Errorf("%s retried after %v, not a transient error", s.Change.Address, s.Err)
+			}
+			mu.Lock()
+			hits["retried"]++
+			mu.Unlock()
+		}
 		if sum, err := a.Apply(ctx, req, res.Plan); err != nil {
 			t.Logf("round %d: apply: %v", round, err)
 			for _, f := range sum.Failed {
@@ -149,6 +162,9 @@ func TestApplyUnderFaults(t *testing.T) {
 	defer func() {
 		// Each kind of fault hit often enough to prove something.
 		t.Logf("faults injected: %v", hits)
+		if hits["retried"] == 0 {
+			t.Error("no step was reported retrying (Progress told of no StepRetrying)")
+		}
 		for _, k := range []string{"503", "429", "drop"} {
 			if hits[k] < 20 {
 				t.Errorf("only %d %s faults: the test proves little (%v)", hits[k], k, hits)

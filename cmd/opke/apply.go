@@ -164,6 +164,11 @@ func (p *progress) step(s reconciler.Step) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if s.State == reconciler.StepRetrying {
+		// Not a step's end: the same step goes on.
+		fmt.Fprintf(p.out, "     %-3s %s: retrying after: %v\n", s.Change.Action.Symbol(), s.Change.Address, s.Err)
+		return
+	}
 	p.n++
 	line := fmt.Sprintf("%4d %-3s %s: %s", p.n, s.Change.Action.Symbol(), s.Change.Address, s.State)
 	if s.Duration > 0 {

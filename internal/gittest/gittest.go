@@ -132,16 +132,17 @@ func Hook(tb testing.TB, base, secret, ref, commit string) {
 }
 
 // Daemon serves every repository under base over git:// with `git daemon`
-// on addr (127.0.0.1:port), until tb ends or the process is stopped: a
-// remote that a test can make unreachable and bring back on the same
-// address. A repository base/x.git is git://addr/x.git.
+// on addr (127.0.0.1:port), pushes included (OPKE pushes its notes),
+// until tb ends or the process is stopped: a remote that a test can make
+// unreachable and bring back on the same address. A repository base/x.git
+// is git://addr/x.git.
 func Daemon(tb testing.TB, base, addr string) *proctest.Proc {
 	tb.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := proctest.Start(tb, base, "git-daemon", exec.Command("git", "daemon", "--reuseaddr", "--export-all",
+	p := proctest.Start(tb, base, "git-daemon", exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack",
 		"--base-path="+base, "--listen="+host, "--port="+port, base))
 	proctest.WaitListening(tb, addr)
 	return p

@@ -87,9 +87,12 @@ type Daemon struct {
 	synced  time.Time                   // the last sync that succeeded
 
 	pubMu sync.Mutex // one note published at a time
-	steps sync.Map   // cluster -> *stepLog, while it is applied
-	work  sync.WaitGroup
-	prs   chan prWork
+	// statusMu holds a mutex per cluster: each status change is a whole
+	// read, change and write, and parallel steps report on one cluster.
+	statusMu sync.Map
+	steps    sync.Map // cluster -> *stepLog, while it is applied
+	work     sync.WaitGroup
+	prs      chan prWork
 }
 
 // New returns a daemon; Run starts it.
@@ -597,12 +600,29 @@ func (d *Daemon) worker(ctx context.Context, name string, q *queue) {
 
 // stepLog gathers a cluster's steps as the applier reports them.
 type stepLog struct {
-	mu    sync.Mutex
-	steps []report.Step
+	mu      sync.Mutex
+	steps   []report.Step
+	retried bool // the status says a step is retrying
 }
 
 func (d *Daemon) progress(s reconciler.Step) {
-	if s.State == reconciler.StepStarted {
+	switch s.State {
+	case reconciler.StepStarted:
+		return
+	case reconciler.StepRetrying:
+		// The cloud or a host does not answer for now: the status page
+		// says so while the apply waits it out.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.setStatus(ctx, s.Change.Cluster, func(cs *ClusterStatus) {
+			cs.Retrying, cs.Updated = s.Change.Address+": "+s.Err.Error(), time.Now()
+		})
+		if v, ok := d.steps.Load(s.Change.Cluster); ok {
+			l := v.(*stepLog)
+			l.mu.Lock()
+			l.retried = true
+			l.mu.Unlock()
+		}
 		return
 	}
 	v, ok := d.steps.Load(s.Change.Cluster)
@@ -789,7 +809,11 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	sum, err := d.cfg.Applier.Apply(ctx, req, plan)
 	steps.mu.Lock()
 	entry.Steps = slices.Clone(steps.steps)
+	retried := steps.retried
 	steps.mu.Unlock()
+	if retried {
+		d.setStatus(ctx, name, func(s *ClusterStatus) { s.Retrying = "" })
+	}
 	took := time.Since(entry.Started).Round(100 * time.Millisecond)
 	verb := "applied"
 	switch {
@@ -995,6 +1019,10 @@ type ClusterStatus struct {
 	LastResync time.Time `json:"lastResync,omitzero"`
 	// ResyncError is why the last drift check could not look, if it could not.
 	ResyncError string `json:"resyncError,omitempty"`
+	// Retrying is the transient error the running apply last tried a step
+	// again after (the cloud or a host unreachable for now); cleared when
+	// the apply ends.
+	Retrying string `json:"retrying,omitempty"`
 	// Rollout is where the hosts are: the version each runs, and the
 	// gate (or drain) that halted the last apply, if one did.
 	Rollout *Rollout `json:"rollout,omitempty"`
@@ -1039,6 +1067,9 @@ type BackupStatus struct {
 }
 
 func (d *Daemon) setStatus(ctx context.Context, name string, set func(*ClusterStatus)) {
+	mu, _ := d.statusMu.LoadOrStore(name, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	key := d.cfg.Store.Key("_status", name)
 	s := ClusterStatus{Name: name}
 	if data, err := d.cfg.Store.Get(ctx, key); err == nil {
