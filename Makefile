@@ -8,9 +8,12 @@ FUZZMINIMIZE ?= 1s
 BENCH    ?= .
 BENCHTIME ?= 1s
 COUNT    ?= 5
+# full: 20 kills of a create and of an upgrade, and the other scenarios
+# 3-5 times (~15 minutes); short: CI's form (~4 minutes).
+CHAOS    ?= full
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance run sim-cli lint fuzz bench microbench verify help
+.PHONY: build test conformance run sim-cli lint fuzz bench microbench chaos verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -33,11 +36,11 @@ run: build
 sim-cli:
 	CI=$${CI:-local} $(GO) test -count=1 -run '^TestOpenStackCLI$$' -v ./cloudsim
 
-## lint: gofmt, go vet and staticcheck (pinned in go.mod's tool directive)
+## lint: gofmt, go vet and staticcheck (pinned in go.mod's tool directive), the chaos suite's files (build tag chaos) included
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	$(GO) vet -tags chaos ./...
+	$(GO) tool staticcheck -tags chaos ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s; minimizing FUZZMINIMIZE, 1s)
 fuzz:
@@ -52,6 +55,11 @@ fuzz:
 bench:
 	$(GO) run ./bench/report -count $(COUNT) -bench '$(BENCH)' -skip 'CommitToStatusPoll' -json bench.json
 	$(GO) run ./bench/report -count 1 -bench 'CommitToStatusPoll' -pkgs ./bench -json bench-poll.json
+
+## chaos: real processes killed, stopped, paused and cut off mid-apply; one table (scenario, runs, converged, duplicates, orphans, lost records), chaos.json (CHAOS=short: CI's form)
+chaos:
+	OPKE_CHAOS=$(CHAOS) OPKE_CHAOS_JSON=$(if $(filter full,$(CHAOS)),$(CURDIR)/chaos.json) \
+	  $(GO) test -C chaos -tags chaos -count=1 -timeout 40m -parallel 3
 
 ## microbench: every package's Go benchmarks (BENCH=regexp, BENCHTIME=1s), as go test prints them
 microbench:

@@ -1,3 +1,5 @@
+//go:build chaos
+
 package chaos
 
 import (
@@ -14,6 +16,17 @@ import (
 
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/reconciler/report"
+)
+
+// The scenarios, as the table names them.
+const (
+	scenarioKillCreate  = "kill -9 serve during a create"
+	scenarioKillUpgrade = "kill -9 serve during an upgrade"
+	scenarioEtcd        = "etcd killed, back after 5 s"
+	scenarioCloudDown   = "cloud down for 30 s"
+	scenarioGit         = "git remote unreachable"
+	scenarioAPIErrors   = "30 % API errors"
+	scenarioTwoDaemons  = "two daemons, the leader paused"
 )
 
 // runs is how many times a scenario runs: full for make chaos, short for
@@ -59,7 +72,7 @@ func within(rng *rand.Rand, d time.Duration) time.Duration {
 func TestKillDuringCreate(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "kill -9 serve during a create", runs(20, 3), func(t *testing.T, rng *rand.Rand, o *outcome) {
+	each(t, scenarioKillCreate, runs(20, 3), func(t *testing.T, rng *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{})
 		a := w.serve("a")
 		w.commit(v1)
@@ -82,7 +95,7 @@ func TestKillDuringCreate(t *testing.T) {
 func TestKillDuringUpgrade(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "kill -9 serve during an upgrade", runs(20, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
+	each(t, scenarioKillUpgrade, runs(20, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{})
 		a := w.serve("a")
 		c1 := w.commit(v1)
@@ -114,7 +127,7 @@ func TestKillDuringUpgrade(t *testing.T) {
 func TestEtcdRestart(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "etcd killed and restarted", runs(5, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
+	each(t, scenarioEtcd, runs(5, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{})
 		a := w.serve("a")
 		w.commit(v1)
@@ -146,7 +159,7 @@ func TestEtcdRestart(t *testing.T) {
 func TestSimulatorOutage(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "cloud down for 30 s", runs(3, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
+	each(t, scenarioCloudDown, runs(3, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{})
 		w.serve("a")
 		w.commit(v1)
@@ -177,7 +190,7 @@ func TestSimulatorOutage(t *testing.T) {
 func TestGitRemoteUnreachable(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "git remote unreachable", runs(3, 1), func(t *testing.T, _ *rand.Rand, o *outcome) {
+	each(t, scenarioGit, runs(3, 1), func(t *testing.T, _ *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{gitDaemon: true})
 		a := w.serve("a")
 		c1 := w.commit(v1)
@@ -214,7 +227,7 @@ const faults = `[{"match": "POST", "drop": true, "rate": 0.1},
 func TestAPIErrors(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "30 % API errors", runs(5, 1), func(t *testing.T, _ *rand.Rand, o *outcome) {
+	each(t, scenarioAPIErrors, runs(5, 1), func(t *testing.T, _ *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{})
 		w.setFaults(faults)
 		a := w.serve("a")
@@ -238,7 +251,7 @@ func TestAPIErrors(t *testing.T) {
 func TestTwoDaemons(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
-	each(t, "two daemons, the leader paused", runs(5, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
+	each(t, scenarioTwoDaemons, runs(5, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
 		w := newWorld(t, worldOptions{})
 		a := w.serve("a")
 		if !waitFor(30*time.Second, func() bool { id, err := w.store.Leader(context.Background()); return err == nil && id == a.id() }) {

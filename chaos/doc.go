@@ -13,5 +13,6 @@
 // create and of an upgrade) and prints one table; CI runs a short form
 // (OPKE_CHAOS=short).
 //
-// The package has no code outside its tests.
+// The package has no code outside its tests, and they build only with
+// the tag chaos: make test does not run them, make chaos does.
 package chaos

@@ -1,3 +1,5 @@
+//go:build chaos
+
 package chaos
 
 import (
@@ -5,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"os/signal"
@@ -121,10 +124,29 @@ type row struct {
 }
 
 var results = struct {
-	mu    sync.Mutex
-	rows  map[string]*row
-	order []string
+	mu   sync.Mutex
+	rows map[string]*row
 }{rows: map[string]*row{}}
+
+// order is the table's order of the scenarios; the others follow by name.
+var order = []string{scenarioKillCreate, scenarioKillUpgrade, scenarioEtcd, scenarioCloudDown, scenarioGit, scenarioAPIErrors, scenarioTwoDaemons}
+
+// scenarios are the recorded scenarios in the table's order; the caller
+// holds results.mu.
+func scenarios() []string {
+	var out []string
+	for _, name := range order {
+		if results.rows[name] != nil {
+			out = append(out, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(results.rows)) {
+		if !slices.Contains(order, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // record adds a run's outcome to its scenario's row.
 func record(scenario string, o outcome) {
@@ -134,7 +156,6 @@ func record(scenario string, o outcome) {
 	if r == nil {
 		r = &row{Scenario: scenario}
 		results.rows[scenario] = r
-		results.order = append(results.order, scenario)
 	}
 	r.Runs++
 	r.Duplicates += o.Duplicates
@@ -161,7 +182,7 @@ func printTable(w io.Writer) {
 	defer results.mu.Unlock()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "scenario\truns\tconverged\tduplicates\torphans\tlost records\treported\toverlaps\thit mid-apply\tmedian recovery\t")
-	for _, name := range results.order {
+	for _, name := range scenarios() {
 		r := results.rows[name]
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.Scenario, r.Runs, r.Converged, r.Duplicates,
 			r.Orphans, r.Lost, r.Reported, r.Overlaps, r.Hit, strconv.FormatFloat(r.Recovery, 'f', 1, 64)+" s")
@@ -172,8 +193,8 @@ func printTable(w io.Writer) {
 func writeJSON(file string) error {
 	results.mu.Lock()
 	defer results.mu.Unlock()
-	rows := make([]*row, 0, len(results.order))
-	for _, name := range results.order {
+	rows := make([]*row, 0, len(results.rows))
+	for _, name := range scenarios() {
 		rows = append(rows, results.rows[name])
 	}
 	b, err := json.MarshalIndent(rows, "", "  ")
