@@ -102,9 +102,9 @@ type worldOptions struct {
 
 func newWorld(t *testing.T, opts worldOptions) *world {
 	t.Helper()
+	addrs := proctest.FreeAddrs(t, 5)
 	w := &world{t: t, dir: t.TempDir(), bin: proctest.Opke(t), daemons: map[string]*serveProc{},
-		simAddr: proctest.FreeAddr(t), simAdmin: proctest.FreeAddr(t), simEdge: proctest.FreeAddr(t),
-		etcdClient: proctest.FreeAddr(t), etcdPeer: proctest.FreeAddr(t)}
+		simAddr: addrs[0], simAdmin: addrs[1], simEdge: addrs[2], etcdClient: addrs[3], etcdPeer: addrs[4]}
 	// Registered first, run last: after every process stopped.
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -5,11 +5,14 @@ package proctest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -121,14 +124,48 @@ func (p *Proc) Resume() error { return p.Cmd.Process.Signal(syscall.SIGCONT) }
 
 // FreeAddr returns a 127.0.0.1 address nothing listens on now, for a
 // process that must listen on the same address when it starts again.
-func FreeAddr(tb testing.TB) string {
+func FreeAddr(tb testing.TB) string { return FreeAddrs(tb, 1)[0] }
+
+// FreeAddrs returns n distinct 127.0.0.1 addresses nothing listens on now.
+// Their ports are below the kernel's ephemeral range, so that no port the
+// kernel hands out (a listener on :0, the local end of a connection) takes
+// one while its process is down between a stop and a start.
+func FreeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	low := ephemeralLow()
+	var held []net.Listener
+	defer func() {
+		for _, ln := range held {
+			ln.Close()
+		}
+	}()
+	var out []string
+	for tries := 0; len(out) < n; tries++ {
+		if tries == 10_000 {
+			tb.Fatalf("no free port below %d", low)
+		}
+		port := 10_000 + rand.IntN(low-10_000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		held = append(held, ln)
+		out = append(out, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return out
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11_000 {
+				return v
+			}
+		}
+	}
+	return 32768
 }
 
 // WaitListening waits up to a minute for addr to accept connections.
