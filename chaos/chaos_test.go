@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -61,9 +62,13 @@ func each(t *testing.T, scenario string, n int, run func(t *testing.T, rng *rand
 	}
 }
 
-// within is a random point of d.
-func within(rng *rand.Rand, d time.Duration) time.Duration {
-	return time.Duration(rng.Int64N(int64(d) + 1))
+// strike waits for an apply to start, then for a random point of d (a
+// clean run's apply time): where the fault strikes. It tells whether the
+// apply is still under way then.
+func (w *world) strike(rng *rand.Rand, d time.Duration) bool {
+	w.applyStarted(time.Minute)
+	time.Sleep(time.Duration(rng.Int64N(int64(d) + 1)))
+	return w.applying(context.Background())
 }
 
 // TestKillDuringCreate: opke serve is killed (-9) at a random point of a
@@ -73,19 +78,7 @@ func TestKillDuringCreate(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
 	each(t, scenarioKillCreate, runs(20, 3), func(t *testing.T, rng *rand.Rand, o *outcome) {
-		w := newWorld(t, worldOptions{})
-		a := w.serve("a")
-		w.commit(v1)
-		w.applyStarted(time.Minute)
-		time.Sleep(within(rng, ref.create))
-		o.Hit = w.applying(context.Background())
-		a.Kill()
-		w.serve("a")
-		w.verify(o, ref, v1, time.Now())
-		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
-		if !o.Reported {
-			t.Error("the restarted daemon did not resume the journal the killed one left")
-		}
+		killDuring(t, rng, o, ref, false)
 	})
 }
 
@@ -96,29 +89,40 @@ func TestKillDuringUpgrade(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
 	each(t, scenarioKillUpgrade, runs(20, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
-		w := newWorld(t, worldOptions{})
-		a := w.serve("a")
-		c1 := w.commit(v1)
+		killDuring(t, rng, o, ref, true)
+	})
+}
+
+// killDuring kills opke serve at a random point of a create (or of an
+// upgrade of a created cluster), starts it again, and checks the result.
+func killDuring(t *testing.T, rng *rand.Rand, o *outcome, ref *reference, upgrade bool) {
+	w := newWorld(t, worldOptions{})
+	a := w.serve("a")
+	version, took := v1, ref.create
+	c1 := w.commit(v1)
+	var ids map[string]string
+	if upgrade {
 		if !w.settled(c1, settleTimeout) {
 			t.Fatal("the create did not converge")
 		}
-		ids := w.serverIDs()
+		ids = w.serverIDs()
+		version, took = v2, ref.upgrade
 		w.commit(v2)
-		w.applyStarted(time.Minute)
-		time.Sleep(within(rng, ref.upgrade))
-		o.Hit = w.applying(context.Background())
-		a.Kill()
-		w.serve("a")
-		w.verify(o, ref, v2, time.Now())
-		if got := w.serverIDs(); fmt.Sprint(got) != fmt.Sprint(ids) {
+	}
+	o.Hit = w.strike(rng, took)
+	a.Kill()
+	w.serve("a")
+	w.verify(o, ref, version, time.Now())
+	if upgrade {
+		if got := w.serverIDs(); !maps.Equal(got, ids) {
 			o.Converged = false
 			t.Errorf("the upgrade recreated servers: %v, were %v", got, ids)
 		}
-		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
-		if !o.Reported {
-			t.Error("the restarted daemon did not resume the journal the killed one left")
-		}
-	})
+	}
+	o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
+	if !o.Reported {
+		t.Error("the restarted daemon did not resume the journal the killed one left")
+	}
 }
 
 // TestEtcdRestart: etcd is killed (-9) at a random point of a create and
@@ -131,9 +135,7 @@ func TestEtcdRestart(t *testing.T) {
 		w := newWorld(t, worldOptions{})
 		a := w.serve("a")
 		w.commit(v1)
-		w.applyStarted(time.Minute)
-		time.Sleep(within(rng, ref.create))
-		o.Hit = w.applying(context.Background())
+		o.Hit = w.strike(rng, ref.create)
 		w.etcd.Kill()
 		o.Reported = waitFor(15*time.Second, func() bool {
 			code, _, err := a.ready()
@@ -163,9 +165,7 @@ func TestSimulatorOutage(t *testing.T) {
 		w := newWorld(t, worldOptions{})
 		w.serve("a")
 		w.commit(v1)
-		w.applyStarted(time.Minute)
-		time.Sleep(within(rng, ref.create))
-		o.Hit = w.applying(context.Background())
+		o.Hit = w.strike(rng, ref.create)
 		w.stopSim()
 		down := time.Now()
 		o.Reported = waitFor(30*time.Second, func() bool {
@@ -259,9 +259,7 @@ func TestTwoDaemons(t *testing.T) {
 		}
 		b := w.serve("b")
 		w.commit(v1)
-		w.applyStarted(time.Minute)
-		time.Sleep(within(rng, ref.create))
-		o.Hit = w.applying(context.Background())
+		o.Hit = w.strike(rng, ref.create)
 		if err := a.Pause(); err != nil {
 			t.Fatal(err)
 		}

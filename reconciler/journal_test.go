@@ -212,6 +212,21 @@ func TestTwoAppliersOnOneCluster(t *testing.T) {
 	}
 }
 
+// revokeAll ends every lease in the store, as their TTLs would end them
+// for a stalled process.
+func revokeAll(ctx context.Context, cli *clientv3.Client) error {
+	leases, err := cli.Leases(ctx)
+	if err != nil {
+		return err
+	}
+	for _, l := range leases.Leases {
+		if _, err := cli.Revoke(ctx, l.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // TestApplierThatLostItsLeaseCannotWrite: the lease ends mid-apply (as
 // its TTL would for a stalled process); from then the applier writes
 // nothing, and says why.
@@ -227,15 +242,10 @@ func TestApplierThatLostItsLeaseCannotWrite(t *testing.T) {
 		if revokedAt != 0 || !strings.HasPrefix(what, "done ") {
 			return nil
 		}
-		leases, err := r.store.Client().Leases(ctx)
-		if err != nil {
+		if err := revokeAll(ctx, r.store.Client()); err != nil {
 			return err
 		}
-		for _, l := range leases.Leases {
-			if _, err := r.store.Client().Revoke(ctx, l.ID); err != nil {
-				return err
-			}
-		}
+		var err error
 		revokedAt, err = r.store.Revision(ctx)
 		return err
 	})
@@ -338,14 +348,8 @@ func TestApplierThatLostItsLeaseSendsTheCloudNothing(t *testing.T) {
 		if revoked || !strings.HasPrefix(what, "started openstack/port/") {
 			return nil
 		}
-		leases, err := other.Leases(ctx)
-		if err != nil {
+		if err := revokeAll(ctx, other); err != nil {
 			return err
-		}
-		for _, l := range leases.Leases {
-			if _, err := other.Revoke(ctx, l.ID); err != nil {
-				return err
-			}
 		}
 		revoked = true
 		r.sim.ResetCounters()
