@@ -3,7 +3,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -161,10 +160,11 @@ func (w *world) verify(o *outcome, ref *reference, version string, faultEnded ti
 		w.t.Errorf("plan after the run: %v", err)
 	case !res.Plan.Empty():
 		o.Converged = false
-		b, _ := json.Marshal(res.Plan)
-		var text bytes.Buffer
-		_ = diff.Text(&text, b)
-		w.t.Errorf("after the run, a plan still wants:\n%s", text.String())
+		var want []string
+		for _, c := range slices.Concat(res.Plan.Changes, res.Plan.Drift) {
+			want = append(want, c.Action.String()+" "+c.Address)
+		}
+		w.t.Errorf("after the run, a plan still wants: %s", strings.Join(want, ", "))
 	}
 
 	// The cloud against the clean run: no more of anything, nothing else.

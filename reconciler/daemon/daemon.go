@@ -511,8 +511,9 @@ func (d *Daemon) loadHead(ctx context.Context, commit string) {
 	d.mu.Unlock()
 }
 
-// resync queues a drift check of every cluster the head's fleet or the
-// store knows.
+// resync queues a drift check of every valid cluster of the head's fleet,
+// applied or not: a cluster whose first apply failed (the cloud down for
+// a while) is tried again too, not left until the next commit.
 func (d *Daemon) resync(ctx context.Context) {
 	d.mu.Lock()
 	head, fleet := d.head, d.fleet
@@ -520,15 +521,8 @@ func (d *Daemon) resync(ctx context.Context) {
 	if head == "" {
 		return
 	}
-	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
-	if err != nil {
-		d.log.Error("read the applied specs", "err", err)
-		return
-	}
 	for _, name := range slices.Sorted(maps.Keys(fleet)) {
-		if _, ok := applied[name]; ok {
-			d.enqueue(ctx, name, &work{commit: head, ref: d.cfg.Source.Branch(), clusters: fleet, resync: true})
-		}
+		d.enqueue(ctx, name, &work{commit: head, ref: d.cfg.Source.Branch(), clusters: fleet, resync: true})
 	}
 }
 

@@ -647,3 +647,38 @@ func TestDaemonSettlesAConvergedFleetInOnePlan(t *testing.T) {
 		t.Errorf("west's status: %+v", s)
 	}
 }
+
+// TestDaemonRetriesAFailedCreate: a new cluster whose create failed (the
+// cloud refusing servers for a while) is tried again by the next drift
+// check, without a new commit: its note turns to success and its status
+// says it is applied.
+func TestDaemonRetriesAFailedCreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second, "")
+	e.sim.SetFaults(cloudsim.Fault{Match: "POST /compute/v2.1/servers", Status: 500})
+	c1 := commitSpec(t, e.work, "demo", demoSpec(1), "add demo")
+	e.push(t, "refs/heads/main")
+	if n := e.waitNote(t, c1, main); n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Failure {
+		t.Fatalf("note of a create the cloud refused: %+v", n)
+	}
+	e.sim.SetFaults()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n := e.gitNote(t, c1)
+		if c := n.Clusters["demo"]; c != nil && c.State == report.Success {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed create was not tried again: %+v", n.Clusters["demo"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got, want := e.servers(t), []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"}; !slices.Equal(got, want) {
+		t.Errorf("servers %v, want %v", got, want)
+	}
+	b, err := e.store.Get(context.Background(), e.store.Key("_status", "demo"))
+	var s daemon.ClusterStatus
+	if err != nil || json.Unmarshal(b, &s) != nil || s.State != report.Success {
+		t.Errorf("status after the retry: %+v (%v)", s, err)
+	}
+}
