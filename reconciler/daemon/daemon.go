@@ -884,9 +884,11 @@ func (d *Daemon) commitStatus(ctx context.Context, w *work, name string, entry *
 		} else if entry.State == report.Success {
 			s.Drift = 0
 		}
-		// Applied with changes: by this daemon, or by Resume when a dead
-		// leader had started (its steps are in the journal, not the note).
-		if !w.resync && entry.State == report.Success && entry.Plan != nil && !entry.Plan.Empty() && !s.Paused {
+		// Applied with changes: by this daemon, by Resume when a dead
+		// leader had started (its steps are in the journal, not the note),
+		// or by a drift check that finished what the commit's apply could
+		// not (w.commit is then the head, entry the commit's).
+		if entry.State == report.Success && entry.Plan != nil && !entry.Plan.Empty() && !s.Paused {
 			s.Applied = w.commit
 		}
 		d.day2(ctx, name, w.clusters[name], entry, s)
