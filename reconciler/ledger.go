@@ -72,35 +72,43 @@ func AppliedSpecs(ctx context.Context, kv ledgerKV) (map[string]*AppliedSpec, er
 	}
 	out := make(map[string]*AppliedSpec, len(raw))
 	for k, v := range raw {
-		var a AppliedSpec
-		if err := json.Unmarshal(v, &a); err != nil || a.Spec == nil {
-			return nil, fmt.Errorf("ledger: %s: not an applied spec", k)
+		a, err := parseApplied(k, v)
+		if err != nil {
+			return nil, err
 		}
-		out[strings.TrimPrefix(k, prefix)] = &a
+		out[strings.TrimPrefix(k, prefix)] = a
 	}
 	return out, nil
 }
 
-// readLedger reads a cluster's resources and files; spec is its applied
-// spec, if any.
+func parseApplied(key string, v []byte) (*AppliedSpec, error) {
+	var a AppliedSpec
+	if err := json.Unmarshal(v, &a); err != nil || a.Spec == nil {
+		return nil, fmt.Errorf("ledger: %s: not an applied spec", key)
+	}
+	return &a, nil
+}
+
 // ReadLedger reads one cluster's ledger: its last applied spec and what
 // the store says was applied of it.
 func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, error) {
 	var spec *AppliedSpec
-	b, err := kv.Get(ctx, kv.Key("_applied", cluster))
+	key := kv.Key("_applied", cluster)
+	b, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, state.ErrNotFound):
 	case err != nil:
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
 	default:
-		spec = &AppliedSpec{}
-		if err := json.Unmarshal(b, spec); err != nil || spec.Spec == nil {
-			return nil, fmt.Errorf("ledger of %s: not an applied spec", cluster)
+		if spec, err = parseApplied(key, b); err != nil {
+			return nil, err
 		}
 	}
 	return readLedger(ctx, kv, cluster, spec)
 }
 
+// readLedger reads a cluster's resources and files; spec is its applied
+// spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
 	l := &Ledger{Spec: spec, Resources: map[string]diff.Resource{}}
 	applied := &diff.Applied{Infra: map[string]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}}

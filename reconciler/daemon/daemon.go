@@ -594,9 +594,8 @@ func (d *Daemon) worker(ctx context.Context, name string, q *queue) {
 
 // stepLog gathers a cluster's steps as the applier reports them.
 type stepLog struct {
-	mu      sync.Mutex
-	steps   []report.Step
-	retried bool // the status says a step is retrying
+	mu    sync.Mutex
+	steps []report.Step
 }
 
 func (d *Daemon) progress(s reconciler.Step) {
@@ -611,12 +610,6 @@ func (d *Daemon) progress(s reconciler.Step) {
 		d.setStatus(ctx, s.Change.Cluster, func(cs *ClusterStatus) {
 			cs.Retrying, cs.Updated = s.Change.Address+": "+s.Err.Error(), time.Now()
 		})
-		if v, ok := d.steps.Load(s.Change.Cluster); ok {
-			l := v.(*stepLog)
-			l.mu.Lock()
-			l.retried = true
-			l.mu.Unlock()
-		}
 		return
 	}
 	v, ok := d.steps.Load(s.Change.Cluster)
@@ -803,11 +796,7 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	sum, err := d.cfg.Applier.Apply(ctx, req, plan)
 	steps.mu.Lock()
 	entry.Steps = slices.Clone(steps.steps)
-	retried := steps.retried
 	steps.mu.Unlock()
-	if retried {
-		d.setStatus(ctx, name, func(s *ClusterStatus) { s.Retrying = "" })
-	}
 	took := time.Since(entry.Started).Round(100 * time.Millisecond)
 	verb := "applied"
 	switch {
@@ -846,7 +835,7 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 	if w.resync && drifted(entry.Plan) == 0 && entry.State == report.Success {
 		// A scheduled backup taken: the status says so, not the note.
 		d.setStatus(ctx, name, func(s *ClusterStatus) {
-			s.LastResync, s.ResyncError = time.Now(), ""
+			s.LastResync, s.ResyncError, s.Retrying = time.Now(), "", ""
 			d.day2(ctx, name, w.clusters[name], nil, s)
 		})
 		return
@@ -877,6 +866,9 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 func (d *Daemon) commitStatus(ctx context.Context, w *work, name string, entry *report.Cluster) func(*ClusterStatus) {
 	return func(s *ClusterStatus) {
 		s.Commit, s.Ref, s.State, s.Summary, s.Updated = w.commit, w.ref, entry.State, entry.Summary, time.Now()
+		if entry.State != report.Pending {
+			s.Retrying = "" // the apply (or the resume) that retried is over
+		}
 		s.Paused = w.clusters[name] != nil && w.clusters[name].Spec.Paused
 		if w.resync {
 			s.LastResync, s.ResyncError = time.Now(), ""

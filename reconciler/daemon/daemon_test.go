@@ -678,7 +678,7 @@ func TestDaemonRetriesAFailedCreate(t *testing.T) {
 	}
 	b, err := e.store.Get(context.Background(), e.store.Key("_status", "demo"))
 	var s daemon.ClusterStatus
-	if err != nil || json.Unmarshal(b, &s) != nil || s.State != report.Success || s.Applied != c1 {
-		t.Errorf("status after the retry: %+v (%v), want success and %s applied", s, err, c1)
+	if err != nil || json.Unmarshal(b, &s) != nil || s.State != report.Success || s.Applied != c1 || s.Retrying != "" {
+		t.Errorf("status after the retry: %+v (%v), want success, %s applied, nothing retrying", s, err, c1)
 	}
 }
