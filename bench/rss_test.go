@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,12 +78,7 @@ func BenchmarkServeRSS(b *testing.B) {
 			gittest.Git(b, work, "add", "-A")
 			gittest.Git(b, work, "commit", "-qm", "the fleet")
 			head := gittest.Git(b, work, "rev-parse", "HEAD")
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			addr := ln.Addr().String()
-			ln.Close()
+			addr := proctest.FreeAddr(b)
 			started := time.Now()
 			serve := proctest.Start(b, dir, "serve", exec.Command(bin, "serve", "--repo", work, "--etcd", strings.Join(store.Endpoints(), ","),
 				"--encryption-key-file", key, "--sim-state", filepath.Join(dir, "sim"),
@@ -100,7 +94,7 @@ func BenchmarkServeRSS(b *testing.B) {
 					break
 				}
 				if time.Now().After(deadline) {
-					logs, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+					logs, _ := os.ReadFile(serve.Log)
 					b.Fatalf("the fleet's commit was not settled in 10 minutes; opke serve said:\n%s", logs)
 				}
 			}

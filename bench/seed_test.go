@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render"
@@ -165,12 +165,7 @@ func makeSeed(tb testing.TB, dir string, n int) {
 	simDir, stateDir := filepath.Join(dir, "sim"), filepath.Join(dir, "state")
 	// The API's address is in every controller's cloud.conf: the seed's
 	// simulator always listens on the one it was made with.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := proctest.FreeAddr(tb)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}

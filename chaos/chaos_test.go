@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/reconciler/report"
 )
 
@@ -207,7 +206,7 @@ func TestGitRemoteUnreachable(t *testing.T) {
 			t.Error("the daemon's /readyz did not report the failing sync")
 		}
 		time.Sleep(3 * time.Second)
-		w.gitd = gittest.Daemon(t, w.dir, w.gitAddr)
+		w.startGit()
 		back := time.Now()
 		w.verify(o, ref, v2, back)
 		if _, h, err := a.ready(); err != nil || h.SyncError != "" {

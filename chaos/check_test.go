@@ -101,13 +101,18 @@ func (w *world) applyStarted(timeout time.Duration) time.Time {
 	return time.Now()
 }
 
+// clients is the test's own connection to the cloud, made at first use
+// (its token is renewed when a restarted simulator refuses it).
 func (w *world) clients() *cloud.Clients {
 	w.t.Helper()
-	c, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(w.dir, "sim", "clouds.yaml"), Cloud: "sim"})
-	if err != nil {
-		w.t.Fatal(err)
+	if w.cloud == nil {
+		c, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(w.dir, "sim", "clouds.yaml"), Cloud: "sim"})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.cloud = c
 	}
-	return c
+	return w.cloud
 }
 
 // inventory is everything the project holds, by kind and name.
@@ -147,7 +152,7 @@ func (w *world) verify(o *outcome, ref *reference, version string, faultEnded ti
 	}
 
 	// A plan made from outside, as `opke plan` would: nothing to do.
-	data := []byte(spec(version))
+	data := []byte(spec(w.t, version))
 	f := schemas.Parse("clusters/demo/cluster.yaml", data)
 	if f.Cluster == nil || f.Findings.HasErrors() {
 		w.t.Fatalf("the spec: %v", f.Findings)

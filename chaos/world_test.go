@@ -11,9 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"opke.dev/opke/cloud"
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
@@ -30,32 +32,25 @@ const (
 	v1, v2    = "v1.35.1", "v1.35.2"
 )
 
-// spec is the cluster every scenario makes: one controller, two workers
-// and the gateway, at a Kubernetes version.
-func spec(version string) string {
-	return fmt.Sprintf(`apiVersion: opke.dev/v1alpha1
-kind: Cluster
-metadata:
-  name: demo
-spec:
-  cloud: sim
-  region: RegionOne
-  image: flatcar
-  kubernetes:
-    version: %s
-  network:
-    hostCIDR: 192.168.10.0/24
-    externalNetwork: public
-  controllers:
-    count: 1
-    flavor: m1.medium
-  workerPools:
-    - name: default
-      count: 2
-      flavor: m1.small
-  gateway:
-    flavor: m1.small
-`, version)
+// demo is the example fleet's demo cluster (one controller, two workers
+// and the gateway), the cluster every scenario makes.
+var demo = sync.OnceValues(func() (string, error) {
+	b, err := os.ReadFile(filepath.Join("..", "clusters", cluster, "cluster.yaml"))
+	return string(b), err
+})
+
+// spec is the demo cluster at a Kubernetes version.
+func spec(t *testing.T, version string) string {
+	t.Helper()
+	s, err := demo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const example = "version: " + v1
+	if !strings.Contains(s, example) {
+		t.Fatalf("clusters/demo/cluster.yaml does not say %q: the scenarios need a version to upgrade from", example)
+	}
+	return strings.Replace(s, example, "version: "+version, 1)
 }
 
 // world is one scenario's run: a simulator, an etcd, a fleet repository
@@ -71,8 +66,10 @@ type world struct {
 
 	etcdClient, etcdPeer string
 	etcd                 *proctest.Proc
-	// store is the test's own client of the etcd, for the checks.
+	// store is the test's own client of the etcd, for the checks; cloud
+	// its own connection to the simulator.
 	store *state.Store
+	cloud *cloud.Clients
 
 	bare, work string
 	gitAddr    string // served over git:// when set
@@ -125,13 +122,10 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	if err := os.WriteFile(w.key, fmt.Appendf(nil, "%x\n", statetest.Key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w.bare, w.work = filepath.Join(w.dir, "fleet.git"), filepath.Join(w.dir, "work")
-	gittest.Git(t, w.dir, "init", "-q", "--bare", "-b", "main", w.bare)
-	gittest.Git(t, w.dir, "clone", "-q", w.bare, w.work)
-	gittest.Git(t, w.work, "checkout", "-q", "-b", "main")
+	w.bare, w.work = gittest.Remote(t)
 	if opts.gitDaemon {
 		w.gitAddr = proctest.FreeAddr(t)
-		w.gitd = gittest.Daemon(t, w.dir, w.gitAddr)
+		w.startGit()
 	}
 	return w
 }
@@ -143,6 +137,9 @@ func (w *world) startSim() {
 	proctest.WaitListening(w.t, w.simAddr)
 	proctest.WaitListening(w.t, w.simAdmin)
 }
+
+// startGit serves the remote over git:// on its address (again).
+func (w *world) startGit() { w.gitd = gittest.Daemon(w.t, filepath.Dir(w.bare), w.gitAddr) }
 
 // stopSim stops the simulator gracefully: it saves its state, and its
 // APIs and hosts are gone until startSim.
@@ -188,7 +185,7 @@ func (w *world) commit(version string) string {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		w.t.Fatal(err)
 	}
-	if err := os.WriteFile(file, []byte(spec(version)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(spec(w.t, version)), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
 	gittest.Git(w.t, w.work, "add", "-A")
@@ -201,22 +198,22 @@ func (w *world) commit(version string) string {
 
 // status is the cluster's status as the daemon last wrote it.
 func (w *world) status(ctx context.Context) (*daemon.ClusterStatus, error) {
-	b, err := w.store.Get(ctx, w.store.Key("_status", cluster))
-	if err != nil {
-		return nil, err
-	}
-	var s daemon.ClusterStatus
-	return &s, json.Unmarshal(b, &s)
+	return get[daemon.ClusterStatus](ctx, w.store, w.store.Key("_status", cluster))
 }
 
 // note is a commit's report in the store.
 func (w *world) note(ctx context.Context, commit string) (*report.Note, error) {
-	b, err := w.store.Get(ctx, w.store.Key("_reports", commit))
+	return get[report.Note](ctx, w.store, w.store.Key("_reports", commit))
+}
+
+// get reads a JSON value of the store.
+func get[T any](ctx context.Context, store *state.Store, key string) (*T, error) {
+	b, err := store.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	var n report.Note
-	return &n, json.Unmarshal(b, &n)
+	var v T
+	return &v, json.Unmarshal(b, &v)
 }
 
 // applying tells whether an apply of the cluster is under way: its
@@ -229,15 +226,12 @@ func (w *world) applying(ctx context.Context) bool {
 // settled waits up to timeout for the cluster's status to be success at
 // commit; it returns false if it is not by then.
 func (w *world) settled(commit string, timeout time.Duration) bool {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	return waitFor(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		s, err := w.status(ctx)
-		cancel()
-		if err == nil && s.Commit == commit && s.State == report.Success && s.Applied == commit {
-			return true
-		}
-	}
-	return false
+		return err == nil && s.Commit == commit && s.State == report.Success && s.Applied == commit
+	})
 }
 
 // waitFor polls ok every 50 ms for up to timeout.
@@ -264,9 +258,10 @@ func (s *serveProc) ready() (int, daemon.Health, error) {
 	return resp.StatusCode, body.Health, err
 }
 
-// logs is what the daemon called name wrote, over all its lives.
+// logs is what the daemon called name wrote, over all its lives (one
+// log file, appended to).
 func (w *world) logs(name string) string {
-	b, _ := os.ReadFile(filepath.Join(w.dir, "serve-"+name+".log"))
+	b, _ := os.ReadFile(w.daemons[name].Log)
 	return string(b)
 }
 

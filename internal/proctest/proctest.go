@@ -82,9 +82,6 @@ func Start(tb testing.TB, dir, name string, cmd *exec.Cmd) *Proc {
 	return p
 }
 
-// Exited is closed when the process has ended.
-func (p *Proc) Exited() <-chan struct{} { return p.exited }
-
 // Alive fails tb with the process's log if it ended.
 func (p *Proc) Alive(tb testing.TB) {
 	tb.Helper()
