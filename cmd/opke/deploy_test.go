@@ -97,14 +97,14 @@ func TestDeployManifests(t *testing.T) {
 func TestServeConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte("repo: /nowhere\ninterval: 10ms\nlisten: nope\nreporters:\n  forges:\n    - kind: bitbucket\n      api: x\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte("repo: /nowhere\ninterval: 10ms\nlisten: nope\nsignaturePolicy:\n  allowRewrite: abc123\nreporters:\n  forges:\n    - kind: bitbucket\n      api: x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, _, stderr := opke(t, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"))
 	if code != exitUsage {
 		t.Fatalf("exit %d, want %d\n%s", code, exitUsage, stderr)
 	}
-	for _, want := range []string{"interval 10ms: at least 1s", `listen "nope"`, `kind "bitbucket"`, "encryptionKeyFile: required"} {
+	for _, want := range []string{"interval 10ms: at least 1s", `listen "nope"`, `kind "bitbucket"`, "encryptionKeyFile: required", `allowRewrite "abc123": want a commit's full hash`} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}

@@ -152,7 +152,8 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	}
 	d := daemon.New(daemon.Config{ID: id, Source: mirror, Store: store, Planner: planner, Applier: applier,
 		Interval: cfg.Interval, ResyncInterval: cfg.ResyncInterval, LeaderTTL: cfg.LeaderTTL, Keyring: keyring,
-		Logger: a.logger, Metrics: metrics})
+		AllowRewrite: cfg.SignaturePolicy.AllowRewrite,
+		Logger:       a.logger, Metrics: metrics})
 	if cfg.Reporters.Notes == nil || *cfg.Reporters.Notes {
 		d.AddReporter(report.Notes{Git: mirror})
 	}

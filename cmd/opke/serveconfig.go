@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -67,6 +68,10 @@ type serveConfig struct {
 		// KeyringFile holds the armored OpenPGP public keys whose
 		// signatures are trusted; set, unsigned commits are not applied.
 		KeyringFile string `yaml:"keyringFile"`
+		// AllowRewrite is the one commit (its full hash) applied although
+		// it does not descend from the last commit applied: the
+		// operator's consent to a force push of the tracked branch.
+		AllowRewrite string `yaml:"allowRewrite"`
 	} `yaml:"signaturePolicy"`
 	Reporters struct {
 		// Notes pushes a git note per commit (default true).
@@ -81,6 +86,8 @@ type forgeConfig struct {
 	Repo      string `yaml:"repo"`
 	TokenFile string `yaml:"tokenFile"`
 }
+
+var fullHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // newServeConfig returns the defaults.
 func newServeConfig() *serveConfig {
@@ -127,7 +134,8 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.SocksProxy, "socks-proxy", "", "SOCKS5 proxy to floating IPs (socks5://127.0.0.1:PORT)")
 	fl.StringVar(&c.KubeletImage, "kubelet-image", "", "kubelet image repository")
 	fl.StringVar(&c.WebhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (no secret: the webhook is off)")
-	fl.StringVar(&c.SignaturePolicy.KeyringFile, "keyring", "", "apply only commits signed by a key of this armored OpenPGP keyring")
+	fl.StringVar(&c.SignaturePolicy.KeyringFile, "keyring", "", "apply only commits signed by a key of this armored OpenPGP keyring (the head and every commit since the last one applied)")
+	fl.StringVar(&c.SignaturePolicy.AllowRewrite, "allow-rewrite", "", "apply this commit (full hash) although it does not descend from the last commit applied (a force push); any other such head is refused")
 }
 
 // merge fills what the flags did not set from the file's config.
@@ -160,6 +168,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("kubelet-image", func() { c.KubeletImage = file.KubeletImage })
 	set("webhook-secret-file", func() { c.WebhookSecretFile = file.WebhookSecretFile })
 	set("keyring", func() { c.SignaturePolicy.KeyringFile = file.SignaturePolicy.KeyringFile })
+	set("allow-rewrite", func() { c.SignaturePolicy.AllowRewrite = file.SignaturePolicy.AllowRewrite })
 	c.Git, c.Reporters = file.Git, file.Reporters
 }
 
@@ -217,6 +226,9 @@ func (c *serveConfig) Validate() error {
 				bad("%s: %v", f.name, err)
 			}
 		}
+	}
+	if r := c.SignaturePolicy.AllowRewrite; r != "" && !fullHash.MatchString(r) {
+		bad("signaturePolicy.allowRewrite %q: want a commit's full hash (40 hex digits)", r)
 	}
 	if c.Git.SSHKeyFile != "" && c.Git.KnownHostsFile == "" {
 		bad("git.knownHostsFile: required with git.sshKeyFile (host keys are always verified)")

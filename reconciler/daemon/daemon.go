@@ -31,6 +31,7 @@ type Source interface {
 	Sync(ctx context.Context) (map[string]string, error)
 	Read(ctx context.Context, commit string, fn func(fs.FS) error) error
 	Verify(commit, keyring string) error
+	Since(ctx context.Context, base, head string, limit int) ([]string, bool, error)
 	Branch() string
 	IsPullRequest(ref string) bool
 	LocalPath() string
@@ -60,8 +61,13 @@ type Config struct {
 	// (state.DefaultLeaseTTL).
 	LeaderTTL time.Duration
 	// Keyring, if set (armored OpenPGP public keys), is the signature
-	// policy: only commits signed by one of its keys are applied.
+	// policy: a head is applied only if it and every commit since the
+	// last one applied are signed by one of its keys.
 	Keyring string
+	// AllowRewrite names the one commit that may be applied although it
+	// does not descend from the last commit applied (the operator's
+	// consent to a force push); every other such head is refused.
+	AllowRewrite string
 	Logger  *slog.Logger
 	Metrics *Metrics
 }
@@ -192,6 +198,7 @@ func (d *Daemon) lead(ctx context.Context) {
 	if err != nil {
 		d.log.Error("read the refs already handled", "err", err)
 	}
+	d.migrateAccepted(ctx, d.cfg.Source.Branch(), seen)
 	d.mu.Lock()
 	d.seen, d.queues = seen, map[string]*queue{}
 	d.mu.Unlock()
@@ -262,13 +269,19 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 	seen := maps.Clone(d.seen)
 	d.mu.Unlock()
 	if head := refs[branch]; head != "" {
-		if head != seen[branch] || first && d.unfinished(ctx, head) {
-			// New, or left unfinished by a leader that died: its
+		if head != seen[branch] || first && (d.unfinished(ctx, head) || head != d.accepted(ctx, branch)) {
+			// New, or left unfinished by a leader that died (its
 			// journaled applies were resumed above; planning it again
-			// finishes it and reports.
+			// finishes it and reports), or refused before: a new leader
+			// judges it again (its keyring or --allow-rewrite may have
+			// changed).
 			d.commit(ctx, branch, head)
 		} else if first {
-			d.loadHead(ctx, head)
+			// The drift checks hold the cloud to the last accepted head,
+			// never to a head the policy refused.
+			if accepted := d.accepted(ctx, branch); accepted != "" {
+				d.loadHead(ctx, accepted)
+			}
 			d.resync(ctx)
 		}
 	}
@@ -391,23 +404,40 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		}
 		d.publish(ctx, n)
 	}
-	if d.cfg.Keyring != "" {
-		if err := d.cfg.Source.Verify(commit, d.cfg.Keyring); err != nil {
-			log.Warn("refused: the commit is not signed by a trusted key", "err", err)
-			n.Message = "not applied: the commit is not signed by a key of the keyring"
+	note, err := d.admit(ctx, d.accepted(ctx, ref), commit)
+	if err != nil {
+		log.Warn("refused by the commit policy", "err", err)
+		n.Message = "not applied: " + err.Error()
+		for _, name := range names {
+			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: n.Message}
+		}
+		if old, err := d.Note(ctx, commit); err == nil && old.Ref == ref && old.Applied && !strings.HasPrefix(old.Message, "not applied") {
+			// A commit applied when it was the head, back at the head by
+			// a force push: its record stays, the note says it was
+			// refused this time, and the statuses say why.
+			old.Message = n.Message
 			for _, name := range names {
-				n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: n.Message}
+				d.setStatus(ctx, name, func(s *ClusterStatus) {
+					s.Commit, s.Ref, s.State, s.Summary, s.Updated = commit, ref, report.Failure, n.Message, time.Now()
+				})
 			}
-			publish()
+			d.publish(ctx, old)
 			return
 		}
+		publish()
+		return
 	}
+	n.Notice = note
 	if j.broken {
 		log.Warn("refused: the fleet is invalid")
 		for _, name := range names {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "not applied: the fleet is invalid (see the findings)"}
 		}
 		publish()
+		return
+	}
+	if err := d.write(ctx, d.acceptedKey(ref), []byte(commit)); err != nil {
+		log.Error("record the accepted head", "err", err)
 		return
 	}
 	before, _ := d.Note(ctx, commit)

@@ -136,6 +136,11 @@ type env struct {
 	srv     *httptest.Server
 	bare    string
 	work    string
+	// cfg is the daemon's configuration, forgeURL its forge's; stop ends
+	// the running daemon.
+	cfg      daemon.Config
+	forgeURL string
+	stop     func()
 }
 
 func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
@@ -143,8 +148,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	sim, clients, dir := cloudtest.Start(t)
 	store := statetest.Open(t)
 	bare, work := gittest.Remote(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: "file://" + bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
+	mirror, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: "file://" + bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,21 +160,35 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work}
 	forgeSrv := httptest.NewServer(e.forge)
 	t.Cleanup(forgeSrv.Close)
-	e.d = daemon.New(daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
+	e.cfg = daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
 		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second, GateTimeout: 3 * time.Second, GateInterval: 200 * time.Millisecond},
-		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring})
-	forge := &report.Forge{Kind: report.GitHub, API: forgeSrv.URL, Repo: "acme/fleet", Token: "t", ExternalURL: "http://opke.example", Memo: e.d.Memo()}
+		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring}
+	e.forgeURL = forgeSrv.URL
+	e.start(t)
+	return e
+}
+
+// start runs a daemon of e.cfg, serving its handler at e.srv; it stops at
+// the test's end or at the next start.
+func (e *env) start(t *testing.T) {
+	t.Helper()
+	if e.stop != nil {
+		e.stop()
+	}
+	e.d = daemon.New(e.cfg)
+	forge := &report.Forge{Kind: report.GitHub, API: e.forgeURL, Repo: "acme/fleet", Token: "t", ExternalURL: "http://opke.example", Memo: e.d.Memo()}
 	// Reporters are set after New: the forge's memo is the daemon's.
-	e.d.AddReporter(report.Notes{Git: mirror}, forge)
+	e.d.AddReporter(report.Notes{Git: e.mirror}, forge)
 	e.srv = httptest.NewServer(e.d.Handler(secret))
-	t.Cleanup(e.srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = e.d.Run(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return e
+	var once sync.Once
+	e.stop = func() { once.Do(func() { cancel(); <-done; e.srv.Close() }) }
+	t.Cleanup(e.stop)
 }
 
 // push pushes the work clone's HEAD to ref of the bare repository and
@@ -429,29 +447,53 @@ func TestDaemonAppliesOnlySignedCommits(t *testing.T) {
 		t.Fatalf("an unsigned commit was applied: %v", got)
 	}
 
-	repo, err := gogit.PlainOpen(e.work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wt, _ := repo.Worktree()
-	if err := os.WriteFile(filepath.Join(e.work, "clusters", "demo", "README"), []byte("signed\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := wt.Add("clusters/demo/README"); err != nil {
-		t.Fatal(err)
-	}
-	sig := &object.Signature{Name: "dev", Email: "dev@example.com", When: time.Now()}
-	h, err := wt.Commit("signed", &gogit.CommitOptions{Author: sig, SignKey: key})
-	if err != nil {
-		t.Fatal(err)
-	}
+	signed := signedCommit(t, e.work, key, "clusters/demo/README", "signed\n")
 	e.push(t, main)
-	if n := e.waitNote(t, h.String(), main); n.State != report.Success {
+	if n := e.waitNote(t, signed, main); n.State != report.Success {
 		t.Fatalf("note of the signed commit: %+v", n)
 	}
 	if got := e.servers(t); len(got) != 4 {
 		t.Fatalf("the signed commit was not applied: %v", got)
 	}
+
+	// Every commit since the one applied must be signed: a signed head on
+	// top of an unsigned commit is refused, naming the unsigned one.
+	sneaked := commitSpec(t, e.work, "demo", demoSpec(3), "scale out, unsigned")
+	head := signedCommit(t, e.work, key, "clusters/demo/README", "signed again\n")
+	e.push(t, main)
+	n = e.waitNote(t, head, main)
+	if n.State != report.Failure || !strings.Contains(n.Message, sneaked[:12]) || !strings.Contains(n.Message, "not signed") {
+		t.Fatalf("note of a signed head over an unsigned commit: %+v", n)
+	}
+	if got := e.servers(t); len(got) != 4 {
+		t.Fatalf("a commit with an unsigned commit under it was applied: %v", got)
+	}
+}
+
+// signedCommit writes body to file in the work clone and commits it
+// signed by key; it returns the commit.
+func signedCommit(t *testing.T, work string, key *openpgp.Entity, file, body string) string {
+	t.Helper()
+	repo, err := gogit.PlainOpen(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, file), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wt.Add(file); err != nil {
+		t.Fatal(err)
+	}
+	sig := &object.Signature{Name: "dev", Email: "dev@example.com", When: time.Now()}
+	h, err := wt.Commit("signed: "+file, &gogit.CommitOptions{Author: sig, SignKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.String()
 }
 
 // TestDaemonHoldsBack: a paused cluster is planned and not applied; with

@@ -47,6 +47,9 @@ type Note struct {
 	// Message is what happened to the commit as a whole, if anything
 	// did (an unsigned commit, an unreadable fleet).
 	Message string `json:"message,omitempty"`
+	// Notice is what the commit policy says of a commit it let through
+	// (a history rewrite the operator allowed); it fails nothing.
+	Notice string `json:"notice,omitempty"`
 }
 
 // Cluster is what OPKE did for one cluster at a commit.

@@ -442,3 +442,74 @@ func redact(u string) string {
 	}
 	return p.String()
 }
+
+// ErrTooManyCommits is Since's answer when more commits than its limit
+// lie between the two it was given.
+var ErrTooManyCommits = errors.New("too many commits to check")
+
+// Since lists the commits reachable from head and not from base, newest
+// first, and tells whether head descends from base (or is base). It reads
+// at most limit commits past base's history; more is ErrTooManyCommits.
+// A base the cache does not hold is ErrUnknownRevision.
+func (m *Mirror) Since(ctx context.Context, base, head string, limit int) ([]string, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := m.repo.CommitObject(plumbing.NewHash(base))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w %s: %w", ErrUnknownRevision, base, err)
+	}
+	h, err := m.repo.CommitObject(plumbing.NewHash(head))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w %s: %w", ErrUnknownRevision, head, err)
+	}
+	// base's whole history, then head's walk stops wherever it meets it.
+	known := map[plumbing.Hash]bool{}
+	walk := func(from *object.Commit, visit func(*object.Commit) error) error {
+		queue := []*object.Commit{from}
+		seen := map[plumbing.Hash]bool{from.Hash: true}
+		for n := 0; len(queue) > 0; n++ {
+			if n%256 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
+			c := queue[0]
+			queue = queue[1:]
+			if err := visit(c); err != nil {
+				return err
+			}
+			for _, p := range c.ParentHashes {
+				if seen[p] || known[p] {
+					continue
+				}
+				seen[p] = true
+				pc, err := m.repo.CommitObject(p)
+				if err != nil {
+					return fmt.Errorf("read commit %s: %w", p, err)
+				}
+				queue = append(queue, pc)
+			}
+		}
+		return nil
+	}
+	if err := walk(b, func(c *object.Commit) error { known[c.Hash] = true; return nil }); err != nil {
+		return nil, false, err
+	}
+	if known[h.Hash] {
+		return nil, h.Hash == b.Hash, nil
+	}
+	var out []string
+	descends := false
+	err = walk(h, func(c *object.Commit) error {
+		if len(out) == limit {
+			return fmt.Errorf("%s..%s: %w (over %d)", base, head, ErrTooManyCommits, limit)
+		}
+		out = append(out, c.Hash.String())
+		descends = descends || slices.Contains(c.ParentHashes, b.Hash)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, descends, nil
+}

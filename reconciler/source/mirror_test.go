@@ -193,3 +193,58 @@ func freePort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// TestMirrorSince: the commits between two heads and whether the second
+// descends from the first, over a merge, a rollback, a side branch and an
+// unrelated history; bounded, and a base the cache lacks is named.
+func TestMirrorSince(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	gittest.Git(t, dir, "init", "-q", "-b", "main")
+	commit := func(msg string) string {
+		gittest.Git(t, dir, "commit", "-q", "--allow-empty", "-m", msg)
+		return gittest.Git(t, dir, "rev-parse", "HEAD")
+	}
+	a := commit("a")
+	b := commit("b")
+	gittest.Git(t, dir, "checkout", "-q", "-b", "side", a)
+	c := commit("c")
+	gittest.Git(t, dir, "checkout", "-q", "main")
+	gittest.Git(t, dir, "merge", "-q", "--no-ff", "-m", "m", "side")
+	m := gittest.Git(t, dir, "rev-parse", "HEAD")
+	gittest.Git(t, dir, "checkout", "-q", "--orphan", "other")
+	x := commit("x")
+	gittest.Git(t, dir, "update-ref", "refs/pull/1/head", c)
+	gittest.Git(t, dir, "update-ref", "refs/pull/2/head", x)
+	mirror := openMirror(t, dir)
+	if _, err := mirror.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, base, head string
+		limit            int
+		want             []string
+		descends         bool
+		err              error
+	}{
+		{"a merge", a, m, 10, []string{m, b, c}, true, nil},
+		{"past one parent", b, m, 10, []string{m, c}, true, nil},
+		{"the same commit", b, b, 10, nil, true, nil},
+		{"a rollback", m, b, 10, nil, false, nil},
+		{"a side branch", b, c, 10, []string{c}, false, nil},
+		{"an unrelated history", b, x, 10, []string{x}, false, nil},
+		{"over the limit", a, m, 2, nil, false, source.ErrTooManyCommits},
+		{"an unknown base", strings.Repeat("0", 40), m, 10, nil, false, source.ErrUnknownRevision},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, descends, err := mirror.Since(ctx, tc.base, tc.head, tc.limit)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" || descends != tc.descends {
+				t.Errorf("descends %v, want %v; commits (-want +got):\n%s", descends, tc.descends, d)
+			}
+		})
+	}
+}
