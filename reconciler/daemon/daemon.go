@@ -68,8 +68,8 @@ type Config struct {
 	// does not descend from the last commit applied (the operator's
 	// consent to a force push); every other such head is refused.
 	AllowRewrite string
-	Logger  *slog.Logger
-	Metrics *Metrics
+	Logger       *slog.Logger
+	Metrics      *Metrics
 }
 
 // Daemon is OPKE's GitOps loop: it follows the fleet repository, applies
