@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 )
 
 // ClustersDir is the folder of a fleet root that holds one folder per cluster.
@@ -52,10 +53,40 @@ func (fl *Fleet) filesByName() map[string]*File {
 	return out
 }
 
-// LoadFleet reads and validates every clusters/<name>/cluster.yaml of fsys.
-// Findings name files as prefix/clusters/<name>/cluster.yaml. The error is
-// for a fleet that cannot be read at all; problems in specs are findings.
+// Limits bound what reading a fleet may cost as a whole; each file is
+// bounded by MaxFileSize too. A pull request chooses what a fleet holds:
+// many folders can name one large blob, so a few KiB pushed could make
+// the daemon read and parse gigabytes.
+type Limits struct {
+	// MaxClusters bounds the cluster folders.
+	MaxClusters int
+	// MaxBytes bounds the spec bytes read, a file that several folders
+	// share counted each time it is read.
+	MaxBytes int64
+}
+
+// DefaultLimits are LoadFleet's: twice the 10,000 clusters a fleet is
+// meant to reach, in specs of 1.6 KiB on average (the examples' are 0.6
+// and 1.1 KiB).
+var DefaultLimits = Limits{MaxClusters: 20_000, MaxBytes: 32 << 20}
+
+// ErrFleetTooLarge is a fleet over its Limits; nothing of it was parsed.
+var ErrFleetTooLarge = errors.New("the fleet is over its limits")
+
+// LoadFleet reads and validates every clusters/<name>/cluster.yaml of fsys
+// within DefaultLimits. Findings name files as
+// prefix/clusters/<name>/cluster.yaml. The error is for a fleet that
+// cannot be read at all (or is over its limits); problems in specs are
+// findings.
 func LoadFleet(fsys fs.FS, prefix string) (*Fleet, error) {
+	return LoadFleetWithin(fsys, prefix, DefaultLimits)
+}
+
+// LoadFleetWithin is LoadFleet within lim: the folders are counted and
+// the specs' sizes summed (as fs.Stat tells them, which a git tree does
+// without reading a blob) before any is read, and the bytes read are
+// counted as they are.
+func LoadFleetWithin(fsys fs.FS, prefix string, lim Limits) (*Fleet, error) {
 	entries, err := fs.ReadDir(fsys, ClustersDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNotFleet
@@ -63,6 +94,26 @@ func LoadFleet(fsys fs.FS, prefix string) (*Fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", ClustersDir, err)
 	}
+	dirs := slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return !e.IsDir() }) // a README beside the cluster folders is fine
+	if len(dirs) > lim.MaxClusters {
+		return nil, fmt.Errorf("%w: %d cluster folders, at most %d", ErrFleetTooLarge, len(dirs), lim.MaxClusters)
+	}
+	var total int64
+	oversize := map[string]bool{}
+	for _, e := range dirs {
+		name := path.Join(ClustersDir, e.Name(), SpecFile)
+		if st, err := fs.Stat(fsys, name); err == nil {
+			if st.Size() > MaxFileSize {
+				oversize[name] = true // refused unread
+				continue
+			}
+			total += st.Size()
+		}
+	}
+	if total > lim.MaxBytes {
+		return nil, fmt.Errorf("%w: %d MiB of specs, at most %d MiB", ErrFleetTooLarge, total>>20, lim.MaxBytes>>20)
+	}
+	budget := lim.MaxBytes
 	fl := &Fleet{}
 	display := func(p string) string {
 		if prefix == "" || prefix == "." {
@@ -70,13 +121,19 @@ func LoadFleet(fsys fs.FS, prefix string) (*Fleet, error) {
 		}
 		return path.Join(prefix, p)
 	}
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue // a README beside the cluster folders is fine
-		}
+	for _, e := range dirs {
 		dir := path.Join(ClustersDir, e.Name())
 		name := path.Join(dir, SpecFile)
+		if oversize[name] {
+			f := &File{Path: display(name)}
+			f.add([]Problem{tooLarge})
+			fl.Files = append(fl.Files, f)
+			continue
+		}
 		data, err := readBounded(fsys, name)
+		if budget -= int64(len(data)); budget < 0 {
+			return nil, fmt.Errorf("%w: more than %d MiB of specs read", ErrFleetTooLarge, lim.MaxBytes>>20)
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			// An empty folder is what git leaves behind after a removal; one

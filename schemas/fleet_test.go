@@ -3,6 +3,7 @@ package schemas
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
@@ -120,4 +121,101 @@ func fstestFS(specs map[string]string) fstest.MapFS {
 		fsys["clusters/"+name+"/cluster.yaml"] = &fstest.MapFile{Data: []byte(spec)}
 	}
 	return fsys
+}
+
+// countingFS counts the bytes read through it; with statZero its Stat
+// says every file is empty (a filesystem that lies about sizes).
+type countingFS struct {
+	fstest.MapFS
+	read     *int64
+	statZero bool
+}
+
+type countingFile struct {
+	fs.File
+	read *int64
+}
+
+func (f countingFile) Read(b []byte) (int, error) {
+	n, err := f.File.Read(b)
+	*f.read += int64(n)
+	return n, err
+}
+
+func (c countingFS) Open(name string) (fs.File, error) {
+	f, err := c.MapFS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{File: f, read: c.read}, nil
+}
+
+func (c countingFS) Stat(name string) (fs.FileInfo, error) {
+	st, err := c.MapFS.Stat(name)
+	if err != nil || !c.statZero || st.IsDir() {
+		return st, err
+	}
+	return zeroSize{st}, nil
+}
+
+type zeroSize struct{ fs.FileInfo }
+
+func (zeroSize) Size() int64 { return 0 }
+
+// TestLoadFleetWithin: a fleet is bounded as a whole. Many folders naming
+// one large spec (a few KiB pushed to a git remote) are refused without
+// reading it; too many folders, or too many bytes by their sizes, are
+// refused before anything is read; a filesystem whose sizes lie is cut
+// off by the bytes actually read.
+func TestLoadFleetWithin(t *testing.T) {
+	t.Parallel()
+	big := specNamed("x") + strings.Repeat("# padding padding padding\n", (1<<20)/26)
+	// many is n folders; their specs share one blob, as git trees can,
+	// unless body names each by its folder (NAME).
+	many := func(n int, body string) fstest.MapFS {
+		m := fstest.MapFS{}
+		for i := range n {
+			name := fmt.Sprintf("c%03d", i)
+			m["clusters/"+name+"/cluster.yaml"] = &fstest.MapFile{Data: []byte(strings.ReplaceAll(body, "NAME", name))}
+		}
+		return m
+	}
+	small := specNamed("NAME")
+	lim := Limits{MaxClusters: 100, MaxBytes: 64 << 10}
+	for _, tc := range []struct {
+		name     string
+		fsys     fstest.MapFS
+		statZero bool
+		err      error
+		maxRead  int64
+		findings int
+	}{
+		{"100 folders, one 1 MiB spec", many(100, big), false, nil, 0, 100},
+		{"101 folders", many(101, small), false, ErrFleetTooLarge, 0, 0},
+		{"over the bytes by their sizes", many(100, specNamed("x")+strings.Repeat("#\n", 400)), false, ErrFleetTooLarge, 0, 0},
+		{"sizes that lie", many(100, specNamed("x")+strings.Repeat("#\n", 400)), true, ErrFleetTooLarge, 64<<10 + MaxFileSize + 1, 0},
+		{"within the limits", many(10, small), false, nil, 10 * int64(len(small)), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var read int64
+			fl, err := LoadFleetWithin(countingFS{MapFS: tc.fsys, read: &read, statZero: tc.statZero}, "", lim)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if read > tc.maxRead {
+				t.Errorf("read %d bytes, at most %d", read, tc.maxRead)
+			}
+			if fl != nil {
+				errs := 0
+				for _, f := range fl.Findings {
+					if f.Severity == SeverityError {
+						errs++
+					}
+				}
+				if errs != tc.findings {
+					t.Errorf("%d error findings, want %d: %v", errs, tc.findings, fl.Findings)
+				}
+			}
+		})
+	}
 }

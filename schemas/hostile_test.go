@@ -56,7 +56,7 @@ func TestParseHostile(t *testing.T) {
 		"two docs":    "f.yaml:22: file holds more than one YAML document; a spec is one document",
 		"alias bomb":  "f.yaml:1: document expands to more than 20000 values (aliases included); a spec is far smaller",
 		"deep":        "f.yaml:1: nested deeper than 32 levels; a spec is six deep",
-		"10 MB":       "f.yaml: file is larger than the 1024 KiB limit of a spec",
+		"10 MB":       "f.yaml: file is larger than the 256 KiB limit of a spec",
 		"custom tags": "f.yaml:1: apiVersion: unsupported YAML tag !secret",
 	}
 	for name, data := range hostileInputs() {

@@ -16,12 +16,15 @@ import (
 // Bounds that keep parsing a hostile file within a second and a few MiB.
 const (
 	// MaxFileSize is the largest spec file read; a real one is a few KiB.
-	MaxFileSize = 1 << 20
+	MaxFileSize = 256 << 10
 	// maxNodes bounds the values a document expands to, aliases included.
 	maxNodes = 20_000
 	// maxDepth bounds nesting; a spec is six levels deep.
 	maxDepth = 32
 )
+
+// tooLarge is the problem of a file over MaxFileSize.
+var tooLarge = Problem{Message: fmt.Sprintf("file is larger than the %d KiB limit of a spec", MaxFileSize>>10)}
 
 // document is a YAML document read into plain values (map[string]any, []any,
 // string, int64, float64, bool, nil) with the line of every value.
@@ -65,7 +68,7 @@ var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 func decodeDocument(data []byte) (*document, []Problem) {
 	switch {
 	case len(data) > MaxFileSize:
-		return nil, []Problem{{Message: fmt.Sprintf("file is larger than the %d KiB limit of a spec", MaxFileSize>>10)}}
+		return nil, []Problem{tooLarge}
 	case len(bytes.TrimSpace(data)) == 0:
 		return nil, []Problem{{Message: "file is empty"}}
 	case bytes.IndexByte(data, 0) >= 0 || !utf8.Valid(data):

@@ -86,3 +86,16 @@ func (l *Leadership) Put(ctx context.Context, key string, value []byte) error {
 	}
 	return nil
 }
+
+// Delete removes key if this daemon still leads, as Put writes.
+func (l *Leadership) Delete(ctx context.Context, key string) error {
+	cmp := clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)
+	resp, err := l.session.Client().Txn(ctx).If(cmp).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("delete %s: leadership: %w", key, ErrLeaseLost)
+	}
+	return nil
+}

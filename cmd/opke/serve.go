@@ -127,7 +127,8 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		return usageError{err}
 	}
 	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: repoURL(cfg.Repo), Dir: source.CacheDir(filepath.Join(cfg.DataDir, "git"), cfg.Repo),
-		Branch: cfg.Branch, Patterns: cfg.PullRequestBranches, Auth: auth, Logger: a.logger})
+		Branch: cfg.Branch, Patterns: cfg.PullRequestBranches, Auth: auth, Logger: a.logger,
+		SkipForks: cfg.SkipForkPullRequests, MaxFetchBytes: int64(cfg.Limits.MaxFetchMiB) << 20})
 	if err != nil {
 		return err
 	}
@@ -153,6 +154,7 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	d := daemon.New(daemon.Config{ID: id, Source: mirror, Store: store, Planner: planner, Applier: applier,
 		Interval: cfg.Interval, ResyncInterval: cfg.ResyncInterval, LeaderTTL: cfg.LeaderTTL, Keyring: keyring,
 		AllowRewrite: cfg.SignaturePolicy.AllowRewrite,
+		Limits:       schemas.Limits{MaxClusters: cfg.Limits.MaxClusters, MaxBytes: int64(cfg.Limits.MaxFleetMiB) << 20},
 		Logger:       a.logger, Metrics: metrics})
 	if cfg.Reporters.Notes == nil || *cfg.Reporters.Notes {
 		d.AddReporter(report.Notes{Git: mirror})

@@ -22,6 +22,8 @@ import (
 
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
 
@@ -33,16 +35,26 @@ type serveConfig struct {
 	Branch string `yaml:"branch"`
 	// PullRequestBranches are branch name globs planned as pull requests
 	// are (refs/pull/*/head and refs/merge-requests/*/head always are).
-	PullRequestBranches []string      `yaml:"pullRequestBranches"`
-	Interval            time.Duration `yaml:"interval"`
-	ResyncInterval      time.Duration `yaml:"resyncInterval"`
-	LeaderTTL           time.Duration `yaml:"leaderTTL"`
-	DataDir             string        `yaml:"dataDir"`
-	Listen              string        `yaml:"listen"`
-	ExternalURL         string        `yaml:"externalURL"`
-	Sim                 string        `yaml:"sim"`
-	Seed                string        `yaml:"seed"`
-	Etcd                struct {
+	PullRequestBranches []string `yaml:"pullRequestBranches"`
+	// SkipForkPullRequests plans only the pull requests whose head a
+	// branch of the repository also holds (pushed by someone with write
+	// access): forks' are neither fetched nor planned.
+	SkipForkPullRequests bool `yaml:"skipForkPullRequests"`
+	// Limits bound what a commit may make the daemon read.
+	Limits struct {
+		MaxClusters int `yaml:"maxClusters"`
+		MaxFleetMiB int `yaml:"maxFleetMiB"`
+		MaxFetchMiB int `yaml:"maxFetchMiB"`
+	} `yaml:"limits"`
+	Interval       time.Duration `yaml:"interval"`
+	ResyncInterval time.Duration `yaml:"resyncInterval"`
+	LeaderTTL      time.Duration `yaml:"leaderTTL"`
+	DataDir        string        `yaml:"dataDir"`
+	Listen         string        `yaml:"listen"`
+	ExternalURL    string        `yaml:"externalURL"`
+	Sim            string        `yaml:"sim"`
+	Seed           string        `yaml:"seed"`
+	Etcd           struct {
 		Endpoints []string `yaml:"endpoints"`
 		CA        string   `yaml:"ca"`
 		Cert      string   `yaml:"cert"`
@@ -91,8 +103,12 @@ var fullHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // newServeConfig returns the defaults.
 func newServeConfig() *serveConfig {
-	return &serveConfig{Branch: "main", Interval: daemon.DefaultInterval, ResyncInterval: daemon.DefaultResyncInterval,
+	c := &serveConfig{Branch: "main", Interval: daemon.DefaultInterval, ResyncInterval: daemon.DefaultResyncInterval,
 		LeaderTTL: state.DefaultLeaseTTL, DataDir: ".opke", Listen: "127.0.0.1:8080"}
+	c.Limits.MaxClusters = schemas.DefaultLimits.MaxClusters
+	c.Limits.MaxFleetMiB = int(schemas.DefaultLimits.MaxBytes >> 20)
+	c.Limits.MaxFetchMiB = source.DefaultMaxFetchBytes >> 20
+	return c
 }
 
 // fromFile reads a config file over the defaults; unknown fields are
@@ -115,6 +131,10 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.Repo, "repo", c.Repo, "the fleet repository: a path, file://, git://, https:// or ssh:// URL")
 	fl.StringVar(&c.Branch, "branch", c.Branch, "the tracked branch, applied")
 	fl.StringSliceVar(&c.PullRequestBranches, "pr-branches", nil, "branch globs planned (never applied) like pull requests")
+	fl.BoolVar(&c.SkipForkPullRequests, "skip-fork-prs", false, "plan only pull requests whose head a branch of the repository holds (forks' are not fetched)")
+	fl.IntVar(&c.Limits.MaxClusters, "max-clusters", c.Limits.MaxClusters, "most cluster folders a commit may hold")
+	fl.IntVar(&c.Limits.MaxFleetMiB, "max-fleet-mib", c.Limits.MaxFleetMiB, "most MiB of specs read at a commit (a file several folders share counts each time)")
+	fl.IntVar(&c.Limits.MaxFetchMiB, "max-fetch-mib", c.Limits.MaxFetchMiB, "largest pack one fetch may bring, in MiB (the tracked branch and each pull request apart)")
 	fl.DurationVar(&c.Interval, "interval", c.Interval, "poll period (with up to 10% jitter)")
 	fl.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "period of the drift checks (cloud and hosts' files)")
 	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
@@ -148,6 +168,10 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("repo", func() { c.Repo = file.Repo })
 	set("branch", func() { c.Branch = file.Branch })
 	set("pr-branches", func() { c.PullRequestBranches = file.PullRequestBranches })
+	set("skip-fork-prs", func() { c.SkipForkPullRequests = file.SkipForkPullRequests })
+	set("max-clusters", func() { c.Limits.MaxClusters = file.Limits.MaxClusters })
+	set("max-fleet-mib", func() { c.Limits.MaxFleetMiB = file.Limits.MaxFleetMiB })
+	set("max-fetch-mib", func() { c.Limits.MaxFetchMiB = file.Limits.MaxFetchMiB })
 	set("interval", func() { c.Interval = file.Interval })
 	set("resync-interval", func() { c.ResyncInterval = file.ResyncInterval })
 	set("leader-ttl", func() { c.LeaderTTL = file.LeaderTTL })
@@ -189,6 +213,9 @@ func (c *serveConfig) Validate() error {
 	}
 	if c.ResyncInterval < time.Second {
 		bad("resyncInterval %s: at least 1s", c.ResyncInterval)
+	}
+	if c.Limits.MaxClusters < 1 || c.Limits.MaxFleetMiB < 1 || c.Limits.MaxFetchMiB < 1 {
+		bad("limits: maxClusters, maxFleetMiB and maxFetchMiB must be at least 1")
 	}
 	if c.LeaderTTL < time.Second {
 		bad("leaderTTL %s: at least 1s", c.LeaderTTL)

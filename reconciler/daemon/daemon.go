@@ -68,8 +68,10 @@ type Config struct {
 	// does not descend from the last commit applied (the operator's
 	// consent to a force push); every other such head is refused.
 	AllowRewrite string
-	Logger       *slog.Logger
-	Metrics      *Metrics
+	// Limits bound the fleet read at a commit (schemas.DefaultLimits).
+	Limits  schemas.Limits
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 // Daemon is OPKE's GitOps loop: it follows the fleet repository, applies
@@ -98,7 +100,7 @@ type Daemon struct {
 	statusMu sync.Map
 	steps    sync.Map // cluster -> *stepLog, while it is applied
 	work     sync.WaitGroup
-	prs      chan prWork
+	prs      *prQueue
 }
 
 // New returns a daemon; Run starts it.
@@ -110,6 +112,9 @@ func New(cfg Config) *Daemon {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Limits == (schemas.Limits{}) {
+		cfg.Limits = schemas.DefaultLimits
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1)}
 	cfg.Applier.Progress = d.progress
@@ -202,7 +207,8 @@ func (d *Daemon) lead(ctx context.Context) {
 	d.mu.Lock()
 	d.seen, d.queues = seen, map[string]*queue{}
 	d.mu.Unlock()
-	d.prs = make(chan prWork, 64)
+	d.prs = newPRQueue()
+	d.unfinishedPRs(ctx)
 	d.work.Add(1)
 	go func() {
 		defer d.work.Done()
@@ -287,11 +293,7 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 	}
 	for _, ref := range slices.Sorted(maps.Keys(refs)) {
 		if d.cfg.Source.IsPullRequest(ref) && refs[ref] != seen[ref] {
-			select {
-			case d.prs <- prWork{ref: ref, commit: refs[ref]}:
-			case <-ctx.Done():
-				return
-			}
+			d.prs.add(ref, refs[ref]) // never blocks the tracked branch
 		}
 	}
 }
@@ -302,7 +304,7 @@ func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]
 	var fleet *schemas.Fleet
 	err := d.cfg.Source.Read(ctx, commit, func(fsys fs.FS) error {
 		var err error
-		fleet, err = schemas.LoadFleet(fsys, "")
+		fleet, err = schemas.LoadFleetWithin(fsys, "", d.cfg.Limits)
 		return err
 	})
 	if err != nil {
@@ -1002,6 +1004,17 @@ func (d *Daemon) write(ctx context.Context, key string, data []byte) error {
 	return l.Put(context.WithoutCancel(ctx), key, data)
 }
 
+// remove deletes key through the leadership, as write writes.
+func (d *Daemon) remove(ctx context.Context, key string) error {
+	d.mu.Lock()
+	l := d.leader
+	d.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("delete %s: not leading: %w", key, state.ErrLeaseLost)
+	}
+	return l.Delete(context.WithoutCancel(ctx), key)
+}
+
 // Note reads a commit's note from the store.
 func (d *Daemon) Note(ctx context.Context, commit string) (*report.Note, error) {
 	return readNote(ctx, d.cfg.Store, commit)
@@ -1118,75 +1131,6 @@ func (d *Daemon) markSeen(ctx context.Context, ref, commit string) {
 	if err := d.write(ctx, d.cfg.Store.Key("_daemon", "seen", ref), []byte(commit)); err != nil && ctx.Err() == nil {
 		d.log.Error("record the handled ref", "ref", ref, "err", err)
 	}
-}
-
-// prWork is a pull request's head to plan.
-type prWork struct{ ref, commit string }
-
-// pullRequests plans pull request heads one after another: never applied,
-// nothing persisted (the planner renders on the store's read-only view).
-func (d *Daemon) pullRequests(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case pr := <-d.prs:
-			d.mu.Lock()
-			done := d.seen[pr.ref] == pr.commit
-			d.mu.Unlock()
-			if !done {
-				d.pullRequest(ctx, pr.ref, pr.commit)
-			}
-		}
-	}
-}
-
-func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
-	log := d.log.With("ref", ref, "commit", commit)
-	started := time.Now()
-	n := &report.Note{Commit: commit, Ref: ref, Clusters: map[string]*report.Cluster{}}
-	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
-	if err != nil {
-		log.Error("read the applied specs", "err", err)
-		return
-	}
-	fleet, err := d.fleetAt(ctx, commit, applied)
-	if err != nil {
-		n.Message = "no fleet at this commit: " + err.Error()
-		d.publish(ctx, n)
-		d.markSeen(ctx, ref, commit)
-		return
-	}
-	n.Findings = fleet.Findings
-	j := judge(fleet)
-	for name, msg := range j.invalid {
-		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec: " + msg}
-	}
-	if !j.broken {
-		for _, name := range j.concerned(applied) {
-			c := &report.Cluster{Started: time.Now()}
-			res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: j.valid, Only: name, Commit: commit})
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				c.State, c.Summary = report.Error, "plan: "+err.Error()
-				d.cfg.Metrics.errorAt("plan")
-			default:
-				c.State, c.Plan = report.Success, res.Plan
-				c.Summary = "plan: " + report.PlanSummary(res.Plan)
-				if w := warningsOf(res.Plan); w != "" {
-					c.Summary += "; " + w
-				}
-			}
-			c.Finished = time.Now()
-			n.Clusters[name] = c
-		}
-	}
-	d.publish(ctx, n)
-	d.cfg.Metrics.reconcile.WithLabelValues("pull_request", string(n.State)).Observe(time.Since(started).Seconds())
-	log.Info("planned a pull request", "state", n.State, "clusters", len(n.Clusters))
-	d.markSeen(ctx, ref, commit)
 }
 
 // Health is what /readyz and the status page say of the daemon.

@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/schemas"
 )
 
 // TestDaemonRefusesARollback is the attack of a force push: a cluster
@@ -84,5 +87,88 @@ func TestDaemonRefusesARollback(t *testing.T) {
 	n := e.waitNote(t, empty, main)
 	if n.State != report.Success || !strings.Contains(n.Notice, "history rewritten") || n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Success {
 		t.Fatalf("note of the allowed rewrite: %+v %+v", n, n.Clusters["demo"])
+	}
+}
+
+// TestDaemonBoundsPullRequests is the attack of a pull request that
+// costs a few KiB to push and gigabytes to read: 100 folders naming one
+// 1 MiB spec. Each spec is refused unread and the note says so; a fleet
+// over the cluster limit is refused whole. A pull request whose plan a
+// daemon began and never finished is reported failed by the next leader,
+// not planned again.
+func TestDaemonBoundsPullRequests(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, "")
+	e.stop()
+	e.cfg.Limits = schemas.Limits{MaxClusters: 150, MaxBytes: schemas.DefaultLimits.MaxBytes}
+	e.start(t)
+	if err := os.MkdirAll(filepath.Join(e.work, "clusters"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.work, "clusters", "README"), []byte("one folder per cluster\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, e.work, "add", "-A")
+	gittest.Git(t, e.work, "commit", "-qm", "an empty fleet")
+	base := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	e.push(t, main)
+	e.waitNote(t, base, main)
+
+	big := demoSpec(1) + strings.Repeat("# padding padding padding\n", (1<<20)/26)
+	for i := range 100 {
+		dir := filepath.Join(e.work, "clusters", fmt.Sprintf("c%03d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(big), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gittest.Git(t, e.work, "add", "-A")
+	gittest.Git(t, e.work, "commit", "-qm", "100 folders, one blob")
+	hostile := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	e.push(t, "refs/pull/1/head")
+	n := e.waitNote(t, hostile, "refs/pull/1/head")
+	tooLarge := 0
+	for _, f := range n.Findings {
+		if strings.Contains(f.Message, "larger than the 256 KiB limit") {
+			tooLarge++
+		}
+	}
+	if n.State != report.Failure || tooLarge != 100 || n.Applied {
+		t.Fatalf("note of the hostile pull request: state %s, %d files refused as too large, applied %v", n.State, tooLarge, n.Applied)
+	}
+
+	for i := 100; i < 160; i++ {
+		dir := filepath.Join(e.work, "clusters", fmt.Sprintf("c%03d", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cluster.yaml"), []byte(demoSpec(1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gittest.Git(t, e.work, "add", "-A")
+	gittest.Git(t, e.work, "commit", "-qm", "160 folders")
+	crowded := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	e.push(t, "refs/pull/2/head")
+	n = e.waitNote(t, crowded, "refs/pull/2/head")
+	if n.State != report.Failure || !strings.Contains(n.Message, "over its limits: 160 cluster folders, at most 150") {
+		t.Fatalf("note of the pull request over the cluster limit: %+v", n)
+	}
+
+	// A leader died planning refs/pull/3/head: the next one reports it.
+	e.stop()
+	ctx := context.Background()
+	if err := e.store.Put(ctx, e.store.Key("_daemon", "planning", "refs/pull/3/head"), []byte(hostile)); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t)
+	n = e.waitNote(t, hostile, "refs/pull/3/head")
+	if n.State != report.Failure || !strings.Contains(n.Message, "did not finish") {
+		t.Fatalf("note of the pull request whose plan did not finish: %+v", n)
+	}
+	if left, _ := e.store.List(ctx, e.store.Key("_daemon", "planning")+"/"); len(left) != 0 {
+		t.Errorf("plans still marked under way: %v", left)
 	}
 }

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,14 +18,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // ErrUpToDate is Sync's answer when no ref it follows moved: nothing was
@@ -50,19 +55,38 @@ type MirrorOptions struct {
 	Auth transport.AuthMethod
 	// Author signs the notes' commits.
 	Author string
-	Logger *slog.Logger
+	// MaxFetchBytes bounds the pack one fetch may bring
+	// (DefaultMaxFetchBytes); the tracked branch and each pull request
+	// are fetched apart, so a pull request over it fails alone.
+	MaxFetchBytes int64
+	// SkipForks leaves out the pull request heads that no branch of the
+	// repository holds (a fork's, which anyone can open): they are
+	// neither fetched nor planned.
+	SkipForks bool
+	Logger    *slog.Logger
 }
+
+// DefaultMaxFetchBytes is MirrorOptions.MaxFetchBytes' default.
+const DefaultMaxFetchBytes = 128 << 20
+
+// ErrFetchTooLarge is a fetch whose pack is over MaxFetchBytes.
+var ErrFetchTooLarge = errors.New("the fetch is larger than its limit")
 
 // Mirror is a bare clone of the fleet repository that follows the remote:
 // the tracked branch, pull and merge request heads, the branches matching
 // the patterns, and OPKE's notes. Its methods are safe for concurrent use
 // (they take turns: go-git's storage is not made for concurrent writers).
 type Mirror struct {
-	opts MirrorOptions
-	mu   sync.Mutex
-	repo *git.Repository
+	opts    MirrorOptions
+	mu      sync.Mutex
+	repo    *git.Repository
+	storage *boundedStorage
 	// seen are the followed refs as last fetched.
 	seen map[string]string
+	// failed are the pull request heads whose fetch failed, by commit:
+	// Read answers with the reason, and they are not fetched again until
+	// they move.
+	failed map[string]error
 }
 
 // OpenMirror opens the cache at opts.Dir, making it (and its remote)
@@ -77,15 +101,14 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 	if opts.Branch == "" {
 		opts.Branch = "main"
 	}
-	repo, err := git.PlainOpen(opts.Dir)
+	opts.MaxFetchBytes = cmp.Or(opts.MaxFetchBytes, DefaultMaxFetchBytes)
+	st := &boundedStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes}
+	repo, err := git.Open(st, nil)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("git cache: %w", err)
 		}
-		repo, err = git.PlainInit(opts.Dir, true)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
+		repo, err = git.Init(st, nil)
 	}
 	remote := &config.RemoteConfig{Name: "origin", URLs: []string{opts.URL}}
 	if r, err := repo.Remote("origin"); err == nil && !slices.Equal(r.Config().URLs, remote.URLs) {
@@ -98,7 +121,7 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 			return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
 		}
 	}
-	m := &Mirror{opts: opts, repo: repo}
+	m := &Mirror{opts: opts, repo: repo, storage: st, failed: map[string]error{}}
 	if m.seen, err = m.localRefs(); err != nil {
 		return nil, err
 	}
@@ -150,6 +173,10 @@ func (m *Mirror) follows(ref string) bool {
 	return false
 }
 
+func isPullRequestHead(ref string) bool {
+	return strings.HasPrefix(ref, "refs/pull/") || strings.HasPrefix(ref, "refs/merge-requests/")
+}
+
 // IsPullRequest tells whether ref is one that is planned only: anything
 // followed but the tracked branch and the notes.
 func (m *Mirror) IsPullRequest(ref string) bool {
@@ -187,39 +214,93 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the refs of %s: %w", redact(m.opts.URL), err)
 	}
-	want := map[string]string{}
+	want, branches := map[string]string{}, map[string]bool{}
 	for _, r := range listed {
-		if r.Type() == plumbing.HashReference && m.follows(r.Name().String()) {
-			want[r.Name().String()] = r.Hash().String()
+		if r.Type() == plumbing.HashReference && r.Name().IsBranch() {
+			branches[r.Hash().String()] = true
 		}
+	}
+	for _, r := range listed {
+		name, hash := r.Name().String(), r.Hash().String()
+		if r.Type() != plumbing.HashReference || !m.follows(name) {
+			continue
+		}
+		if m.opts.SkipForks && isPullRequestHead(name) && !branches[hash] {
+			continue // a fork's: no branch of the repository holds it
+		}
+		want[name] = hash
 	}
 	if maps.Equal(want, m.seen) {
 		return withoutNotes(want), ErrUpToDate
 	}
-	var specs []config.RefSpec
+	// The tracked branch and the notes first, in one fetch: they must not
+	// wait on, or fail with, a pull request; then each pull request alone.
+	var trusted, others []config.RefSpec
 	for name, hash := range want {
-		if m.seen[name] != hash && !m.has(hash) {
-			specs = append(specs, config.RefSpec("+"+name+":"+name))
+		if m.seen[name] == hash || m.has(hash) {
+			continue
+		}
+		spec := config.RefSpec("+" + name + ":" + name)
+		if m.IsPullRequest(name) {
+			others = append(others, spec)
+		} else {
+			trusted = append(trusted, spec)
 		}
 	}
-	if len(specs) > 0 {
+	fetch := func(specs ...config.RefSpec) error {
 		slices.Sort(specs)
-		err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		bound := m.storage.arm(cancel)
+		err := remote.FetchContext(fctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
+		if bound.over.Load() {
+			return fmt.Errorf("fetch from %s: %w (%d MiB)", redact(m.opts.URL), ErrFetchTooLarge, m.opts.MaxFetchBytes>>20)
+		}
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-			return nil, fmt.Errorf("fetch from %s: %w", redact(m.opts.URL), err)
+			return fmt.Errorf("fetch from %s: %w", redact(m.opts.URL), err)
+		}
+		return nil
+	}
+	if len(trusted) > 0 {
+		if err := fetch(trusted...); err != nil {
+			return nil, err
 		}
 	}
+	failed := map[string]error{}
+	for _, hash := range want {
+		if err := m.failed[hash]; err != nil {
+			failed[hash] = err // not tried again until it moves
+		}
+	}
+	for _, spec := range others {
+		name := spec.Src()
+		if failed[want[name]] != nil {
+			continue
+		}
+		if err := fetch(spec); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			m.opts.Logger.Warn("fetch a pull request", "ref", name, "commit", want[name], "err", err)
+			failed[want[name]] = err
+		}
+	}
+	m.failed = failed
+	specs := slices.Concat(trusted, others)
 	// Refs whose objects the cache already had (a branch moved back, a
 	// pull request at a commit of main) are set without a fetch; refs the
 	// remote dropped (a closed pull request) go.
 	for name, hash := range want {
+		if failed[hash] != nil {
+			continue
+		}
 		ref := plumbing.NewHashReference(plumbing.ReferenceName(name), plumbing.NewHash(hash))
 		if err := m.repo.Storer.SetReference(ref); err != nil {
 			return nil, fmt.Errorf("git cache: %w", err)
 		}
 	}
 	for name := range m.seen {
-		if _, ok := want[name]; !ok {
+		if _, ok := want[name]; !ok || failed[want[name]] != nil {
 			if err := m.repo.Storer.RemoveReference(plumbing.ReferenceName(name)); err != nil {
 				return nil, fmt.Errorf("git cache: %w", err)
 			}
@@ -248,6 +329,9 @@ func (m *Mirror) Read(ctx context.Context, commit string, fn func(fs.FS) error) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := m.failed[commit]; err != nil {
+		return err
+	}
 	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
 	if err != nil {
 		return fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
@@ -256,7 +340,35 @@ func (m *Mirror) Read(ctx context.Context, commit string, fn func(fs.FS) error) 
 	if err != nil {
 		return fmt.Errorf("read the tree of %s: %w", commit, err)
 	}
-	return fn(NewTreeFS(tree))
+	return fn(ctxFS{ctx: ctx, TreeFS: NewTreeFS(tree)})
+}
+
+// ctxFS is a TreeFS that stops answering when ctx ends: a daemon told to
+// stop while it reads a large fleet stops reading.
+type ctxFS struct {
+	ctx context.Context
+	*TreeFS
+}
+
+func (f ctxFS) Open(name string) (fs.File, error) {
+	if err := f.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return f.TreeFS.Open(name)
+}
+
+func (f ctxFS) Stat(name string) (fs.FileInfo, error) {
+	if err := f.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: err}
+	}
+	return f.TreeFS.Stat(name)
+}
+
+func (f ctxFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	if err := f.ctx.Err(); err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
+	}
+	return f.TreeFS.ReadDir(name)
 }
 
 // ErrUnsigned is a commit with no signature or one no key of the keyring
@@ -512,4 +624,75 @@ func (m *Mirror) Since(ctx context.Context, base, head string, limit int) ([]str
 		return nil, false, err
 	}
 	return out, descends, nil
+}
+
+// boundedStorage is the cache's storage with every fetched pack bounded.
+// A fetch arms it with its cancel: a pack over the bound cancels the
+// fetch (which kills the remote's upload-pack; go-git's file transport
+// waits for it forever if the pack is merely no longer read), the rest
+// is discarded, and no temporary pack is left.
+type boundedStorage struct {
+	*filesystem.Storage
+	dir string
+	max int64
+	// fetch is the bound of the fetch under way (fetches take turns
+	// under the mirror's mutex).
+	fetch *fetchBound
+}
+
+type fetchBound struct {
+	cancel context.CancelFunc
+	over   atomic.Bool
+}
+
+func (s *boundedStorage) arm(cancel context.CancelFunc) *fetchBound {
+	s.fetch = &fetchBound{cancel: cancel}
+	return s.fetch
+}
+
+// PackfileWriter implements storer.PackfileWriter, which a fetch writes
+// its pack through.
+func (s *boundedStorage) PackfileWriter() (io.WriteCloser, error) {
+	w, err := s.Storage.PackfileWriter()
+	if err != nil {
+		return nil, err
+	}
+	bound := s.fetch
+	if bound == nil {
+		bound = &fetchBound{cancel: func() {}}
+	}
+	return &boundedWriter{w: w, left: s.max, dir: s.dir, bound: bound}, nil
+}
+
+type boundedWriter struct {
+	w     io.WriteCloser
+	left  int64
+	dir   string
+	bound *fetchBound
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if b.bound.over.Load() {
+		return len(p), nil // discarded, until the cancelled read ends it
+	}
+	if int64(len(p)) > b.left {
+		b.bound.over.Store(true)
+		b.bound.cancel()
+		return len(p), nil
+	}
+	b.left -= int64(len(p))
+	return b.w.Write(p)
+}
+
+// Close ends the pack; one cut short leaves no temporary file behind.
+func (b *boundedWriter) Close() error {
+	err := b.w.Close()
+	if !b.bound.over.Load() {
+		return err
+	}
+	tmp, _ := filepath.Glob(filepath.Join(b.dir, "objects", "pack", "tmp_pack_*"))
+	for _, f := range tmp {
+		_ = os.Remove(f)
+	}
+	return ErrFetchTooLarge
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"crypto/rand"
 	"net"
 
 	"os/exec"
@@ -246,5 +247,72 @@ func TestMirrorSince(t *testing.T) {
 				t.Errorf("descends %v, want %v; commits (-want +got):\n%s", descends, tc.descends, d)
 			}
 		})
+	}
+}
+
+// TestMirrorBoundsPullRequests: a pull request whose pack is over the
+// fetch limit fails alone (the tracked branch moves on, Read says why,
+// no temporary pack is left, it is not fetched again until it moves);
+// with SkipForks a pull request head that no branch holds is not
+// followed at all.
+func TestMirrorBoundsPullRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	remote := gittest.Init(t, dir)
+	a := gittest.Commit(t, remote, "a", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "a\n"}))
+	// Random bytes do not compress: the pack is as large as the blob.
+	big := make([]byte, 256<<10)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	huge := gittest.Commit(t, remote, "huge", gittest.Files(map[string]string{"blob": string(big)}))
+	setRef(t, remote, "refs/pull/1/head", huge)
+	gittest.Git(t, dir, "reset", "-q", "--hard", a.String())
+	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
+	setRef(t, remote, "refs/heads/main", b)
+	setRef(t, remote, "refs/pull/2/head", b) // a branch holds it
+
+	cache := filepath.Join(t.TempDir(), "cache")
+	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", MaxFetchBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := m.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs["refs/heads/main"] != b.String() {
+		t.Fatalf("the tracked branch did not move past a pull request over the limit: %v", refs)
+	}
+	err = m.Read(ctx, huge.String(), func(fs.FS) error { return nil })
+	if !errors.Is(err, source.ErrFetchTooLarge) {
+		t.Fatalf("Read of the pull request over the limit: %v, want ErrFetchTooLarge", err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(cache, "objects", "pack", "tmp_pack_*")); len(tmp) > 0 {
+		t.Errorf("temporary packs left: %v", tmp)
+	}
+	// Another ref moves: the failed one is not fetched again, and still fails.
+	c := gittest.Commit(t, remote, "c", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "c\n"}))
+	setRef(t, remote, "refs/heads/main", c)
+	if _, err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Read(ctx, huge.String(), func(fs.FS) error { return nil }); !errors.Is(err, source.ErrFetchTooLarge) {
+		t.Fatalf("Read after another sync: %v, want ErrFetchTooLarge", err)
+	}
+
+	forks, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", SkipForks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRef(t, remote, "refs/pull/2/head", c)
+	refs, err = forks.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"refs/heads/main": c.String(), "refs/pull/2/head": c.String()}
+	if d := cmp.Diff(want, refs); d != "" {
+		t.Errorf("refs with SkipForks (-want +got):\n%s", d)
 	}
 }
