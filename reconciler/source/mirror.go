@@ -110,6 +110,9 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 		}
 		repo, err = git.Init(st, nil)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
+	}
 	remote := &config.RemoteConfig{Name: "origin", URLs: []string{opts.URL}}
 	if r, err := repo.Remote("origin"); err == nil && !slices.Equal(r.Config().URLs, remote.URLs) {
 		if err := repo.DeleteRemote("origin"); err != nil {

@@ -2,10 +2,10 @@ package source_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
-	"crypto/rand"
 	"net"
 
 	"os/exec"
