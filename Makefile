@@ -13,7 +13,7 @@ COUNT    ?= 5
 CHAOS    ?= full
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance run sim-cli lint fuzz bench microbench chaos verify help
+.PHONY: build test conformance realhosts run sim-cli lint fuzz bench microbench chaos verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -27,6 +27,10 @@ test:
 conformance:
 	bash test/openstack/conformance.sh
 
+## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the host image built or taken from its cache (OPKE_CACHE), then the real-host tests (build tag realhosts)
+realhosts:
+	$(GO) test -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
+
 ## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/
 run: build
 	./$(BIN) validate .
@@ -36,11 +40,11 @@ run: build
 sim-cli:
 	CI=$${CI:-local} $(GO) test -count=1 -run '^TestOpenStackCLI$$' -v ./cloudsim
 
-## lint: gofmt, go vet and staticcheck (pinned in go.mod's tool directive), the chaos suite's files (build tag chaos) included
+## lint: gofmt, go vet and staticcheck (pinned in go.mod's tool directive), the chaos and real-host suites' files (build tags chaos, realhosts) included
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) vet -tags chaos ./...
-	$(GO) tool staticcheck -tags chaos ./...
+	$(GO) vet -tags chaos,realhosts ./...
+	$(GO) tool staticcheck -tags chaos,realhosts ./...
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s; minimizing FUZZMINIMIZE, 1s)
 fuzz:

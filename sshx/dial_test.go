@@ -112,6 +112,13 @@ func TestHostKeysFromConsole(t *testing.T) {
 	if err != nil || len(keys) != 1 || keys[0].Type() != "ssh-ed25519" {
 		t.Fatalf("keys %v, %v", keys, err)
 	}
+	// As a real console has it: journald's prefix on a unit's lines, and
+	// another unit's line in between.
+	forwarded := "[   12.5] sh[101]: -----BEGIN SSH HOST KEY KEYS-----\n[   12.6] sh[102]: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG root@h\n" +
+		"[  OK  ] Started ssh.service - OpenBSD Secure Shell server.\n[   12.7] sh[101]: -----END SSH HOST KEY KEYS-----\n"
+	if keys, err := HostKeysFromConsole(forwarded); err != nil || len(keys) != 1 || keys[0].Type() != "ssh-ed25519" {
+		t.Fatalf("keys forwarded by journald: %v, %v", keys, err)
+	}
 	if _, err := HostKeysFromConsole("boot\nlogin: \n"); !errors.Is(err, ErrNoHostKey) {
 		t.Errorf("no keys: %v", err)
 	}

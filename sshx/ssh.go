@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"time"
 
@@ -14,6 +15,13 @@ import (
 
 // ErrNoHostKey is console output without SSH host key lines.
 var ErrNoHostKey = errors.New("no SSH host key in the console output")
+
+// journalPrefix is how journald prefixes a line it forwards to the console.
+var journalPrefix = regexp.MustCompile(`^\[\s*[0-9.]+\] [^\s:]+\[[0-9]+\]: `)
+
+func isKeyType(s string) bool {
+	return strings.HasPrefix(s, "ssh-") || strings.HasPrefix(s, "ecdsa-") || strings.HasPrefix(s, "sk-")
+}
 
 // HostKeysFromConsole reads the host keys a booting cloud image prints
 // between -----BEGIN SSH HOST KEY KEYS----- and -----END SSH HOST KEY KEYS-----.
@@ -29,6 +37,14 @@ func HostKeysFromConsole(output string) ([]ssh.PublicKey, error) {
 		case strings.HasSuffix(line, "-----END SSH HOST KEY KEYS-----"):
 			in = false
 		case in:
+			// A unit's output forwarded by journald (StandardOutput=
+			// journal+console) carries its prefix: "[  12.3] sh[101]: ".
+			if m := journalPrefix.FindString(line); m != "" {
+				line = line[len(m):]
+			}
+			if !isKeyType(strings.Fields(line + " x")[0]) {
+				continue // another unit's line, interleaved on the console
+			}
 			k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
 			if err != nil {
 				return nil, fmt.Errorf("host key line %.40q: %w", line, err)

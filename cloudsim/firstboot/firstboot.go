@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -132,6 +133,12 @@ func Seed(dir string) (string, error) {
 // relabel with SELinux's setfiles, which a folder has no use for: a no-op
 // setfiles comes first on its PATH.
 func ApplyDebian(ctx context.Context, dir, root string, config []byte) error {
+	return ApplyDebianLog(ctx, dir, root, config, io.Discard)
+}
+
+// ApplyDebianLog is ApplyDebian writing Ignition's own log to w, as
+// Flatcar's console shows it.
+func ApplyDebianLog(ctx context.Context, dir, root string, config []byte, w io.Writer) error {
 	bin := filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return fmt.Errorf("ignition: %w", err)
@@ -151,6 +158,7 @@ func ApplyDebian(ctx context.Context, dir, root string, config []byte) error {
 		cmd.Env = append(os.Environ(), "IGNITION_CONFIG_FILE="+cfg, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
 		cancel()
+		_, _ = w.Write(out)
 		if err != nil || !bytes.Contains(out, []byte("Ignition finished successfully")) {
 			if stage == "fetch-offline" {
 				return fmt.Errorf("%w: ignition %s: %v: %s", ErrInvalidConfig, stage, err, lastLines(out, 3))

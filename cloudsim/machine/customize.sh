@@ -1,0 +1,56 @@
+#!/bin/sh
+# mmdebstrap's customize hook: the Debian root made a Flatcar-like host
+# wherever OPKE depends on it. $1 is the root. Changing this file (or the
+# package list in image.go) changes the image's hash, and so rebuilds it.
+set -eu
+R="$1"
+
+# sshd's host keys are made at each host's first boot, never shipped in
+# the image (Flatcar: sshd-keygen.service).
+rm -f "$R"/etc/ssh/ssh_host_*
+cat > "$R"/etc/systemd/system/sshd-keygen.service <<'UNIT'
+[Unit]
+Description=Generate the SSH host keys at first boot
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+Before=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+chroot "$R" systemctl enable sshd-keygen.service ssh.service >/dev/null 2>&1
+
+# core: uid and gid 500 as on Flatcar, unprivileged, passwordless sudo.
+chroot "$R" groupadd -g 500 core
+chroot "$R" useradd -u 500 -g 500 -G sudo -m -s /bin/bash core
+echo 'core ALL=(ALL) NOPASSWD: ALL' > "$R"/etc/sudoers.d/core
+chmod 0440 "$R"/etc/sudoers.d/core
+# Ignition writes Flatcar's authorized_keys.d/ignition; sshd reads it there
+# as Flatcar's sshd_config has it.
+printf 'AuthorizedKeysFile .ssh/authorized_keys .ssh/authorized_keys.d/ignition\n' > "$R"/etc/ssh/sshd_config.d/flatcar.conf
+
+# As on Flatcar: Ignition reads it to decide whether to relabel.
+mkdir -p "$R"/etc/selinux
+printf 'SELINUX=disabled\nSELINUXTYPE=mcs\n' > "$R"/etc/selinux/config
+
+# Flatcar's writable places.
+mkdir -p "$R"/opt/bin "$R"/var/lib "$R"/etc/kubernetes
+# The host name is the server's (the metadata's on Flatcar), not the
+# builder's.
+rm -f "$R"/etc/hostname
+# No machine id: systemd makes one at first boot and, as on Flatcar,
+# applies the unit presets then (Ignition enables units by preset).
+rm -f "$R"/etc/machine-id
+
+# What a container cannot run (no udev, no real consoles, no kernel
+# config to mount).
+chroot "$R" systemctl mask \
+  systemd-udevd.service systemd-udevd-kernel.socket systemd-udevd-control.socket \
+  systemd-udev-trigger.service systemd-udev-settle.service \
+  getty@tty1.service console-getty.service serial-getty@.service \
+  systemd-remount-fs.service sys-kernel-config.mount sys-kernel-debug.mount \
+  sys-kernel-tracing.mount dev-hugepages.mount systemd-modules-load.service \
+  systemd-sysctl.service systemd-firstboot.service >/dev/null 2>&1

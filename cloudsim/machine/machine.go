@@ -1,0 +1,376 @@
+package machine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"opke.dev/opke/cloudsim/firstboot"
+)
+
+// RuncRoot is where runc keeps the machines' container state.
+const RuncRoot = "/run/opke/runc"
+
+// ErrInvalidConfig is a user_data Ignition refused: the server goes to
+// ERROR, the reason on its console.
+var ErrInvalidConfig = firstboot.ErrInvalidConfig
+
+// Config is one machine.
+type Config struct {
+	// ID names the container (the server's id).
+	ID string
+	// Hostname is the machine's host name (the server's name).
+	Hostname string
+	// Dir holds the machine's state: its root's upper layer, its bundle,
+	// its console log. Every folder above it must let others through
+	// (Ignition writes core's home as uid 500).
+	Dir   string
+	Image *Image
+	// UserData is the server's Ignition config, applied at first boot.
+	UserData []byte
+	// NetNS is the path of the network namespace the machine lives in
+	// (its ports are already there); "" for a new, empty one.
+	NetNS string
+	// MemoryBytes and CPUs bound the machine (the flavor); 0 for none.
+	MemoryBytes int64
+	CPUs        float64
+}
+
+// Machine is a booted machine.
+type Machine struct {
+	cfg     Config
+	root    string
+	console *os.File
+	copying sync.WaitGroup
+	done    chan struct{} // closed by Destroy
+}
+
+// Boot makes the machine's root (the image overlaid by a layer of its
+// own), applies its user_data with Debian's Ignition as the initramfs
+// would (writing Ignition's log to the console), and starts systemd in a
+// container. A config Ignition refuses is ErrInvalidConfig, with nothing
+// left running. Boot returns when the container runs, not when the
+// machine is up: see WaitRunning.
+func Boot(ctx context.Context, cfg Config) (*Machine, error) {
+	if cfg.Image == nil || cfg.ID == "" || cfg.Dir == "" {
+		return nil, errors.New("machine: ID, Dir and Image are required")
+	}
+	m := &Machine{cfg: cfg, root: filepath.Join(cfg.Dir, "root"), done: make(chan struct{})}
+	for _, d := range []string{"upper", "work", "root", "bundle", "ignition"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
+		}
+	}
+	if err := os.Chmod(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
+	}
+	console, err := os.OpenFile(m.ConsolePath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: console: %w", cfg.ID, err)
+	}
+	m.console = console
+	opts := "lowerdir=" + cfg.Image.Root + ",upperdir=" + filepath.Join(cfg.Dir, "upper") + ",workdir=" + filepath.Join(cfg.Dir, "work")
+	if err := unix.Mount("overlay", m.root, "overlay", 0, opts); err != nil {
+		m.close()
+		return nil, fmt.Errorf("machine %s: mount its root: %w", cfg.ID, err)
+	}
+	if len(bytes.TrimSpace(cfg.UserData)) > 0 {
+		fmt.Fprintf(console, "[  ignition] applying the user_data\n")
+		if err := firstboot.ApplyDebianLog(ctx, filepath.Join(cfg.Dir, "ignition"), m.root, cfg.UserData, console); err != nil {
+			fmt.Fprintf(console, "[  ignition] failed: %v\n", err)
+			_ = m.unmount()
+			m.close()
+			return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
+		}
+	}
+	if err := m.writeBundle(); err != nil {
+		_ = m.unmount()
+		m.close()
+		return nil, err
+	}
+	if err := m.start(ctx); err != nil {
+		_ = m.unmount()
+		m.close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// ConsolePath is the file the machine's console is written to.
+func (m *Machine) ConsolePath() string { return filepath.Join(m.cfg.Dir, "console.log") }
+
+// Console returns what the machine printed on its console so far.
+func (m *Machine) Console() ([]byte, error) { return os.ReadFile(m.ConsolePath()) }
+
+// Root is the machine's root filesystem as the host sees it.
+func (m *Machine) Root() string { return m.root }
+
+func (m *Machine) close() {
+	if m.console != nil {
+		_ = m.console.Close()
+	}
+}
+
+func (m *Machine) writeBundle() error {
+	caps, err := boundingSet()
+	if err != nil {
+		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+	}
+	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: m.cfg.NetNS}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev/kmsg", Type: "bind", Source: "/dev/kmsg", Options: []string{"bind", "rw"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "rw"}},
+		{Destination: "/sys/fs/cgroup", Type: "bind", Source: "/sys/fs/cgroup", Options: []string{"rbind", "rw"}},
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
+		{Destination: "/run/lock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+	}
+	res := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}}
+	if m.cfg.MemoryBytes > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &m.cfg.MemoryBytes}
+	}
+	if m.cfg.CPUs > 0 {
+		period := uint64(100_000)
+		quota := int64(m.cfg.CPUs * float64(period))
+		res.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	spec := specs.Spec{
+		Version:  specs.Version,
+		Root:     &specs.Root{Path: m.root},
+		Hostname: m.cfg.Hostname,
+		Process: &specs.Process{
+			Terminal: true,
+			Args:     []string{"/sbin/init"},
+			Env:      []string{"container=oci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+			Cwd:      "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps,
+			},
+		},
+		Mounts: mounts,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, netns, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}},
+			CgroupsPath: "/opke-machines/" + m.cfg.ID,
+			Resources:   res,
+		},
+	}
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+	}
+	return os.WriteFile(filepath.Join(m.cfg.Dir, "bundle", "config.json"), data, 0o600)
+}
+
+// start runs the container; runc hands the console's pseudo-terminal
+// master over a socket, and its output is copied to the console log.
+func (m *Machine) start(ctx context.Context) error {
+	sock := filepath.Join(m.cfg.Dir, "console.sock")
+	_ = os.Remove(sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("machine %s: console socket: %w", m.cfg.ID, err)
+	}
+	defer ln.Close()
+	defer os.Remove(sock)
+	got := make(chan *os.File, 1)
+	go func() {
+		f, err := receiveFile(ln)
+		if err != nil {
+			f = nil
+		}
+		got <- f
+	}()
+	if err := os.MkdirAll(RuncRoot, 0o700); err != nil {
+		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+	}
+	cmd := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "run", "--detach", "--console-socket", sock,
+		"--bundle", filepath.Join(m.cfg.Dir, "bundle"), m.cfg.ID)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("machine %s: runc run: %w: %s", m.cfg.ID, err, tail(out.Bytes(), 5))
+	}
+	var master *os.File
+	select {
+	case master = <-got:
+	case <-time.After(10 * time.Second):
+	}
+	if master == nil {
+		_ = m.kill(context.WithoutCancel(ctx))
+		return fmt.Errorf("machine %s: runc sent no console", m.cfg.ID)
+	}
+	m.copying.Add(1)
+	go func() {
+		defer m.copying.Done()
+		defer master.Close()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := master.Read(buf)
+			if n > 0 {
+				// A terminal's CR LF read as a log's LF.
+				_, _ = m.console.Write(bytes.ReplaceAll(buf[:n], []byte("\r\n"), []byte("\n")))
+			}
+			if err == nil {
+				continue
+			}
+			// EIO while no process holds the terminal (before init has
+			// it, between restarts): the console waits for one.
+			select {
+			case <-m.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return nil
+}
+
+// receiveFile accepts one connection and reads the file descriptor sent
+// on it (SCM_RIGHTS), as runc sends a console's master.
+func receiveFile(ln *net.UnixListener) (*os.File, error) {
+	conn, err := ln.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) == 0 {
+		return nil, fmt.Errorf("console: no control message: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) == 0 {
+		return nil, fmt.Errorf("console: no descriptor: %v", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "console"), nil
+}
+
+// Exec runs a command in the machine as root, as a hypervisor's agent
+// would (tests and diagnostics only: OPKE reaches machines over SSH).
+func (m *Machine) Exec(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "runc", append([]string{"--root", RuncRoot, "exec", m.cfg.ID}, args...)...)
+	// What the command left running in the machine may hold its output
+	// open: its end does not wait for theirs.
+	cmd.WaitDelay = time.Second
+	return cmd.CombinedOutput()
+}
+
+// WaitRunning waits until systemd says the machine is up
+// (`systemctl is-system-running` is running, or degraded: its answer is
+// returned with the failed units).
+func (m *Machine) WaitRunning(ctx context.Context) (string, error) {
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, _ := m.Exec(qctx, "systemctl", "is-system-running")
+		cancel()
+		state := strings.TrimSpace(string(out))
+		switch state {
+		case "running":
+			return state, nil
+		case "degraded":
+			failed, _ := m.Exec(ctx, "systemctl", "--failed", "--no-legend", "--plain")
+			return state, fmt.Errorf("machine %s is degraded: %s", m.cfg.ID, strings.TrimSpace(string(failed)))
+		}
+		select {
+		case <-ctx.Done():
+			return state, fmt.Errorf("machine %s: not up (%q): %w", m.cfg.ID, state, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// kill stops the container at once, as a VM's power is cut.
+func (m *Machine) kill(ctx context.Context) error {
+	_ = exec.CommandContext(ctx, "runc", "--root", RuncRoot, "kill", m.cfg.ID, "KILL").Run()
+	out, err := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "delete", "--force", m.cfg.ID).CombinedOutput()
+	if err != nil && !bytes.Contains(out, []byte("does not exist")) {
+		return fmt.Errorf("machine %s: runc delete: %w: %s", m.cfg.ID, err, tail(out, 3))
+	}
+	return nil
+}
+
+func (m *Machine) unmount() error {
+	if err := unix.Unmount(m.root, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("machine %s: unmount its root: %w", m.cfg.ID, err)
+	}
+	return nil
+}
+
+// Destroy cuts the machine's power, unmounts its root and removes its
+// state: nothing of it is left.
+func (m *Machine) Destroy(ctx context.Context) error {
+	err := m.kill(ctx)
+	select {
+	case <-m.done:
+	default:
+		close(m.done)
+	}
+	m.copying.Wait()
+	m.close()
+	err = errors.Join(err, m.unmount())
+	if err == nil {
+		err = os.RemoveAll(m.cfg.Dir)
+	}
+	return err
+}
+
+// capNames are the kernel's capabilities by number.
+var capNames = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
+	"CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE",
+	"CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT",
+	"CAP_SYS_NICE", "CAP_SYS_RESOURCE", "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE",
+	"CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG",
+	"CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE",
+}
+
+// boundingSet lists the capabilities of this process's bounding set: a
+// machine gets each of them (asking for one the set lacks fails).
+func boundingSet() ([]string, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		hexset, ok := strings.CutPrefix(line, "CapBnd:")
+		if !ok {
+			continue
+		}
+		set, err := strconv.ParseUint(strings.TrimSpace(hexset), 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("CapBnd %q: %w", hexset, err)
+		}
+		var out []string
+		for i, name := range capNames {
+			if set&(1<<i) != 0 {
+				out = append(out, name)
+			}
+		}
+		return out, nil
+	}
+	return nil, errors.New("no CapBnd in /proc/self/status")
+}

@@ -1,0 +1,231 @@
+//go:build realhosts
+
+package machine_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+
+	"opke.dev/opke/cloudsim/machine"
+	"opke.dev/opke/sshx"
+)
+
+// hostKeysUnit prints the machine's SSH host keys on its console once
+// sshd made them, in the block OPKE reads (sshx.HostKeysFromConsole).
+const hostKeysUnit = `[Unit]
+Description=Print the SSH host keys on the console
+After=sshd-keygen.service ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'echo "-----BEGIN SSH HOST KEY KEYS-----"; cat /etc/ssh/ssh_host_*_key.pub; echo "-----END SSH HOST KEY KEYS-----"'
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+`
+
+func ignition(t *testing.T, authorized string) []byte {
+	t.Helper()
+	cfg := map[string]any{
+		"ignition": map[string]any{"version": "3.3.0"},
+		"passwd":   map[string]any{"users": []any{map[string]any{"name": "core", "sshAuthorizedKeys": []string{authorized}}}},
+		"systemd":  map[string]any{"units": []any{map[string]any{"name": "print-host-keys.service", "enabled": true, "contents": hostKeysUnit}}},
+	}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// world is a machine's network namespace and a client namespace joined by
+// a veth pair: 10.99.0.1 (client) and 10.99.0.2 (the machine's eth0).
+func world(t *testing.T) (machineNS, clientNS string) {
+	t.Helper()
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	mname, cname := "opke-tm-"+id, "opke-tc-"+id
+	mpath, err := machine.AddNetNS(ctx, mname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), mname) })
+	cpath, err := machine.AddNetNS(ctx, cname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), cname) })
+	for _, args := range [][]string{
+		{"", "link", "add", "vm" + id, "type", "veth", "peer", "name", "vc" + id},
+		{"", "link", "set", "vm" + id, "netns", mname},
+		{"", "link", "set", "vc" + id, "netns", cname},
+		{mname, "link", "set", "vm" + id, "name", "eth0"},
+		{mname, "addr", "add", "10.99.0.2/24", "dev", "eth0"},
+		{mname, "link", "set", "eth0", "up"},
+		{cname, "addr", "add", "10.99.0.1/24", "dev", "vc" + id},
+		{cname, "link", "set", "vc" + id, "up"},
+	} {
+		if err := machine.IP(ctx, args[0], args[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return mpath, cpath
+}
+
+// TestMachine: a machine boots from the image with its user_data applied
+// by Debian's Ignition; systemd says running; its console holds what its
+// own unit printed (the host keys sshd made at first boot); OpenSSH lets
+// core in with the key Ignition gave it, pinned to the console's host key;
+// core needs sudo to write /etc and has it without a password; SFTP puts
+// a file into /tmp; destroyed, nothing is left.
+func TestMachine(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("real machines need root (runc, mounts, network namespaces)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img, err := machine.EnsureImage(ctx, machine.DefaultCacheDir(), slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, _ := ssh.NewPublicKey(pub)
+	signer, _ := ssh.NewSignerFromKey(priv)
+	mns, cns := world(t)
+	// Ignition writes core's home as uid 500, which must get through.
+	base := t.TempDir()
+	for _, d := range []string{base, filepath.Dir(base)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(base, "m1")
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	id := "opke-test-" + hex.EncodeToString(rb[:])
+	m, err := machine.Boot(ctx, machine.Config{ID: id, Hostname: "demo-controller-0", Dir: dir, Image: img,
+		UserData: ignition(t, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))), NetNS: mns, MemoryBytes: 1 << 30, CPUs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	destroyed := false
+	t.Cleanup(func() {
+		if !destroyed {
+			_ = m.Destroy(context.Background())
+		}
+	})
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+	state, err := m.WaitRunning(wctx)
+	wcancel()
+	if err != nil {
+		console, _ := m.Console()
+		jobs, _ := m.Exec(ctx, "systemctl", "list-jobs", "--no-pager")
+		t.Fatalf("%s: %v\njobs:\n%s\nconsole:\n%s", state, err, jobs, console)
+	}
+
+	var keys []ssh.PublicKey
+	for keys == nil {
+		console, _ := m.Console()
+		keys, _ = sshx.HostKeysFromConsole(string(console))
+		if ctx.Err() != nil {
+			t.Fatalf("no host keys on the console:\n%s", console)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	conn, err := machine.DialIn(ctx, cns, "tcp", "10.99.0.2:22")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ClientConfig{User: "core", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
+			for _, k := range keys {
+				if string(k.Marshal()) == string(key.Marshal()) {
+					return nil
+				}
+			}
+			return fmt.Errorf("host key %s is not on the console", ssh.FingerprintSHA256(key))
+		}, Timeout: 10 * time.Second}
+	c, chans, reqs, err := ssh.NewClientConn(conn, "10.99.0.2:22", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := ssh.NewClient(c, chans, reqs)
+	defer client.Close()
+	run := func(cmd string) (string, error) {
+		s, err := client.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		out, err := s.CombinedOutput(cmd)
+		return strings.TrimSpace(string(out)), err
+	}
+	for _, tc := range []struct {
+		cmd  string
+		ok   bool
+		want string
+	}{
+		{"id -un", true, "core"},
+		{"sudo -n true", true, ""},
+		{"touch /etc/x", false, "Permission denied"},
+		{"sudo -n touch /etc/x && ls /etc/x", true, "/etc/x"},
+		{"systemctl is-system-running", true, "running"},
+		{"systemctl restart ssh.service", false, ""},
+		{"test -d /opt/bin && test -d /var/lib && test -w /tmp", true, ""},
+	} {
+		out, err := run(tc.cmd)
+		if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: %q, %v (want ok %v, %q)", tc.cmd, out, err, tc.ok, tc.want)
+		}
+	}
+	sc, err := sftp.NewClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sc.Create("/tmp/pushed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Write([]byte("hello\n"))
+	f.Close()
+	sc.Close()
+	if out, err := run("cat /tmp/pushed"); err != nil || out != "hello" {
+		t.Errorf("the file put into /tmp: %q, %v", out, err)
+	}
+
+	client.Close()
+	if err := m.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	destroyed = true
+	if out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output(); strings.Contains(string(out), id) {
+		t.Errorf("the container is left: %s", out)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
+		t.Errorf("a mount is left under %s", dir)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the machine's folder is left: %v", err)
+	}
+}
