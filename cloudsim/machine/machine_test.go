@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -227,5 +228,36 @@ func TestMachine(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the machine's folder is left: %v", err)
+	}
+}
+
+// TestMachineRejectedConfig: a user_data Ignition refuses leaves no
+// machine running and its reason on the console, as Flatcar's emergency
+// shell shows it.
+func TestMachineRejectedConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("real machines need root (runc, mounts, network namespaces)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img, err := machine.EnsureImage(ctx, machine.DefaultCacheDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	dir := filepath.Join(base, "m")
+	_, err = machine.Boot(ctx, machine.Config{ID: "opke-test-rejected", Dir: dir, Image: img, UserData: []byte(`{"ignition":{"version":"9.9.9"}}`)})
+	if !errors.Is(err, machine.ErrInvalidConfig) {
+		t.Fatalf("Boot: %v, want ErrInvalidConfig", err)
+	}
+	console, _ := os.ReadFile(filepath.Join(dir, "console.log"))
+	if !strings.Contains(string(console), "ignition] failed") || !strings.Contains(string(console), "unsupported config version") {
+		t.Errorf("the console does not say why:\n%s", console)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
+		t.Errorf("a mount is left under %s", dir)
+	}
+	if out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output(); strings.Contains(string(out), "opke-test-rejected") {
+		t.Errorf("a container is left: %s", out)
 	}
 }
