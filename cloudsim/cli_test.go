@@ -58,6 +58,25 @@ func TestOpenStackCLI(t *testing.T) {
 		t.Errorf("server list --tags: %q, want only prod-worker-1", tagged)
 	}
 	expect(osc("loadbalancer", "create", "--name", "prod-api", "--vip-subnet-id", "prod", "--wait", "-f", "value", "-c", "provisioning_status"), "ACTIVE")
+	// Octavia deletes the whole tree with --cascade (the CLI sends cascade=True).
+	osc("loadbalancer", "listener", "create", "--name", "prod-api-6443", "--protocol", "TCP", "--protocol-port", "6443", "--wait", "prod-api")
+	osc("loadbalancer", "pool", "create", "--name", "prod-api-pool", "--listener", "prod-api-6443", "--protocol", "TCP", "--lb-algorithm", "ROUND_ROBIN", "--wait")
+	osc("loadbalancer", "delete", "--cascade", "--wait", "prod-api")
+	if out := osc("loadbalancer", "list", "-f", "value", "-c", "name"); strings.Contains(out, "prod-api") {
+		t.Errorf("the load balancer is still listed after a cascade delete:\n%s", out)
+	}
+	// A real cloud lists its external network under --external.
+	expect(osc("network", "list", "--external", "-f", "value", "-c", "Name"), "public")
+	if out := osc("network", "list", "--internal", "-f", "value", "-c", "Name"); strings.Contains(out, "public") {
+		t.Errorf("network list --internal lists the external network:\n%s", out)
+	}
+	// A server on a port of its own shows the port's groups, not default.
+	osc("security", "group", "create", "prod-nodes")
+	osc("port", "create", "--network", "prod", "--security-group", "prod-nodes", "prod-port")
+	osc("server", "create", "--flavor", "m1.small", "--image", "flatcar", "--port", "prod-port", "--wait", "prod-worker-2")
+	if out := osc("server", "show", "prod-worker-2", "-f", "value", "-c", "security_groups"); !strings.Contains(out, "prod-nodes") || strings.Contains(out, "default") {
+		t.Errorf("server show: security groups %q, want the port's (prod-nodes)", out)
+	}
 	expect(osc("container", "create", "opke-backups"), "opke-backups")
 	expect(osc("object", "create", "opke-backups", file), file)
 	osc("server", "delete", "--wait", "prod-worker-0")

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -424,6 +425,13 @@ func fieldsMatch(v any, filters map[string][]string) bool {
 		switch g := got.(type) {
 		case string:
 			s = g
+		case bool:
+			// Neutron reads a boolean filter as any of its spellings
+			// (the openstack CLI sends router:external=True).
+			if !slices.ContainsFunc(vals, func(v string) bool { b, err := strconv.ParseBool(v); return err == nil && b == g }) {
+				return false
+			}
+			continue
 		case nil:
 			s = ""
 		default:

@@ -502,8 +502,18 @@ func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, fips map[stri
 		spawning := "spawning"
 		v.TaskState = &spawning
 	}
-	for _, name := range sv.SecurityGroups {
-		v.SecurityGroups = append(v.SecurityGroups, nameJSON{name})
+	// As Nova with Neutron: the groups of the server's ports, by name,
+	// each once (a server made on OPKE's ports has theirs, not "default").
+	seen := map[string]bool{}
+	for _, pid := range sv.Ports {
+		if p := w.Ports[pid]; p != nil {
+			for _, id := range p.SecurityGroups {
+				if g := w.SecGroups[id]; g != nil && !seen[g.Name] {
+					seen[g.Name] = true
+					v.SecurityGroups = append(v.SecurityGroups, nameJSON{g.Name})
+				}
+			}
+		}
 	}
 	if sv.LaunchedAt != nil {
 		at := sv.LaunchedAt.Format("2006-01-02T15:04:05.000000")

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -592,7 +593,9 @@ func (s *Sim) deleteLB(rw http.ResponseWriter, r *request) {
 		octaviaError(rw, http.StatusConflict, "Invalid state "+lb.ProvisioningStatus+" of loadbalancer resource "+lb.ID)
 		return
 	}
-	cascade := r.URL.Query().Get("cascade") == "true"
+	// The openstack CLI sends Python's spelling (cascade=True); Octavia
+	// reads any of a boolean's.
+	cascade, _ := strconv.ParseBool(r.URL.Query().Get("cascade"))
 	if !cascade && (len(lb.Listeners) > 0 || len(lb.Pools) > 0) {
 		octaviaError(rw, http.StatusBadRequest, "Validation failure: Cannot delete Load Balancer "+lb.ID+" - it has children")
 		return
