@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,40 +56,51 @@ func ignition(t *testing.T, authorized string) []byte {
 	return data
 }
 
-// world is a machine's network namespace and a client namespace joined by
-// a veth pair: 10.99.0.1 (client) and 10.99.0.2 (the machine's eth0).
-func world(t *testing.T) (machineNS, clientNS string) {
+// world is a fabric with one network, a machine's namespace with a port
+// on it (10.99.0.2, its security group letting 22 in from the subnet)
+// and a client's (10.99.0.1).
+func world(t *testing.T) (fab *machine.Fabric, machineNS, clientNS string) {
 	t.Helper()
 	ctx := context.Background()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	mname, cname := "opke-tm-"+id, "opke-tc-"+id
-	mpath, err := machine.AddNetNS(ctx, mname)
+	fab, err := machine.NewFabric(ctx, "opke-tw-"+id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), mname) })
-	cpath, err := machine.AddNetNS(ctx, cname)
-	if err != nil {
+	t.Cleanup(func() { _ = fab.Close(context.Background()) })
+	if err := fab.AddNetwork(ctx, "net"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), cname) })
-	for _, args := range [][]string{
-		{"", "link", "add", "vm" + id, "type", "veth", "peer", "name", "vc" + id},
-		{"", "link", "set", "vm" + id, "netns", mname},
-		{"", "link", "set", "vc" + id, "netns", cname},
-		{mname, "link", "set", "vm" + id, "name", "eth0"},
-		{mname, "addr", "add", "10.99.0.2/24", "dev", "eth0"},
-		{mname, "link", "set", "eth0", "up"},
-		{cname, "addr", "add", "10.99.0.1/24", "dev", "vc" + id},
-		{cname, "link", "set", "vc" + id, "up"},
+	egress := machine.Rule{Direction: "egress"}
+	for i, h := range []struct {
+		name, ip string
+		rules    []machine.Rule
+	}{
+		{"opke-tm-" + id, "10.99.0.2", []machine.Rule{{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22, Remote: "10.99.0.0/24"}, egress}},
+		{"opke-tc-" + id, "10.99.0.1", []machine.Rule{egress}},
 	} {
-		if err := machine.IP(ctx, args[0], args[1:]...); err != nil {
+		path, err := machine.AddNetNS(ctx, h.name)
+		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), h.name) })
+		port := machine.Port{ID: h.name, Network: "net", NetNS: h.name, IfName: "eth0",
+			MAC: fmt.Sprintf("fa:16:3e:00:01:%02x", i+1), Address: netip.MustParsePrefix(h.ip + "/24")}
+		if err := fab.AddPort(ctx, port); err != nil {
+			t.Fatal(err)
+		}
+		if err := fab.SetRules(ctx, port.ID, h.rules); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			machineNS = path
+		} else {
+			clientNS = path
+		}
 	}
-	return mpath, cpath
+	return fab, machineNS, clientNS
 }
 
 // TestMachine: a machine boots from the image with its user_data applied
@@ -113,7 +125,7 @@ func TestMachine(t *testing.T) {
 	}
 	sshPub, _ := ssh.NewPublicKey(pub)
 	signer, _ := ssh.NewSignerFromKey(priv)
-	mns, cns := world(t)
+	fab, mns, cns := world(t)
 	// Ignition writes core's home as uid 500, which must get through.
 	base := t.TempDir()
 	for _, d := range []string{base, filepath.Dir(base)} {
@@ -213,6 +225,21 @@ func TestMachine(t *testing.T) {
 	sc.Close()
 	if out, err := run("cat /tmp/pushed"); err != nil || out != "hello" {
 		t.Errorf("the file put into /tmp: %q, %v", out, err)
+	}
+
+	// A security group without 22 lets no new connection in (the one
+	// open goes on, as conntrack keeps it).
+	if err := fab.SetRules(ctx, filepath.Base(mns), []machine.Rule{{Direction: "egress"}}); err != nil {
+		t.Fatal(err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+	if c, err := machine.DialIn(dctx, cns, "tcp", "10.99.0.2:22"); err == nil {
+		c.Close()
+		t.Error("a new SSH connection got through a security group without 22")
+	}
+	dcancel()
+	if out, err := run("echo still"); err != nil || out != "still" {
+		t.Errorf("the open connection was cut: %q, %v", out, err)
 	}
 
 	client.Close()

@@ -54,43 +54,60 @@ func IP(ctx context.Context, ns string, args ...string) error {
 // connection reaches what only that namespace reaches, and nothing is
 // routed from the machine.
 func DialIn(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	done := make(chan result, 1)
+	return DialWith(ctx, nsPath, net.Dialer{}, network, addr)
+}
+
+// DialWith is DialIn with a dialer of the caller's (a local address).
+func DialWith(ctx context.Context, nsPath string, d net.Dialer, network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := inNetNS(nsPath, func() (err error) {
+		conn, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
+}
+
+// ListenIn listens on addr inside the network namespace at nsPath.
+func ListenIn(nsPath, network, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := inNetNS(nsPath, func() (err error) {
+		ln, err = net.Listen(network, addr)
+		return err
+	})
+	return ln, err
+}
+
+// inNetNS runs fn on a thread moved into the namespace at nsPath: the
+// sockets it makes live there. A thread that cannot move back is left
+// locked, and dies with its goroutine.
+func inNetNS(nsPath string, fn func() error) error {
+	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
-			done <- result{err: err}
+			done <- err
 			return
 		}
 		defer orig.Close()
 		target, err := os.Open(nsPath)
 		if err != nil {
 			runtime.UnlockOSThread()
-			done <- result{err: err}
+			done <- err
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("enter %s: %w", nsPath, err)}
+			done <- fmt.Errorf("enter %s: %w", nsPath, err)
 			return
 		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked and dies with its goroutine: it
-			// must not serve other goroutines from the wrong namespace.
-			done <- result{conn, err}
-			return
+		err = fn()
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
 		}
-		runtime.UnlockOSThread()
-		done <- result{conn, err}
+		done <- err
 	}()
-	r := <-done
-	return r.conn, r.err
+	return <-done
 }

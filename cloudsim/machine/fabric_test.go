@@ -1,0 +1,169 @@
+//go:build realhosts
+
+package machine_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"opke.dev/opke/cloudsim/machine"
+)
+
+// TestFabricSecurityGroups: three ports on one network, each in its own
+// namespace with a TCP service on port 22. Security groups hold as
+// Neutron's do: ingress only what a rule allows (replies pass without a
+// rule), egress only what a rule allows, a rule's remote prefix counts,
+// a port sends from its own address only; closed, nothing is left.
+func TestFabricSecurityGroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the fabric needs root (network namespaces, nftables)")
+	}
+	ctx := context.Background()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	fab, err := machine.NewFabric(ctx, "opke-tf-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = fab.Close(context.Background())
+		}
+	})
+	if err := fab.AddNetwork(ctx, "net-a"); err != nil {
+		t.Fatal(err)
+	}
+	egressAll := machine.Rule{Direction: "egress"}
+	ssh := machine.Rule{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22, Remote: "10.99.1.0/28"}
+	type host struct {
+		name, ns, ip string
+		rules        []machine.Rule
+	}
+	hosts := []*host{
+		{name: "a", ip: "10.99.1.2", rules: []machine.Rule{ssh, egressAll}},
+		{name: "b", ip: "10.99.1.3", rules: []machine.Rule{{Direction: "ingress", Protocol: "tcp", PortMin: 80, PortMax: 80}, egressAll}},
+		{name: "c", ip: "10.99.1.4", rules: []machine.Rule{egressAll}},
+		{name: "far", ip: "10.99.1.20", rules: []machine.Rule{egressAll}}, // outside ssh's remote prefix
+	}
+	by := map[string]*host{}
+	for i, h := range hosts {
+		name := fmt.Sprintf("opke-t%s-%s", h.name, id)
+		h.ns, err = machine.AddNetNS(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), name) })
+		port := machine.Port{ID: "port-" + h.name, Network: "net-a", NetNS: name, IfName: "eth0",
+			MAC: fmt.Sprintf("fa:16:3e:00:00:%02x", i+1), Address: netip.MustParsePrefix(h.ip + "/24")}
+		if err := fab.AddPort(ctx, port); err != nil {
+			t.Fatal(err)
+		}
+		if err := fab.SetRules(ctx, port.ID, h.rules); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := machine.ListenIn(h.ns, "tcp", h.ip+":22")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("hello\n"))
+				c.Close()
+			}
+		}()
+		by[h.name] = h
+	}
+	reach := func(from, to string, local string) bool {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var c net.Conn
+		var err error
+		if local != "" {
+			// A dial from another address than the port's: add it first.
+			c, err = dialFrom(ctx, by[from].ns, local, by[to].ip+":22")
+		} else {
+			c, err = machine.DialIn(ctx, by[from].ns, "tcp", by[to].ip+":22")
+		}
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		got, _ := io.ReadAll(c)
+		return string(got) == "hello\n"
+	}
+	for _, tc := range []struct {
+		from, to, local string
+		want            bool
+	}{
+		{"c", "a", "", true},    // a allows 22 from the subnet; the reply needs no rule on c
+		{"b", "a", "", true},    //
+		{"c", "b", "", false},   // b allows 80 only
+		{"far", "a", "", false}, // outside the rule's remote prefix
+		{"a", "c", "", false},   // c allows no ingress at all
+	} {
+		if got := reach(tc.from, tc.to, tc.local); got != tc.want {
+			t.Errorf("%s -> %s:22: reached %v, want %v\n%s", tc.from, tc.to, got, tc.want, fab.Ruleset())
+		}
+	}
+	// Egress is a rule too.
+	if err := fab.SetRules(ctx, "port-c", nil); err != nil {
+		t.Fatal(err)
+	}
+	if reach("c", "a", "") {
+		t.Error("c reached a with no egress rule")
+	}
+	if err := fab.SetRules(ctx, "port-c", []machine.Rule{egressAll}); err != nil {
+		t.Fatal(err)
+	}
+	// A port sends from its own address only.
+	if err := machine.IP(ctx, filepath.Base(by["c"].ns), "addr", "add", "10.99.1.9/24", "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	if reach("c", "a", "10.99.1.9") {
+		t.Error("c reached a from an address that is not its port's")
+	}
+	if !reach("c", "a", "") {
+		t.Error("c no longer reaches a from its own address")
+	}
+
+	if err := fab.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if _, err := os.Stat(filepath.Join(machine.NetNSDir, "opke-tf-"+id)); !os.IsNotExist(err) {
+		t.Errorf("the fabric's namespace is left: %v", err)
+	}
+	if err := machine.IP(ctx, filepath.Base(by["a"].ns), "link", "show", "eth0"); err == nil {
+		t.Error("a port's machine end is left after the fabric closed")
+	}
+}
+
+func dialFrom(ctx context.Context, ns, local, addr string) (net.Conn, error) {
+	var c net.Conn
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		c, err = machine.DialWith(ctx, ns, d, "tcp", addr)
+		done <- err
+	}()
+	return c, <-done
+}
