@@ -172,3 +172,30 @@ func TestDaemonBoundsPullRequests(t *testing.T) {
 		t.Errorf("plans still marked under way: %v", left)
 	}
 }
+
+// TestDaemonPullRequestKeepsAnAppliedNote: a pull request whose head is a
+// commit already applied on the tracked branch does not replace that
+// commit's note (in the store, the git note, the forge) with a plan.
+func TestDaemonPullRequestKeepsAnAppliedNote(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, "")
+	applied := commitSpec(t, e.work, "demo", demoSpec(1), "demo")
+	e.push(t, main)
+	if n := e.waitNote(t, applied, main); n.State != report.Success || !n.Applied {
+		t.Fatalf("note of the applied commit: %+v", n)
+	}
+	forge := len(e.forge.of(applied, "opke/demo"))
+	e.push(t, "refs/pull/5/head")
+	// Pull requests are planned in the order of their refs: once the next
+	// one has its note, the first was handled.
+	next := commitSpec(t, e.work, "demo", demoSpec(2), "scale out")
+	e.push(t, "refs/pull/6/head")
+	e.waitNote(t, next, "refs/pull/6/head")
+	n := e.gitNote(t, applied)
+	if n == nil || n.Ref != main || !n.Applied || n.State != report.Success {
+		t.Fatalf("the applied commit's note was replaced by a pull request's plan: %+v", n)
+	}
+	if got := e.forge.of(applied, "opke/demo"); len(got) != forge {
+		t.Errorf("the forge was told of the pull request on the applied commit: %v", got)
+	}
+}

@@ -82,6 +82,13 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 	log := d.log.With("ref", ref, "commit", commit)
 	started := time.Now()
 	d.markSeen(ctx, ref, commit)
+	if old, err := d.Note(ctx, commit); err == nil && old.Applied {
+		// A commit of the tracked branch: its record (the note, its git
+		// note, the forge's statuses) is what was applied, and a plan
+		// never replaces it.
+		log.Info("the pull request's head is a commit of the tracked branch; its note stands", "branch", old.Ref)
+		return
+	}
 	if err := d.write(ctx, d.planningKey(ref), []byte(commit)); err != nil {
 		log.Error("record the plan under way", "err", err)
 		return
