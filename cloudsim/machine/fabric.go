@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -27,6 +29,20 @@ type Fabric struct {
 	mu   sync.Mutex
 	// ports and their rules, to write the ruleset whole on each change.
 	ports map[string]*fabricPort
+	// external are the bridges of external networks: no security group
+	// applies there (routers' gateways, floating IPs, the edge).
+	external map[string]bool
+	routers  map[string]*router
+}
+
+// router is a Neutron router: a namespace of its own with a leg on each
+// of its subnets (their gateway address) and one on its external network,
+// which routes between them, SNATs what leaves, and DNATs its floating IPs.
+type router struct {
+	ns       string
+	gateway  netip.Prefix // its address on the external network
+	external string       // the external network
+	fips     map[netip.Addr]netip.Addr
 }
 
 type fabricPort struct {
@@ -64,7 +80,7 @@ func NewFabric(ctx context.Context, name string) (*Fabric, error) {
 	if _, err := AddNetNS(ctx, name); err != nil {
 		return nil, err
 	}
-	f := &Fabric{name: name, ports: map[string]*fabricPort{}}
+	f := &Fabric{name: name, ports: map[string]*fabricPort{}, external: map[string]bool{}, routers: map[string]*router{}}
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", name, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1").CombinedOutput(); err != nil {
 		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
 		return nil, fmt.Errorf("fabric %s: %w: %s", name, err, out)
@@ -87,11 +103,20 @@ func (f *Fabric) Close(ctx context.Context) error {
 		ids = append(ids, id)
 	}
 	f.ports = map[string]*fabricPort{}
+	var routers []string
+	for _, r := range f.routers {
+		routers = append(routers, r.ns)
+	}
+	f.routers = map[string]*router{}
 	f.mu.Unlock()
 	for _, id := range ids {
 		_ = IP(ctx, f.name, "link", "delete", short("p", id))
 	}
-	return DeleteNetNS(ctx, f.name)
+	var errs []error
+	for _, ns := range routers {
+		errs = append(errs, DeleteNetNS(ctx, ns))
+	}
+	return errors.Join(append(errs, DeleteNetNS(ctx, f.name))...)
 }
 
 // short names a link after an id within Linux's 15 characters.
@@ -100,36 +125,151 @@ func short(prefix, id string) string {
 	return prefix + hex.EncodeToString(sum[:])[:10]
 }
 
-// AddNetwork makes a network's bridge.
-func (f *Fabric) AddNetwork(ctx context.Context, id string) error {
+// AddNetwork makes a network's bridge; external is an external network's
+// (router:external), where no security group applies.
+func (f *Fabric) AddNetwork(ctx context.Context, id string, external bool) error {
 	br := short("br", id)
 	if err := IP(ctx, f.name, "link", "add", br, "type", "bridge"); err != nil {
 		return err
 	}
-	return IP(ctx, f.name, "link", "set", br, "up")
+	if err := IP(ctx, f.name, "link", "set", br, "up"); err != nil {
+		return err
+	}
+	if external {
+		f.mu.Lock()
+		f.external[br] = true
+		f.mu.Unlock()
+		return f.apply(ctx)
+	}
+	return nil
+}
+
+// plug makes a veth pair between a namespace (its end named ifname there,
+// with addrs) and a network's bridge.
+func (f *Fabric) plug(ctx context.Context, id, ns, ifname, network, mac string, addrs ...string) error {
+	outer, inner := short("p", id), short("i", id)
+	steps := [][]string{
+		{"", "link", "add", inner, "type", "veth", "peer", "name", outer},
+		{"", "link", "set", outer, "netns", f.name},
+		{"", "link", "set", inner, "netns", ns},
+		{f.name, "link", "set", outer, "master", short("br", network)},
+		{f.name, "link", "set", outer, "up"},
+		{ns, "link", "set", inner, "name", ifname},
+	}
+	if mac != "" {
+		steps = append(steps, []string{ns, "link", "set", ifname, "address", mac})
+	}
+	for _, a := range addrs {
+		steps = append(steps, []string{ns, "addr", "add", a, "dev", ifname})
+	}
+	steps = append(steps, []string{ns, "link", "set", ifname, "up"})
+	for _, s := range steps {
+		if err := IP(ctx, s[0], s[1:]...); err != nil {
+			return fmt.Errorf("plug %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// AddRouter makes a router with its gateway on an external network
+// (gateway: its address there, with the subnet's prefix).
+func (f *Fabric) AddRouter(ctx context.Context, id, external string, gateway netip.Prefix) error {
+	ns := f.name + "-" + short("r", id)
+	if _, err := AddNetNS(ctx, ns); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		return fmt.Errorf("router %s: %w: %s", id, err, out)
+	}
+	if err := f.plug(ctx, "gw-"+id, ns, "qg", external, "", gateway.String()); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.routers[id] = &router{ns: ns, gateway: gateway, external: external, fips: map[netip.Addr]netip.Addr{}}
+	f.mu.Unlock()
+	return f.applyRouter(ctx, id)
+}
+
+// AddRouterInterface gives a router a leg on a network at its subnet's
+// gateway address (with the subnet's prefix).
+func (f *Fabric) AddRouterInterface(ctx context.Context, routerID, network string, gateway netip.Prefix) error {
+	f.mu.Lock()
+	r := f.routers[routerID]
+	f.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("no router %s", routerID)
+	}
+	return f.plug(ctx, "ri-"+routerID+"-"+network, r.ns, short("qr", network), network, "", gateway.String())
+}
+
+// SetFloatingIP associates a floating IP of a router's external network
+// with a fixed IP behind it (an invalid fixed IP disassociates it).
+func (f *Fabric) SetFloatingIP(ctx context.Context, routerID string, fip, fixed netip.Addr) error {
+	f.mu.Lock()
+	r := f.routers[routerID]
+	if r != nil {
+		if fixed.IsValid() {
+			r.fips[fip] = fixed
+		} else {
+			delete(r.fips, fip)
+		}
+	}
+	f.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("no router %s", routerID)
+	}
+	bits := strconv.Itoa(r.gateway.Bits())
+	verb := "add"
+	if !fixed.IsValid() {
+		verb = "del"
+	}
+	if err := IP(ctx, r.ns, "addr", verb, fip.String()+"/"+bits, "dev", "qg"); err != nil && fixed.IsValid() {
+		return err
+	}
+	return f.applyRouter(ctx, routerID)
+}
+
+// applyRouter writes a router's NAT: each floating IP DNATed to its fixed
+// IP and its fixed IP SNATed to it; everything else leaving by the
+// gateway SNATed to the gateway's address.
+func (f *Fabric) applyRouter(ctx context.Context, id string) error {
+	f.mu.Lock()
+	r := f.routers[id]
+	var b strings.Builder
+	b.WriteString("flush ruleset\ntable ip nat {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n")
+	fips := slices.SortedFunc(maps.Keys(r.fips), netip.Addr.Compare)
+	for _, fip := range fips {
+		fmt.Fprintf(&b, "    ip daddr %s dnat to %s\n", fip, r.fips[fip])
+	}
+	b.WriteString("  }\n  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n")
+	for _, fip := range fips {
+		fmt.Fprintf(&b, "    oifname \"qg\" ip saddr %s snat to %s\n", r.fips[fip], fip)
+	}
+	fmt.Fprintf(&b, "    oifname \"qg\" snat to %s\n  }\n}\n", r.gateway.Addr())
+	f.mu.Unlock()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", r.ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("router %s: nft: %w: %s", id, err, out)
+	}
+	return nil
+}
+
+// AddEdge plugs a namespace of the caller's into an external network at
+// addr: where the simulator's edge dials floating IPs from.
+func (f *Fabric) AddEdge(ctx context.Context, network, ns string, addr netip.Prefix) error {
+	return f.plug(ctx, "edge-"+ns, ns, "eth0", network, "", addr.String())
 }
 
 // AddPort plugs a port into a machine's namespace and its network's
 // bridge, with no rule: it can send and receive nothing but ARP until
 // SetRules.
 func (f *Fabric) AddPort(ctx context.Context, p Port) error {
-	outer, inner := short("p", p.ID), short("i", p.ID)
-	steps := [][]string{
-		{"", "link", "add", inner, "type", "veth", "peer", "name", outer},
-		{"", "link", "set", outer, "netns", f.name},
-		{"", "link", "set", inner, "netns", p.NetNS},
-		{f.name, "link", "set", outer, "master", short("br", p.Network)},
-		{f.name, "link", "set", outer, "up"},
-		{p.NetNS, "link", "set", inner, "name", p.IfName},
-		{p.NetNS, "link", "set", p.IfName, "address", p.MAC},
-		{p.NetNS, "addr", "add", p.Address.String(), "dev", p.IfName},
-		{p.NetNS, "link", "set", p.IfName, "up"},
+	if err := f.plug(ctx, p.ID, p.NetNS, p.IfName, p.Network, p.MAC, p.Address.String()); err != nil {
+		return err
 	}
 	if p.Gateway.IsValid() {
-		steps = append(steps, []string{p.NetNS, "route", "add", "default", "via", p.Gateway.String()})
-	}
-	for _, s := range steps {
-		if err := IP(ctx, s[0], s[1:]...); err != nil {
+		if err := IP(ctx, p.NetNS, "route", "add", "default", "via", p.Gateway.String()); err != nil {
 			return fmt.Errorf("port %s: %w", p.ID, err)
 		}
 	}
@@ -171,6 +311,9 @@ func (f *Fabric) Ruleset() string {
 	var b strings.Builder
 	b.WriteString("table inet opke {\n  chain forward {\n    type filter hook forward priority 0; policy drop;\n")
 	b.WriteString("    ct state established,related accept\n    ct state invalid drop\n")
+	for _, br := range slices.Sorted(maps.Keys(f.external)) {
+		fmt.Fprintf(&b, "    iifname %s accept\n", br)
+	}
 	ids := make([]string, 0, len(f.ports))
 	for id := range f.ports {
 		ids = append(ids, id)

@@ -41,7 +41,7 @@ func TestFabricSecurityGroups(t *testing.T) {
 			_ = fab.Close(context.Background())
 		}
 	})
-	if err := fab.AddNetwork(ctx, "net-a"); err != nil {
+	if err := fab.AddNetwork(ctx, "net-a", false); err != nil {
 		t.Fatal(err)
 	}
 	egressAll := machine.Rule{Direction: "egress"}
@@ -166,4 +166,126 @@ func dialFrom(ctx context.Context, ns, local, addr string) (net.Conn, error) {
 		done <- err
 	}()
 	return c, <-done
+}
+
+// TestFabricFloatingIPs: a router between a tenant network and an
+// external one. The edge, on the external network, reaches a port
+// through its floating IP (the port sees the edge's own address: Neutron
+// does not SNAT what comes in) when its security group lets it, and not
+// by its fixed IP (nothing routes there); what a port sends out leaves
+// from its floating IP, or from the router's gateway address when it has
+// none; a disassociated floating IP reaches nothing.
+func TestFabricFloatingIPs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the fabric needs root (network namespaces, nftables)")
+	}
+	ctx := context.Background()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	fab, err := machine.NewFabric(ctx, "opke-tf-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fab.Close(context.Background()) })
+	if err := fab.AddNetwork(ctx, "public", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := fab.AddNetwork(ctx, "tenant", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fab.AddRouter(ctx, "r1", "public", netip.MustParsePrefix("172.24.4.10/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fab.AddRouterInterface(ctx, "r1", "tenant", netip.MustParsePrefix("10.99.2.1/24")); err != nil {
+		t.Fatal(err)
+	}
+	ns := func(name string) string {
+		full := "opke-t" + name + "-" + id
+		path, err := machine.AddNetNS(ctx, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), full) })
+		return path
+	}
+	edge := ns("e")
+	if err := fab.AddEdge(ctx, "public", filepath.Base(edge), netip.MustParsePrefix("172.24.4.2/24")); err != nil {
+		t.Fatal(err)
+	}
+	// serve answers each connection with the address it came from.
+	serve := func(nsPath, addr string) {
+		ln, err := machine.ListenIn(nsPath, "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+				_, _ = c.Write([]byte(host))
+				c.Close()
+			}
+		}()
+	}
+	ask := func(nsPath, addr string) string {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		c, err := machine.DialIn(ctx, nsPath, "tcp", addr)
+		if err != nil {
+			return "unreachable"
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		got, _ := io.ReadAll(c)
+		return string(got)
+	}
+	open := []machine.Rule{{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22}, {Direction: "egress"}}
+	closed := []machine.Rule{{Direction: "egress"}}
+	ports := map[string]string{}
+	for i, p := range []struct {
+		name, ip string
+		rules    []machine.Rule
+	}{{"a", "10.99.2.5", open}, {"b", "10.99.2.6", closed}, {"c", "10.99.2.7", open}} {
+		path := ns(p.name)
+		port := machine.Port{ID: "port-" + p.name, Network: "tenant", NetNS: filepath.Base(path), IfName: "eth0",
+			MAC: fmt.Sprintf("fa:16:3e:00:02:%02x", i+1), Address: netip.MustParsePrefix(p.ip + "/24"), Gateway: netip.MustParseAddr("10.99.2.1")}
+		if err := fab.AddPort(ctx, port); err != nil {
+			t.Fatal(err)
+		}
+		if err := fab.SetRules(ctx, port.ID, p.rules); err != nil {
+			t.Fatal(err)
+		}
+		serve(path, p.ip+":22")
+		ports[p.name] = path
+	}
+	serve(edge, "172.24.4.2:8080")
+	for fip, fixed := range map[string]string{"172.24.4.50": "10.99.2.5", "172.24.4.51": "10.99.2.6"} {
+		if err := fab.SetFloatingIP(ctx, "r1", netip.MustParseAddr(fip), netip.MustParseAddr(fixed)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, from, addr, want string
+	}{
+		{"in by the floating IP", edge, "172.24.4.50:22", "172.24.4.2"},
+		{"a group without 22", edge, "172.24.4.51:22", "unreachable"},
+		{"the fixed IP from outside", edge, "10.99.2.5:22", "unreachable"},
+		{"out from the floating IP", ports["a"], "172.24.4.2:8080", "172.24.4.50"},
+		{"out from the router's gateway", ports["c"], "172.24.4.2:8080", "172.24.4.10"},
+	} {
+		if got := ask(tc.from, tc.addr); got != tc.want {
+			t.Errorf("%s (%s): %q, want %q", tc.name, tc.addr, got, tc.want)
+		}
+	}
+	if err := fab.SetFloatingIP(ctx, "r1", netip.MustParseAddr("172.24.4.50"), netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ask(edge, "172.24.4.50:22"); got != "unreachable" {
+		t.Errorf("a disassociated floating IP still reaches: %q", got)
+	}
 }

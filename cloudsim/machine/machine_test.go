@@ -70,7 +70,7 @@ func world(t *testing.T) (fab *machine.Fabric, machineNS, clientNS string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fab.Close(context.Background()) })
-	if err := fab.AddNetwork(ctx, "net"); err != nil {
+	if err := fab.AddNetwork(ctx, "net", false); err != nil {
 		t.Fatal(err)
 	}
 	egress := machine.Rule{Direction: "egress"}
