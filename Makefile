@@ -29,7 +29,7 @@ conformance:
 
 ## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the host image built or taken from its cache (OPKE_CACHE), then the real-host tests (build tag realhosts)
 realhosts:
-	$(GO) test -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
+	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
 
 ## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/
 run: build

@@ -33,6 +33,8 @@ type Fabric struct {
 	// applies there (routers' gateways, floating IPs, the edge).
 	external map[string]bool
 	routers  map[string]*router
+	// amphorae are the load balancers' namespaces, by name.
+	amphorae []string
 }
 
 // router is a Neutron router: a namespace of its own with a leg on each
@@ -107,6 +109,8 @@ func (f *Fabric) Close(ctx context.Context) error {
 	for _, r := range f.routers {
 		routers = append(routers, r.ns)
 	}
+	routers = append(routers, f.amphorae...)
+	f.amphorae = nil
 	f.routers = map[string]*router{}
 	f.mu.Unlock()
 	for _, id := range ids {

@@ -289,3 +289,125 @@ func TestFabricFloatingIPs(t *testing.T) {
 		t.Errorf("a disassociated floating IP still reaches: %q", got)
 	}
 }
+
+// TestFabricLoadBalancer: a TCP listener on a VIP forwards to its pool's
+// members round robin, also through the VIP's floating IP from the edge;
+// a member that stops answering is marked ERROR by the health monitor
+// and gets no more connections.
+func TestFabricLoadBalancer(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the fabric needs root (network namespaces, nftables)")
+	}
+	ctx := context.Background()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	fab, err := machine.NewFabric(ctx, "opke-tf-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fab.Close(context.Background()) })
+	for name, ext := range map[string]bool{"public": true, "tenant": false} {
+		if err := fab.AddNetwork(ctx, name, ext); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fab.AddRouter(ctx, "r1", "public", netip.MustParsePrefix("172.24.4.10/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fab.AddRouterInterface(ctx, "r1", "tenant", netip.MustParsePrefix("10.99.3.1/24")); err != nil {
+		t.Fatal(err)
+	}
+	ns := func(name string) string {
+		full := "opke-t" + name + "-" + id
+		path, err := machine.AddNetNS(ctx, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), full) })
+		return path
+	}
+	edge := ns("e")
+	if err := fab.AddEdge(ctx, "public", filepath.Base(edge), netip.MustParsePrefix("172.24.4.2/24")); err != nil {
+		t.Fatal(err)
+	}
+	listeners := map[string]net.Listener{}
+	var members []machine.Member
+	for i, name := range []string{"a", "b"} {
+		path := ns(name)
+		ip := fmt.Sprintf("10.99.3.%d", 5+i)
+		port := machine.Port{ID: "port-" + name, Network: "tenant", NetNS: filepath.Base(path), IfName: "eth0",
+			MAC: fmt.Sprintf("fa:16:3e:00:03:%02x", i+1), Address: netip.MustParsePrefix(ip + "/24"), Gateway: netip.MustParseAddr("10.99.3.1")}
+		if err := fab.AddPort(ctx, port); err != nil {
+			t.Fatal(err)
+		}
+		rules := []machine.Rule{{Direction: "ingress", Protocol: "tcp", PortMin: 6443, PortMax: 6443, Remote: "10.99.3.0/24"}, {Direction: "egress"}}
+		if err := fab.SetRules(ctx, port.ID, rules); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := machine.ListenIn(path, "tcp", ip+":6443")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write([]byte(name))
+				c.Close()
+			}
+		}()
+		listeners[name] = ln
+		members = append(members, machine.Member{Address: netip.MustParseAddr(ip), Port: 6443})
+	}
+	lb, err := fab.AddLoadBalancer(ctx, "lb1", "tenant", netip.MustParsePrefix("10.99.3.100/24"), netip.MustParseAddr("10.99.3.1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lb.Close(context.Background()) })
+	mon := &machine.Monitor{Delay: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Retries: 1, RetriesDown: 2}
+	if err := lb.SetListener(ctx, 6443, members, mon); err != nil {
+		t.Fatal(err)
+	}
+	if err := fab.SetFloatingIP(ctx, "r1", netip.MustParseAddr("172.24.4.60"), netip.MustParseAddr("10.99.3.100")); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() string {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c, err := machine.DialIn(ctx, edge, "tcp", "172.24.4.60:6443")
+		if err != nil {
+			return "unreachable"
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		got, _ := io.ReadAll(c)
+		return string(got)
+	}
+	seen := map[string]int{}
+	for range 4 {
+		seen[ask()]++
+	}
+	if seen["a"] != 2 || seen["b"] != 2 {
+		t.Fatalf("round robin through the VIP's floating IP: %v", seen)
+	}
+	listeners["b"].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for lb.Status(6443)[members[1]] != machine.MemberError {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead member is not marked ERROR: %v", lb.Status(6443))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := lb.Status(6443)[members[0]]; st != machine.MemberOnline {
+		t.Errorf("the live member is %s", st)
+	}
+	for range 4 {
+		if got := ask(); got != "a" {
+			t.Errorf("a connection went to %q with b in ERROR", got)
+		}
+	}
+}
