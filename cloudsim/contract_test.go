@@ -929,3 +929,39 @@ func TestContractKeystone(t *testing.T) {
 		}
 	})
 }
+
+// TestContractUnknownPath: a path Nova does not have answers 401 without
+// a token (its auth middleware comes first) and 404 with one; it is never
+// a version document.
+func TestContractUnknownPath(t *testing.T) {
+	t.Parallel()
+	c := contract(t)
+	url := strings.TrimSuffix(c.Clients.Compute.Endpoint, "/") + "/no-such-resource"
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  int
+	}{
+		{"without a token", "", http.StatusUnauthorized},
+		{"with a token", c.Clients.Provider.Token(), http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.token != "" {
+				req.Header.Set("X-Auth-Token", tc.token)
+			}
+			resp, err := c.Clients.Provider.HTTPClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("GET %s: %s, want %d\n%.300s", url, resp.Status, tc.want, body)
+			}
+		})
+	}
+}

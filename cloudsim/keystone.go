@@ -65,9 +65,15 @@ func (w *world) authenticate(id string, now time.Time) (*token, bool) {
 
 func (s *Sim) keystoneRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /identity", s.identityVersions)
-	mux.HandleFunc("GET /identity/", s.identityVersions)
+	mux.HandleFunc("GET /identity/{$}", s.identityVersions)
 	mux.HandleFunc("GET /identity/v3", s.identityV3)
-	mux.HandleFunc("GET /identity/v3/", s.identityV3)
+	mux.HandleFunc("GET /identity/v3/{$}", s.identityV3)
+	// Any other path: Keystone's 404 (its routes are matched before a
+	// token is asked for).
+	mux.HandleFunc("/identity/", func(rw http.ResponseWriter, r *http.Request) {
+		writeJSON(rw, http.StatusNotFound, map[string]any{"error": map[string]any{"code": 404, "title": "Not Found",
+			"message": "The resource could not be found."}})
+	})
 	s.routeAuth(mux, "POST /identity/v3/auth/tokens", false, s.issueToken)
 	s.route(mux, "GET /identity/v3/auth/tokens", s.validateToken)
 	s.route(mux, "HEAD /identity/v3/auth/tokens", s.validateToken)

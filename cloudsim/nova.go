@@ -144,7 +144,12 @@ func novaVersion(rw http.ResponseWriter, r *request) (minor int, ok bool) {
 
 func (s *Sim) novaRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /compute", s.computeVersions)
-	mux.HandleFunc("GET /compute/", s.computeVersions)
+	mux.HandleFunc("GET /compute/{$}", s.computeVersions)
+	// Any other path is Nova's after its auth middleware: 401 without a
+	// token, 404 with one (a version document for anything hid mistakes).
+	s.route(mux, "/compute/", func(rw http.ResponseWriter, r *request) {
+		novaError(rw, http.StatusNotFound, "The resource could not be found.")
+	})
 	mux.HandleFunc("GET /compute/v2.1", s.computeV21)
 	mux.HandleFunc("GET /compute/v2.1/{$}", s.computeV21)
 	n := func(pattern string, h func(http.ResponseWriter, *request, int)) {
