@@ -391,6 +391,51 @@ func TestContractNovaServers(t *testing.T) {
 			t.Errorf("tags before microversion 2.26: %v, want 404", err)
 		}
 	})
+	t.Run("rename and description", func(t *testing.T) {
+		v219 := *cc
+		v219.Microversion = "2.19"
+		var got struct {
+			Name        string  `json:"name"`
+			Description *string `json:"description"`
+		}
+		err := servers.Update(c.ctx, &v219, sv.ID, serverUpdate{"name": name + "-x", "description": "renamed"}).ExtractInto(&got)
+		if err != nil || got.Name != name+"-x" || got.Description == nil || *got.Description != "renamed" {
+			t.Errorf("rename: %+v %v", got, err)
+		}
+		v218 := *cc
+		v218.Microversion = "2.18"
+		if err := servers.Update(c.ctx, &v218, sv.ID, serverUpdate{"description": "too early"}).Err; !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("a description before microversion 2.19: %v, want 400", err)
+		}
+		if got, err := servers.Update(c.ctx, cc, sv.ID, servers.UpdateOpts{Name: name}).Extract(); err != nil || got.Name != name {
+			t.Errorf("rename back: %+v %v", got, err)
+		}
+	})
+	t.Run("metadata API", func(t *testing.T) {
+		md, err := servers.UpdateMetadata(c.ctx, cc, sv.ID, servers.MetadataOpts{"tier": "gold"}).Extract()
+		if err != nil || md["role"] != "worker" || md["tier"] != "gold" {
+			t.Errorf("merge: %v %v", md, err)
+		}
+		if m, err := servers.CreateMetadatum(c.ctx, cc, sv.ID, servers.MetadatumOpts{"zone": "a"}).Extract(); err != nil || m["zone"] != "a" {
+			t.Errorf("set one item: %v %v", m, err)
+		}
+		if m, err := servers.Metadatum(c.ctx, cc, sv.ID, "zone").Extract(); err != nil || m["zone"] != "a" {
+			t.Errorf("get one item: %v %v", m, err)
+		}
+		if err := servers.DeleteMetadatum(c.ctx, cc, sv.ID, "zone").ExtractErr(); err != nil {
+			t.Errorf("delete one item: %v", err)
+		}
+		if _, err := servers.Metadatum(c.ctx, cc, sv.ID, "zone").Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			t.Errorf("a deleted item: %v, want 404", err)
+		}
+		md, err = servers.ResetMetadata(c.ctx, cc, sv.ID, servers.MetadataOpts{"role": "worker"}).Extract()
+		if err != nil || len(md) != 1 || md["role"] != "worker" {
+			t.Errorf("replace: %v %v", md, err)
+		}
+		if md, err := servers.Metadata(c.ctx, cc, sv.ID).Extract(); err != nil || len(md) != 1 || md["role"] != "worker" {
+			t.Errorf("list: %v %v", md, err)
+		}
+	})
 	t.Run("console output", func(t *testing.T) {
 		// What a console holds is the host's (LIMITS.md): only the call.
 		if _, err := servers.ShowConsoleOutput(c.ctx, cc, sv.ID, servers.ShowConsoleOutputOpts{Length: 5}).Extract(); err != nil {
@@ -964,4 +1009,12 @@ func TestContractUnknownPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serverUpdate is a PUT /servers/{id} body as given (gophercloud's
+// UpdateOpts has no description).
+type serverUpdate map[string]any
+
+func (u serverUpdate) ToServerUpdateMap() (map[string]any, error) {
+	return map[string]any{"server": map[string]any(u)}, nil
 }

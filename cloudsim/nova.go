@@ -4,8 +4,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -88,6 +90,8 @@ type server struct {
 	NovaPorts      []string          `json:"nova_ports"` // created by Nova, deleted with the server
 	SecurityGroups []string          `json:"security_groups"`
 	LaunchedAt     *time.Time        `json:"launched_at,omitempty"`
+	// Description is the server's (microversion 2.19 and later).
+	Description *string `json:"description,omitempty"`
 	// HostKey is the host's SSH private key (OpenSSH PEM), made at first boot.
 	HostKey string `json:"host_key,omitempty"`
 }
@@ -171,6 +175,13 @@ func (s *Sim) novaRoutes(mux *http.ServeMux) {
 	n("POST /compute/v2.1/servers", s.createServer)
 	n("GET /compute/v2.1/servers/{id}", s.getServer)
 	n("DELETE /compute/v2.1/servers/{id}", s.deleteServer)
+	n("PUT /compute/v2.1/servers/{id}", s.updateServer)
+	n("GET /compute/v2.1/servers/{id}/metadata", s.serverMetadata)
+	n("PUT /compute/v2.1/servers/{id}/metadata", s.serverMetadata)
+	n("POST /compute/v2.1/servers/{id}/metadata", s.serverMetadata)
+	n("GET /compute/v2.1/servers/{id}/metadata/{key}", s.serverMetadatum)
+	n("PUT /compute/v2.1/servers/{id}/metadata/{key}", s.serverMetadatum)
+	n("DELETE /compute/v2.1/servers/{id}/metadata/{key}", s.serverMetadatum)
 	n("POST /compute/v2.1/servers/{id}/action", s.serverAction)
 	n("GET /compute/v2.1/servers/{id}/tags", s.serverTags)
 	n("PUT /compute/v2.1/servers/{id}/tags", s.serverTags)
@@ -412,6 +423,8 @@ type serverJSON struct {
 	LaunchedAt     *string               `json:"OS-SRV-USG:launched_at"`
 	TerminatedAt   *string               `json:"OS-SRV-USG:terminated_at"`
 	SecurityGroups []nameJSON            `json:"security_groups"`
+	// Description is shown from 2.19 on, null when unset.
+	Description any `json:"description,omitempty"`
 	TaskState      *string               `json:"OS-EXT-STS:task_state"`
 	VMState        string                `json:"OS-EXT-STS:vm_state"`
 	PowerState     int                   `json:"OS-EXT-STS:power_state"`
@@ -530,6 +543,9 @@ func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, fips map[stri
 		} else {
 			v.Flavor = refJSON{ID: f.ID, Links: s.links("/flavors/" + f.ID)}
 		}
+	}
+	if mv >= 19 {
+		v.Description = sv.Description
 	}
 	if mv >= 26 {
 		tags := orEmpty(sv.Tags)
@@ -927,6 +943,142 @@ func (s *Sim) getServer(rw http.ResponseWriter, r *request, mv int) {
 		return
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.fipsByPort())})
+}
+
+// updateServer renames a server (and, from 2.19, sets its description),
+// as Nova's PUT /servers/{id} does; any other field is refused.
+func (s *Sim) updateServer(rw http.ResponseWriter, r *request, mv int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	var req struct {
+		Server map[string]json.RawMessage `json:"server"`
+	}
+	if err := decodeBody(r, &req); err != nil || req.Server == nil {
+		novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute server.")
+		return
+	}
+	allowed := []string{"name", "accessIPv4", "accessIPv6"}
+	if mv >= 19 {
+		allowed = append(allowed, "description")
+	}
+	for k := range req.Server {
+		if !slices.Contains(allowed, k) {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute server. Value: "+k+". Additional properties are not allowed ('"+k+"' was unexpected)")
+			return
+		}
+	}
+	if raw, ok := req.Server["name"]; ok {
+		var name string
+		if json.Unmarshal(raw, &name) != nil || strings.TrimSpace(name) == "" || len(name) > 255 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute name.")
+			return
+		}
+		sv.Name = name
+	}
+	if raw, ok := req.Server["description"]; ok {
+		var d *string
+		if json.Unmarshal(raw, &d) != nil || d != nil && len(*d) > 255 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute description.")
+			return
+		}
+		sv.Description = d
+	}
+	sv.Updated = r.now.UTC()
+	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.fipsByPort())})
+}
+
+// metadataOK checks server metadata as Nova does: keys of 1 to 255
+// characters, values of at most 255, at most 128 items.
+func metadataOK(rw http.ResponseWriter, md map[string]string) bool {
+	for k, v := range md {
+		if k == "" || len(k) > 255 || len(v) > 255 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute metadata.")
+			return false
+		}
+	}
+	if len(md) > 128 {
+		novaError(rw, http.StatusForbidden, "Quota exceeded for metadata_items: Requested "+strconv.Itoa(len(md))+", but already used 0 of 128 metadata_items")
+		return false
+	}
+	return true
+}
+
+// serverMetadata is /servers/{id}/metadata: GET lists, PUT replaces, POST
+// merges.
+func (s *Sim) serverMetadata(rw http.ResponseWriter, r *request, _ int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	if r.Method != http.MethodGet {
+		var req struct {
+			Metadata map[string]string `json:"metadata"`
+		}
+		if err := decodeBody(r, &req); err != nil || req.Metadata == nil {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute metadata.")
+			return
+		}
+		next := req.Metadata
+		if r.Method == http.MethodPost {
+			next = maps.Clone(orEmptyMap(sv.Metadata))
+			maps.Copy(next, req.Metadata)
+		}
+		if !metadataOK(rw, next) {
+			return
+		}
+		sv.Metadata, sv.Updated = next, r.now.UTC()
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"metadata": orEmptyMap(sv.Metadata)})
+}
+
+// serverMetadatum is /servers/{id}/metadata/{key}.
+func (s *Sim) serverMetadatum(rw http.ResponseWriter, r *request, _ int) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+		return
+	}
+	key := r.PathValue("key")
+	value, has := sv.Metadata[key]
+	switch r.Method {
+	case http.MethodGet:
+		if !has {
+			novaError(rw, http.StatusNotFound, "Metadata item was not found")
+			return
+		}
+		writeJSON(rw, http.StatusOK, map[string]any{"meta": map[string]string{key: value}})
+	case http.MethodPut:
+		var req struct {
+			Meta map[string]string `json:"meta"`
+		}
+		if err := decodeBody(r, &req); err != nil || len(req.Meta) != 1 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for field/attribute meta.")
+			return
+		}
+		if _, ok := req.Meta[key]; !ok {
+			novaError(rw, http.StatusBadRequest, "Request body and URI mismatch")
+			return
+		}
+		next := maps.Clone(orEmptyMap(sv.Metadata))
+		next[key] = req.Meta[key]
+		if !metadataOK(rw, next) {
+			return
+		}
+		sv.Metadata, sv.Updated = next, r.now.UTC()
+		writeJSON(rw, http.StatusOK, map[string]any{"meta": req.Meta})
+	case http.MethodDelete:
+		if !has {
+			novaError(rw, http.StatusNotFound, "Metadata item was not found")
+			return
+		}
+		delete(sv.Metadata, key)
+		sv.Updated = r.now.UTC()
+		rw.WriteHeader(http.StatusNoContent)
+	}
 }
 
 func (s *Sim) deleteServer(rw http.ResponseWriter, r *request, _ int) {
