@@ -424,13 +424,13 @@ type serverJSON struct {
 	TerminatedAt   *string               `json:"OS-SRV-USG:terminated_at"`
 	SecurityGroups []nameJSON            `json:"security_groups"`
 	// Description is shown from 2.19 on, null when unset.
-	Description any `json:"description,omitempty"`
-	TaskState      *string               `json:"OS-EXT-STS:task_state"`
-	VMState        string                `json:"OS-EXT-STS:vm_state"`
-	PowerState     int                   `json:"OS-EXT-STS:power_state"`
-	Volumes        []any                 `json:"os-extended-volumes:volumes_attached"`
-	Tags           *[]string             `json:"tags,omitempty"`
-	Fault          *faultJSON            `json:"fault,omitempty"`
+	Description any        `json:"description,omitempty"`
+	TaskState   *string    `json:"OS-EXT-STS:task_state"`
+	VMState     string     `json:"OS-EXT-STS:vm_state"`
+	PowerState  int        `json:"OS-EXT-STS:power_state"`
+	Volumes     []any      `json:"os-extended-volumes:volumes_attached"`
+	Tags        *[]string  `json:"tags,omitempty"`
+	Fault       *faultJSON `json:"fault,omitempty"`
 	*serverAdminJSON
 	*serverAdminV3JSON
 }
