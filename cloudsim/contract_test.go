@@ -38,6 +38,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/external"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/mtu"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/quotas"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
@@ -661,6 +662,44 @@ func TestContractNeutron(t *testing.T) {
 		l, _ := floatingips.ExtractFloatingIPs(pages)
 		if err != nil || len(l) != 1 || l[0].ID != fip.ID {
 			t.Errorf("floating IPs by tag: %+v %v", l, err)
+		}
+		desc := "updated"
+		if got, err := floatingips.Update(c.ctx, nc, fip.ID, floatingips.UpdateOpts{Description: &desc}).Extract(); err != nil || got.Description != desc {
+			t.Errorf("a floating IP's description: %+v %v", got, err)
+		}
+	})
+	// Every field an update sets is kept (a client's next plan would show
+	// the same change forever otherwise).
+	t.Run("updates", func(t *testing.T) {
+		desc := "updated"
+		var got struct {
+			networks.Network
+			mtu.NetworkMTUExt
+		}
+		err := networks.Update(c.ctx, nc, n.network, mtu.UpdateOptsExt{UpdateOptsBuilder: networks.UpdateOpts{Description: &desc}, MTU: 1400}).ExtractInto(&got)
+		if err != nil || got.Description != desc || got.MTU != 1400 {
+			t.Errorf("a network's description and mtu: %+v %v", got, err)
+		}
+		if got, err := groups.Update(c.ctx, nc, sg.ID, groups.UpdateOpts{Description: &desc}).Extract(); err != nil || got.Description != desc {
+			t.Errorf("a security group's description: %+v %v", got, err)
+		}
+		if got, err := ports.Update(c.ctx, nc, p.ID, ports.UpdateOpts{Description: &desc}).Extract(); err != nil || got.Description != desc {
+			t.Errorf("a port's description: %+v %v", got, err)
+		}
+		if got, err := routers.Update(c.ctx, nc, n.router, routers.UpdateOpts{Description: &desc}).Extract(); err != nil || got.Description != desc {
+			t.Errorf("a router's description: %+v %v", got, err)
+		}
+		routes := []routers.Route{{DestinationCIDR: "10.20.0.0/16", NextHop: "192.168.44.10"}}
+		if got, err := routers.Update(c.ctx, nc, n.router, routers.UpdateOpts{Routes: &routes}).Extract(); err != nil || len(got.Routes) != 1 || got.Routes[0].NextHop != "192.168.44.10" {
+			t.Errorf("a router's routes: %+v %v", got, err)
+		}
+		far := []routers.Route{{DestinationCIDR: "10.21.0.0/16", NextHop: "10.99.99.1"}}
+		if _, err := routers.Update(c.ctx, nc, n.router, routers.UpdateOpts{Routes: &far}).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("a route whose nexthop the router does not reach: %v, want 400", err)
+		}
+		none := []routers.Route{}
+		if _, err := routers.Update(c.ctx, nc, n.router, routers.UpdateOpts{Routes: &none}).Extract(); err != nil {
+			t.Errorf("clear the routes: %v", err)
 		}
 	})
 	t.Run("floating IP without a route", func(t *testing.T) {

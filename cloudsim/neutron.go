@@ -538,6 +538,22 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			setStr(b, "name", &n.Name)
 			setStr(b, "description", &n.Description)
 			n.AdminStateUp = boolOr(b, "admin_state_up", n.AdminStateUp)
+			n.PortSecurity = boolOr(b, "port_security_enabled", n.PortSecurity)
+			if _, ok := b["mtu"]; ok {
+				mtu, isNum := b["mtu"].(float64)
+				switch {
+				case !isNum || mtu != float64(int(mtu)):
+					badRequest(rw, "Invalid input for mtu. Reason: '"+fmt.Sprint(b["mtu"])+"' is not an integer.")
+					return false
+				case mtu < 68:
+					badRequest(rw, "Invalid input for operation: MTU must be at least 68.")
+					return false
+				case mtu > 1450:
+					badRequest(rw, "Invalid input for operation: Requested MTU is too big, maximum is 1450.")
+					return false
+				}
+				n.MTU = int(mtu)
+			}
 			return true
 		},
 		remove: func(rw http.ResponseWriter, r *request, n *network) bool {
@@ -652,6 +668,9 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 				return false
 			}
 			setStr(b, "name", &p.Name)
+			setStr(b, "description", &p.Description)
+			setStr(b, "device_owner", &p.DeviceOwner)
+			p.PortSecurity = boolOr(b, "port_security_enabled", p.PortSecurity)
 			if _, ok := b["security_groups"]; ok {
 				p.SecurityGroups = append([]string{}, strList(b, "security_groups")...)
 			}
@@ -698,6 +717,15 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 				return false
 			}
 			setStr(b, "name", &rt.Name)
+			setStr(b, "description", &rt.Description)
+			rt.AdminStateUp = boolOr(b, "admin_state_up", rt.AdminStateUp)
+			if raw, ok := b["routes"]; ok {
+				routes, ok := r.w.routerRoutes(rw, rt, raw)
+				if !ok {
+					return false
+				}
+				rt.Routes = routes
+			}
 			if gwRaw, ok := b["external_gateway_info"]; ok {
 				gw, _ := gwRaw.(map[string]any)
 				if len(gw) == 0 {
@@ -738,7 +766,17 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "name", "description", "stateful") {
 				return false
 			}
+			if stateful, ok := b["stateful"].(bool); ok && stateful != g.Stateful {
+				for _, p := range r.w.Ports {
+					if slices.Contains(p.SecurityGroups, g.ID) {
+						neutronError(rw, http.StatusConflict, "SecurityGroupInUse", "Security Group "+g.ID+" in use.")
+						return false
+					}
+				}
+				g.Stateful = stateful
+			}
 			setStr(b, "name", &g.Name)
+			setStr(b, "description", &g.Description)
 			return true
 		},
 		remove: func(rw http.ResponseWriter, r *request, g *secGroup) bool {
@@ -810,6 +848,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			if !onlyKeys(rw, b, "port_id", "fixed_ip_address", "description") {
 				return false
 			}
+			setStr(b, "description", &f.Description)
 			if _, ok := b["port_id"]; ok {
 				if pid := str(b, "port_id"); pid != "" {
 					return r.w.associateFIP(rw, r, f, pid, str(b, "fixed_ip_address"))
@@ -1386,4 +1425,42 @@ func sameRule(a, b *secRule) bool {
 	eqi := func(x, y *int) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	return a.Direction == b.Direction && a.EtherType == b.EtherType && eq(a.Protocol, b.Protocol) &&
 		eqi(a.PortRangeMin, b.PortRangeMin) && eqi(a.PortRangeMax, b.PortRangeMax) && eq(a.RemoteIPPrefix, b.RemoteIPPrefix) && eq(a.RemoteGroupID, b.RemoteGroupID)
+}
+
+// routerRoutes checks a router's extra routes as Neutron does: each a
+// destination CIDR and a nexthop on one of the router's subnets.
+func (w *world) routerRoutes(rw http.ResponseWriter, rt *router, raw any) ([]any, bool) {
+	list, ok := raw.([]any)
+	if !ok {
+		badRequest(rw, "Invalid input for routes. Reason: Invalid data format for hostroute.")
+		return nil, false
+	}
+	var cidrs []netip.Prefix
+	for _, p := range w.Ports {
+		if p.DeviceID == rt.ID && p.DeviceOwner == "network:router_interface" {
+			for _, ip := range p.FixedIPs {
+				if sn := w.Subnets[ip.SubnetID]; sn != nil {
+					if c, err := netip.ParsePrefix(sn.CIDR); err == nil {
+						cidrs = append(cidrs, c)
+					}
+				}
+			}
+		}
+	}
+	out := []any{}
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		dest, errD := netip.ParsePrefix(fmt.Sprint(m["destination"]))
+		hop, errH := netip.ParseAddr(fmt.Sprint(m["nexthop"]))
+		if len(m) != 2 || errD != nil || errH != nil {
+			badRequest(rw, "Invalid input for routes. Reason: Invalid data format for hostroute.")
+			return nil, false
+		}
+		if !slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(hop) }) {
+			badRequest(rw, "Invalid format for routes: "+fmt.Sprint(item)+", the nexthop is not connected with router")
+			return nil, false
+		}
+		out = append(out, map[string]any{"destination": dest.String(), "nexthop": hop.String()})
+	}
+	return out, true
 }
