@@ -587,6 +587,15 @@ func TestContractQuotas(t *testing.T) {
 		if !gophercloud.ResponseCodeIs(err, http.StatusForbidden) || !strings.Contains(err.Error(), "Quota has been met") {
 			t.Errorf("over quota: %v, want 403 quota has been met", err)
 		}
+		// The current name, which the openstack CLI sends (gophercloud
+		// sends the deprecated loadbalancer).
+		body := map[string]any{"quota": map[string]any{"load_balancer": 7}}
+		_, err = c.Admin.LoadBalancer.Put(c.ctx, c.Admin.LoadBalancer.ServiceURL("quotas", project), body, nil,
+			&gophercloud.RequestOpts{OkCodes: []int{200, 202}})
+		c.must(err, "set the quota by its current name")
+		if got, err := lbquotas.Get(c.ctx, c.Admin.LoadBalancer, project).Extract(); err != nil || got.Loadbalancer != 7 {
+			t.Errorf("quota set as load_balancer: %+v %v, want 7", got, err)
+		}
 	})
 }
 
@@ -840,7 +849,7 @@ func TestContractOctavia(t *testing.T) {
 			t.Errorf("load balancers by tags: %d %v", len(l), err)
 		}
 	})
-	var poolID string
+	var poolID, listenerID string
 	t.Run("children", func(t *testing.T) {
 		ls, err := listeners.Create(c.ctx, lc, listeners.CreateOpts{Name: c.name("lb-api-6443"), LoadbalancerID: lb.ID,
 			Protocol: listeners.ProtocolTCP, ProtocolPort: 6443, Tags: c.tags("lb")}).Extract()
@@ -856,7 +865,7 @@ func TestContractOctavia(t *testing.T) {
 		if err != nil {
 			t.Fatalf("pool: %v", err)
 		}
-		poolID = p.ID
+		poolID, listenerID = p.ID, ls.ID
 		active("pool")
 		if _, err := pools.CreateMember(c.ctx, lc, p.ID, pools.CreateMemberOpts{Name: c.name("lb-controller-0"), Address: "192.168.45.10",
 			ProtocolPort: 6443, SubnetID: n.subnet, Tags: c.tags("lb")}).Extract(); err != nil {
@@ -868,6 +877,26 @@ func TestContractOctavia(t *testing.T) {
 			t.Fatalf("monitor: %v", err)
 		}
 		active("monitor")
+	})
+	t.Run("updates", func(t *testing.T) {
+		if poolID == "" || listenerID == "" {
+			t.Fatal("no pool: the children were not made")
+		}
+		limit := 100
+		if _, err := listeners.Update(c.ctx, lc, listenerID, listeners.UpdateOpts{ConnLimit: &limit}).Extract(); err != nil {
+			t.Fatalf("listener update: %v", err)
+		}
+		active("listener update")
+		if got, err := listeners.Get(c.ctx, lc, listenerID).Extract(); err != nil || got.ConnLimit != limit {
+			t.Errorf("a listener's connection_limit: %+v %v, want %d", got, err, limit)
+		}
+		if _, err := pools.Update(c.ctx, lc, poolID, pools.UpdateOpts{LBMethod: pools.LBMethodLeastConnections}).Extract(); err != nil {
+			t.Fatalf("pool update: %v", err)
+		}
+		active("pool update")
+		if got, err := pools.Get(c.ctx, lc, poolID).Extract(); err != nil || got.LBMethod != string(pools.LBMethodLeastConnections) {
+			t.Errorf("a pool's lb_algorithm: %+v %v", got, err)
+		}
 	})
 	t.Run("member list", func(t *testing.T) {
 		if poolID == "" {

@@ -3,6 +3,7 @@ package cloudsim
 import (
 	"fmt"
 	"net/http"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -538,6 +539,9 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 		if !ok {
 			return
 		}
+		if !updateLBFields(rw, kind, o, b) {
+			return
+		}
 		c := o.lbBase()
 		if _, set := b["name"]; set {
 			c.Name = str(b, "name")
@@ -549,11 +553,6 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 			c.Tags = orEmpty(strList(b, "tags"))
 		}
 		c.AdminStateUp = boolOr(b, "admin_state_up", c.AdminStateUp)
-		if m, isMember := o.(*member); isMember {
-			if w, ok := b["weight"].(float64); ok {
-				m.Weight = int(w)
-			}
-		}
 		if kind != "loadbalancer" {
 			c.ProvisioningStatus = "PENDING_UPDATE"
 		}
@@ -561,6 +560,100 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 		r.pendingUpdate(lb)
 		writeJSON(rw, http.StatusOK, map[string]any{kind: o})
 	}
+}
+
+// lbUpdatable are the fields an update of each kind takes besides name,
+// description, admin_state_up and tags, as Octavia's API reference lists
+// them; any other is refused, never dropped.
+var lbUpdatable = map[string][]string{
+	"loadbalancer":  {"vip_qos_policy_id"},
+	"listener":      {"connection_limit", "timeout_client_data", "default_pool_id", "allowed_cidrs"},
+	"pool":          {"lb_algorithm", "session_persistence"},
+	"member":        {"weight", "backup", "monitor_address", "monitor_port"},
+	"healthmonitor": {"delay", "timeout", "max_retries", "max_retries_down", "url_path", "http_method", "expected_codes"},
+}
+
+// updateLBFields checks an update's fields and sets those of its kind.
+func updateLBFields(rw http.ResponseWriter, kind string, o interface{ lbBase() *lbCommon }, b map[string]any) bool {
+	for k := range b {
+		if !slices.Contains([]string{"name", "description", "admin_state_up", "tags"}, k) && !slices.Contains(lbUpdatable[kind], k) {
+			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+kind+". Value: '"+fmt.Sprint(b)+"'. Unknown attribute for argument "+kind+": "+k)
+			return false
+		}
+	}
+	num := func(key string, lo, hi int, dst *int) bool {
+		v, set := b[key]
+		if !set {
+			return true
+		}
+		f, ok := v.(float64)
+		if !ok || f != float64(int(f)) || int(f) < lo || int(f) > hi {
+			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+key+". Value: '"+fmt.Sprint(v)+"'.")
+			return false
+		}
+		*dst = int(f)
+		return true
+	}
+	switch o := o.(type) {
+	case *loadBalancer:
+		if v, set := b["vip_qos_policy_id"]; set {
+			o.VIPQoS = strPtr(v)
+		}
+	case *listener:
+		if !num("connection_limit", -1, 1<<31-1, &o.ConnLimit) || !num("timeout_client_data", 0, 24*3600*1000, &o.TimeoutConnect) {
+			return false
+		}
+		if v, set := b["default_pool_id"]; set {
+			o.DefaultPoolID = strPtr(v)
+		}
+		if v, set := b["allowed_cidrs"]; set {
+			list, _ := v.([]any)
+			o.AllowedCIDRs = orEmpty(list)
+		}
+	case *lbPool:
+		if v, set := b["lb_algorithm"]; set {
+			algo, _ := v.(string)
+			if !slices.Contains([]string{"ROUND_ROBIN", "LEAST_CONNECTIONS", "SOURCE_IP", "SOURCE_IP_PORT"}, algo) {
+				octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute lb_algorithm. Value: '"+fmt.Sprint(v)+"'.")
+				return false
+			}
+			o.LBAlgorithm = algo
+		}
+		if v, set := b["session_persistence"]; set {
+			o.Persistence = v
+		}
+	case *member:
+		if !num("weight", 0, 256, &o.Weight) {
+			return false
+		}
+		o.Backup = boolOr(b, "backup", o.Backup)
+		if v, set := b["monitor_address"]; set {
+			o.MonitorAddr = v
+		}
+		if v, set := b["monitor_port"]; set {
+			o.MonitorPort = v
+		}
+	case *monitor:
+		if !num("delay", 0, 1<<31-1, &o.Delay) || !num("timeout", 0, 1<<31-1, &o.Timeout) ||
+			!num("max_retries", 1, 10, &o.MaxRetries) || !num("max_retries_down", 1, 10, &o.MaxDown) {
+			return false
+		}
+		if o.Delay < o.Timeout {
+			octaviaError(rw, http.StatusBadRequest, "Validation failure: The delay must be greater than or equal to the timeout.")
+			return false
+		}
+		setStr(b, "url_path", &o.URLPath)
+		setStr(b, "http_method", &o.HTTPMethod)
+		setStr(b, "expected_codes", &o.Expected)
+	}
+	return true
+}
+
+func strPtr(v any) *string {
+	if s, ok := v.(string); ok {
+		return &s
+	}
+	return nil
 }
 
 func (s *Sim) deleteLBChild(kind string) handlerFunc {
@@ -827,6 +920,11 @@ func (s *Sim) putOctaviaQuotas(rw http.ResponseWriter, r *request) {
 	values, allowed := map[string]any{}, []string{}
 	for name, v := range body.Quota {
 		key, ok := octaviaQuotaNames[name]
+		if !ok && slices.Contains(slices.Collect(maps.Values(octaviaQuotaNames)), name) {
+			// The current names (load_balancer, health_monitor), which the
+			// openstack CLI sends; the others are their deprecated aliases.
+			key, ok = name, true
+		}
 		if !ok {
 			octaviaError(rw, http.StatusBadRequest, fmt.Sprintf("Invalid input for field/attribute quota: %s.", name))
 			return
