@@ -2,8 +2,8 @@ package cloudsim
 
 import (
 	"fmt"
-	"net/http"
 	"maps"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
