@@ -176,43 +176,8 @@ func dialFrom(ctx context.Context, ns, local, addr string) (net.Conn, error) {
 // from its floating IP, or from the router's gateway address when it has
 // none; a disassociated floating IP reaches nothing.
 func TestFabricFloatingIPs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the fabric needs root (network namespaces, nftables)")
-	}
-	ctx := context.Background()
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	fab, err := machine.NewFabric(ctx, "opke-tf-"+id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fab.Close(context.Background()) })
-	if err := fab.AddNetwork(ctx, "public", true); err != nil {
-		t.Fatal(err)
-	}
-	if err := fab.AddNetwork(ctx, "tenant", false); err != nil {
-		t.Fatal(err)
-	}
-	if err := fab.AddRouter(ctx, "r1", "public", netip.MustParsePrefix("172.24.4.10/24")); err != nil {
-		t.Fatal(err)
-	}
-	if err := fab.AddRouterInterface(ctx, "r1", "tenant", netip.MustParsePrefix("10.99.2.1/24")); err != nil {
-		t.Fatal(err)
-	}
-	ns := func(name string) string {
-		full := "opke-t" + name + "-" + id
-		path, err := machine.AddNetNS(ctx, full)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), full) })
-		return path
-	}
-	edge := ns("e")
-	if err := fab.AddEdge(ctx, "public", filepath.Base(edge), netip.MustParsePrefix("172.24.4.2/24")); err != nil {
-		t.Fatal(err)
-	}
+	w := newRouted(t, "10.99.2.1/24")
+	ctx, fab, edge, ns := context.Background(), w.fab, w.edge, w.ns
 	// serve answers each connection with the address it came from.
 	serve := func(nsPath, addr string) {
 		ln, err := machine.ListenIn(nsPath, "tcp", addr)
@@ -295,42 +260,8 @@ func TestFabricFloatingIPs(t *testing.T) {
 // a member that stops answering is marked ERROR by the health monitor
 // and gets no more connections.
 func TestFabricLoadBalancer(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the fabric needs root (network namespaces, nftables)")
-	}
-	ctx := context.Background()
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	fab, err := machine.NewFabric(ctx, "opke-tf-"+id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fab.Close(context.Background()) })
-	for name, ext := range map[string]bool{"public": true, "tenant": false} {
-		if err := fab.AddNetwork(ctx, name, ext); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := fab.AddRouter(ctx, "r1", "public", netip.MustParsePrefix("172.24.4.10/24")); err != nil {
-		t.Fatal(err)
-	}
-	if err := fab.AddRouterInterface(ctx, "r1", "tenant", netip.MustParsePrefix("10.99.3.1/24")); err != nil {
-		t.Fatal(err)
-	}
-	ns := func(name string) string {
-		full := "opke-t" + name + "-" + id
-		path, err := machine.AddNetNS(ctx, full)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), full) })
-		return path
-	}
-	edge := ns("e")
-	if err := fab.AddEdge(ctx, "public", filepath.Base(edge), netip.MustParsePrefix("172.24.4.2/24")); err != nil {
-		t.Fatal(err)
-	}
+	w := newRouted(t, "10.99.3.1/24")
+	ctx, fab, edge, ns := context.Background(), w.fab, w.edge, w.ns
 	listeners := map[string]net.Listener{}
 	var members []machine.Member
 	for i, name := range []string{"a", "b"} {
@@ -410,4 +341,55 @@ func TestFabricLoadBalancer(t *testing.T) {
 			t.Errorf("a connection went to %q with b in ERROR", got)
 		}
 	}
+}
+
+// routed is a fabric with an external network (public, 172.24.4.0/24,
+// the edge at .2) and a tenant network (tenant, CIDR's .1 its router's
+// leg) joined by router r1 (gateway 172.24.4.10); ns makes a namespace
+// the test removes.
+type routed struct {
+	fab  *machine.Fabric
+	edge string
+	ns   func(name string) string
+}
+
+func newRouted(t *testing.T, tenantGateway string) routed {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the fabric needs root (network namespaces, nftables)")
+	}
+	ctx := context.Background()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	fab, err := machine.NewFabric(ctx, "opke-tf-"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fab.Close(context.Background()) })
+	for _, step := range []func() error{
+		func() error { return fab.AddNetwork(ctx, "public", true) },
+		func() error { return fab.AddNetwork(ctx, "tenant", false) },
+		func() error { return fab.AddRouter(ctx, "r1", "public", netip.MustParsePrefix("172.24.4.10/24")) },
+		func() error { return fab.AddRouterInterface(ctx, "r1", "tenant", netip.MustParsePrefix(tenantGateway)) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := routed{fab: fab}
+	r.ns = func(name string) string {
+		full := "opke-t" + name + "-" + id
+		path, err := machine.AddNetNS(ctx, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), full) })
+		return path
+	}
+	r.edge = r.ns("e")
+	if err := fab.AddEdge(ctx, "public", filepath.Base(r.edge), netip.MustParsePrefix("172.24.4.2/24")); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

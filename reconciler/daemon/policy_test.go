@@ -25,19 +25,7 @@ import (
 func TestDaemonRefusesARollback(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Second, "")
-	if err := os.MkdirAll(filepath.Join(e.work, "clusters"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(e.work, "clusters", "README"), []byte("one folder per cluster\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gittest.Git(t, e.work, "add", "-A")
-	gittest.Git(t, e.work, "commit", "-qm", "an empty fleet")
-	empty := gittest.Git(t, e.work, "rev-parse", "HEAD")
-	e.push(t, main)
-	if n := e.waitNote(t, empty, main); n.State != report.Success {
-		t.Fatalf("note of the empty fleet: %+v", n)
-	}
+	empty := e.emptyFleet(t)
 	created := commitSpec(t, e.work, "demo", demoSpec(2)+"  deletionPolicy: Delete\n", "demo, deleted with its file")
 	e.push(t, main)
 	if n := e.waitNote(t, created, main); n.State != report.Success {
@@ -102,17 +90,7 @@ func TestDaemonBoundsPullRequests(t *testing.T) {
 	e.stop()
 	e.cfg.Limits = schemas.Limits{MaxClusters: 150, MaxBytes: schemas.DefaultLimits.MaxBytes}
 	e.start(t)
-	if err := os.MkdirAll(filepath.Join(e.work, "clusters"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(e.work, "clusters", "README"), []byte("one folder per cluster\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gittest.Git(t, e.work, "add", "-A")
-	gittest.Git(t, e.work, "commit", "-qm", "an empty fleet")
-	base := gittest.Git(t, e.work, "rev-parse", "HEAD")
-	e.push(t, main)
-	e.waitNote(t, base, main)
+	e.emptyFleet(t)
 
 	big := demoSpec(1) + strings.Repeat("# padding padding padding\n", (1<<20)/26)
 	for i := range 100 {
@@ -198,4 +176,24 @@ func TestDaemonPullRequestKeepsAnAppliedNote(t *testing.T) {
 	if got := e.forge.of(applied, "opke/demo"); len(got) != forge {
 		t.Errorf("the forge was told of the pull request on the applied commit: %v", got)
 	}
+}
+
+// emptyFleet commits and pushes a fleet with no cluster (its clusters/
+// folder holds a README) and waits for its note; it returns the commit.
+func (e *env) emptyFleet(t *testing.T) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(e.work, "clusters"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.work, "clusters", "README"), []byte("one folder per cluster\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, e.work, "add", "-A")
+	gittest.Git(t, e.work, "commit", "-qm", "an empty fleet")
+	commit := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	e.push(t, main)
+	if n := e.waitNote(t, commit, main); n.State != report.Success {
+		t.Fatalf("note of the empty fleet: %+v", n)
+	}
+	return commit
 }
