@@ -75,8 +75,17 @@ func (c *Cluster) check() []Problem {
 	}
 
 	for i, line := range s.SSHAuthorizedKeys {
-		if _, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line)); err != nil {
+		// One key per item, with no options: an item carrying a second
+		// line (command="...", from="...") would add a key, or a forced
+		// command, nobody reviewed as a key.
+		_, _, options, rest, err := ssh.ParseAuthorizedKey([]byte(line))
+		switch {
+		case err != nil:
 			add(spec.Field("sshAuthorizedKeys").Index(i), "not an SSH public key in authorized_keys form (type, base64 key, comment)")
+		case strings.ContainsAny(line, "\r\n") || len(rest) > 0:
+			add(spec.Field("sshAuthorizedKeys").Index(i), "one key per item, on one line")
+		case len(options) > 0:
+			add(spec.Field("sshAuthorizedKeys").Index(i), "authorized_keys options (%s) are not allowed: give the key alone", strings.Join(options, ","))
 		}
 	}
 	uniqueStrings(spec.Field("sshAuthorizedKeys"), s.SSHAuthorizedKeys, add)

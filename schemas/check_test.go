@@ -142,6 +142,12 @@ func TestParseRules(t *testing.T) {
 		{"ssh key not in authorized_keys form", func(t *testing.T) string {
 			return edit(t, "  image: flatcar\n", "  image: flatcar\n  sshAuthorizedKeys:\n    - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG ops@example\n    - not a key\n")
 		}, []string{file + ":10: spec.sshAuthorizedKeys[1]: not an SSH public key in authorized_keys form (type, base64 key, comment)"}},
+		{"an authorized key with a second line", func(t *testing.T) string {
+			return edit(t, "  image: flatcar\n", "  image: flatcar\n  sshAuthorizedKeys:\n    - \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG ops@example\\ncommand=\\\"/bin/sh\\\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG evil\"\n")
+		}, []string{file + ":9: spec.sshAuthorizedKeys[0]: one key per item, on one line"}},
+		{"an authorized key with options", func(t *testing.T) string {
+			return edit(t, "  image: flatcar\n", "  image: flatcar\n  sshAuthorizedKeys:\n    - 'command=\"/bin/sh\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG ops@example'\n")
+		}, []string{file + ":9: spec.sshAuthorizedKeys[0]: authorized_keys options (command=\"/bin/sh\") are not allowed: give the key alone"}},
 		{"durations out of range", func(t *testing.T) string {
 			return baseSpec + "  upgrade:\n    drainTimeout: 10 minutes\n  backup:\n    interval: 1m\n    retain: 0\n"
 		}, []string{

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Severity says whether a finding makes a fleet invalid.
@@ -41,6 +42,25 @@ func (f Finding) String() string {
 		b.WriteString(f.Path + ": ")
 	}
 	b.WriteString(f.Message)
+	return printable(b.String())
+}
+
+// printable escapes control characters (\x1b, \r, ...), which a folder
+// name or a value echoed in a message can carry: a finding printed on a
+// terminal must not drive it.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
 	return b.String()
 }
 

@@ -219,3 +219,20 @@ func TestLoadFleetWithin(t *testing.T) {
 		})
 	}
 }
+
+// TestFindingEscapesControlCharacters: a folder named with a terminal's
+// escape codes is printed escaped, not obeyed.
+func TestFindingEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	fl, err := LoadFleet(fstest.MapFS{"clusters/\x1b[2J\x1b[31mred/notes.txt": {Data: []byte("x")}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fl.Findings) != 1 {
+		t.Fatalf("findings %v", fl.Findings)
+	}
+	want := `clusters/\x1b[2J\x1b[31mred: cluster folder has no cluster.yaml`
+	if got := fl.Findings[0].String(); got != want {
+		t.Errorf("finding %q, want %q", got, want)
+	}
+}
