@@ -112,6 +112,24 @@ func TestServeConfigErrors(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "data")); err == nil {
 		t.Error("a refused config created the data dir")
 	}
+	// Tokens: never in the URL (it is printed and kept in the git cache),
+	// never over plain http.
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cr3t-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ config, want string }{
+		{"repo: https://bot:s3cr3t-token@git.example/fleet.git\n", "the URL carries a password or token: put it in git.tokenFile"},
+		{"repo: http://git.example/fleet.git\ngit:\n  tokenFile: " + tokenFile + "\n", "git.tokenFile: a token is sent over https only"},
+	} {
+		if err := os.WriteFile(cfgPath, []byte(tc.config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := opke(t, "serve", "--config", cfgPath, "--data-dir", filepath.Join(dir, "data"))
+		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "s3cr3t-token") {
+			t.Errorf("config %q: exit %d\n%s", tc.config, code, stderr)
+		}
+	}
 	if err := os.WriteFile(cfgPath, []byte("repo: x\nrepoo: y\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -205,6 +205,19 @@ func (c *serveConfig) Validate() error {
 	} else if _, err := transport.NewEndpoint(c.Repo); err != nil {
 		bad("repo %q: %v", c.Repo, err)
 	}
+	if u, err := url.Parse(c.Repo); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			bad("repo: the URL carries a password or token: put it in git.tokenFile (in the URL it would be printed and kept in the git cache's config)")
+		}
+	}
+	if c.Git.TokenFile != "" && !strings.HasPrefix(c.Repo, "https://") {
+		bad("git.tokenFile: a token is sent over https only (repo %s)", redactURL(c.Repo))
+	}
+	for i, f := range c.Reporters.Forges {
+		if u, err := url.Parse(f.API); err == nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+			bad("reporters.forges[%d].api %s: a token is sent over https only (http is allowed to a loopback address)", i, f.API)
+		}
+	}
 	if c.Branch == "" || strings.ContainsAny(c.Branch, " ~^:?*[\\") {
 		bad("branch %q: not a branch name", c.Branch)
 	}
@@ -334,4 +347,21 @@ func (c *serveConfig) stateFlags() *stateFlags {
 
 func (c *serveConfig) cloudFlags() *cloudFlags {
 	return &cloudFlags{cloudConfig: c.CloudConfig, simState: c.SimState, socksProxy: c.SocksProxy}
+}
+
+// redactURL drops a URL's password, for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "REDACTED")
+	}
+	return u.String()
+}
+
+func isLoopbackHost(h string) bool {
+	ip := net.ParseIP(h)
+	return h == "localhost" || ip != nil && ip.IsLoopback()
 }
