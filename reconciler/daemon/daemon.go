@@ -113,9 +113,8 @@ func New(cfg Config) *Daemon {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	if cfg.Limits == (schemas.Limits{}) {
-		cfg.Limits = schemas.DefaultLimits
-	}
+	cfg.Limits.MaxClusters = cmp.Or(cfg.Limits.MaxClusters, schemas.DefaultLimits.MaxClusters)
+	cfg.Limits.MaxBytes = cmp.Or(cfg.Limits.MaxBytes, schemas.DefaultLimits.MaxBytes)
 	d := &Daemon{cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1)}
 	cfg.Applier.Progress = d.progress
 	return d
@@ -274,27 +273,40 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 	d.mu.Lock()
 	seen := maps.Clone(d.seen)
 	d.mu.Unlock()
-	if head := refs[branch]; head != "" {
-		if head != seen[branch] || first && (d.unfinished(ctx, head) || head != d.accepted(ctx, branch)) {
-			// New, or left unfinished by a leader that died (its
-			// journaled applies were resumed above; planning it again
-			// finishes it and reports), or refused before: a new leader
-			// judges it again (its keyring or --allow-rewrite may have
-			// changed).
-			d.commit(ctx, branch, head)
-		} else if first {
-			// The drift checks hold the cloud to the last accepted head,
-			// never to a head the policy refused.
-			if accepted := d.accepted(ctx, branch); accepted != "" {
-				d.loadHead(ctx, accepted)
-			}
-			d.resync(ctx)
-		}
+	switch head := refs[branch]; {
+	case head == "":
+	case head != seen[branch]:
+		d.commit(ctx, branch, head)
+	case first:
+		d.firstHead(ctx, branch, head)
 	}
 	for _, ref := range slices.Sorted(maps.Keys(refs)) {
 		if d.cfg.Source.IsPullRequest(ref) && refs[ref] != seen[ref] {
 			d.prs.add(ref, refs[ref]) // never blocks the tracked branch
 		}
+	}
+}
+
+// firstHead takes up the tracked branch's head, already handled, at the
+// first poll of a leadership: dispatched again if a leader that died left
+// it unfinished (its journaled applies were resumed; planning it again
+// finishes it and reports) or if it was refused (its keyring or
+// --allow-rewrite may have changed); else the drift checks start, held
+// to the last accepted head, never to a head the policy refused.
+func (d *Daemon) firstHead(ctx context.Context, branch, head string) {
+	accepted, err := d.accepted(ctx, branch)
+	switch {
+	case err != nil:
+		// Nothing is judged against a base the store would not give.
+		d.log.Error("read the accepted head", "err", err)
+		d.cfg.Metrics.errorAt("plan")
+	case d.unfinished(ctx, head) || head != accepted:
+		d.commit(ctx, branch, head)
+	default:
+		if accepted != "" {
+			d.loadHead(ctx, accepted)
+		}
+		d.resync(ctx)
 	}
 }
 
@@ -406,17 +418,26 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		}
 		d.publish(ctx, n)
 	}
-	note, err := d.admit(ctx, d.accepted(ctx, ref), commit)
+	base, err := d.accepted(ctx, ref)
+	if err != nil {
+		log.Error("read the accepted head", "err", err)
+		d.cfg.Metrics.errorAt("plan")
+		n.Message = "OPKE could not read its state store: " + err.Error()
+		d.publish(ctx, n)
+		return
+	}
+	note, err := d.admit(ctx, base, commit)
 	if err != nil {
 		log.Warn("refused by the commit policy", "err", err)
-		n.Message = "not applied: " + err.Error()
+		n.Message = refusedPrefix + err.Error()
 		for _, name := range names {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: n.Message}
 		}
-		if old, err := d.Note(ctx, commit); err == nil && old.Ref == ref && old.Applied && !strings.HasPrefix(old.Message, "not applied") {
+		if old, err := d.Note(ctx, commit); err == nil && old.Ref == ref && old.Applied && dispatched(old) {
 			// A commit applied when it was the head, back at the head by
-			// a force push: its record stays, the note says it was
-			// refused this time, and the statuses say why.
+			// a force push: its record stays (also when it is refused
+			// again), the note says it was refused this time, and the
+			// statuses say why.
 			old.Message = n.Message
 			for _, name := range names {
 				d.setStatus(ctx, name, func(s *ClusterStatus) {

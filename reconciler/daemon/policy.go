@@ -2,13 +2,12 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/state"
 )
 
 // ErrRewritten is a head that does not descend from the last commit
@@ -65,13 +64,37 @@ func (d *Daemon) acceptedKey(ref string) string { return d.cfg.Store.Key("_daemo
 
 // accepted is the last head of ref the policy let through ("" for none):
 // the base of the next head's checks, and what the drift checks hold the
-// cloud to.
-func (d *Daemon) accepted(ctx context.Context, ref string) string {
+// cloud to. A store that does not answer is an error, never "none": the
+// policy fails closed.
+func (d *Daemon) accepted(ctx context.Context, ref string) (string, error) {
 	data, err := d.cfg.Store.Get(ctx, d.acceptedKey(ref))
-	if err != nil {
-		return ""
+	if errors.Is(err, state.ErrNotFound) {
+		return "", nil
 	}
-	return string(data)
+	if err != nil {
+		return "", fmt.Errorf("read the accepted head of %s: %w", ref, err)
+	}
+	return string(data), nil
+}
+
+// refusedPrefix starts the message of a note whose commit the policy
+// refused.
+const refusedPrefix = "not applied: "
+
+// refused tells whether a note's commit was kept from being applied as a
+// whole: refused by the policy, no readable fleet, an unreadable store
+// (a note's Message says only that; a notice is apart).
+func refused(n *report.Note) bool { return n.Message != "" }
+
+// dispatched tells whether a note records a commit that was planned or
+// applied (some cluster has its plan): a record to keep.
+func dispatched(n *report.Note) bool {
+	for _, c := range n.Clusters {
+		if c.Plan != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // migrateAccepted records, for a store written before the accepted head
@@ -80,15 +103,13 @@ func (d *Daemon) accepted(ctx context.Context, ref string) string {
 // alone.
 func (d *Daemon) migrateAccepted(ctx context.Context, ref string, seen map[string]string) {
 	head := seen[ref]
-	if head == "" || d.accepted(ctx, ref) != "" {
+	if head == "" {
 		return
 	}
-	data, err := d.cfg.Store.Get(ctx, d.cfg.Store.Key("_reports", head))
-	if err != nil {
+	if accepted, err := d.accepted(ctx, ref); err != nil || accepted != "" {
 		return
 	}
-	var n report.Note
-	if json.Unmarshal(data, &n) != nil || strings.HasPrefix(n.Message, "not applied") || strings.HasPrefix(n.Message, "no fleet") {
+	if n, err := d.Note(ctx, head); err != nil || refused(n) {
 		return
 	}
 	if err := d.write(ctx, d.acceptedKey(ref), []byte(head)); err != nil {

@@ -197,3 +197,33 @@ func (e *env) emptyFleet(t *testing.T) string {
 	}
 	return commit
 }
+
+// TestDaemonRefusedAgainKeepsTheRecord: a commit applied once, back at
+// the head by a force push, is refused, and its record (what was planned
+// and applied for it) stays, also when a new leader refuses it again.
+func TestDaemonRefusedAgainKeepsTheRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, "")
+	first := commitSpec(t, e.work, "demo", demoSpec(1), "demo")
+	e.push(t, main)
+	e.waitNote(t, first, main)
+	second := commitSpec(t, e.work, "demo", demoSpec(2), "scale out")
+	e.push(t, main)
+	e.waitNote(t, second, main)
+
+	gittest.Git(t, e.work, "reset", "-q", "--hard", first)
+	for round, restart := range []bool{false, true} {
+		since := time.Now()
+		if restart {
+			e.start(t)
+		}
+		e.push(t, main)
+		e.status(t, "demo", func(s daemon.ClusterStatus) bool {
+			return s.Commit == first && s.State == report.Failure && s.Updated.After(since)
+		})
+		n := e.gitNote(t, first)
+		if n == nil || !strings.HasPrefix(n.Message, "not applied") || n.Clusters["demo"] == nil || n.Clusters["demo"].Plan == nil {
+			t.Fatalf("round %d: the record of the commit applied once is gone: %+v", round, n)
+		}
+	}
+}
