@@ -211,7 +211,7 @@ func (c *serveConfig) Validate() error {
 		}
 	}
 	if c.Git.TokenFile != "" && !strings.HasPrefix(c.Repo, "https://") {
-		bad("git.tokenFile: a token is sent over https only (repo %s)", redactURL(c.Repo))
+		bad("git.tokenFile: a token is sent over https only (repo %s)", source.Redact(c.Repo))
 	}
 	for i, f := range c.Reporters.Forges {
 		if u, err := url.Parse(f.API); err == nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
@@ -347,18 +347,6 @@ func (c *serveConfig) stateFlags() *stateFlags {
 
 func (c *serveConfig) cloudFlags() *cloudFlags {
 	return &cloudFlags{cloudConfig: c.CloudConfig, simState: c.SimState, socksProxy: c.SocksProxy}
-}
-
-// redactURL drops a URL's password, for messages.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "REDACTED")
-	}
-	return u.String()
 }
 
 func isLoopbackHost(h string) bool {

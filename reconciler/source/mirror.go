@@ -162,9 +162,8 @@ func (m *Mirror) follows(ref string) bool {
 	switch {
 	case ref == m.Branch(), ref == NotesRef:
 		return true
-	case strings.HasPrefix(ref, "refs/pull/") && strings.HasSuffix(ref, "/head"),
-		strings.HasPrefix(ref, "refs/merge-requests/") && strings.HasSuffix(ref, "/head"):
-		return strings.Count(ref, "/") == 3
+	case isPullRequestHead(ref):
+		return true
 	}
 	if name, ok := strings.CutPrefix(ref, "refs/heads/"); ok {
 		for _, p := range m.opts.Patterns {
@@ -176,8 +175,12 @@ func (m *Mirror) follows(ref string) bool {
 	return false
 }
 
+// isPullRequestHead tells whether ref is a forge's pull (GitHub, Gitea)
+// or merge (GitLab) request head: refs/pull/N/head,
+// refs/merge-requests/N/head.
 func isPullRequestHead(ref string) bool {
-	return strings.HasPrefix(ref, "refs/pull/") || strings.HasPrefix(ref, "refs/merge-requests/")
+	return (strings.HasPrefix(ref, "refs/pull/") || strings.HasPrefix(ref, "refs/merge-requests/")) &&
+		strings.HasSuffix(ref, "/head") && strings.Count(ref, "/") == 3
 }
 
 // IsPullRequest tells whether ref is one that is planned only: anything
@@ -215,7 +218,7 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 	}
 	listed, err := remote.ListContext(ctx, &git.ListOptions{Auth: m.opts.Auth})
 	if err != nil {
-		return nil, fmt.Errorf("list the refs of %s: %w", redact(m.opts.URL), err)
+		return nil, fmt.Errorf("list the refs of %s: %w", Redact(m.opts.URL), err)
 	}
 	want, branches := map[string]string{}, map[string]bool{}
 	for _, r := range listed {
@@ -237,59 +240,46 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 		return withoutNotes(want), ErrUpToDate
 	}
 	// The tracked branch and the notes first, in one fetch: they must not
-	// wait on, or fail with, a pull request; then each pull request alone.
-	var trusted, others []config.RefSpec
-	for name, hash := range want {
-		if m.seen[name] == hash || m.has(hash) {
-			continue
+	// wait on, or fail with, a pull request; then each pull request alone
+	// (unless that fetch brought its commit).
+	missing := func(name string) bool { return m.seen[name] != want[name] && !m.has(want[name]) }
+	var trusted []config.RefSpec
+	for name := range want {
+		if !m.IsPullRequest(name) && missing(name) {
+			trusted = append(trusted, config.RefSpec("+"+name+":"+name))
 		}
-		spec := config.RefSpec("+" + name + ":" + name)
-		if m.IsPullRequest(name) {
-			others = append(others, spec)
-		} else {
-			trusted = append(trusted, spec)
-		}
-	}
-	fetch := func(specs ...config.RefSpec) error {
-		slices.Sort(specs)
-		fctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		bound := m.storage.arm(cancel)
-		err := remote.FetchContext(fctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
-		if bound.over.Load() {
-			return fmt.Errorf("fetch from %s: %w (%d MiB)", redact(m.opts.URL), ErrFetchTooLarge, m.opts.MaxFetchBytes>>20)
-		}
-		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-			return fmt.Errorf("fetch from %s: %w", redact(m.opts.URL), err)
-		}
-		return nil
 	}
 	if len(trusted) > 0 {
-		if err := fetch(trusted...); err != nil {
-			return nil, err
+		if err := m.fetch(ctx, remote, trusted...); err != nil {
+			return nil, fmt.Errorf("fetch from %s: %w", Redact(m.opts.URL), err)
 		}
 	}
+	var others []config.RefSpec
+	for name := range want {
+		if m.IsPullRequest(name) && missing(name) {
+			others = append(others, config.RefSpec("+"+name+":"+name))
+		}
+	}
+	// A pull request whose fetch failed is not missing (seen is set to
+	// want) until it moves: it keeps its failure.
 	failed := map[string]error{}
 	for _, hash := range want {
 		if err := m.failed[hash]; err != nil {
-			failed[hash] = err // not tried again until it moves
+			failed[hash] = err
 		}
 	}
 	for _, spec := range others {
 		name := spec.Src()
-		if failed[want[name]] != nil {
-			continue
-		}
-		if err := fetch(spec); err != nil {
+		if err := m.fetch(ctx, remote, spec); err != nil {
 			if ctx.Err() != nil {
 				return nil, err
 			}
+			err = fmt.Errorf("fetch from %s: %w", Redact(m.opts.URL), err)
 			m.opts.Logger.Warn("fetch a pull request", "ref", name, "commit", want[name], "err", err)
 			failed[want[name]] = err
 		}
 	}
 	m.failed = failed
-	specs := slices.Concat(trusted, others)
 	// Refs whose objects the cache already had (a branch moved back, a
 	// pull request at a commit of main) are set without a fetch; refs the
 	// remote dropped (a closed pull request) go.
@@ -309,7 +299,7 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 			}
 		}
 	}
-	m.opts.Logger.Debug("fetched", "remote", redact(m.opts.URL), "refs", len(specs))
+	m.opts.Logger.Debug("fetched", "remote", Redact(m.opts.URL), "refs", len(trusted)+len(others))
 	m.seen = want
 	return withoutNotes(want), nil
 }
@@ -452,10 +442,9 @@ func (m *Mirror) AddNote(ctx context.Context, commit string, body []byte) error 
 	var pushErr error
 	for range 3 {
 		// The remote's notes first: a fetch that finds none is no error.
-		spec := config.RefSpec("+" + NotesRef + ":" + NotesRef)
-		err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: []config.RefSpec{spec}, Auth: m.opts.Auth, Tags: git.NoTags})
-		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) && !isNoMatchingRef(err) {
-			return fmt.Errorf("fetch the notes from %s: %w", redact(m.opts.URL), err)
+		err := m.fetch(ctx, remote, config.RefSpec("+"+NotesRef+":"+NotesRef))
+		if err != nil && !isNoMatchingRef(err) {
+			return fmt.Errorf("fetch the notes from %s: %w", Redact(m.opts.URL), err)
 		}
 		if err := m.writeNote(commit, body); err != nil {
 			return err
@@ -471,7 +460,7 @@ func (m *Mirror) AddNote(ctx context.Context, commit string, body []byte) error 
 			break
 		}
 	}
-	return fmt.Errorf("push the notes to %s: %w", redact(m.opts.URL), pushErr)
+	return fmt.Errorf("push the notes to %s: %w", Redact(m.opts.URL), pushErr)
 }
 
 func isNoMatchingRef(err error) bool {
@@ -546,8 +535,8 @@ func (m *Mirror) writeNote(commit string, body []byte) error {
 	return m.repo.Storer.SetReference(plumbing.NewHashReference(NotesRef, h))
 }
 
-// redact drops the credentials of a URL for logs and errors.
-func redact(u string) string {
+// Redact drops the password of a URL, for logs and errors.
+func Redact(u string) string {
 	p, err := url.Parse(u)
 	if err != nil || p.User == nil {
 		return u
@@ -629,6 +618,25 @@ func (m *Mirror) Since(ctx context.Context, base, head string, limit int) ([]str
 	return out, descends, nil
 }
 
+// fetch fetches specs from remote, the pack bounded by MaxFetchBytes (a
+// larger one is ErrFetchTooLarge); already up to date is no error. The
+// caller holds m.mu.
+func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.RefSpec) error {
+	slices.Sort(specs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	bound := m.storage.arm(cancel)
+	defer m.storage.disarm()
+	err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
+	switch {
+	case bound.over.Load():
+		return fmt.Errorf("%w (%d MiB)", ErrFetchTooLarge, m.opts.MaxFetchBytes>>20)
+	case errors.Is(err, git.NoErrAlreadyUpToDate):
+		return nil
+	}
+	return err
+}
+
 // boundedStorage is the cache's storage with every fetched pack bounded.
 // A fetch arms it with its cancel: a pack over the bound cancels the
 // fetch (which kills the remote's upload-pack; go-git's file transport
@@ -652,6 +660,10 @@ func (s *boundedStorage) arm(cancel context.CancelFunc) *fetchBound {
 	s.fetch = &fetchBound{cancel: cancel}
 	return s.fetch
 }
+
+// disarm ends a fetch's bound: the next pack gets one of its own (one
+// left armed after an overflow would cut the next fetch).
+func (s *boundedStorage) disarm() { s.fetch = nil }
 
 // PackfileWriter implements storer.PackfileWriter, which a fetch writes
 // its pack through.

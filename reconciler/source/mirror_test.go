@@ -271,7 +271,6 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	gittest.Git(t, dir, "reset", "-q", "--hard", a.String())
 	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
 	setRef(t, remote, "refs/heads/main", b)
-	setRef(t, remote, "refs/pull/2/head", b) // a branch holds it
 
 	cache := filepath.Join(t.TempDir(), "cache")
 	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", MaxFetchBytes: 64 << 10})
@@ -291,6 +290,13 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	}
 	if tmp, _ := filepath.Glob(filepath.Join(cache, "objects", "pack", "tmp_pack_*")); len(tmp) > 0 {
 		t.Errorf("temporary packs left: %v", tmp)
+	}
+	// The next fetch that brings a pack (the notes another writer pushed,
+	// fetched before a push) is bounded afresh, not cut by the last one's
+	// overflow.
+	gittest.Git(t, dir, "notes", "--ref=opke", "add", "-m", "another writer's", a.String())
+	if err := m.AddNote(ctx, b.String(), []byte("note\n")); err != nil {
+		t.Fatalf("a note after a fetch over the bound: %v", err)
 	}
 	// Another ref moves: the failed one is not fetched again, and still fails.
 	c := gittest.Commit(t, remote, "c", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "c\n"}))
