@@ -3,6 +3,7 @@ package cloudsim
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -463,6 +464,14 @@ func selectFields(v any, fields []string) any {
 
 func str(body map[string]any, key string) string { s, _ := body[key].(string); return s }
 
+// wholeNumber reads body[key] as a whole number: set tells whether the
+// key is there, ok whether its value is one.
+func wholeNumber(body map[string]any, key string) (n int, set, ok bool) {
+	v, set := body[key]
+	f, isNum := v.(float64)
+	return int(f), set, isNum && f == math.Trunc(f)
+}
+
 func boolOr(body map[string]any, key string, def bool) bool {
 	if b, ok := body[key].(bool); ok {
 		return b
@@ -539,10 +548,9 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 			setStr(b, "description", &n.Description)
 			n.AdminStateUp = boolOr(b, "admin_state_up", n.AdminStateUp)
 			n.PortSecurity = boolOr(b, "port_security_enabled", n.PortSecurity)
-			if _, ok := b["mtu"]; ok {
-				mtu, isNum := b["mtu"].(float64)
+			if mtu, set, ok := wholeNumber(b, "mtu"); set {
 				switch {
-				case !isNum || mtu != float64(int(mtu)):
+				case !ok:
 					badRequest(rw, "Invalid input for mtu. Reason: '"+fmt.Sprint(b["mtu"])+"' is not an integer.")
 					return false
 				case mtu < 68:
@@ -552,7 +560,7 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 					badRequest(rw, "Invalid input for operation: Requested MTU is too big, maximum is 1450.")
 					return false
 				}
-				n.MTU = int(mtu)
+				n.MTU = mtu
 			}
 			return true
 		},

@@ -389,6 +389,15 @@ func (s *Sim) deleteKeypair(rw http.ResponseWriter, r *request, mv int) {
 }
 
 // visibleServer returns the server if the caller's project may see it.
+// serverOr404 is the server the path names, or Nova's 404 written.
+func (r *request) serverOr404(rw http.ResponseWriter) (*server, bool) {
+	sv := r.visibleServer(r.PathValue("id"))
+	if sv == nil {
+		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	}
+	return sv, sv != nil
+}
+
 func (r *request) visibleServer(id string) *server {
 	sv := r.w.Servers[id]
 	if sv == nil || (sv.ProjectID != r.tok.ProjectID && !r.tok.admin()) {
@@ -937,9 +946,8 @@ func (w *world) activateServer(id string, now time.Time) {
 }
 
 func (s *Sim) getServer(rw http.ResponseWriter, r *request, mv int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.fipsByPort())})
@@ -948,9 +956,8 @@ func (s *Sim) getServer(rw http.ResponseWriter, r *request, mv int) {
 // updateServer renames a server (and, from 2.19, sets its description),
 // as Nova's PUT /servers/{id} does; any other field is refused.
 func (s *Sim) updateServer(rw http.ResponseWriter, r *request, mv int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	var req struct {
@@ -1009,9 +1016,8 @@ func metadataOK(rw http.ResponseWriter, md map[string]string) bool {
 // serverMetadata is /servers/{id}/metadata: GET lists, PUT replaces, POST
 // merges.
 func (s *Sim) serverMetadata(rw http.ResponseWriter, r *request, _ int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	if r.Method != http.MethodGet {
@@ -1037,9 +1043,8 @@ func (s *Sim) serverMetadata(rw http.ResponseWriter, r *request, _ int) {
 
 // serverMetadatum is /servers/{id}/metadata/{key}.
 func (s *Sim) serverMetadatum(rw http.ResponseWriter, r *request, _ int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	key := r.PathValue("key")
@@ -1082,9 +1087,8 @@ func (s *Sim) serverMetadatum(rw http.ResponseWriter, r *request, _ int) {
 }
 
 func (s *Sim) deleteServer(rw http.ResponseWriter, r *request, _ int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	r.w.removeServer(sv, r.now)
@@ -1117,9 +1121,8 @@ func (w *world) releaseServerPorts(sv *server) {
 }
 
 func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	var body map[string]any
@@ -1241,9 +1244,8 @@ func (s *Sim) serverTag(rw http.ResponseWriter, r *request, mv int) {
 }
 
 func (s *Sim) serverInterfaces(rw http.ResponseWriter, r *request, _ int) {
-	sv := r.visibleServer(r.PathValue("id"))
-	if sv == nil {
-		novaError(rw, http.StatusNotFound, "Instance "+r.PathValue("id")+" could not be found.")
+	sv, ok := r.serverOr404(rw)
+	if !ok {
 		return
 	}
 	var out []any

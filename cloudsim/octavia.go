@@ -582,16 +582,14 @@ func updateLBFields(rw http.ResponseWriter, kind string, o interface{ lbBase() *
 		}
 	}
 	num := func(key string, lo, hi int, dst *int) bool {
-		v, set := b[key]
-		if !set {
-			return true
-		}
-		f, ok := v.(float64)
-		if !ok || f != float64(int(f)) || int(f) < lo || int(f) > hi {
-			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+key+". Value: '"+fmt.Sprint(v)+"'.")
+		n, set, ok := wholeNumber(b, key)
+		if set && (!ok || n < lo || n > hi) {
+			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+key+". Value: '"+fmt.Sprint(b[key])+"'.")
 			return false
 		}
-		*dst = int(f)
+		if set {
+			*dst = n
+		}
 		return true
 	}
 	switch o := o.(type) {

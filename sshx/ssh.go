@@ -42,7 +42,7 @@ func HostKeysFromConsole(output string) ([]ssh.PublicKey, error) {
 			if m := journalPrefix.FindString(line); m != "" {
 				line = line[len(m):]
 			}
-			if !isKeyType(strings.Fields(line + " x")[0]) {
+			if keyType, _, _ := strings.Cut(line, " "); !isKeyType(keyType) {
 				continue // another unit's line, interleaved on the console
 			}
 			k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))

@@ -87,26 +87,30 @@ func Boot(ctx context.Context, cfg Config) (*Machine, error) {
 		m.close()
 		return nil, fmt.Errorf("machine %s: mount its root: %w", cfg.ID, err)
 	}
-	if len(bytes.TrimSpace(cfg.UserData)) > 0 {
-		fmt.Fprintf(console, "[  ignition] applying the user_data\n")
-		if err := firstboot.ApplyDebianLog(ctx, filepath.Join(cfg.Dir, "ignition"), m.root, cfg.UserData, console); err != nil {
-			fmt.Fprintf(console, "[  ignition] failed: %v\n", err)
-			_ = m.unmount()
-			m.close()
-			return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
-		}
-	}
-	if err := m.writeBundle(); err != nil {
-		_ = m.unmount()
-		m.close()
-		return nil, err
-	}
-	if err := m.start(ctx); err != nil {
+	if err := m.firstBoot(ctx); err != nil {
+		// Nothing runs yet: the root goes, the folder stays (its console
+		// says why).
 		_ = m.unmount()
 		m.close()
 		return nil, err
 	}
 	return m, nil
+}
+
+// firstBoot applies the user_data into the mounted root, as the initramfs
+// would, and starts the container.
+func (m *Machine) firstBoot(ctx context.Context) error {
+	if len(bytes.TrimSpace(m.cfg.UserData)) > 0 {
+		fmt.Fprintf(m.console, "[  ignition] applying the user_data\n")
+		if err := firstboot.ApplyDebianLog(ctx, filepath.Join(m.cfg.Dir, "ignition"), m.root, m.cfg.UserData, m.console); err != nil {
+			fmt.Fprintf(m.console, "[  ignition] failed: %v\n", err)
+			return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+		}
+	}
+	if err := m.writeBundle(); err != nil {
+		return err
+	}
+	return m.start(ctx)
 }
 
 // ConsolePath is the file the machine's console is written to.

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,49 +56,14 @@ func ignition(t *testing.T, authorized string) []byte {
 }
 
 // world is a fabric with one network, a machine's namespace with a port
-// on it (10.99.0.2, its security group letting 22 in from the subnet)
-// and a client's (10.99.0.1).
-func world(t *testing.T) (fab *machine.Fabric, machineNS, clientNS string) {
+// on it (port-m, 10.99.0.2, its security group letting 22 in from the
+// subnet) and a client's (10.99.0.1).
+func world(t *testing.T) (fab *testFabric, machineNS, clientNS string) {
 	t.Helper()
-	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
-	fab, err := machine.NewFabric(ctx, "opke-tw-"+id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fab.Close(context.Background()) })
-	if err := fab.AddNetwork(ctx, "net", false); err != nil {
-		t.Fatal(err)
-	}
+	fab = newTestFabric(t, map[string]bool{"net": false})
 	egress := machine.Rule{Direction: "egress"}
-	for i, h := range []struct {
-		name, ip string
-		rules    []machine.Rule
-	}{
-		{"opke-tm-" + id, "10.99.0.2", []machine.Rule{{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22, Remote: "10.99.0.0/24"}, egress}},
-		{"opke-tc-" + id, "10.99.0.1", []machine.Rule{egress}},
-	} {
-		path, err := machine.AddNetNS(ctx, h.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), h.name) })
-		port := machine.Port{ID: h.name, Network: "net", NetNS: h.name, IfName: "eth0",
-			MAC: fmt.Sprintf("fa:16:3e:00:01:%02x", i+1), Address: netip.MustParsePrefix(h.ip + "/24")}
-		if err := fab.AddPort(ctx, port); err != nil {
-			t.Fatal(err)
-		}
-		if err := fab.SetRules(ctx, port.ID, h.rules); err != nil {
-			t.Fatal(err)
-		}
-		if i == 0 {
-			machineNS = path
-		} else {
-			clientNS = path
-		}
-	}
+	machineNS = fab.host("m", "net", "10.99.0.2/24", "", machine.Rule{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22, Remote: "10.99.0.0/24"}, egress)
+	clientNS = fab.host("c", "net", "10.99.0.1/24", "", egress)
 	return fab, machineNS, clientNS
 }
 
@@ -229,7 +193,7 @@ func TestMachine(t *testing.T) {
 
 	// A security group without 22 lets no new connection in (the one
 	// open goes on, as conntrack keeps it).
-	if err := fab.SetRules(ctx, filepath.Base(mns), []machine.Rule{{Direction: "egress"}}); err != nil {
+	if err := fab.SetRules(ctx, "port-m", []machine.Rule{{Direction: "egress"}}); err != nil {
 		t.Fatal(err)
 	}
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
