@@ -146,8 +146,17 @@ func TestDaemonBoundsPullRequests(t *testing.T) {
 	if n.State != report.Failure || !strings.Contains(n.Message, "did not finish") {
 		t.Fatalf("note of the pull request whose plan did not finish: %+v", n)
 	}
-	if left, _ := e.store.List(ctx, e.store.Key("_daemon", "planning")+"/"); len(left) != 0 {
-		t.Errorf("plans still marked under way: %v", left)
+	// The marker goes once the note is out.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left, _ := e.store.List(ctx, e.store.Key("_daemon", "planning")+"/")
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plans still marked under way: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -213,7 +222,7 @@ func TestDaemonRefusedAgainKeepsTheRecord(t *testing.T) {
 
 	gittest.Git(t, e.work, "reset", "-q", "--hard", first)
 	for round, restart := range []bool{false, true} {
-		since := time.Now()
+		since, notes := time.Now(), gittest.Git(t, e.bare, "rev-parse", "refs/notes/opke")
 		if restart {
 			e.start(t)
 		}
@@ -221,9 +230,19 @@ func TestDaemonRefusedAgainKeepsTheRecord(t *testing.T) {
 		e.status(t, "demo", func(s daemon.ClusterStatus) bool {
 			return s.Commit == first && s.State == report.Failure && s.Updated.After(since)
 		})
-		n := e.gitNote(t, first)
-		if n == nil || !strings.HasPrefix(n.Message, "not applied") || n.Clusters["demo"] == nil || n.Clusters["demo"].Plan == nil {
-			t.Fatalf("round %d: the record of the commit applied once is gone: %+v", round, n)
+		// The statuses are set before the note goes out. The first refusal
+		// changes the note (its message); the second leaves it as it is,
+		// so the note is watched for a while after its status.
+		for deadline := time.Now().Add(10 * time.Second); !restart && gittest.Git(t, e.bare, "rev-parse", "refs/notes/opke") == notes; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: no note pushed for the refusal", round)
+			}
+		}
+		for watch := time.Now().Add(2 * time.Second); time.Now().Before(watch); time.Sleep(100 * time.Millisecond) {
+			n := e.gitNote(t, first)
+			if n == nil || !strings.HasPrefix(n.Message, "not applied") || n.Clusters["demo"] == nil || n.Clusters["demo"].Plan == nil {
+				t.Fatalf("round %d: the record of the commit applied once is gone: %+v", round, n)
+			}
 		}
 	}
 }
