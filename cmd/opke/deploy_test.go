@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -135,5 +137,43 @@ func TestServeConfigErrors(t *testing.T) {
 	}
 	if code, _, stderr := opke(t, "serve", "--config", cfgPath); code != exitUsage || !strings.Contains(stderr, "field repoo not found") {
 		t.Errorf("an unknown field: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestServeConfigMerge: the hardening settings reach the daemon's config
+// from the file, and a flag given wins over the file.
+func TestServeConfigMerge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	hash := strings.Repeat("ab", 20)
+	body := "repo: https://git.example/fleet.git\nskipForkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\nsignaturePolicy:\n  allowRewrite: " + hash + "\n"
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := newServeConfig()
+	if err := file.fromFile(path); err != nil {
+		t.Fatal(err)
+	}
+	cfg := newServeConfig()
+	fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	cfg.addFlags(fl)
+	if err := fl.Parse([]string{"--max-fetch-mib", "9"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.merge(fl, file)
+	got := struct {
+		Forks                  bool
+		Clusters, Fleet, Fetch int
+		Rewrite                string
+	}{cfg.SkipForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.SignaturePolicy.AllowRewrite}
+	want := struct {
+		Forks                  bool
+		Clusters, Fleet, Fetch int
+		Rewrite                string
+	}{true, 5, 6, 9, hash}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("merged config (-want +got):\n%s", d)
+	}
+	if defaults := newServeConfig(); defaults.Limits.MaxClusters != 20_000 || defaults.Limits.MaxFleetMiB != 32 || defaults.Limits.MaxFetchMiB != 128 {
+		t.Errorf("default limits %+v", defaults.Limits)
 	}
 }
