@@ -148,6 +148,23 @@ func (f *Fabric) AddNetwork(ctx context.Context, id string, external bool) error
 	return nil
 }
 
+// RemoveNetwork removes a network's bridge (what is still plugged into it
+// is cut off).
+func (f *Fabric) RemoveNetwork(ctx context.Context, id string) error {
+	br := short("br", id)
+	f.mu.Lock()
+	delete(f.external, br)
+	f.mu.Unlock()
+	if err := IP(ctx, f.name, "link", "delete", br); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		return err
+	}
+	return f.apply(ctx)
+}
+
+// Name is the name of the fabric's namespace; the namespaces it makes
+// (routers, amphorae) are named after it, NAME-*.
+func (f *Fabric) Name() string { return f.name }
+
 // plug makes a veth pair between a namespace (its end named ifname there,
 // with addrs) and a network's bridge.
 func (f *Fabric) plug(ctx context.Context, id, ns, ifname, network, mac string, addrs ...string) error {
@@ -204,6 +221,27 @@ func (f *Fabric) AddRouterInterface(ctx context.Context, routerID, network strin
 		return fmt.Errorf("no router %s", routerID)
 	}
 	return f.plug(ctx, "ri-"+routerID+"-"+network, r.ns, short("qr", network), network, "", gateway.String())
+}
+
+// RemoveRouterInterface takes a router's leg off a network.
+func (f *Fabric) RemoveRouterInterface(ctx context.Context, routerID, network string) error {
+	err := IP(ctx, f.name, "link", "delete", short("p", "ri-"+routerID+"-"+network))
+	if err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		return err
+	}
+	return nil
+}
+
+// RemoveRouter removes a router, its legs and its floating IPs.
+func (f *Fabric) RemoveRouter(ctx context.Context, id string) error {
+	f.mu.Lock()
+	r := f.routers[id]
+	delete(f.routers, id)
+	f.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return DeleteNetNS(ctx, r.ns)
 }
 
 // SetFloatingIP associates a floating IP of a router's external network

@@ -135,6 +135,21 @@ func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Mem
 	return lb.applyRules(ctx)
 }
 
+// RemoveListener stops a listener: its connections are cut.
+func (lb *LoadBalancer) RemoveListener(ctx context.Context, port int) error {
+	lb.mu.Lock()
+	l := lb.listeners[port]
+	delete(lb.listeners, port)
+	lb.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	l.cancel()
+	l.ln.Close()
+	l.done.Wait()
+	return lb.applyRules(ctx)
+}
+
 // Status is the operating status of each member of a listener's pool.
 func (lb *LoadBalancer) Status(port int) map[Member]string {
 	lb.mu.Lock()
@@ -263,5 +278,8 @@ func (lb *LoadBalancer) Close(ctx context.Context) error {
 		l.done.Wait()
 	}
 	err := lb.f.RemovePort(ctx, "vip-"+lb.id)
+	lb.f.mu.Lock()
+	lb.f.amphorae = slices.DeleteFunc(lb.f.amphorae, func(ns string) bool { return ns == lb.ns })
+	lb.f.mu.Unlock()
 	return errors.Join(err, DeleteNetNS(ctx, lb.ns))
 }

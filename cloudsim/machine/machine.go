@@ -24,6 +24,11 @@ import (
 // RuncRoot is where runc keeps the machines' container state.
 const RuncRoot = "/run/opke/runc"
 
+// RootsDir is where the machines' roots are mounted, each at its ID: a
+// path every user can get through (Ignition writes core's home as uid
+// 500), wherever the machine's Dir is.
+const RootsDir = "/run/opke/roots"
+
 // ErrInvalidConfig is a user_data Ignition refused: the server goes to
 // ERROR, the reason on its console.
 var ErrInvalidConfig = firstboot.ErrInvalidConfig
@@ -35,8 +40,7 @@ type Config struct {
 	// Hostname is the machine's host name (the server's name).
 	Hostname string
 	// Dir holds the machine's state: its root's upper layer, its bundle,
-	// its console log. Every folder above it must let others through
-	// (Ignition writes core's home as uid 500).
+	// its console log.
 	Dir   string
 	Image *Image
 	// UserData is the server's Ignition config, applied at first boot.
@@ -55,7 +59,9 @@ type Machine struct {
 	root    string
 	console *os.File
 	copying sync.WaitGroup
-	done    chan struct{} // closed by Destroy
+
+	mu  sync.Mutex
+	run chan struct{} // closed when the running container is killed
 }
 
 // Boot makes the machine's root (the image overlaid by a layer of its
@@ -64,18 +70,35 @@ type Machine struct {
 // container. A config Ignition refuses is ErrInvalidConfig, with nothing
 // left running. Boot returns when the container runs, not when the
 // machine is up: see WaitRunning.
+//
+// A machine whose Dir holds a completed first boot boots again without
+// Ignition, as Flatcar does (Ignition runs once): that is how a stopped
+// machine comes back. A container of the same ID left running (by a
+// process that died without stopping it) is killed first: its console
+// went with that process.
 func Boot(ctx context.Context, cfg Config) (*Machine, error) {
 	if cfg.Image == nil || cfg.ID == "" || cfg.Dir == "" {
 		return nil, errors.New("machine: ID, Dir and Image are required")
 	}
-	m := &Machine{cfg: cfg, root: filepath.Join(cfg.Dir, "root"), done: make(chan struct{})}
-	for _, d := range []string{"upper", "work", "root", "bundle", "ignition"} {
+	m := &Machine{cfg: cfg, root: filepath.Join(RootsDir, cfg.ID)}
+	if err := m.kill(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.unmount(); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"upper", "work", "bundle", "ignition"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
 		}
 	}
-	if err := os.Chmod(cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(m.root, 0o755); err != nil {
 		return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
+	}
+	for _, d := range []string{filepath.Dir(RootsDir), RootsDir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, fmt.Errorf("machine %s: %w", cfg.ID, err)
+		}
 	}
 	console, err := os.OpenFile(m.ConsolePath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -98,19 +121,43 @@ func Boot(ctx context.Context, cfg Config) (*Machine, error) {
 }
 
 // firstBoot applies the user_data into the mounted root, as the initramfs
-// would, and starts the container.
+// would, once (the first boot leaves a mark in Dir), and starts the
+// container.
 func (m *Machine) firstBoot(ctx context.Context) error {
-	if len(bytes.TrimSpace(m.cfg.UserData)) > 0 {
+	mark := filepath.Join(m.cfg.Dir, "booted")
+	if _, err := os.Stat(mark); err != nil && len(bytes.TrimSpace(m.cfg.UserData)) > 0 {
 		fmt.Fprintf(m.console, "[  ignition] applying the user_data\n")
 		if err := firstboot.ApplyDebianLog(ctx, filepath.Join(m.cfg.Dir, "ignition"), m.root, m.cfg.UserData, m.console); err != nil {
 			fmt.Fprintf(m.console, "[  ignition] failed: %v\n", err)
 			return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
 		}
 	}
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+	}
 	if err := m.writeBundle(); err != nil {
 		return err
 	}
 	return m.start(ctx)
+}
+
+// Reboot cuts the machine's power and starts it again on the same root
+// (its console goes on), as `server reboot --hard` does.
+func (m *Machine) Reboot(ctx context.Context) error {
+	if err := m.kill(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.console, "[  power] reset\n")
+	return m.start(ctx)
+}
+
+// Stop cuts the machine's power and unmounts its root, keeping its state:
+// Boot with the same Dir brings it back (without Ignition).
+func (m *Machine) Stop(ctx context.Context) error {
+	err := m.kill(ctx)
+	m.copying.Wait()
+	m.close()
+	return errors.Join(err, m.unmount())
 }
 
 // ConsolePath is the file the machine's console is written to.
@@ -222,6 +269,10 @@ func (m *Machine) start(ctx context.Context) error {
 		_ = m.kill(context.WithoutCancel(ctx))
 		return fmt.Errorf("machine %s: runc sent no console", m.cfg.ID)
 	}
+	run := make(chan struct{})
+	m.mu.Lock()
+	m.run = run
+	m.mu.Unlock()
 	m.copying.Add(1)
 	go func() {
 		defer m.copying.Done()
@@ -237,9 +288,9 @@ func (m *Machine) start(ctx context.Context) error {
 				continue
 			}
 			// EIO while no process holds the terminal (before init has
-			// it, between restarts): the console waits for one.
+			// it): the console waits for one, until this run is killed.
 			select {
-			case <-m.done:
+			case <-run:
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
@@ -306,10 +357,17 @@ func (m *Machine) WaitRunning(ctx context.Context) (string, error) {
 	}
 }
 
-// kill stops the container at once, as a VM's power is cut.
+// kill stops the container at once, as a VM's power is cut, and ends the
+// copy of its console.
 func (m *Machine) kill(ctx context.Context) error {
 	_ = exec.CommandContext(ctx, "runc", "--root", RuncRoot, "kill", m.cfg.ID, "KILL").Run()
 	out, err := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "delete", "--force", m.cfg.ID).CombinedOutput()
+	m.mu.Lock()
+	if m.run != nil {
+		close(m.run)
+		m.run = nil
+	}
+	m.mu.Unlock()
 	if err != nil && !bytes.Contains(out, []byte("does not exist")) {
 		return fmt.Errorf("machine %s: runc delete: %w: %s", m.cfg.ID, err, tail(out, 3))
 	}
@@ -327,16 +385,11 @@ func (m *Machine) unmount() error {
 // state: nothing of it is left.
 func (m *Machine) Destroy(ctx context.Context) error {
 	err := m.kill(ctx)
-	select {
-	case <-m.done:
-	default:
-		close(m.done)
-	}
 	m.copying.Wait()
 	m.close()
 	err = errors.Join(err, m.unmount())
 	if err == nil {
-		err = os.RemoveAll(m.cfg.Dir)
+		err = errors.Join(os.Remove(m.root), os.RemoveAll(m.cfg.Dir))
 	}
 	return err
 }
