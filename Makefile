@@ -27,9 +27,10 @@ test:
 conformance:
 	bash test/openstack/conformance.sh
 
-## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the host image built or taken from its cache (OPKE_CACHE), then the real-host tests (build tag realhosts)
+## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the host image built or taken from its cache (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, and the simulator with --hosts real driven by the upstream ssh, sftp and nc
 realhosts:
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
+	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/
 
 ## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/
 run: build

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 )
 
@@ -66,6 +67,10 @@ func (s *Sim) edgeConn(conn net.Conn) {
 		conn.Close()
 		return
 	}
+	if s.real != nil {
+		s.edgeReal(conn, br, target)
+		return
+	}
 	asked := time.Now()
 	nets, ip, code := s.edgeRoute(target)
 	if code == socksHostUnreachable && s.attached != nil {
@@ -96,6 +101,52 @@ func (s *Sim) edgeConn(conn net.Conn) {
 	}
 	socksReply(conn, socksSucceeded)
 	_ = conn.SetDeadline(time.Time{})
+	relay(&bufferedConn{Conn: conn, r: br}, backend)
+}
+
+// edgeReal connects to a floating IP of real hosts: from the edge's
+// namespace on the floating IP's network, through its router, as the
+// internet would; what the security groups drop times out.
+func (s *Sim) edgeReal(conn net.Conn, br *bufio.Reader, target netip.AddrPort) {
+	s.mu.Lock()
+	network := ""
+	for _, f := range s.w.FloatingIPs {
+		if f.FloatingIPAddress == target.Addr().String() && f.PortID != nil {
+			network = f.FloatingNetworkID
+		}
+	}
+	s.mu.Unlock()
+	if network == "" {
+		socksReply(conn, socksHostUnreachable)
+		conn.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	backend, err := s.real.dial(ctx, network, target)
+	cancel()
+	if err != nil {
+		s.log.Debug("edge: no connection", "target", target, "err", err)
+		code := byte(socksHostUnreachable)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			code = socksRefused
+		}
+		socksReply(conn, code)
+		conn.Close()
+		return
+	}
+	socksReply(conn, socksSucceeded)
+	_ = conn.SetDeadline(time.Time{})
+	// A closing simulator cuts the machine's side too: a host that never
+	// answers again must not hold the relay.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-s.done:
+			backend.Close()
+		case <-stop:
+		}
+	}()
 	relay(&bufferedConn{Conn: conn, r: br}, backend)
 }
 

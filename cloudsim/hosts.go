@@ -164,6 +164,9 @@ func (s *Sim) releaseHost(id string) {
 // host returns the runtime of an ACTIVE server, starting it on first use.
 // The caller must not hold s.mu.
 func (s *Sim) host(id string) (*simHost, error) {
+	if s.real != nil {
+		return nil, fmt.Errorf("server %s: a real machine, reached over its own network only", id)
+	}
 	// Never s.mu inside hostsMu: servers are removed under s.mu.
 	s.hostsMu.Lock()
 	h := s.hosts[id]

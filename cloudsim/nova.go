@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -932,7 +933,10 @@ func (w *world) activateServer(id string, now time.Time) {
 	}
 	t := now.UTC()
 	if w.boot != nil {
-		if err := w.boot(sv); err != nil {
+		if err := w.boot(sv); errors.Is(err, errStillBooting) {
+			w.schedule(now, 200*time.Millisecond, "server-active", id)
+			return
+		} else if err != nil {
 			sv.Status, sv.Fault, sv.Updated = "ERROR", "Build of instance "+sv.ID+" aborted: "+err.Error(), t.Truncate(time.Second)
 			return
 		}
@@ -1138,6 +1142,10 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 				length = int(l)
 			}
 		}
+		if s.real != nil {
+			writeJSON(rw, http.StatusOK, map[string]any{"output": lastLines(s.real.console(sv.ID), length)})
+			return
+		}
 		if sv.Status == "ACTIVE" {
 			if err := ensureHostKey(sv); err != nil {
 				novaError(rw, http.StatusInternalServerError, err.Error())
@@ -1150,10 +1158,28 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 			novaError(rw, http.StatusConflict, "Cannot 'reboot' instance "+sv.ID+" while it is in vm_state "+strings.ToLower(sv.Status))
 			return
 		}
+		if s.real != nil && body["reboot"] != nil {
+			s.real.reboot(sv.ID)
+		}
 		rw.WriteHeader(http.StatusAccepted)
 	default:
 		novaError(rw, http.StatusBadRequest, "There is no such action")
 	}
+}
+
+// lastLines is the last n lines of a console (all for n < 0).
+func lastLines(console string, n int) string {
+	if n < 0 {
+		return console
+	}
+	lines := strings.SplitAfter(console, "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if n < len(lines) {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "")
 }
 
 // consoleOutput is the serial console of a booted host, the last length lines.

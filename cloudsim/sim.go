@@ -48,6 +48,12 @@ type Options struct {
 	// Attach runs the host layer for the servers of a real cloud instead
 	// of a simulated one (attach.go); nil: the simulator's own cloud.
 	Attach *AttachOptions
+	// Hosts is the kind of host a server is: HostsInProcess (the
+	// default, "") or HostsReal, a real machine (realhosts.go; root only).
+	Hosts string
+	// ImageCache is where real hosts' OS image is cached; default
+	// machine.DefaultCacheDir().
+	ImageCache string
 }
 
 // ErrNotLoopback is returned for a listen address off 127.0.0.1.
@@ -76,6 +82,7 @@ type Sim struct {
 	lbTurn   map[string]int    // guarded by mu: the next member per load balancer
 	crashing map[string]string // guarded by mu: server -> kubelet image tag it cannot run
 	attached *attachment       // set once by Start: the real cloud whose servers are the hosts
+	real     *realHosts        // set once by Start: the servers are real machines
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -137,6 +144,25 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 		s.tempDir = true
 	}
 	w.boot, w.release = s.bootServer, s.releaseHost
+	switch opts.Hosts {
+	case "", HostsInProcess:
+	case HostsReal:
+		if opts.Attach != nil {
+			return nil, errors.New("real hosts serve the simulator's own servers: they cannot attach to another cloud")
+		}
+		if s.real, err = s.startRealHosts(ctx); err != nil {
+			return nil, err
+		}
+		w.boot, w.release = s.real.bootResult, s.real.release
+	default:
+		return nil, fmt.Errorf("hosts %q: want %q or %q", opts.Hosts, HostsInProcess, HostsReal)
+	}
+	started := false
+	defer func() {
+		if !started && s.real != nil {
+			_ = s.real.close()
+		}
+	}()
 	lc := net.ListenConfig{}
 	if s.apiLn, err = lc.Listen(ctx, "tcp", opts.Listen); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", opts.Listen, err)
@@ -163,7 +189,13 @@ func Start(ctx context.Context, opts Options) (*Sim, error) {
 			return nil, err
 		}
 	}
-	s.resumeHosts()
+	if s.real != nil {
+		s.real.wg.Add(1)
+		go s.real.run()
+	} else {
+		s.resumeHosts()
+	}
+	started = true
 	s.serve(s.api, s.apiLn)
 	s.serve(s.admin, s.admLn)
 	s.wg.Add(1)
@@ -235,6 +267,9 @@ func (s *Sim) Close() error {
 		}
 		s.hostsMu.Unlock()
 		shutdownHosts(hosts)
+		if s.real != nil {
+			err = errors.Join(err, s.real.close())
+		}
 		s.wg.Wait()
 		for _, h := range hosts {
 			h.root.Close()
@@ -419,6 +454,9 @@ func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 			if hr.Method != http.MethodGet && hr.Method != http.MethodHead {
 				s.dirty = true
 				s.count.wrote(Write{At: time.Now(), Route: pattern, Agent: hr.UserAgent()})
+				if s.real != nil {
+					s.real.wake()
+				}
 			}
 		}
 		s.mu.Unlock()

@@ -123,6 +123,8 @@ func TestServeConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ config, want string }{
 		{"repo: https://bot:s3cr3t-token@git.example/fleet.git\n", "the URL carries a password or token: put it in git.tokenFile"},
 		{"repo: http://git.example/fleet.git\ngit:\n  tokenFile: " + tokenFile + "\n", "git.tokenFile: a token is sent over https only"},
+		{"repo: x\nsimHosts: real\n", "simHosts: only with sim"},
+		{"repo: x\nsim: 127.0.0.1:0\nsimHosts: vm\n", `simHosts "vm": want in-process or real`},
 	} {
 		if err := os.WriteFile(cfgPath, []byte(tc.config), 0o644); err != nil {
 			t.Fatal(err)

@@ -106,7 +106,7 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		if cf.simState, err = filepath.Abs(filepath.Join(cfg.DataDir, "sim")); err != nil {
 			return err
 		}
-		sim, err = cloudsim.Start(ctx, cloudsim.Options{Listen: cfg.Sim, StateDir: cf.simState,
+		sim, err = cloudsim.Start(ctx, cloudsim.Options{Listen: cfg.Sim, StateDir: cf.simState, Hosts: cfg.SimHosts,
 			Logger: a.logger.With("component", "sim")})
 		if err != nil {
 			return fmt.Errorf("start the simulator: %w", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
@@ -53,8 +54,11 @@ type serveConfig struct {
 	Listen         string        `yaml:"listen"`
 	ExternalURL    string        `yaml:"externalURL"`
 	Sim            string        `yaml:"sim"`
-	Seed           string        `yaml:"seed"`
-	Etcd           struct {
+	// SimHosts is what the in-process simulator's servers are: in-process
+	// or real (cloudsim.Options.Hosts).
+	SimHosts string `yaml:"simHosts"`
+	Seed     string `yaml:"seed"`
+	Etcd     struct {
 		Endpoints []string `yaml:"endpoints"`
 		CA        string   `yaml:"ca"`
 		Cert      string   `yaml:"cert"`
@@ -142,6 +146,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.Listen, "listen", c.Listen, "address of the status page, API, webhook and metrics")
 	fl.StringVar(&c.ExternalURL, "external-url", "", "the daemon's URL as people reach it (forge statuses link there; default http://LISTEN)")
 	fl.StringVar(&c.Sim, "sim", "", "run the OpenStack simulator in-process on this address (state in DATA_DIR/sim) and use it as the cloud")
+	fl.StringVar(&c.SimHosts, "hosts", "", "with --sim: what a server is, in-process (default) or real (a machine: root only)")
 	fl.StringVar(&c.Seed, "seed", "", "create --repo (a local path) from this folder's clusters/ when it does not exist")
 	fl.StringSliceVar(&c.Etcd.Endpoints, "etcd", nil, "external etcd client URLs instead of the embedded etcd")
 	fl.StringVar(&c.Etcd.CA, "etcd-ca", "", "CA bundle of the external etcd")
@@ -179,6 +184,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("listen", func() { c.Listen = file.Listen })
 	set("external-url", func() { c.ExternalURL = file.ExternalURL })
 	set("sim", func() { c.Sim = file.Sim })
+	set("hosts", func() { c.SimHosts = file.SimHosts })
 	set("seed", func() { c.Seed = file.Seed })
 	set("etcd", func() { c.Etcd.Endpoints = file.Etcd.Endpoints })
 	set("etcd-ca", func() { c.Etcd.CA = file.Etcd.CA })
@@ -252,6 +258,12 @@ func (c *serveConfig) Validate() error {
 	}
 	if c.Sim != "" && !strings.HasPrefix(c.Sim, "127.0.0.1:") {
 		bad("sim %q: the simulator listens on 127.0.0.1 only", c.Sim)
+	}
+	switch {
+	case c.SimHosts != "" && c.Sim == "":
+		bad("simHosts: only with sim (the in-process simulator)")
+	case c.SimHosts != "" && c.SimHosts != cloudsim.HostsInProcess && c.SimHosts != cloudsim.HostsReal:
+		bad("simHosts %q: want %s or %s", c.SimHosts, cloudsim.HostsInProcess, cloudsim.HostsReal)
 	}
 	if c.Sim == "" && c.SimState == "" && c.EncryptionKeyFile == "" {
 		bad("encryptionKeyFile: required unless the cloud is the simulator")

@@ -22,9 +22,20 @@ work against it unchanged. It writes STATE/clouds.yaml (clouds "sim" and
 "sim-admin") and STATE/sim.json (the admin endpoint for counters and faults,
 and the edge: the SOCKS5 proxy on 127.0.0.1 that alone reaches simulated
 floating IPs), keeps its resources in STATE/state.json and its hosts' roots in
-STATE/hosts across restarts, and runs until interrupted.`,
+STATE/hosts across restarts, and runs until interrupted.
+
+With --hosts real (root only) every server is a real Linux machine: a container
+with systemd booted from OPKE's host image (built from Debian's packages on first
+use, then cached), its user_data applied by Debian's Ignition, on networks,
+routers, security groups and load balancers made of network namespaces and
+nftables. They are reached as a cloud's are: through floating IPs, here by the
+edge. Stopping the simulator stops them (a restart boots them again) and
+removes every namespace.`,
 		Example: `  opke sim --listen 127.0.0.1:5050 --state .opke/sim
-  OS_CLIENT_CONFIG_FILE=.opke/sim/clouds.yaml OS_CLOUD=sim openstack server list`,
+  OS_CLIENT_CONFIG_FILE=.opke/sim/clouds.yaml OS_CLOUD=sim openstack server list
+
+  sudo opke sim --hosts real --state .opke/sim
+  ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:5052 %h %p' core@FLOATING_IP`,
 		Args: argsAtMost(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.StateDir = state
@@ -51,5 +62,7 @@ STATE/hosts across restarts, and runs until interrupted.`,
 	f.DurationVar(&opts.BootDelay, "boot-delay", 2*time.Second, "time a server stays in BUILD and a load balancer in PENDING_*")
 	f.DurationVar(&opts.TokenTTL, "token-ttl", time.Hour, "lifetime of a Keystone token")
 	f.IntVar(&opts.Hypervisors, "hypervisors", 8, "compute hosts that anti-affinity groups spread over")
+	f.StringVar(&opts.Hosts, "hosts", cloudsim.HostsInProcess, "what a server is: in-process (a simulated host) or real (a machine: root, runc, nftables)")
+	f.StringVar(&opts.ImageCache, "image-cache", "", "where the real hosts' image is cached (default $OPKE_CACHE/images or ~/.cache/opke/images)")
 	return cmd
 }

@@ -90,6 +90,7 @@ func build(in Input) ([]byte, error) {
 	}
 	add("/etc/opke/role", 0o644, string(in.Role)+"\n")
 	add("/etc/ssh/sshd_config.d/50-opke.conf", 0o600, sshdConfig(in.Role))
+	unit("opke-host-keys.service", hostKeysUnit)
 	switch in.Role {
 	case RoleGateway:
 		// The gateway only forwards SSH to the cluster's hosts.
@@ -147,6 +148,28 @@ func sshdConfig(role Role) string {
 	}
 	return c + "AllowTcpForwarding local\n"
 }
+
+// hostKeysUnit prints the host's SSH host keys on its console at boot,
+// in the block cloud images print and OPKE reads from Nova's console log
+// to pin them (sshx.HostKeysFromConsole). Flatcar has no cloud-init and
+// prints none of its own: without this unit no host could be reached with
+// a pinned key. The keys are made first if sshd-keygen has not yet
+// (ssh-keygen -A makes only the missing ones, and never prints a secret).
+const hostKeysUnit = `[Unit]
+Description=Print the SSH host keys on the console, for OPKE to pin them
+After=sshd-keygen.service
+Before=sshd.socket sshd.service ssh.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/bin/ssh-keygen -A
+ExecStart=/bin/sh -c 'echo "-----BEGIN SSH HOST KEY KEYS-----"; cat /etc/ssh/ssh_host_*_key.pub; echo "-----END SSH HOST KEY KEYS-----"'
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+`
 
 const sysctls = `net.ipv4.ip_forward = 1
 net.bridge.bridge-nf-call-iptables = 1
