@@ -345,5 +345,5 @@ func (s *Sim) ConsoleOutput(ctx context.Context, serverID string) (string, error
 			return "", err
 		}
 	}
-	return consoleOutput(sv, -1), nil
+	return consoleOutput(sv, -1, s.printsHostKeys(sv.ID)), nil
 }

@@ -43,6 +43,8 @@ type HostEvent struct {
 	Command string    `json:"command"`
 	Unit    string    `json:"unit,omitempty"`
 	Exit    int       `json:"exit"`
+	// Sudo says the command ran as root, behind sudo.
+	Sudo bool `json:"sudo,omitempty"`
 	// Files holds the sha256 of every file under /etc and /var/lib of the
 	// host when a unit was started or restarted: what it started with.
 	Files map[string]string `json:"files,omitempty"`
@@ -205,6 +207,14 @@ func (s *Sim) host(id string) (*simHost, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", name, err)
 	}
+	// /tmp, as every host has it (a tmpfs on Flatcar).
+	if err := root.MkdirAll("tmp", 0o755); err == nil {
+		err = root.Chmod("tmp", 0o1777|os.ModeSticky)
+	}
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("host %s: /tmp: %w", name, err)
+	}
 	h = &simHost{s: s, id: id, name: name, dir: dir, root: root, signer: signer, rec: hostRecord{Units: map[string]string{}}}
 	if b, err := os.ReadFile(filepath.Join(dir, "records.json")); err == nil {
 		if err := json.Unmarshal(b, &h.rec); err != nil {
@@ -361,7 +371,7 @@ func (h *simHost) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				continue
 			}
 			_ = req.Reply(true, nil)
-			code := h.exec(p.Command, ch, ch.Stderr())
+			code := h.exec(p.Command, ch, ch, ch.Stderr())
 			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(code)}))
 			return
 		case "subsystem":
@@ -371,7 +381,7 @@ func (h *simHost) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 				continue
 			}
 			_ = req.Reply(true, nil)
-			srv := sftp.NewRequestServer(ch, jailHandlers(h.root))
+			srv := sftp.NewRequestServer(ch, jailHandlers(h))
 			_ = srv.Serve()
 			_ = srv.Close()
 			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
@@ -384,54 +394,16 @@ func (h *simHost) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	}
 }
 
-// exec runs one command of the host's small exec set and records it.
-func (h *simHost) exec(command string, stdout, stderr io.Writer) int {
-	args := strings.Fields(command)
-	if len(args) == 0 {
-		return 0
-	}
-	ev := HostEvent{Time: h.s.opts.Now().UTC(), Command: command}
-	code := 0
-	switch args[0] {
-	case "systemctl":
-		code = h.systemctl(args[1:], &ev, stdout, stderr)
-	case "sha256sum":
-		code = h.eachFile("sha256sum", args[1:], stderr, func(p string, b []byte) {
-			sum := sha256.Sum256(b)
-			fmt.Fprintf(stdout, "%s  %s\n", hex.EncodeToString(sum[:]), p)
-		})
-	case "cat":
-		code = h.eachFile("cat", args[1:], stderr, func(_ string, b []byte) { _, _ = stdout.Write(b) })
-	case "sync", "true":
-		// Writes through the simulator's SFTP are on disk once acknowledged.
-	default:
-		fmt.Fprintf(stderr, "sh: %s: command not found\n", args[0])
-		code = 127
-	}
-	ev.Exit = code
-	if args[0] == "systemctl" {
-		h.record(ev)
-	}
-	return code
-}
-
-// eachFile calls fn with each path's content, as coreutils do: a missing
-// file is reported and makes the exit code 1, the others still go.
-func (h *simHost) eachFile(cmd string, paths []string, stderr io.Writer, fn func(string, []byte)) int {
-	code := 0
-	for _, p := range paths {
-		b, err := h.root.ReadFile(rel(p))
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %s: No such file or directory\n", cmd, p)
-			code = 1
-			continue
+func (h *simHost) systemctl(args []string, priv bool, ev *HostEvent, stdout, stderr io.Writer) int {
+	if len(args) >= 1 && args[0] != "is-active" && !priv {
+		// As systemd answers a user without polkit's leave.
+		unit := ""
+		if len(args) > 1 {
+			unit = " " + args[1]
 		}
-		fn(p, b)
+		fmt.Fprintf(stderr, "Failed to %s%s: Access denied\n", args[0], unit)
+		return 1
 	}
-	return code
-}
-
-func (h *simHost) systemctl(args []string, ev *HostEvent, stdout, stderr io.Writer) int {
 	if len(args) == 1 && args[0] == "daemon-reload" {
 		return 0
 	}

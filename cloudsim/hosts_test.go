@@ -176,17 +176,17 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 			t.Errorf("the first boot was not Debian's ignition: %s %v", b, err)
 		}
 	}
-	// An atomic upload: temp file with its mode first, then the bytes, then rename.
+	// SFTP runs as core: /tmp and core's home, not /etc.
 	fc, err := sftp.NewClient(host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	content := []byte("KUBELET_IMAGE=ghcr.io/opke-dev/kubelet:v1.35.1\n")
-	f, err := fc.OpenFile("/etc/kubernetes/.kubelet.env.tmp", os.O_CREATE|os.O_WRONLY|os.O_TRUNC)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := fc.Create("/etc/kubernetes/kubelet.env"); err == nil {
+		t.Error("core wrote /etc over SFTP")
 	}
-	if err := f.Chmod(0o644); err != nil {
+	f, err := fc.OpenFile("/tmp/staged", os.O_CREATE|os.O_WRONLY|os.O_TRUNC)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Write(content); err != nil {
@@ -195,8 +195,15 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := fc.PosixRename("/etc/kubernetes/.kubelet.env.tmp", "/etc/kubernetes/kubelet.env"); err != nil {
+	// Root writes behind sudo, atomically: install beside, then rename.
+	if _, err := sshx.Run(ctx, host, "install -m 0644 /tmp/staged /etc/kubernetes/kubelet.env"); err == nil {
+		t.Error("core wrote /etc without sudo")
+	}
+	if _, err := sshx.Run(ctx, host, "sudo -n install -D -m 0644 -o root -g root -- /tmp/staged /etc/kubernetes/.kubelet.env.tmp && sync && sudo -n mv -f /etc/kubernetes/.kubelet.env.tmp /etc/kubernetes/kubelet.env"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := sshx.Run(ctx, host, "sudo -n install -m 0600 /dev/stdin /etc/kubernetes/$(id)"); err == nil || !strings.Contains(err.Error(), "simple commands") {
+		t.Errorf("shell syntax this host cannot follow: %v", err)
 	}
 	// The jail: .. and absolute paths stay inside the host's root.
 	if _, err := fc.Stat("/../../../../../../etc/kubernetes/kubelet.env"); err != nil {
@@ -212,13 +219,16 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 	if out, err := sshx.Run(ctx, host, "sha256sum /etc/kubernetes/kubelet.env"); err != nil || string(out) != hex.EncodeToString(sum[:])+"  /etc/kubernetes/kubelet.env\n" {
 		t.Fatalf("sha256sum: %q %v", out, err)
 	}
-	if _, err := sshx.Run(ctx, host, "systemctl restart kubelet"); err != nil {
+	if _, err := sshx.Run(ctx, host, "systemctl restart kubelet"); err == nil || !strings.Contains(err.Error(), "Access denied") {
+		t.Errorf("core restarted a unit without sudo: %v", err)
+	}
+	if _, err := sshx.Run(ctx, host, "sudo -n systemctl restart kubelet"); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := sshx.Run(ctx, host, "systemctl is-active kubelet.service"); err != nil || string(out) != "active\n" {
 		t.Errorf("is-active: %q %v", out, err)
 	}
-	if _, err := sshx.Run(ctx, host, "systemctl restart nope"); err == nil || !strings.Contains(err.Error(), "Unit nope.service not found") {
+	if _, err := sshx.Run(ctx, host, "sudo -n systemctl restart nope"); err == nil || !strings.Contains(err.Error(), "Unit nope.service not found") {
 		t.Errorf("restart of a missing unit: %v", err)
 	}
 	if _, err := sshx.Run(ctx, host, "sha256sum /etc/kubernetes/kubelet.env /nope"); err == nil || !strings.Contains(err.Error(), "sha256sum: /nope: No such file or directory") {
@@ -235,7 +245,7 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 		}
 		var restart *HostEvent
 		for i := range events {
-			if events[i].Command == "systemctl restart kubelet" && events[i].Exit == 0 {
+			if events[i].Command == "systemctl restart kubelet" && events[i].Sudo && events[i].Exit == 0 {
 				restart = &events[i]
 			}
 		}
@@ -354,7 +364,7 @@ func TestOpenSSHClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	batch := filepath.Join(dir, "batch")
-	if err := os.WriteFile(batch, []byte("put "+local+" /etc/kubernetes/hello\nls -l /etc/kubernetes\n"), 0o600); err != nil {
+	if err := os.WriteFile(batch, []byte("put "+local+" /tmp/hello\nls -l /tmp\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if out := run("sftp", "-F", cfgFile, "-b", batch, "worker"); !strings.Contains(out, "hello") {
@@ -364,8 +374,14 @@ func TestOpenSSHClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "etc/kubernetes/hello")); err != nil || string(b) != "hello\n" {
+	if b, err := os.ReadFile(filepath.Join(root, "tmp/hello")); err != nil || string(b) != "hello\n" {
 		t.Errorf("the uploaded file: %q %v", b, err)
+	}
+	if err := os.WriteFile(batch, []byte("put "+local+" /etc/kubernetes/hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sftp", "-F", cfgFile, "-b", batch, "worker").CombinedOutput(); err == nil {
+		t.Errorf("sftp as core wrote /etc: %s", out)
 	}
 	// A wrong known_hosts entry stops ssh.
 	if err := os.WriteFile(knownHosts, []byte(cl.fip+" "+string(ssh.MarshalAuthorizedKey(newKey(t).PublicKey()))), 0o600); err != nil {

@@ -1,6 +1,7 @@
 package cloudsim
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -10,6 +11,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -1152,7 +1155,7 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 				return
 			}
 		}
-		writeJSON(rw, http.StatusOK, map[string]any{"output": consoleOutput(sv, length)})
+		writeJSON(rw, http.StatusOK, map[string]any{"output": consoleOutput(sv, length, s.printsHostKeys(sv.ID))})
 	case body["reboot"] != nil, body["os-start"] != nil, body["os-stop"] != nil:
 		if sv.Status != "ACTIVE" {
 			novaError(rw, http.StatusConflict, "Cannot 'reboot' instance "+sv.ID+" while it is in vm_state "+strings.ToLower(sv.Status))
@@ -1182,8 +1185,29 @@ func lastLines(console string, n int) string {
 	return strings.Join(lines, "")
 }
 
-// consoleOutput is the serial console of a booted host, the last length lines.
-func consoleOutput(sv *server, length int) string {
+// printsHostKeys reports whether a host has a unit that prints its SSH
+// host keys on the console (the block cloud-init prints; OPKE's Ignition
+// has such a unit): a host without one prints none, as Flatcar does not.
+func (s *Sim) printsHostKeys(id string) bool {
+	dir := filepath.Join(s.hostsDir, id, "root", "etc", "systemd", "system")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".service") || !e.Type().IsRegular() {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && bytes.Contains(b, []byte("BEGIN SSH HOST KEY KEYS")) {
+			return true
+		}
+	}
+	return false
+}
+
+// consoleOutput is the serial console of a booted host, the last length
+// lines; the host keys are on it if a unit of the host printed them.
+func consoleOutput(sv *server, length int, printsKeys bool) string {
 	if sv.Status == "BUILD" {
 		return ""
 	}
@@ -1193,7 +1217,7 @@ func consoleOutput(sv *server, length int) string {
 		"[    2.000000] systemd[1]: Started sshd.service.",
 	}
 	// As cloud images print them, for clients to pin the host key.
-	if signer, err := ssh.ParsePrivateKey([]byte(sv.HostKey)); err == nil {
+	if signer, err := ssh.ParsePrivateKey([]byte(sv.HostKey)); err == nil && printsKeys {
 		lines = append(lines, "-----BEGIN SSH HOST KEY KEYS-----",
 			strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))+" root@"+sv.Name,
 			"-----END SSH HOST KEY KEYS-----")

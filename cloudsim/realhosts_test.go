@@ -649,3 +649,9 @@ func (w *realWorld) leftovers(ids map[string]bool) []string {
 	}
 	return left
 }
+
+// TestRealHostsContract holds real machines to the host contract
+// (hostcontract_test.go), as TestHostContract holds the in-process hosts.
+func TestRealHostsContract(t *testing.T) {
+	hostContract(t, startReal(t, filepath.Join(t.TempDir(), "state")))
+}

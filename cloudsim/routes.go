@@ -178,9 +178,11 @@ func (s *Sim) connectHost(ctx context.Context, serverID, ip string, port int) (n
 		return nil, err
 	}
 	if port == 22 {
+		// Tracked: a deleted server's SSH sessions are cut, as a dead
+		// machine's are.
 		a, b := net.Pipe()
 		go h.serveSSH(b)
-		return a, nil
+		return h.track(a), nil
 	}
 	addr := h.listening(port)
 	if addr == "" {

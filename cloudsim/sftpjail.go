@@ -1,6 +1,7 @@
 package cloudsim
 
 import (
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -12,17 +13,33 @@ import (
 )
 
 // jail serves SFTP inside one host's root through os.Root: no path, ".."
-// or symbolic link reaches outside it. Renames replace their target, as
+// or symbolic link reaches outside it. SFTP runs as core, as sshd's
+// sftp-server does: it writes core's home and the temporary folders only,
+// and reads what core may (hostexec.go). Renames replace their target, as
 // posix-rename@openssh.com does, so uploads can be atomic.
-type jail struct{ root *os.Root }
+type jail struct {
+	root *os.Root
+	h    *simHost
+}
 
-func jailHandlers(root *os.Root) sftp.Handlers {
-	j := &jail{root: root}
+func jailHandlers(h *simHost) sftp.Handlers {
+	j := &jail{root: h.root, h: h}
 	return sftp.Handlers{FileGet: j, FilePut: j, FileCmd: j, FileList: j}
+}
+
+// check refuses what core may not do to p.
+func (j *jail) check(p string, write bool) error {
+	if write && !writable(p, false) || !write && !j.h.readable(p, false) {
+		return os.ErrPermission
+	}
+	return nil
 }
 
 // Fileread implements sftp.FileReader.
 func (j *jail) Fileread(r *sftp.Request) (io.ReaderAt, error) {
+	if err := j.check(rel(r.Filepath), false); err != nil {
+		return nil, err
+	}
 	return j.root.Open(rel(r.Filepath))
 }
 
@@ -50,12 +67,23 @@ func (j *jail) Filewrite(r *sftp.Request) (io.WriterAt, error) {
 	if flags.Read {
 		of = of&^os.O_WRONLY | os.O_RDWR
 	}
+	if err := j.check(rel(r.Filepath), true); err != nil {
+		return nil, err
+	}
 	return j.root.OpenFile(rel(r.Filepath), of, mode)
 }
 
 // Filecmd implements sftp.FileCmder.
 func (j *jail) Filecmd(r *sftp.Request) error {
 	p := rel(r.Filepath)
+	if err := j.check(p, true); err != nil && r.Method != "Symlink" { // a link's target is only its content
+		return err
+	}
+	if r.Target != "" {
+		if err := j.check(rel(r.Target), true); err != nil {
+			return err
+		}
+	}
 	switch r.Method {
 	case "Setstat":
 		a := r.Attributes()
@@ -90,6 +118,9 @@ func (j *jail) Filecmd(r *sftp.Request) error {
 
 // PosixRename implements sftp.PosixRenameFileCmder.
 func (j *jail) PosixRename(r *sftp.Request) error {
+	if err := errors.Join(j.check(rel(r.Filepath), true), j.check(rel(r.Target), true)); err != nil {
+		return os.ErrPermission
+	}
 	return j.root.Rename(rel(r.Filepath), rel(r.Target))
 }
 

@@ -22,6 +22,7 @@ import (
 	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
 )
 
@@ -520,7 +521,7 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if !ok {
 			return fmt.Errorf("%s: not a unit", c.Address)
 		}
-		if _, err := h.a.Hosts.run(ctx, h.t, host, "systemctl restart "+unit); err != nil {
+		if _, err := h.a.Hosts.run(ctx, h.t, host, sshx.Sudo("systemctl restart "+unit)); err != nil {
 			return err
 		}
 		if err := h.j.hook("restarted " + c.Address); err != nil {

@@ -3,21 +3,16 @@ package reconciler
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
-	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/cloud"
@@ -58,9 +53,6 @@ type hostConn struct {
 	ready chan struct{} // closed once ssh or err is set
 	ssh   *ssh.Client
 	err   error
-
-	sftpMu sync.Mutex
-	sftp   *sftp.Client // made at the first upload
 }
 
 func (c *hostConn) close() {
@@ -68,11 +60,6 @@ func (c *hostConn) close() {
 	case <-c.ready:
 	default:
 		return // still dialling: its dialler keeps it or drops it
-	}
-	c.sftpMu.Lock()
-	defer c.sftpMu.Unlock()
-	if c.sftp != nil {
-		c.sftp.Close()
 	}
 	if c.ssh != nil {
 		c.ssh.Close()
@@ -300,7 +287,7 @@ func (h *HostSessions) Checksums(ctx context.Context, t HostTarget, paths map[st
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			stdout, err := h.run(ctx, t, host, "sha256sum -- "+strings.Join(paths[host], " "))
+			stdout, err := h.run(ctx, t, host, sshx.Sudo("sha256sum -- "+strings.Join(paths[host], " ")))
 			// sha256sum exits 1 when a file is missing and still sums the others.
 			var exit *ssh.ExitError
 			if errors.As(err, &exit) && exit.ExitStatus() == 1 {
@@ -341,64 +328,29 @@ func parseSums(out []byte, paths []string) (map[string]string, error) {
 	return sums, nil
 }
 
-// upload puts a file on a host atomically: a temporary file beside the
-// target gets its final mode before any byte, the bytes, an fsync (or
-// sync(1) where the server lacks the extension), then a POSIX rename over
-// the target.
+// upload puts a file on a host atomically, as root: core is unprivileged
+// on Flatcar (passwordless sudo), so the bytes go over the command's
+// stdin (never its command line) to install(1) behind sudo, which makes a
+// temporary file beside the target with its final mode and owner, then
+// sync and a rename over the target. Files under core's home stay core's.
 func (h *HostSessions) upload(ctx context.Context, t HostTarget, host string, f assets.File) error {
-	err := h.put(ctx, t, host, f)
-	if err != nil {
-		h.drop(t, host)
-	}
-	return err
-}
-
-func (h *HostSessions) put(ctx context.Context, t HostTarget, host string, f assets.File) error {
 	c, err := h.conn(ctx, t, host)
 	if err != nil {
 		return err
 	}
-	c.sftpMu.Lock()
-	if c.sftp == nil {
-		if c.sftp, err = sftp.NewClient(c.ssh); err != nil {
-			c.sftpMu.Unlock()
-			return fmt.Errorf("sftp: %w", err)
-		}
-	}
-	fc := c.sftp
-	c.sftpMu.Unlock()
-	if err := fc.MkdirAll(path.Dir(f.Path)); err != nil {
-		return fmt.Errorf("mkdir %s: %w", path.Dir(f.Path), err)
-	}
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	tmp := path.Join(path.Dir(f.Path), "."+path.Base(f.Path)+".opke-"+hex.EncodeToString(suffix[:]))
-	w, err := fc.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY)
+	cmd, tmp, err := sshx.Install(HostUser, f.Path, f.Mode)
 	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	cleanup := func(err error) error {
-		w.Close()
-		_ = fc.Remove(tmp)
 		return err
 	}
-	if err := w.Chmod(f.Mode.Perm()); err != nil {
-		return cleanup(fmt.Errorf("chmod %s: %w", tmp, err))
-	}
-	if _, err := w.Write(f.Data); err != nil {
-		return cleanup(fmt.Errorf("write %s: %w", tmp, err))
-	}
-	if err := w.Sync(); err != nil {
-		if _, err := sshx.Run(ctx, c.ssh, "sync"); err != nil {
-			return cleanup(fmt.Errorf("sync %s: %w", tmp, err))
+	if _, err := sshx.RunInput(ctx, c.ssh, cmd, f.Data); err != nil {
+		var exit *ssh.ExitError
+		if errors.As(err, &exit) {
+			_, _ = sshx.Run(ctx, c.ssh, sshx.Sudo("rm -f -- "+tmp))
 		}
-	}
-	if err := w.Close(); err != nil {
-		return cleanup(fmt.Errorf("close %s: %w", tmp, err))
-	}
-	if err := fc.PosixRename(tmp, f.Path); err != nil {
-		_ = fc.Remove(tmp)
-		return fmt.Errorf("rename %s: %w", f.Path, err)
+		// The next try dials again: the host may not be the one this
+		// connection reached (a server replaced under the same name).
+		h.drop(t, host)
+		return fmt.Errorf("upload %s: %w", f.Path, err)
 	}
 	return nil
 }

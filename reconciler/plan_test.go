@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
-	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/cloud"
@@ -385,25 +383,10 @@ func dialHost(t *testing.T, r *rig, res map[string]diff.Resource, name string, g
 	return c
 }
 
-// put writes a file on a host over SFTP.
+// put writes a file on a host as an operator would: root, behind sudo.
 func put(t *testing.T, c *ssh.Client, file string, data []byte) {
 	t.Helper()
-	fc, err := sftp.NewClient(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fc.Close()
-	if err := fc.MkdirAll(path.Dir(file)); err != nil {
-		t.Fatal(err)
-	}
-	w, err := fc.Create(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
+	if _, err := sshx.RunInput(context.Background(), c, sshx.Sudo("install -D -m 0644 -- /dev/stdin "+file), data); err != nil {
 		t.Fatal(err)
 	}
 }

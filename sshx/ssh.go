@@ -2,6 +2,7 @@ package sshx
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -138,11 +139,20 @@ func handshake(ctx context.Context, conn net.Conn, address string, cfg *ssh.Clie
 // Run runs a command on c and returns its stdout; a non-zero exit is an
 // error carrying stderr.
 func Run(ctx context.Context, c *ssh.Client, command string) ([]byte, error) {
+	return RunInput(ctx, c, command, nil)
+}
+
+// RunInput is Run with stdin: secrets go to a command this way, never on
+// its command line (which other users of the host can read).
+func RunInput(ctx context.Context, c *ssh.Client, command string, stdin []byte) ([]byte, error) {
 	sess, err := c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("ssh session: %w", err)
 	}
 	defer sess.Close()
+	if stdin != nil {
+		sess.Stdin = bytes.NewReader(stdin)
+	}
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
 	var stdout, stderr strings.Builder

@@ -36,6 +36,10 @@ printf 'AuthorizedKeysFile .ssh/authorized_keys .ssh/authorized_keys.d/ignition\
 mkdir -p "$R"/etc/selinux
 printf 'SELINUX=disabled\nSELINUXTYPE=mcs\n' > "$R"/etc/selinux/config
 
+# The host's own name resolves from nss-myhostname before DNS, as on
+# Flatcar: sudo looks it up, and a host without DNS would wait for it.
+sed -i 's/^hosts:.*/hosts:          files myhostname dns/' "$R"/etc/nsswitch.conf
+
 # Flatcar's writable places.
 mkdir -p "$R"/opt/bin "$R"/var/lib "$R"/etc/kubernetes
 # The host name is the server's (the metadata's on Flatcar), not the

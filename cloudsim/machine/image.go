@@ -21,6 +21,9 @@ var Packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server", "sudo",
 	"iproute2", "iptables", "conntrack", "kmod", "procps",
 	"containerd", "runc", "ca-certificates",
+	// The host's own name resolves without DNS, as on Flatcar (sudo
+	// looks it up; with no answer it waits for DNS to time out).
+	"libnss-myhostname",
 }
 
 // Suite is the Debian release the image is built from.

@@ -1,0 +1,38 @@
+package sshx
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestInstall(t *testing.T) {
+	for _, tc := range []struct {
+		file, owner string
+		ok          bool
+	}{
+		{"/etc/kubernetes/pki/ca.key", "root", true},
+		{"/home/core/.ssh/authorized_keys.d/opke-operators", "core", true},
+		{"/home/corex/x", "root", true},
+		{"etc/relative", "", false},
+		{"/etc/../etc/x", "", false},
+		{"/etc/a b", "", false},
+		{"/etc/$(id)", "", false},
+		{"/etc/x;reboot", "", false},
+	} {
+		cmd, tmp, err := Install("core", tc.file, 0o600)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v", tc.file, err)
+			continue
+		}
+		if !tc.ok {
+			continue
+		}
+		want := "sudo -n install -D -m 0600 -o " + tc.owner + " -g " + tc.owner + " -- /dev/stdin " + tmp + " && sync && sudo -n mv -f -- " + tmp + " " + tc.file
+		if cmd != want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.file, cmd, want)
+		}
+		if !strings.HasPrefix(tmp, tc.file[:strings.LastIndex(tc.file, "/")+1]+".") {
+			t.Errorf("%s: the temporary file %s is not beside it", tc.file, tmp)
+		}
+	}
+}
