@@ -34,12 +34,23 @@
 //
 // Every ACTIVE server is a host (hosts.go): its user_data applied at first
 // boot by Debian's Ignition (or an in-process fallback), its SSH host key
-// printed on its console, an in-process SSH server for the user core with
-// SFTP into the host's root folder, direct-tcpip forwarding on its own
-// networks, and a small exec set (systemctl, sha256sum, cat) whose effects
-// are recorded ([Sim.HostEvents]). The only way in from outside is the
-// SOCKS5 edge ([Sim.Edge]), standing for the internet side of floating
-// IPs; nothing is ever dialled at a simulated address (routes.go).
+// printed on its console when a unit of its config prints it, an
+// in-process SSH server for the unprivileged user core (passwordless sudo)
+// with SFTP into the host's root folder as core, direct-tcpip forwarding
+// on its own networks, and a small exec set (hostexec.go: systemctl,
+// sha256sum, cat, install, mv, rm, touch, behind sudo or not) whose
+// effects on units are recorded ([Sim.HostEvents]). The only way in from
+// outside is the SOCKS5 edge ([Sim.Edge]), standing for the internet side
+// of floating IPs; nothing is ever dialled at a simulated address
+// (routes.go). HOSTS.md says where these hosts differ from real machines;
+// the host contract suite holds them to those.
+//
+// With [Options.Hosts] set to [HostsReal] (root only) every server is a
+// real machine instead (realhosts.go, package machine): a container with
+// systemd booted from the project's host image, on networks, routers,
+// security groups and load balancers made of network namespaces and
+// nftables, reached through the edge as a cloud's hosts are through their
+// floating IPs.
 //
 // Controllers behave like controllers (controllers.go): starting
 // etcd-member.service runs a real etcd member with the pushed etcd.env and

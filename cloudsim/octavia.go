@@ -138,7 +138,7 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 		s.route(mux, "GET "+base+"loadbalancers/{id}", s.lbGet("loadbalancer"))
 		s.route(mux, "PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
 		s.route(mux, "DELETE "+base+"loadbalancers/{id}", s.deleteLB)
-		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.lbStatusTree)
+		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.probingMembers(s.lbStatusTree))
 		// Octavia answers quotas at /v2/lbaas/quotas and, as gophercloud
 		// asks, at /v2/quotas.
 		for _, q := range []string{base + "quotas/{project}", "/load-balancer/" + v + "/quotas/{project}"} {
@@ -156,15 +156,78 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 			{"member", "members", "pools/{pool}/members", func(w *world) []any { return values(w.Members) }, s.createMember},
 			{"healthmonitor", "healthmonitors", "healthmonitors", func(w *world) []any { return values(w.Monitors) }, s.createMonitor},
 		} {
-			s.route(mux, "GET "+base+c.path, s.lbList(c.plural, c.all))
+			list, get := s.lbList(c.plural, c.all), s.lbGet(c.kind)
+			if c.kind == "member" {
+				list, get = s.probingMembers(list), s.probingMembers(get)
+			}
+			s.route(mux, "GET "+base+c.path, list)
 			s.route(mux, "POST "+base+c.path, c.create)
-			s.route(mux, "GET "+base+c.path+"/{id}", s.lbGet(c.kind))
+			s.route(mux, "GET "+base+c.path+"/{id}", get)
 			s.route(mux, "PUT "+base+c.path+"/{id}", s.updateLBObject(c.kind))
 			s.route(mux, "DELETE "+base+c.path+"/{id}", s.deleteLBChild(c.kind))
 		}
 	}
 	mux.HandleFunc("GET /load-balancer", s.lbVersions)
 	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)
+}
+
+// probingMembers sets the operating status of the members with a health
+// monitor before h reads them, as the monitor's probes would find them:
+// ONLINE when their in-process host listens on the member's port, ERROR
+// when it does not (no host there, or nothing running on the port).
+// Without a monitor a member stays NO_MONITOR. Real hosts have real probes
+// (realhosts.go); an attached cloud's Octavia has its own.
+func (s *Sim) probingMembers(h handlerFunc) handlerFunc {
+	return func(rw http.ResponseWriter, r *request) {
+		if s.real == nil && s.attached == nil {
+			s.probeMembers(r.w)
+		}
+		h(rw, r)
+	}
+}
+
+// probeMembers is probingMembers' work; the caller holds s.mu.
+func (s *Sim) probeMembers(w *world) {
+	var servers map[string]string // network/ip -> ACTIVE server
+	for _, m := range w.Members {
+		if m.ProvisioningStatus != "ACTIVE" {
+			continue
+		}
+		pool := w.Pools[m.PoolID]
+		if pool == nil || pool.MonitorID == nil || w.Monitors[*pool.MonitorID] == nil {
+			continue
+		}
+		if servers == nil {
+			servers = map[string]string{}
+			for _, p := range w.Ports {
+				if sv := w.Servers[p.DeviceID]; sv != nil && sv.Status == "ACTIVE" {
+					for _, f := range p.FixedIPs {
+						servers[p.NetworkID+"/"+f.IPAddress] = sv.ID
+					}
+				}
+			}
+		}
+		network := ""
+		if sn := w.Subnets[m.SubnetID]; sn != nil {
+			network = sn.NetworkID
+		} else if lb := w.LoadBalancer[m.LB]; lb != nil {
+			network = lb.VIPNetworkID
+		}
+		status := "ERROR"
+		if id := servers[network+"/"+m.Address]; id != "" {
+			// Every host serves SSH; other ports only what it runs.
+			s.hostsMu.Lock()
+			h := s.hosts[id]
+			s.hostsMu.Unlock()
+			if m.ProtocolPort == 22 || h != nil && h.listening(m.ProtocolPort) != "" {
+				status = "ONLINE"
+			}
+		}
+		if m.OperatingStatus != status {
+			m.OperatingStatus = status
+			s.dirty = true
+		}
+	}
 }
 
 func values[V any](m map[string]V) []any {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
@@ -55,12 +56,36 @@ func TestOctaviaLifecycle(t *testing.T) {
 		t.Fatalf("create member: %v", err)
 	}
 	step()
+	// A member whose host answers: a server's SSH.
+	sv, err := servers.Create(ctx, e.user.compute, servers.CreateOpts{Name: "prod-ssh", FlavorRef: "2", ImageRef: imageID(t, e.user, "flatcar"),
+		Networks: []servers.Network{{UUID: net.network, FixedIP: "192.168.20.11"}}}, nil).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	step()
+	if got, err := servers.Get(ctx, e.user.compute, sv.ID).Extract(); err != nil || got.Status != "ACTIVE" {
+		t.Fatalf("server: %v", err)
+	}
+	ssh, err := pools.CreateMember(ctx, c, pool.ID, pools.CreateMemberOpts{Name: "prod-ssh", Address: "192.168.20.11", ProtocolPort: 22, SubnetID: net.subnet}).Extract()
+	if err != nil {
+		t.Fatalf("create member: %v", err)
+	}
+	step()
+	if m, _ = pools.GetMember(ctx, c, pool.ID, m.ID).Extract(); m.OperatingStatus != "NO_MONITOR" {
+		t.Errorf("a member without a monitor: %s, want NO_MONITOR", m.OperatingStatus)
+	}
 	if _, err := monitors.Create(ctx, c, monitors.CreateOpts{PoolID: pool.ID, Type: monitors.TypeTCP, Delay: 5, Timeout: 3, MaxRetries: 3}).Extract(); err != nil {
 		t.Fatalf("create monitor: %v", err)
 	}
 	step()
 	if m, _ = pools.GetMember(ctx, c, pool.ID, m.ID).Extract(); m.ProvisioningStatus != "ACTIVE" {
 		t.Errorf("member: %s", m.ProvisioningStatus)
+	}
+	// With a monitor, the probes decide: nothing answers at .10:6443.
+	for id, want := range map[string]string{m.ID: "ERROR", ssh.ID: "ONLINE"} {
+		if got, err := pools.GetMember(ctx, c, pool.ID, id).Extract(); err != nil || got.OperatingStatus != want {
+			t.Errorf("member %s with a monitor: %s %v, want %s", got.Address, got.OperatingStatus, err, want)
+		}
 	}
 	if _, err := pools.GetMember(ctx, c, "another-pool", m.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		t.Errorf("a member read through another pool: %v, want 404", err)
