@@ -284,6 +284,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	r.planner.Hosts = hosts
 	demo := spec(t, "demo", "", 0)
 	r.converge(t, demo)
+	cloudtest.WaitHosts(t, r.clients)
 	resync := func() *diff.Plan {
 		t.Helper()
 		res, err := r.planner.Plan(ctx, reconciler.Request{Clusters: map[string]*schemas.Cluster{"demo": demo}, Resync: true})

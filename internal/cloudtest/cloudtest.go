@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,6 +67,9 @@ func StartWith(tb testing.TB, opts cloudsim.Options) (*cloudsim.Sim, *cloud.Clie
 	tb.Helper()
 	dir := tb.TempDir()
 	opts.StateDir = dir
+	if opts.Hosts == "" {
+		opts.Hosts = os.Getenv(HostsEnv)
+	}
 	sim, err := cloudsim.Start(context.Background(), opts)
 	if err != nil {
 		tb.Fatal(err)
@@ -82,6 +86,55 @@ func StartWith(tb testing.TB, opts cloudsim.Options) (*cloudsim.Sim, *cloud.Clie
 // tagged as OPKE tags it for owner, one resource after another as Desire
 // lists them. Servers boot the userData whose sha256 their "user_data"
 // attribute names (none when it is not given).
+// HostsEnv names the environment variable that chooses the simulator's
+// hosts for the tests that can run on either (cloudsim.HostsInProcess, the
+// default, or cloudsim.HostsReal: make realhosts sets it).
+const HostsEnv = "OPKE_TEST_HOSTS"
+
+// WaitHosts waits until every server of the cloud is ACTIVE with its host
+// keys on its console, as a real machine is some seconds after its
+// create; an in-process host is at once.
+func WaitHosts(t testing.TB, c *cloud.Clients) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		pages, err := servers.List(c.Compute, servers.ListOpts{}).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := servers.ExtractServers(pages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiting := ""
+		for _, sv := range list {
+			if sv.Status == "ERROR" {
+				t.Fatalf("server %s: ERROR: %v", sv.Name, sv.Fault)
+			}
+			if sv.Status != "ACTIVE" {
+				waiting = sv.Name + " is " + sv.Status
+				break
+			}
+			out, err := servers.ShowConsoleOutput(ctx, c.Compute, sv.ID, servers.ShowConsoleOutputOpts{}).Extract()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "-----END SSH HOST KEY KEYS-----") {
+				waiting = sv.Name + " has printed no host key yet"
+				break
+			}
+		}
+		if waiting == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hosts not up after 3 minutes: %s", waiting)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userData ...[]byte) {
 	t.Helper()
 	ctx := context.Background()
