@@ -208,8 +208,9 @@ func (s *Sim) host(id string) (*simHost, error) {
 		return nil, fmt.Errorf("host %s: %w", name, err)
 	}
 	// /tmp, as every host has it (a tmpfs on Flatcar).
-	if err := root.MkdirAll("tmp", 0o755); err == nil {
-		err = root.Chmod("tmp", 0o1777|os.ModeSticky)
+	err = root.MkdirAll("tmp", 0o755)
+	if err == nil {
+		err = root.Chmod("tmp", 0o777|os.ModeSticky)
 	}
 	if err != nil {
 		root.Close()
