@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"golang.org/x/crypto/ssh"
 
@@ -42,6 +45,10 @@ type HostSessions struct {
 	Console func(ctx context.Context, serverID string) (string, error)
 	// Parallel is how many hosts Checksums reads at once (default 8).
 	Parallel int
+	// BootTimeout bounds the wait for a new server's host at first
+	// contact (default 5m): a server just created boots for a while
+	// before its host keys are on its console and its sshd answers.
+	BootTimeout time.Duration
 
 	mu      sync.Mutex
 	signers map[string]ssh.Signer // by cluster
@@ -108,42 +115,72 @@ func hostTarget(cluster string, clients *cloud.Clients, observed []diff.Resource
 func hostKeyKey(kv state.KV, cluster, host string) string { return kv.Key(cluster, "hostkeys", host) }
 
 // hostKeys returns a host's pinned keys, pinning the console's at first
-// contact.
-func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverID string) ([]ssh.PublicKey, error) {
+// contact (fresh): until deadline it waits for the host to print them, as
+// a server just created prints them only once booted.
+func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverID string, deadline time.Time) (keys []ssh.PublicKey, fresh bool, err error) {
 	key := hostKeyKey(t.KV, t.Cluster, host)
 	pinned, err := t.KV.Get(ctx, key)
 	switch {
 	case err == nil:
-		var keys []ssh.PublicKey
 		for rest := pinned; len(rest) > 0; {
 			k, _, _, r, err := ssh.ParseAuthorizedKey(rest)
 			if err != nil {
-				return nil, fmt.Errorf("pinned host key of %s: %w", host, err)
+				return nil, false, fmt.Errorf("pinned host key of %s: %w", host, err)
 			}
 			keys, rest = append(keys, k), r
 		}
-		return keys, nil
+		return keys, false, nil
 	case !errors.Is(err, state.ErrNotFound):
-		return nil, err
+		return nil, false, err
 	}
-	var console string
-	if h.Console != nil {
-		console, err = h.Console(ctx, serverID)
-	} else {
-		console, err = servers.ShowConsoleOutput(ctx, t.Clients.Compute, serverID, servers.ShowConsoleOutputOpts{}).Extract()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("console of %s: %w", host, err)
-	}
-	keys, err := sshx.HostKeysFromConsole(console)
-	if err != nil {
-		return nil, fmt.Errorf("console of %s: %w", host, err)
+	for {
+		var console string
+		if h.Console != nil {
+			console, err = h.Console(ctx, serverID)
+		} else {
+			console, err = servers.ShowConsoleOutput(ctx, t.Clients.Compute, serverID, servers.ShowConsoleOutputOpts{}).Extract()
+		}
+		if err == nil {
+			keys, err = sshx.HostKeysFromConsole(console)
+		}
+		if err == nil {
+			break
+		}
+		// Still booting: no key printed yet, or Nova's 409 while building;
+		// unless the server failed.
+		booting := errors.Is(err, sshx.ErrNoHostKey) || gophercloud.ResponseCodeIs(err, http.StatusConflict)
+		if !booting {
+			return nil, false, fmt.Errorf("console of %s: %w", host, err)
+		}
+		if sv, gerr := t.server(ctx, serverID); gerr == nil && sv.Status == "ERROR" {
+			return nil, false, fmt.Errorf("host %s: its server is in ERROR: %v", host, sv.Fault.Message)
+		}
+		if time.Now().After(deadline) {
+			return nil, false, fmt.Errorf("console of %s: still no host key after %v (does its user_data print them?): %w", host, h.bootTimeout(), err)
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return nil, false, fmt.Errorf("console of %s: %w", host, err)
+		}
 	}
 	var b []byte
 	for _, k := range keys {
 		b = append(b, ssh.MarshalAuthorizedKey(k)...)
 	}
-	return keys, t.KV.Put(ctx, key, b)
+	return keys, true, t.KV.Put(ctx, key, b)
+}
+
+func (h *HostSessions) bootTimeout() time.Duration { return cmp.Or(h.BootTimeout, 5*time.Minute) }
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // conn returns the connection to a host of t (the gateway included),
@@ -213,26 +250,46 @@ func (h *HostSessions) signer(ctx context.Context, t HostTarget) (ssh.Signer, er
 // dial connects to a host with its pinned keys: the gateway through the
 // dialer, another host through the gateway's connection gw.
 func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, signer ssh.Signer, gw *hostConn) (*ssh.Client, error) {
-	if gw == nil {
-		keys, err := h.hostKeys(ctx, t, t.Gateway.Name, t.Gateway.ID)
-		if err != nil {
-			return nil, err
+	deadline := time.Now().Add(h.bootTimeout())
+	name, id := t.Gateway.Name, t.Gateway.ID
+	addr := netip.AddrPortFrom(t.Address, 22)
+	if gw != nil {
+		a, ok := t.Hosts[host]
+		if !ok {
+			return nil, fmt.Errorf("host %s: no server with a fixed IP", host)
 		}
-		c, err := sshx.Dial(ctx, h.Dialer, netip.AddrPortFrom(t.Address, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
-		if err != nil {
-			return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)
-		}
-		return c, nil
+		name, id, addr = host, a.ServerID, netip.AddrPortFrom(a.IP, 22)
 	}
-	addr, ok := t.Hosts[host]
-	if !ok {
-		return nil, fmt.Errorf("host %s: no server with a fixed IP", host)
-	}
-	keys, err := h.hostKeys(ctx, t, host, addr.ServerID)
+	keys, fresh, err := h.hostKeys(ctx, t, name, id, deadline)
 	if err != nil {
 		return nil, err
 	}
-	return sshx.Jump(ctx, gw.ssh, netip.AddrPortFrom(addr.IP, 22).String(), sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys})
+	auth := sshx.Auth{User: HostUser, Signer: signer, HostKeys: keys}
+	// A host met for the first time may have printed its keys a moment
+	// before its sshd listens: a refused connection is tried again for a
+	// minute. Anything else (no route, a key or a login refused) fails at
+	// once, for the next plan to see to.
+	if soon := time.Now().Add(time.Minute); soon.Before(deadline) {
+		deadline = soon
+	}
+	for {
+		var c *ssh.Client
+		if gw == nil {
+			c, err = sshx.Dial(ctx, h.Dialer, addr.String(), auth)
+		} else {
+			c, err = sshx.Jump(ctx, gw.ssh, addr.String(), auth)
+		}
+		notYet := err != nil && strings.Contains(strings.ToLower(err.Error()), "connection refused")
+		if err == nil || !fresh || !notYet || time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil && gw == nil {
+				return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)
+			}
+			return c, err
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // drop closes and forgets a host's connection after an error, so a retry
@@ -384,4 +441,12 @@ func (p *Planner) resync(ctx context.Context, pl *Planned, clients *cloud.Client
 		slices.Sort(paths[host])
 	}
 	return p.Hosts.Checksums(ctx, t, paths)
+}
+
+// server reads a server of t's cloud.
+func (t HostTarget) server(ctx context.Context, id string) (*servers.Server, error) {
+	if t.Clients == nil {
+		return nil, errors.New("no cloud clients")
+	}
+	return servers.Get(ctx, t.Clients.Compute, id).Extract()
 }

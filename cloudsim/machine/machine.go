@@ -3,6 +3,8 @@ package machine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -234,7 +236,13 @@ func (m *Machine) writeBundle() error {
 // start runs the container; runc hands the console's pseudo-terminal
 // master over a socket, and its output is copied to the console log.
 func (m *Machine) start(ctx context.Context) error {
-	sock := filepath.Join(m.cfg.Dir, "console.sock")
+	// A unix socket's path has at most 107 bytes: not under Dir, which
+	// may be deep.
+	sum := sha256.Sum256([]byte(m.cfg.ID))
+	sock := filepath.Join(filepath.Dir(RuncRoot), "console-"+hex.EncodeToString(sum[:8])+".sock")
+	if err := os.MkdirAll(RuncRoot, 0o700); err != nil {
+		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+	}
 	_ = os.Remove(sock)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
@@ -250,9 +258,6 @@ func (m *Machine) start(ctx context.Context) error {
 		}
 		got <- f
 	}()
-	if err := os.MkdirAll(RuncRoot, 0o700); err != nil {
-		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
-	}
 	cmd := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "run", "--detach", "--console-socket", sock,
 		"--bundle", filepath.Join(m.cfg.Dir, "bundle"), m.cfg.ID)
 	var out bytes.Buffer
