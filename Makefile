@@ -33,7 +33,7 @@ REALHOST_E2E = TestResyncReadsTheHosts
 ## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the host image built or taken from its cache (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, and the simulator with --hosts real driven by the upstream ssh, sftp and nc
 realhosts:
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
-	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/
+	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/ ./cmd/opke/
 	OPKE_TEST_HOSTS=real $(GO) test -race -count=1 -timeout 20m -run '$(REALHOST_E2E)' ./reconciler/
 
 ## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/

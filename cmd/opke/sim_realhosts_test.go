@@ -1,0 +1,147 @@
+//go:build realhosts
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/config"
+	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
+	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+
+	"opke.dev/opke/cloudsim/machine"
+)
+
+// TestSimCommandRealHosts: `opke sim --hosts real` boots a server as a
+// machine (its console is what the machine printed) and, stopped, leaves
+// no container and no namespace behind.
+func TestSimCommandRealHosts(t *testing.T) {
+	state := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"sim", "--hosts", "real", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state,
+			"--boot-delay", "0s", "--log-level", "warn"}, strings.NewReader(""), &out, &errOut)
+	}()
+	deadline := time.Now().Add(5 * time.Minute) // the image may be built first
+	for {
+		if _, err := os.Stat(filepath.Join(state, "sim.json")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sim.json; stderr: %s", errOut.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ao, eo, _, err := clouds.Parse(clouds.WithCloudName("sim"), clouds.WithLocations(filepath.Join(state, "clouds.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := config.NewProviderClient(ctx, ao)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(c *gophercloud.ServiceClient, err error) *gophercloud.ServiceClient {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	compute, network, image := must(openstack.NewComputeV2(pc, eo)), must(openstack.NewNetworkV2(pc, eo)), must(openstack.NewImageV2(pc, eo))
+	n, err := networks.Create(ctx, network, networks.CreateOpts{Name: "cli"}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subnets.Create(ctx, network, subnets.CreateOpts{NetworkID: n.ID, CIDR: "10.40.0.0/24", IPVersion: gophercloud.IPv4}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	pages, err := images.List(image, images.ListOpts{Name: "flatcar"}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs, _ := images.ExtractImages(pages)
+	sv, err := servers.Create(ctx, compute, servers.CreateOpts{Name: "cli-0", FlavorRef: "2", ImageRef: imgs[0].ID,
+		Networks: []servers.Network{{UUID: n.ID}}}, nil).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, err := servers.Get(ctx, compute, sv.ID).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == "ACTIVE" {
+			break
+		}
+		if got.Status == "ERROR" || time.Now().After(deadline) {
+			t.Fatalf("server %s: %v", got.Status, got.Fault)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for {
+		console, err := servers.ShowConsoleOutput(ctx, compute, sv.ID, servers.ShowConsoleOutputOpts{}).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(console, "systemd") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the console shows no systemd:\n%s", console)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sum := sha256.Sum256([]byte(filepath.Join(state, "hosts")))
+	prefix := "opke-" + hex.EncodeToString(sum[:])[:8]
+	if ns := withPrefix(t, prefix); len(ns) < 2 {
+		t.Errorf("the simulator's namespaces while it runs: %v (want its fabric's, the machine's, the edge's)", ns)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("opke sim exited %d; stderr: %s", code, errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("opke sim did not stop")
+	}
+	if list, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output(); strings.Contains(string(list), sv.ID) {
+		t.Errorf("the machine of %s still runs after opke sim stopped", sv.ID)
+	}
+	if left := withPrefix(t, prefix); len(left) > 0 {
+		t.Errorf("namespaces left after opke sim stopped: %v", left)
+	}
+}
+
+// withPrefix lists the network namespaces whose names start with prefix
+// (a simulator's are named after its hosts folder).
+func withPrefix(t *testing.T, prefix string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(machine.NetNSDir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
