@@ -671,7 +671,7 @@ func (a *Applier) waitLB(ctx context.Context, id string) error {
 		case lb.ProvisioningStatus == "ERROR":
 			return fmt.Errorf("%s: %w", lb.Name, ErrLoadBalancer)
 		}
-		if err := sleep(ctx, a.LBWait); err != nil {
+		if err := Sleep(ctx, a.LBWait); err != nil {
 			return err
 		}
 	}
@@ -795,7 +795,7 @@ func (a *Applier) waitServerGone(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if err := sleep(ctx, a.LBWait); err != nil {
+		if err := Sleep(ctx, a.LBWait); err != nil {
 			return err
 		}
 	}

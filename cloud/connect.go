@@ -86,7 +86,7 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 		if err == nil || attempt == maxRetries || !Transient(err) {
 			break
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := Sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("cloud %s: authenticate: %w", t, err)
 		}
 	}

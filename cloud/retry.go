@@ -122,8 +122,8 @@ func backoff(n uint) time.Duration {
 	return min(d, maxBackoff)
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx ends (its error then).
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -141,7 +141,7 @@ func rateLimited(ctx context.Context, e *gophercloud.ErrUnexpectedResponseCode, 
 	if !ok {
 		d = backoff(n)
 	}
-	if err := sleep(ctx, d); err != nil {
+	if err := Sleep(ctx, d); err != nil {
 		return errors.Join(err, e)
 	}
 	return nil
@@ -164,7 +164,7 @@ func retry(ctx context.Context, method, _ string, _ *gophercloud.RequestOpts, er
 			d = ra
 		}
 	}
-	if serr := sleep(ctx, d); serr != nil {
+	if serr := Sleep(ctx, d); serr != nil {
 		return errors.Join(serr, err)
 	}
 	return nil

@@ -89,19 +89,11 @@ func (s *Sim) edgeConn(conn net.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	backend, err := s.connect(ctx, nets, ip, int(target.Port()))
 	cancel()
-	if err != nil {
-		s.log.Debug("edge: no connection", "target", target, "err", err)
-		code := byte(socksRefused)
-		if errors.Is(err, errNoRoute) {
-			code = socksHostUnreachable
-		}
-		socksReply(conn, code)
-		conn.Close()
-		return
+	failed := byte(socksRefused)
+	if errors.Is(err, errNoRoute) {
+		failed = socksHostUnreachable
 	}
-	socksReply(conn, socksSucceeded)
-	_ = conn.SetDeadline(time.Time{})
-	relay(&bufferedConn{Conn: conn, r: br}, backend)
+	s.answer(conn, br, target, backend, err, failed)
 }
 
 // edgeReal connects to a floating IP of real hosts: from the edge's
@@ -124,20 +116,26 @@ func (s *Sim) edgeReal(conn net.Conn, br *bufio.Reader, target netip.AddrPort) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	backend, err := s.real.dial(ctx, network, target)
 	cancel()
+	failed := byte(socksHostUnreachable)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		failed = socksRefused
+	}
+	s.answer(conn, br, target, backend, err, failed)
+}
+
+// answer replies to a CONNECT: the failed code when the backend could not
+// be reached, else success and the relay until either side ends. A
+// closing simulator cuts the backend's side too: a host that never
+// answers again must not hold the relay.
+func (s *Sim) answer(conn net.Conn, br *bufio.Reader, target netip.AddrPort, backend net.Conn, err error, failed byte) {
 	if err != nil {
 		s.log.Debug("edge: no connection", "target", target, "err", err)
-		code := byte(socksHostUnreachable)
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			code = socksRefused
-		}
-		socksReply(conn, code)
+		socksReply(conn, failed)
 		conn.Close()
 		return
 	}
 	socksReply(conn, socksSucceeded)
 	_ = conn.SetDeadline(time.Time{})
-	// A closing simulator cuts the machine's side too: a host that never
-	// answers again must not hold the relay.
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {

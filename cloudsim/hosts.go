@@ -248,7 +248,16 @@ func (s *Sim) HostEvents(server string) ([]HostEvent, error) {
 }
 
 // HostRoot returns the folder standing for the named server's root.
+// With real hosts it is the machine's root as the hypervisor sees it (a
+// test reading a disk), not a way in for OPKE.
 func (s *Sim) HostRoot(server string) (string, error) {
+	if s.real != nil {
+		id, err := s.serverID(server)
+		if err != nil {
+			return "", err
+		}
+		return s.real.root(id)
+	}
 	h, err := s.hostNamed(server)
 	if err != nil {
 		return "", err

@@ -210,6 +210,16 @@ func (r *realHosts) console(id string) string {
 	return string(data)
 }
 
+// root is the mounted root of a server's machine.
+func (r *realHosts) root(id string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rm := r.machines[id]; rm != nil && rm.m != nil {
+		return rm.m.Root(), nil
+	}
+	return "", fmt.Errorf("server %s: no machine running", id)
+}
+
 // reboot power-cycles a server's machine.
 func (r *realHosts) reboot(id string) {
 	r.mu.Lock()

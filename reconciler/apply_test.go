@@ -58,8 +58,8 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 		t.Errorf("%d steps done, the plan had %d changes", sum.Counts[reconciler.StepDone], len(plan.Changes))
 	}
 	// Eight steps at once, each host dialled once: its console (host
-	// keys) read once.
-	if n := r.sim.Counters()["POST /compute/v2.1/servers/{id}/action"]; n != 4 {
+	// keys) read once, or (real machines) until it printed them.
+	if n := r.sim.Counters()["POST /compute/v2.1/servers/{id}/action"]; n != 4 && !realHosts || n < 4 {
 		t.Errorf("%d console reads for 4 hosts", n)
 	}
 	next := r.plan(t, demo)
@@ -128,6 +128,11 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 		t.Errorf("cloud.conf names no subnet:\n%s", conf)
 	}
 
+	if realHosts {
+		// What the units did on a real machine is issue "A real cluster
+		// comes up"'s: there is no etcd or kubelet on them yet.
+		return
+	}
 	events, err := r.sim.HostEvents("demo-controller-0")
 	if err != nil {
 		t.Fatal(err)

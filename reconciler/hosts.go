@@ -158,7 +158,7 @@ func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverI
 		if time.Now().After(deadline) {
 			return nil, false, fmt.Errorf("console of %s: still no host key after %v (does its user_data print them?): %w", host, h.bootTimeout(), err)
 		}
-		if err := sleep(ctx, 2*time.Second); err != nil {
+		if err := cloud.Sleep(ctx, 2*time.Second); err != nil {
 			return nil, false, fmt.Errorf("console of %s: %w", host, err)
 		}
 	}
@@ -170,18 +170,6 @@ func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverI
 }
 
 func (h *HostSessions) bootTimeout() time.Duration { return cmp.Or(h.BootTimeout, 5*time.Minute) }
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // conn returns the connection to a host of t (the gateway included),
 // dialling it unless another step is or did.
@@ -286,7 +274,7 @@ func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, sign
 			}
 			return c, err
 		}
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := cloud.Sleep(ctx, time.Second); err != nil {
 			return nil, err
 		}
 	}

@@ -61,6 +61,10 @@ type rig struct {
 	planner *reconciler.Planner
 }
 
+// realHosts says the simulator's servers are real machines
+// (OPKE_TEST_HOSTS=real, make realhosts).
+var realHosts = os.Getenv(cloudtest.HostsEnv) == cloudsim.HostsReal
+
 func newRig(t testing.TB) *rig {
 	t.Helper()
 	sim, clients, dir := cloudtest.Start(t)
