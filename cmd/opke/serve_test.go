@@ -151,9 +151,11 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	var status struct {
 		Applied string `json:"applied"`
 	}
-	if b, err := store.Get(ctx, store.Key("_status", "demo")); err != nil || json.Unmarshal(b, &status) != nil || status.Applied != commit {
-		t.Errorf("the status says %q is applied (%v), want %s", status.Applied, err, commit)
-	}
+	// The status is written beside the note, not before it: wait for it.
+	waitFor(t, "the status to say the commit is applied", func() bool {
+		b, err := store.Get(ctx, store.Key("_status", "demo"))
+		return err == nil && json.Unmarshal(b, &status) == nil && status.Applied == commit
+	})
 	if !strings.Contains(secondOut.String(), "resuming an interrupted apply") {
 		t.Error("the second daemon did not resume the journaled plan")
 	}
