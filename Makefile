@@ -11,9 +11,12 @@ COUNT    ?= 5
 # full: 20 kills of a create and of an upgrade, and the other scenarios
 # 3-5 times (~15 minutes); short: CI's form (~4 minutes).
 CHAOS    ?= full
+# make world: all (every Kubernetes version of the test matrix) or e2e
+# (what the real-host suites use).
+WORLD    ?= all
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance realhosts run sim-cli lint fuzz bench microbench chaos verify help
+.PHONY: build test conformance realhosts world run sim-cli lint fuzz bench microbench chaos verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -35,6 +38,10 @@ realhosts:
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/ ./cmd/opke/
 	OPKE_TEST_HOSTS=real $(GO) test -race -count=1 -timeout 20m -run '$(REALHOST_E2E)' ./reconciler/
+
+## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e
+world:
+	$(GO) run ./cmd/opke-world build --set $(WORLD)
 
 ## run: the daemon on the embedded default: embedded etcd, the simulator, a fleet repo seeded from clusters/
 run: build

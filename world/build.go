@@ -1,0 +1,417 @@
+package world
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/mod/modfile"
+)
+
+// recipe names how this package builds an artifact; changing it rebuilds
+// every artifact (its hash is in each artifact's complete mark).
+const recipe = "world/2: -trimpath -ldflags=-s -w, CGO off unless asked, images one gzip layer"
+
+// DefaultCacheDir is where builds are kept between runs, outside any
+// repository: $OPKE_CACHE/world, else the user's cache folder.
+func DefaultCacheDir() string {
+	if d := os.Getenv("OPKE_CACHE"); d != "" {
+		return filepath.Join(d, "world")
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "opke", "world")
+	}
+	return filepath.Join(os.TempDir(), "opke-world")
+}
+
+// Runner runs a command: exec by default, a recorder in tests.
+type Runner func(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error)
+
+func execRunner(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.Bytes(), err
+}
+
+// World builds artifacts into a cache folder.
+type World struct {
+	Dir string
+	Log *slog.Logger
+	// Run runs the go and gcc commands; exec if nil.
+	Run Runner
+}
+
+// New returns a World caching in dir.
+func New(dir string, log *slog.Logger) *World {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &World{Dir: dir, Log: log, Run: execRunner}
+}
+
+// Built is what Ensure found or built, by artifact key.
+type Built struct {
+	Artifacts []Result
+}
+
+// Result is one artifact's outcome.
+type Result struct {
+	Key    string
+	Dir    string
+	Cached bool
+	Took   time.Duration
+	// Binaries by name, Images by reference: paths.
+	Binaries map[string]string
+	Images   map[string]string
+}
+
+// Binary returns the path of a built binary of the artifact key.
+func (b *Built) Binary(key, name string) (string, bool) {
+	for _, r := range b.Artifacts {
+		if r.Key == key {
+			p, ok := r.Binaries[name]
+			return p, ok
+		}
+	}
+	return "", false
+}
+
+// Image returns the OCI layout of an image reference.
+func (b *Built) Image(ref string) (string, bool) {
+	for _, r := range b.Artifacts {
+		if p, ok := r.Images[ref]; ok {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// Images lists every image's reference, sorted.
+func (b *Built) Images() []string {
+	var refs []string
+	for _, r := range b.Artifacts {
+		refs = append(refs, slices.Collect(maps.Keys(r.Images))...)
+	}
+	slices.Sort(refs)
+	return refs
+}
+
+// Ensure returns every artifact of arts, building those not in the cache
+// (or built by another recipe) one after the other, logging each as it
+// starts and ends.
+func (w *World) Ensure(ctx context.Context, arts []Artifact) (*Built, error) {
+	out := &Built{}
+	for i, a := range arts {
+		started := time.Now()
+		dir := filepath.Join(w.Dir, a.Key)
+		r := Result{Key: a.Key, Dir: dir, Binaries: map[string]string{}, Images: map[string]string{}}
+		for _, b := range a.Binaries {
+			r.Binaries[b.Name] = filepath.Join(dir, "bin", b.Name)
+		}
+		for _, im := range a.Images {
+			r.Images[im.Ref] = filepath.Join(dir, "images", imageDirName(im.Ref))
+		}
+		mark, _ := os.ReadFile(filepath.Join(dir, "complete"))
+		if strings.TrimSpace(string(mark)) == a.Hash() {
+			r.Cached = true
+			out.Artifacts = append(out.Artifacts, r)
+			w.Log.Info("cached", "artifact", a.Key, "n", fmt.Sprintf("%d/%d", i+1, len(arts)))
+			continue
+		}
+		w.Log.Info("building", "artifact", a.Key, "module", a.Module+"@"+a.Version, "n", fmt.Sprintf("%d/%d", i+1, len(arts)))
+		if err := w.build(ctx, a, dir); err != nil {
+			return out, err
+		}
+		r.Took = time.Since(started)
+		w.Log.Info("built", "artifact", a.Key, "took", r.Took.Round(time.Second))
+		out.Artifacts = append(out.Artifacts, r)
+	}
+	return out, nil
+}
+
+// Hash names an artifact's build: its pins and this package's recipe.
+func (a Artifact) Hash() string {
+	b, _ := json.Marshal(a)
+	h := sha256.New()
+	h.Write([]byte(recipe))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// imageDirName is a reference made a folder name.
+func imageDirName(ref string) string {
+	return strings.NewReplacer("/", "_", ":", "@").Replace(ref)
+}
+
+// build builds a into dir: binaries into dir.tmp, then renamed.
+func (w *World) build(ctx context.Context, a Artifact, dir string) error {
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	if err := os.MkdirAll(filepath.Join(tmp, "bin"), 0o755); err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	src := filepath.Join(w.Dir, "src", a.Key)
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	info, err := w.download(ctx, src, a.Module, a.Version)
+	if err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	switch a.Lang {
+	case Go:
+		err = w.buildGo(ctx, a, src, info, filepath.Join(tmp, "bin"))
+	case C:
+		err = w.buildC(ctx, a, info, filepath.Join(tmp, "bin"))
+	default:
+		err = fmt.Errorf("unknown language %q", a.Lang)
+	}
+	if err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	files := map[string]string{}
+	for _, b := range a.Binaries {
+		files[b.Name] = filepath.Join(tmp, "bin", b.Name)
+	}
+	for _, im := range a.Images {
+		if _, err := WriteImage(filepath.Join(tmp, "images", imageDirName(im.Ref)), im, files, info.Time, a.Module+"@"+a.Version); err != nil {
+			return fmt.Errorf("world %s: %w", a.Key, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "complete"), []byte(a.Hash()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("world %s: %w", a.Key, err)
+	}
+	return nil
+}
+
+// moduleInfo is what `go mod download -json` says of a module.
+type moduleInfo struct {
+	Path, Version, Dir, GoMod string
+	// Info is the proxy's .info file, which has the release's Time.
+	Info  string
+	Time  time.Time
+	Error string
+}
+
+// goEnv is the environment of every go command: modules through the
+// proxy, this toolchain, no workspace of the caller's.
+var goEnv = []string{"GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOOS=linux", "GOARCH=amd64"}
+
+// download fetches a module's zip through the proxy (in a scratch module
+// dir) and returns where it is.
+func (w *World) download(ctx context.Context, dir, module, version string) (moduleInfo, error) {
+	if err := ensureGoMod(dir, "opke.dev/world/scratch", nil); err != nil {
+		return moduleInfo{}, err
+	}
+	out, err := w.Run(ctx, dir, goEnv, "go", "mod", "download", "-json", module+"@"+version)
+	var info moduleInfo
+	if jerr := json.Unmarshal(out, &info); jerr != nil {
+		return moduleInfo{}, fmt.Errorf("go mod download %s@%s: %w: %s", module, version, errors.Join(err, jerr), tailOf(out, 5))
+	}
+	if err != nil || info.Error != "" {
+		return moduleInfo{}, fmt.Errorf("go mod download %s@%s: %s: %w", module, version, info.Error, err)
+	}
+	if info.Time.IsZero() && info.Info != "" {
+		b, err := os.ReadFile(info.Info)
+		if err != nil {
+			return moduleInfo{}, fmt.Errorf("%s@%s: %w", module, version, err)
+		}
+		var t struct{ Time time.Time }
+		if err := json.Unmarshal(b, &t); err != nil {
+			return moduleInfo{}, fmt.Errorf("%s@%s: %s: %w", module, version, info.Info, err)
+		}
+		info.Time = t.Time
+	}
+	if info.Time.IsZero() {
+		return moduleInfo{}, fmt.Errorf("%s@%s: the proxy gives no release time", module, version)
+	}
+	return info, nil
+}
+
+func ensureGoMod(dir, module string, f *modfile.File) error {
+	if f == nil {
+		f = &modfile.File{}
+		if err := f.AddModuleStmt(module); err != nil {
+			return err
+		}
+	}
+	b, err := f.Format()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "go.mod"), b, 0o644)
+}
+
+// WrapperMod returns the go.mod of the module a Go artifact is built in:
+// it requires the artifact's modules and, for Kubernetes, replaces each
+// staging module the release's go.mod points into ./staging with its
+// published v0.MINOR.PATCH and keeps its other replacements (kubeGoMod
+// is that go.mod).
+func WrapperMod(a Artifact, goVersion string, kubeGoMod []byte) (*modfile.File, error) {
+	f := &modfile.File{}
+	if err := f.AddModuleStmt("opke.dev/world/" + a.Key); err != nil {
+		return nil, err
+	}
+	if err := f.AddGoStmt(goVersion); err != nil {
+		return nil, err
+	}
+	if err := f.AddRequire(a.Module, a.Version); err != nil {
+		return nil, err
+	}
+	for _, m := range slices.Sorted(maps.Keys(a.Also)) {
+		if err := f.AddRequire(m, a.Also[m]); err != nil {
+			return nil, err
+		}
+	}
+	if a.Staging {
+		kf, err := modfile.Parse("go.mod", kubeGoMod, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s@%s go.mod: %w", a.Module, a.Version, err)
+		}
+		staging := "v0" + strings.TrimPrefix(a.Version, "v1")
+		n := 0
+		for _, r := range kf.Replace {
+			switch {
+			case strings.HasPrefix(r.New.Path, "./staging/"):
+				if err := f.AddReplace(r.Old.Path, "", r.Old.Path, staging); err != nil {
+					return nil, err
+				}
+				n++
+			case r.New.Version != "":
+				// A dependency's replacements bind only its own builds:
+				// the release's are carried over, as its build has them.
+				if err := f.AddReplace(r.Old.Path, r.Old.Version, r.New.Path, r.New.Version); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%s@%s go.mod: no staging modules replaced", a.Module, a.Version)
+		}
+	}
+	f.Cleanup()
+	return f, nil
+}
+
+// LDFlags returns the -ldflags of a Go artifact: stripped, its version
+// variables stamped, date variables set to date (RFC 3339, UTC).
+func LDFlags(a Artifact, date time.Time) string {
+	flags := []string{"-s", "-w"}
+	for _, k := range slices.Sorted(maps.Keys(a.Stamp)) {
+		flags = append(flags, "-X", k+"="+a.Stamp[k])
+	}
+	for _, k := range a.DateVars {
+		flags = append(flags, "-X", k+"="+date.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	return strings.Join(flags, " ")
+}
+
+var goLine = regexp.MustCompile(`(?m)^go (\d+\.\d+(?:\.\d+)?)\s*$`)
+
+func (w *World) buildGo(ctx context.Context, a Artifact, src string, info moduleInfo, bin string) error {
+	var kubeMod []byte
+	goVersion := "1.25.0"
+	if info.GoMod != "" {
+		b, err := os.ReadFile(info.GoMod)
+		if err != nil {
+			return err
+		}
+		kubeMod = b
+		if m := goLine.FindSubmatch(b); m != nil {
+			goVersion = string(m[1])
+		}
+	}
+	f, err := WrapperMod(a, goVersion, kubeMod)
+	if err != nil {
+		return err
+	}
+	if err := ensureGoMod(src, "", f); err != nil {
+		return err
+	}
+	env := append(slices.Clone(goEnv), "CGO_ENABLED=0")
+	if a.CGO {
+		env[len(env)-1] = "CGO_ENABLED=1"
+	}
+	for _, b := range a.Binaries {
+		started := time.Now()
+		args := []string{"build", "-trimpath", "-ldflags=" + LDFlags(a, info.Time), "-o", filepath.Join(bin, b.Name)}
+		if len(a.Tags) > 0 {
+			args = append(args, "-tags="+strings.Join(a.Tags, ","))
+		}
+		args = append(args, b.Package)
+		if out, err := w.Run(ctx, src, env, "go", args...); err != nil {
+			return fmt.Errorf("go build %s: %w: %s", b.Package, err, tailOf(out, 15))
+		}
+		w.Log.Info("built binary", "artifact", a.Key, "binary", b.Name, "took", time.Since(started).Round(time.Second))
+	}
+	return nil
+}
+
+// buildC compiles a C artifact's single source, statically, as
+// Kubernetes' build/pause/Makefile does (-Os -Wall -Werror -static).
+func (w *World) buildC(ctx context.Context, a Artifact, info moduleInfo, bin string) error {
+	for _, b := range a.Binaries {
+		if a.Module == "k8s.io/kubernetes" && b.Name == "pause" {
+			if err := checkPauseTag(info.Dir, a); err != nil {
+				return err
+			}
+		}
+		args := append([]string{"-Os", "-Wall", "-Werror", "-static"}, a.CDefine...)
+		args = append(args, "-o", filepath.Join(bin, b.Name), filepath.Join(info.Dir, b.Package))
+		if out, err := w.Run(ctx, bin, nil, "gcc", args...); err != nil {
+			return fmt.Errorf("gcc %s: %w: %s", b.Package, err, tailOf(out, 15))
+		}
+	}
+	return nil
+}
+
+// checkPauseTag refuses a pause image whose tag is not the one the
+// release's build/pause/Makefile builds.
+func checkPauseTag(moduleDir string, a Artifact) error {
+	mk, err := os.ReadFile(filepath.Join(moduleDir, "build", "pause", "Makefile"))
+	if err != nil {
+		return fmt.Errorf("pause: %w", err)
+	}
+	want := strings.TrimPrefix(a.Key, "pause-")
+	m := regexp.MustCompile(`(?m)^TAG \?= (\S+)`).FindSubmatch(mk)
+	if m == nil {
+		return fmt.Errorf("pause %s: k8s.io/kubernetes %s: no TAG in build/pause/Makefile", want, a.Version)
+	}
+	if string(m[1]) != want {
+		return fmt.Errorf("pause %s: k8s.io/kubernetes %s builds pause %s", want, a.Version, m[1])
+	}
+	return nil
+}
+
+func tailOf(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

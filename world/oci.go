@@ -1,0 +1,333 @@
+package world
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// OCI media types of what WriteImage writes.
+const (
+	MediaIndex    = "application/vnd.oci.image.index.v1+json"
+	MediaManifest = "application/vnd.oci.image.manifest.v1+json"
+	MediaConfig   = "application/vnd.oci.image.config.v1+json"
+	MediaLayer    = "application/vnd.oci.image.layer.v1.tar+gzip"
+)
+
+// Descriptor is an OCI content descriptor.
+type Descriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// Manifest is an OCI image manifest.
+type Manifest struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType"`
+	Config        Descriptor   `json:"config"`
+	Layers        []Descriptor `json:"layers"`
+}
+
+// Index is an OCI image index (a layout's index.json).
+type Index struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType,omitempty"`
+	Manifests     []Descriptor `json:"manifests"`
+}
+
+// ImageConfig is the part of an OCI image configuration WriteImage fills.
+type ImageConfig struct {
+	Created      time.Time `json:"created"`
+	Architecture string    `json:"architecture"`
+	OS           string    `json:"os"`
+	Config       struct {
+		Env        []string `json:"Env,omitempty"`
+		Entrypoint []string `json:"Entrypoint,omitempty"`
+	} `json:"config"`
+	RootFS struct {
+		Type    string   `json:"type"`
+		DiffIDs []string `json:"diff_ids"`
+	} `json:"rootfs"`
+	History []struct {
+		Created   time.Time `json:"created"`
+		CreatedBy string    `json:"created_by"`
+	} `json:"history,omitempty"`
+}
+
+// Annotations an image layout's index gives its manifest: the tag (OCI)
+// and the full name (containerd's ctr import reads it).
+const (
+	AnnotationRefName = "org.opencontainers.image.ref.name"
+	AnnotationImage   = "io.containerd.image.name"
+)
+
+// WriteImage writes spec's image as an OCI image layout in dir (created,
+// emptied first): one gzip layer holding spec.Files, read from files (a
+// binary's name to its path), owned by root with the given time, so that
+// the same binaries always make the same digests. origin says where the
+// binaries come from, for the image's history.
+func WriteImage(dir string, spec ImageSpec, files map[string]string, created time.Time, origin string) (Descriptor, error) {
+	tag, ok := tagOf(spec.Ref)
+	if !ok {
+		return Descriptor{}, fmt.Errorf("image %q: no tag", spec.Ref)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	blobs := filepath.Join(dir, "blobs", "sha256")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	layer, diffID, err := writeLayer(blobs, spec, files, created)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	var cfg ImageConfig
+	cfg.Created, cfg.Architecture, cfg.OS = created, "amd64", "linux"
+	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"}
+	cfg.Config.Entrypoint = spec.Entrypoint
+	cfg.RootFS.Type = "layers"
+	cfg.RootFS.DiffIDs = []string{diffID}
+	cfg.History = append(cfg.History, struct {
+		Created   time.Time `json:"created"`
+		CreatedBy string    `json:"created_by"`
+	}{created, "opke world: " + origin})
+	config, err := writeJSONBlob(blobs, MediaConfig, cfg)
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	manifest, err := writeJSONBlob(blobs, MediaManifest, Manifest{SchemaVersion: 2, MediaType: MediaManifest, Config: config, Layers: []Descriptor{layer}})
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	manifest.Annotations = map[string]string{AnnotationRefName: tag, AnnotationImage: spec.Ref}
+	if err := writeJSON(filepath.Join(dir, "index.json"), Index{SchemaVersion: 2, MediaType: MediaIndex, Manifests: []Descriptor{manifest}}); err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
+		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
+	}
+	return manifest, nil
+}
+
+// writeLayer writes the gzip layer of spec's files and returns its
+// descriptor and its uncompressed digest (the config's diff id).
+func writeLayer(blobs string, spec ImageSpec, files map[string]string, mtime time.Time) (Descriptor, string, error) {
+	tmp, err := os.CreateTemp(blobs, "layer-*")
+	if err != nil {
+		return Descriptor{}, "", err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	compressed := sha256.New()
+	gz, err := gzip.NewWriterLevel(io.MultiWriter(tmp, compressed), gzip.BestSpeed)
+	if err != nil {
+		return Descriptor{}, "", err
+	}
+	uncompressed := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(gz, uncompressed))
+	dirs := map[string]bool{}
+	var mkdirs func(p string) error
+	mkdirs = func(p string) error {
+		if p == "." || p == "/" || p == "" || dirs[p] {
+			return nil
+		}
+		if err := mkdirs(path.Dir(p)); err != nil {
+			return err
+		}
+		dirs[p] = true
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: p + "/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX})
+	}
+	// Every image has /tmp, as the distroless images upstream's have.
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		return Descriptor{}, "", err
+	}
+	entries := slices.Clone(spec.Files)
+	slices.SortFunc(entries, func(a, b ImageFile) int { return strings.Compare(a.Path, b.Path) })
+	for _, f := range entries {
+		src, ok := files[f.Binary]
+		if !ok {
+			return Descriptor{}, "", fmt.Errorf("no binary %q for %s", f.Binary, f.Path)
+		}
+		name := strings.TrimPrefix(path.Clean(f.Path), "/")
+		if err := mkdirs(path.Dir(name)); err != nil {
+			return Descriptor{}, "", err
+		}
+		if err := addFile(tw, name, src, mtime); err != nil {
+			return Descriptor{}, "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return Descriptor{}, "", err
+	}
+	if err := gz.Close(); err != nil {
+		return Descriptor{}, "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return Descriptor{}, "", err
+	}
+	st, err := os.Stat(tmp.Name())
+	if err != nil {
+		return Descriptor{}, "", err
+	}
+	d := Descriptor{MediaType: MediaLayer, Digest: digestOf(compressed), Size: st.Size()}
+	if err := os.Rename(tmp.Name(), filepath.Join(blobs, strings.TrimPrefix(d.Digest, "sha256:"))); err != nil {
+		return Descriptor{}, "", err
+	}
+	return d, digestOf(uncompressed), nil
+}
+
+func addFile(tw *tar.Writer, name, src string, mtime time.Time) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: st.Size(), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	return err
+}
+
+func digestOf(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
+
+// writeJSONBlob writes v as a blob and returns its descriptor.
+func writeJSONBlob(blobs, mediaType string, v any) (Descriptor, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	sum := sha256.Sum256(b)
+	d := Descriptor{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(b))}
+	return d, os.WriteFile(filepath.Join(blobs, hex.EncodeToString(sum[:])), b, 0o644)
+}
+
+func writeJSON(p string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, b, 0o644)
+}
+
+// Layout is an OCI image layout on disk holding one image.
+type Layout struct {
+	Dir string
+	// Ref is the image's full name and tag (the index's containerd
+	// annotation).
+	Ref      string
+	Manifest Descriptor
+}
+
+// ErrBadLayout is returned for a folder that is not a layout WriteImage
+// could have written, or whose blobs do not match their digests.
+var ErrBadLayout = errors.New("not a valid OCI image layout")
+
+// OpenLayout reads the layout in dir.
+func OpenLayout(dir string) (*Layout, error) {
+	var idx Index
+	b, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadLayout, err)
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("%w: index.json: %w", ErrBadLayout, err)
+	}
+	if len(idx.Manifests) != 1 || idx.Manifests[0].MediaType != MediaManifest || idx.Manifests[0].Annotations[AnnotationImage] == "" {
+		return nil, fmt.Errorf("%w: %s: want one named image manifest", ErrBadLayout, dir)
+	}
+	return &Layout{Dir: dir, Ref: idx.Manifests[0].Annotations[AnnotationImage], Manifest: idx.Manifests[0]}, nil
+}
+
+// Blob returns the bytes of a blob, checked against its digest.
+func (l *Layout) Blob(d Descriptor) ([]byte, error) {
+	hexDigest, ok := strings.CutPrefix(d.Digest, "sha256:")
+	if !ok || len(hexDigest) != 64 || strings.ContainsAny(hexDigest, "./") {
+		return nil, fmt.Errorf("%w: digest %q", ErrBadLayout, d.Digest)
+	}
+	b, err := os.ReadFile(filepath.Join(l.Dir, "blobs", "sha256", hexDigest))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadLayout, err)
+	}
+	sum := sha256.Sum256(b)
+	if hex.EncodeToString(sum[:]) != hexDigest || int64(len(b)) != d.Size {
+		return nil, fmt.Errorf("%w: blob %s does not match its digest or size", ErrBadLayout, d.Digest)
+	}
+	return b, nil
+}
+
+// BlobPath is where a blob's bytes are.
+func (l *Layout) BlobPath(d Descriptor) string {
+	return filepath.Join(l.Dir, "blobs", "sha256", strings.TrimPrefix(d.Digest, "sha256:"))
+}
+
+// ReadManifest returns the image's manifest, checked.
+func (l *Layout) ReadManifest() (Manifest, []byte, error) {
+	b, err := l.Blob(l.Manifest)
+	if err != nil {
+		return Manifest{}, nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, nil, fmt.Errorf("%w: manifest: %w", ErrBadLayout, err)
+	}
+	return m, b, nil
+}
+
+// Files lists the regular files of the image's layers with their bytes,
+// by path: what a container of it sees (for tests and checks).
+func (l *Layout) Files() (map[string][]byte, error) {
+	m, _, err := l.ReadManifest()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, d := range m.Layers {
+		b, err := l.Blob(d)
+		if err != nil {
+			return nil, err
+		}
+		gz, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("%w: layer %s: %w", ErrBadLayout, d.Digest, err)
+		}
+		tr := tar.NewReader(gz)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: layer %s: %w", ErrBadLayout, d.Digest, err)
+			}
+			if h.Typeflag == tar.TypeReg {
+				data, err := io.ReadAll(tr)
+				if err != nil {
+					return nil, fmt.Errorf("%w: layer %s: %w", ErrBadLayout, d.Digest, err)
+				}
+				out["/"+h.Name] = data
+			}
+		}
+	}
+	return out, nil
+}

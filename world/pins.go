@@ -1,0 +1,319 @@
+package world
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/schemas"
+)
+
+// KubernetesVersions are the Kubernetes releases the test world runs:
+// two patch releases of one minor and one release of the next, so that a
+// patch and a minor upgrade both run real binaries. The first is the one
+// a single-version suite (E2E) uses.
+var KubernetesVersions = []string{"v1.35.1", "v1.35.2", "v1.36.1"}
+
+// Host runtime and registry versions: what a Flatcar host ships (a
+// containerd of the 2.x line with runc) and the registry the simulator
+// serves images from. Debian bookworm's containerd (1.6) lacks CRI
+// methods kubelet 1.35 calls.
+const (
+	ContainerdVersion   = "v2.1.5"
+	RuncVersion         = "v1.3.3"
+	DistributionVersion = "v3.0.0"
+)
+
+// A Set names which artifacts a run builds.
+type Set string
+
+// The sets.
+const (
+	// All is every Kubernetes version in KubernetesVersions with the
+	// images of its minor, the host runtime and the registry.
+	All Set = "all"
+	// E2E is what the real-host suites use today: the first Kubernetes
+	// version, its minor's etcd and pause, the host runtime, the registry.
+	E2E Set = "e2e"
+)
+
+// Sets lists the sets, for flags and messages.
+var Sets = []Set{All, E2E}
+
+// Binary is one program of an artifact.
+type Binary struct {
+	// Name is the file name under the artifact's bin folder.
+	Name string
+	// Package is the Go import path of its main package (Go builds), or
+	// the C source's path inside Module (C builds).
+	Package string
+}
+
+// ImageFile is a file an image carries: one of its artifact's binaries.
+type ImageFile struct {
+	Binary string
+	Path   string // inside the image, absolute
+}
+
+// ImageSpec is one OCI image made from an artifact's binaries.
+type ImageSpec struct {
+	// Ref is the full name and tag, exactly as rendered manifests use it.
+	Ref        string
+	Files      []ImageFile
+	Entrypoint []string
+}
+
+// Lang is how an artifact is built.
+type Lang string
+
+// The languages.
+const (
+	Go Lang = "go"
+	C  Lang = "c"
+)
+
+// Artifact is one cached build: a module at a version, its binaries and
+// the images made of them.
+type Artifact struct {
+	// Key names the cache folder: what is built and its version.
+	Key string
+	// Module and Version are the upstream module the sources come from.
+	Module  string
+	Version string
+	// Also are further modules the build requires, at their versions.
+	Also     map[string]string
+	Lang     Lang
+	Binaries []Binary
+	Images   []ImageSpec
+	// Stamp, for Go builds, is set to the values upstream's release build
+	// gives its version variables (-X), by variable. DateVars are set to
+	// the release's date (the module's time on the proxy), so that a
+	// build is the same whenever it runs.
+	Stamp    map[string]string
+	DateVars []string
+	// Tags are Go build tags; CGO builds with cgo (runc's seccomp).
+	Tags []string
+	CGO  bool
+	// Staging: Kubernetes' staging modules are replaced by their
+	// published v0.MINOR.PATCH releases (the module zip has no staging
+	// folder).
+	Staging bool
+	// CDefine is, for C builds, the -D flags.
+	CDefine []string
+}
+
+// Targets returns the artifacts of a set, in build order.
+func Targets(set Set) ([]Artifact, error) {
+	var versions []string
+	switch set {
+	case All:
+		versions = KubernetesVersions
+	case E2E:
+		versions = KubernetesVersions[:1]
+	default:
+		return nil, fmt.Errorf("world: unknown set %q (one of %s)", set, strings.Join(setNames(), ", "))
+	}
+	var out []Artifact
+	seen := map[string]bool{}
+	add := func(a Artifact) {
+		if !seen[a.Key] {
+			seen[a.Key] = true
+			out = append(out, a)
+		}
+	}
+	add(Containerd(ContainerdVersion))
+	add(Runc(RuncVersion))
+	add(Distribution(DistributionVersion))
+	for _, v := range versions {
+		k, err := Kubernetes(v)
+		if err != nil {
+			return nil, err
+		}
+		add(k)
+		pv, err := schemas.ParseVersion(v)
+		if err != nil {
+			return nil, fmt.Errorf("world: %w", err)
+		}
+		im, err := assets.ImagesFor(pv)
+		if err != nil {
+			return nil, fmt.Errorf("world: %w", err)
+		}
+		e, err := Etcd(im.Etcd)
+		if err != nil {
+			return nil, err
+		}
+		add(e)
+		p, err := Pause(im.Pause, v)
+		if err != nil {
+			return nil, err
+		}
+		add(p)
+	}
+	return out, nil
+}
+
+func setNames() []string {
+	s := make([]string, len(Sets))
+	for i, x := range Sets {
+		s[i] = string(x)
+	}
+	return s
+}
+
+// kubernetesBinaries are the programs of a Kubernetes release a cluster
+// runs; the first four are also images.
+var kubernetesBinaries = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "kubectl"}
+
+// Kubernetes is a Kubernetes release: its components built from
+// k8s.io/kubernetes at version v, stamped as upstream's release build
+// stamps them (hack/lib/version.sh: gitVersion, gitMajor, gitMinor, a
+// tree state of "archive" as for a build from a source archive, and the
+// release's date as the build date), and the images the rendered
+// manifests name: registry.k8s.io/NAME:v for the control plane and
+// kube-proxy, the kubelet image for the kubelet.
+func Kubernetes(v string) (Artifact, error) {
+	pv, err := schemas.ParseVersion(v)
+	if err != nil {
+		return Artifact{}, fmt.Errorf("world: kubernetes %w", err)
+	}
+	a := Artifact{Key: "kubernetes-" + v, Module: "k8s.io/kubernetes", Version: v, Lang: Go, Staging: true}
+	for _, name := range kubernetesBinaries {
+		a.Binaries = append(a.Binaries, Binary{Name: name, Package: "k8s.io/kubernetes/cmd/" + name})
+	}
+	for _, name := range kubernetesBinaries[:4] {
+		a.Images = append(a.Images, ImageSpec{
+			Ref:        assets.KubernetesRegistry + "/" + name + ":" + v,
+			Files:      []ImageFile{{Binary: name, Path: "/usr/local/bin/" + name}},
+			Entrypoint: []string{"/usr/local/bin/" + name},
+		})
+	}
+	a.Images = append(a.Images, ImageSpec{
+		Ref:        assets.DefaultKubeletImage + ":" + v,
+		Files:      []ImageFile{{Binary: "kubelet", Path: "/usr/local/bin/kubelet"}},
+		Entrypoint: []string{"/usr/local/bin/kubelet"},
+	})
+	a.Stamp = map[string]string{}
+	for _, pkg := range kubernetesStampPackages {
+		for k, val := range map[string]string{
+			"gitVersion": v, "gitMajor": fmt.Sprint(pv.Major), "gitMinor": fmt.Sprint(pv.Minor), "gitTreeState": "archive",
+		} {
+			a.Stamp[pkg+"."+k] = val
+		}
+		a.DateVars = append(a.DateVars, pkg+".buildDate")
+	}
+	return a, nil
+}
+
+// kubernetesStampPackages are the packages whose version variables a
+// Kubernetes build sets (hack/lib/version.sh).
+var kubernetesStampPackages = []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"}
+
+// Etcd is the etcd image a minor's matrix row names (registry.k8s.io/
+// etcd:3.6.5-0): etcd, etcdctl and etcdutl of the release before the
+// dash. etcd's version is a constant of its source: nothing to stamp.
+func Etcd(ref string) (Artifact, error) {
+	tag, ok := tagOf(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: etcd image %q has no tag", ref)
+	}
+	v, _, _ := strings.Cut(tag, "-")
+	v = "v" + v
+	a := Artifact{
+		Key: "etcd-" + v, Module: "go.etcd.io/etcd/server/v3", Version: v, Lang: Go,
+		Also: map[string]string{"go.etcd.io/etcd/etcdctl/v3": v, "go.etcd.io/etcd/etcdutl/v3": v},
+		// The commit is not known from the module proxy: "archive", as the
+		// other builds say.
+		Stamp: map[string]string{"go.etcd.io/etcd/api/v3/version.GitSHA": "archive"},
+		Binaries: []Binary{
+			{Name: "etcd", Package: "go.etcd.io/etcd/server/v3"},
+			{Name: "etcdctl", Package: "go.etcd.io/etcd/etcdctl/v3"},
+			{Name: "etcdutl", Package: "go.etcd.io/etcd/etcdutl/v3"},
+		},
+	}
+	img := ImageSpec{Ref: ref, Entrypoint: []string{"/usr/local/bin/etcd"}}
+	for _, b := range a.Binaries {
+		img.Files = append(img.Files, ImageFile{Binary: b.Name, Path: "/usr/local/bin/" + b.Name})
+	}
+	a.Images = []ImageSpec{img}
+	return a, nil
+}
+
+// Pause is the pause image a minor's matrix row names: pause.c of
+// k8s.io/kubernetes at kubeVersion (build/pause), whose Makefile's TAG
+// must be the image's tag, compiled statically as its Makefile does.
+func Pause(ref, kubeVersion string) (Artifact, error) {
+	tag, ok := tagOf(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: pause image %q has no tag", ref)
+	}
+	return Artifact{
+		Key: "pause-" + tag, Module: "k8s.io/kubernetes", Version: kubeVersion, Lang: C,
+		Binaries: []Binary{{Name: "pause", Package: "build/pause/linux/pause.c"}},
+		CDefine:  []string{"-DVERSION=v" + tag},
+		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "pause", Path: "/pause"}}, Entrypoint: []string{"/pause"}}},
+	}, nil
+}
+
+// Containerd is the host's container runtime: containerd, ctr and the
+// runc shim, stamped as containerd's Makefile stamps them.
+func Containerd(v string) Artifact {
+	return Artifact{
+		Key: "containerd-" + v, Module: "github.com/containerd/containerd/v2", Version: v, Lang: Go,
+		Binaries: []Binary{
+			{Name: "containerd", Package: "github.com/containerd/containerd/v2/cmd/containerd"},
+			{Name: "ctr", Package: "github.com/containerd/containerd/v2/cmd/ctr"},
+			{Name: "containerd-shim-runc-v2", Package: "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"},
+		},
+		Tags:  []string{"no_btrfs", "no_devmapper", "no_zfs"},
+		Stamp: map[string]string{"github.com/containerd/containerd/v2/version.Version": v, "github.com/containerd/containerd/v2/version.Revision": "archive"},
+		// Upstream links the shim statically; with cgo off every binary is.
+	}
+}
+
+// Runc is the OCI runtime containerd runs containers with, built with
+// seccomp (cgo, libseccomp) as runc's Makefile builds it.
+func Runc(v string) Artifact {
+	return Artifact{
+		Key: "runc-" + v, Module: "github.com/opencontainers/runc", Version: v, Lang: Go,
+		Binaries: []Binary{{Name: "runc", Package: "github.com/opencontainers/runc"}},
+		Tags:     []string{"seccomp", "urfave_cli_no_docs"},
+		CGO:      true,
+		// main.version is runc's VERSION file, embedded: nothing to stamp.
+		Stamp: map[string]string{"main.gitCommit": "archive"},
+	}
+}
+
+// Distribution is the OCI registry (distribution's registry) the
+// simulator serves images from, as an operator's mirror serves them.
+func Distribution(v string) Artifact {
+	return Artifact{
+		Key: "distribution-" + v, Module: "github.com/distribution/distribution/v3", Version: v, Lang: Go,
+		Binaries: []Binary{{Name: "registry", Package: "github.com/distribution/distribution/v3/cmd/registry"}},
+		Stamp: map[string]string{
+			"github.com/distribution/distribution/v3/version.version":  v,
+			"github.com/distribution/distribution/v3/version.revision": "archive",
+		},
+	}
+}
+
+// tagOf returns a reference's tag.
+func tagOf(ref string) (string, bool) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return "", false
+	}
+	return ref[i+1:], true
+}
+
+// imageRefs lists the image references of arts, sorted.
+func imageRefs(arts []Artifact) []string {
+	var refs []string
+	for _, a := range arts {
+		for _, im := range a.Images {
+			refs = append(refs, im.Ref)
+		}
+	}
+	slices.Sort(refs)
+	return refs
+}

@@ -1,0 +1,296 @@
+package world
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestTargets(t *testing.T) {
+	for _, tc := range []struct {
+		set  Set
+		keys []string
+	}{
+		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1"}},
+		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
+			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "kubernetes-v1.35.2", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
+	} {
+		t.Run(string(tc.set), func(t *testing.T) {
+			arts, err := Targets(tc.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, a := range arts {
+				keys = append(keys, a.Key)
+			}
+			if d := cmp.Diff(tc.keys, keys); d != "" {
+				t.Errorf("keys (-want +got):\n%s", d)
+			}
+		})
+	}
+	if _, err := Targets("everything"); err == nil || !strings.Contains(err.Error(), "all, e2e") {
+		t.Errorf("unknown set: %v, want an error naming the sets", err)
+	}
+}
+
+// The images a cluster of the first version pulls are all built, under
+// the names its manifests use.
+func TestTargetsNameTheRenderedImages(t *testing.T) {
+	arts, err := Targets(E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"ghcr.io/opke-dev/kubelet:v1.35.1",
+		"registry.k8s.io/etcd:3.6.5-0",
+		"registry.k8s.io/kube-apiserver:v1.35.1",
+		"registry.k8s.io/kube-controller-manager:v1.35.1",
+		"registry.k8s.io/kube-proxy:v1.35.1",
+		"registry.k8s.io/kube-scheduler:v1.35.1",
+		"registry.k8s.io/pause:3.10.1",
+	}
+	if d := cmp.Diff(want, imageRefs(arts)); d != "" {
+		t.Errorf("images (-want +got):\n%s", d)
+	}
+}
+
+func TestWrapperMod(t *testing.T) {
+	kube, err := os.ReadFile("testdata/kubernetes.go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Kubernetes("v1.35.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := WrapperMod(a, "1.25.0", kube)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/kubernetes-wrapper.go.mod", got)
+
+	e, err := Etcd("registry.k8s.io/etcd:3.6.5-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err = WrapperMod(e, "1.24", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = f.Format()
+	golden(t, "testdata/etcd-wrapper.go.mod", got)
+
+	if _, err := WrapperMod(a, "1.25.0", []byte("module k8s.io/kubernetes\n")); err == nil {
+		t.Error("a kubernetes go.mod without staging replacements: no error")
+	}
+}
+
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("%s (-want +got):\n%s", path, d)
+	}
+}
+
+func TestLDFlags(t *testing.T) {
+	k, _ := Kubernetes("v1.36.1")
+	date := time.Date(2026, 2, 10, 19, 6, 3, 0, time.UTC)
+	got := LDFlags(k, date)
+	for _, want := range []string{
+		"-s -w ",
+		"-X k8s.io/component-base/version.gitVersion=v1.36.1",
+		"-X k8s.io/client-go/pkg/version.gitVersion=v1.36.1",
+		"-X k8s.io/component-base/version.gitMajor=1",
+		"-X k8s.io/component-base/version.gitMinor=36",
+		"-X k8s.io/component-base/version.gitTreeState=archive",
+		"-X k8s.io/component-base/version.buildDate=2026-02-10T19:06:03Z",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ldflags %q lack %q", got, want)
+		}
+	}
+	if got != LDFlags(k, date) {
+		t.Error("ldflags differ between two calls (map order)")
+	}
+	c := Containerd("v2.1.5")
+	if got := LDFlags(c, date); !strings.Contains(got, "-X github.com/containerd/containerd/v2/version.Version=v2.1.5") {
+		t.Errorf("containerd ldflags %q", got)
+	}
+}
+
+func TestWriteImage(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "etcd")
+	if err := os.WriteFile(bin, []byte("\x7fELF not really etcd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := ImageSpec{Ref: "registry.k8s.io/etcd:3.6.5-0", Files: []ImageFile{{Binary: "etcd", Path: "/usr/local/bin/etcd"}}, Entrypoint: []string{"/usr/local/bin/etcd"}}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d1, err := WriteImage(filepath.Join(dir, "a"), spec, map[string]string{"etcd": bin}, created, "go.etcd.io/etcd/server/v3@v3.6.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := WriteImage(filepath.Join(dir, "b"), spec, map[string]string{"etcd": bin}, created, "go.etcd.io/etcd/server/v3@v3.6.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1.Digest != d2.Digest {
+		t.Errorf("the same binary made two digests: %s, %s", d1.Digest, d2.Digest)
+	}
+	l, err := OpenLayout(filepath.Join(dir, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Ref != spec.Ref || l.Manifest.Annotations[AnnotationRefName] != "3.6.5-0" {
+		t.Errorf("layout names %q, tag %q", l.Ref, l.Manifest.Annotations[AnnotationRefName])
+	}
+	files, err := l.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string][]byte{"/usr/local/bin/etcd": []byte("\x7fELF not really etcd")}, files); d != "" {
+		t.Errorf("files (-want +got):\n%s", d)
+	}
+	m, _, err := l.ReadManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := l.Blob(m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg ImageConfig
+	if err := json.Unmarshal(cb, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"/usr/local/bin/etcd"}, cfg.Config.Entrypoint); d != "" || cfg.OS != "linux" || cfg.Architecture != "amd64" || len(cfg.RootFS.DiffIDs) != 1 {
+		t.Errorf("config: %+v", cfg)
+	}
+	// A layer changed on disk is caught.
+	if err := os.WriteFile(l.BlobPath(m.Layers[0]), []byte("tampered"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Files(); !errors.Is(err, ErrBadLayout) {
+		t.Errorf("tampered layer: %v, want ErrBadLayout", err)
+	}
+	if _, err := WriteImage(filepath.Join(dir, "c"), spec, map[string]string{}, created, ""); err == nil {
+		t.Error("an image whose binary is missing: no error")
+	}
+}
+
+// fakeGo stands for the go and gcc commands at the exec boundary: it
+// answers go mod download with a module in testdata and writes each -o.
+type fakeGo struct {
+	calls []string
+	fail  string
+}
+
+func (f *fakeGo) run(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+	call := name + " " + strings.Join(args, " ")
+	f.calls = append(f.calls, call)
+	if f.fail != "" && strings.Contains(call, f.fail) {
+		return []byte("compile error"), errors.New("exit status 1")
+	}
+	if name == "go" && args[0] == "mod" {
+		mod, _ := filepath.Abs("testdata/kubernetes.go.mod")
+		info := filepath.Join(dir, "v1.info")
+		if err := os.WriteFile(info, []byte(`{"Version":"v1","Time":"2026-02-10T19:06:03Z"}`), 0o644); err != nil {
+			return nil, err
+		}
+		return json.Marshal(moduleInfo{Path: "m", Version: "v1", Dir: dir, GoMod: mod, Info: info})
+	}
+	for i, a := range args {
+		if a == "-o" {
+			return nil, os.WriteFile(args[i+1], []byte(call), 0o755)
+		}
+	}
+	return nil, nil
+}
+
+func TestEnsureBuildsOnceByVersion(t *testing.T) {
+	dir := t.TempDir()
+	k, _ := Kubernetes("v1.35.1")
+	fg := &fakeGo{}
+	w := &World{Dir: dir, Log: nil, Run: fg.run}
+	w.Log = New(dir, nil).Log
+	b, err := w.Ensure(t.Context(), []Artifact{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	builds := slices.DeleteFunc(slices.Clone(fg.calls), func(c string) bool { return !strings.HasPrefix(c, "go build") })
+	if len(builds) != len(k.Binaries) {
+		t.Fatalf("go builds: %q", builds)
+	}
+	if !strings.Contains(builds[0], "-trimpath") || !strings.Contains(builds[0], "k8s.io/kubernetes/cmd/kube-apiserver") ||
+		!strings.Contains(builds[0], "version.buildDate=2026-02-10T19:06:03Z") {
+		t.Errorf("first build: %s", builds[0])
+	}
+	p, ok := b.Image("registry.k8s.io/kube-apiserver:v1.35.1")
+	if !ok {
+		t.Fatalf("no kube-apiserver image in %v", b.Images())
+	}
+	l, err := OpenLayout(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := l.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(files["/usr/local/bin/kube-apiserver"], []byte("cmd/kube-apiserver")) {
+		t.Errorf("the image carries %q", files["/usr/local/bin/kube-apiserver"])
+	}
+	// Warm: nothing runs.
+	fg.calls = nil
+	b, err = w.Ensure(t.Context(), []Artifact{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fg.calls) != 0 || !b.Artifacts[0].Cached {
+		t.Errorf("warm run ran %q (cached %v)", fg.calls, b.Artifacts[0].Cached)
+	}
+	// A changed pin builds again.
+	k.Stamp["k8s.io/component-base/version.gitTreeState"] = "clean"
+	if _, err := w.Ensure(t.Context(), []Artifact{k}); err != nil {
+		t.Fatal(err)
+	}
+	if len(fg.calls) == 0 {
+		t.Error("a changed recipe did not build again")
+	}
+	// A failed build keeps the last good one and says which package.
+	k.Stamp["k8s.io/component-base/version.gitTreeState"] = "dirty"
+	fg.fail = "cmd/kubelet"
+	_, err = w.Ensure(t.Context(), []Artifact{k})
+	if err == nil || !strings.Contains(err.Error(), "k8s.io/kubernetes/cmd/kubelet") || !strings.Contains(err.Error(), "compile error") {
+		t.Errorf("failed build: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, k.Key, "bin", "kubelet")); err != nil {
+		t.Errorf("the last good build is gone: %v", err)
+	}
+}
