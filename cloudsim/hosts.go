@@ -426,9 +426,12 @@ func (h *simHost) systemctl(args []string, priv bool, ev *HostEvent, stdout, std
 		unit += ".service"
 	}
 	ev.Unit = unit
+	// The administrator's units (Ignition's) and the OS's.
 	if _, err := h.root.Stat(path.Join("etc/systemd/system", unit)); err != nil {
-		fmt.Fprintf(stderr, "Failed to %s %s: Unit %s not found.\n", verb, unit, unit)
-		return 5
+		if _, err := h.root.Stat(path.Join("usr/lib/systemd/system", unit)); err != nil {
+			fmt.Fprintf(stderr, "Failed to %s %s: Unit %s not found.\n", verb, unit, unit)
+			return 5
+		}
 	}
 	switch verb {
 	case "restart", "start":

@@ -422,7 +422,7 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 	if spec != nil {
 		// Only user_data is used: the files are rendered again in the
 		// host phase, with cloud.conf's credential.
-		opts := render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage, RenewWithin: a.Planner.RenewWithin, APIFloatingIP: apiFloatingIP(name, obs.Clusters[name])}
+		opts := render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage, MirrorAuth: a.Planner.MirrorAuth, RenewWithin: a.Planner.RenewWithin, APIFloatingIP: apiFloatingIP(name, obs.Clusters[name])}
 		if out, err = render.Cluster(stepCtx, j.w, spec, opts); err != nil {
 			return nil, err
 		}
@@ -520,6 +520,16 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		unit, ok := strings.CutPrefix(rest, "/units/")
 		if !ok {
 			return fmt.Errorf("%s: not a unit", c.Address)
+		}
+		for _, path := range h.uploads[host] {
+			// A unit file or drop-in among the files: systemd reads it
+			// again before the restart, or restarts the unit as it was.
+			if f := h.files[host][path]; slices.Contains(f.Restart, unit) && strings.HasPrefix(path, "/etc/systemd/system/") {
+				if _, err := h.a.Hosts.run(ctx, h.t, host, sshx.Sudo("systemctl daemon-reload")); err != nil {
+					return err
+				}
+				break
+			}
 		}
 		if _, err := h.a.Hosts.run(ctx, h.t, host, sshx.Sudo("systemctl restart "+unit)); err != nil {
 			return err

@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"github.com/google/go-cmp/cmp"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
@@ -241,5 +243,75 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	}
 	if next := r.plan(t); !next.Empty() || len(next.Warnings) != 0 {
 		t.Errorf("after the delete, plan: %+v", next)
+	}
+}
+
+// TestApplyRegistryMirror: a mirror added to a running cluster's spec
+// reaches every node's container runtime configuration over SSH (no
+// server replaced: user_data does not change), systemd reads the new
+// drop-in before containerd restarts, and the mirror's login, the
+// daemon's, lands in files only root reads.
+func TestApplyRegistryMirror(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	servers := r.observed(t)
+
+	mirrored := *demo
+	mirrored.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: "https://mirror.internal:5000"}
+	r.planner.MirrorAuth = &assets.MirrorAuth{Username: "puller", Password: "mirror-password"}
+	plan, _ := r.apply(t, &mirrored)
+	got := addresses(plan.Changes)
+	for _, want := range []string{
+		"host/demo-default-0/etc/containerd/certs.d/registry.k8s.io/hosts.toml",
+		"host/demo-controller-0/etc/containerd/config.toml",
+		"host/demo-controller-0/units/containerd.service",
+	} {
+		if _, ok := got[want]; !ok {
+			t.Errorf("the plan lacks %s: %v", want, got)
+		}
+	}
+	for addr, a := range got {
+		// A restart on a controller is a rollout: etcd is backed up first.
+		if !strings.HasPrefix(addr, "host/") && a != diff.ActionBackup {
+			t.Errorf("a mirror changed %s (%s): only hosts' files should change", addr, a)
+		}
+	}
+	if d := cmp.Diff(servers, r.observed(t)); d != "" {
+		t.Errorf("servers changed (-before +after):\n%s", d)
+	}
+	root, err := r.sim.HostRoot("demo-default-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "etc", "containerd", "certs.d", "ghcr.io", "hosts.toml")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o600 || !strings.Contains(string(b), `[host."https://mirror.internal:5000/v2/ghcr.io"]`) {
+		t.Errorf("hosts.toml (mode %v):\n%s", st.Mode().Perm(), b)
+	}
+	if next := r.plan(t, &mirrored); !next.Empty() {
+		t.Errorf("after apply, plan: %v", addresses(next.Changes))
+	}
+	if realHosts {
+		return
+	}
+	events, err := r.sim.HostEvents("demo-default-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, e := range events {
+		if strings.Contains(e.Command, "systemctl") {
+			cmds = append(cmds, e.Command)
+		}
+	}
+	reload := slices.IndexFunc(cmds, func(c string) bool { return strings.Contains(c, "daemon-reload") })
+	restart := slices.IndexFunc(cmds, func(c string) bool { return strings.Contains(c, "restart containerd.service") })
+	if reload < 0 || restart < 0 || reload > restart {
+		t.Errorf("want daemon-reload before the restart of containerd: %q", cmds)
 	}
 }

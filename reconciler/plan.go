@@ -15,6 +15,7 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -67,6 +68,9 @@ type Planner struct {
 	// Now is the clock certificates are checked against (time.Now).
 	Now          func() time.Time
 	KubeletImage string
+	// MirrorAuth is the login to the clusters' registry mirror, if any
+	// (the spec names the mirror; the login is the daemon's).
+	MirrorAuth *assets.MirrorAuth
 	// RenewWithin reissues certificates that expire within it
 	// (pki.DefaultRenew, 30 days); the hosts get them as an upgrade does.
 	RenewWithin time.Duration
@@ -281,7 +285,7 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud
 // IP comes from what is observed (its certificate names it), cloud.conf's
 // credential from kv (placeholder: none yet).
 func (p *Planner) renderOptions(ctx context.Context, kv state.KV, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool, err error) {
-	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, RenewWithin: p.RenewWithin, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
+	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, MirrorAuth: p.MirrorAuth, RenewWithin: p.RenewWithin, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
 	opts.Cloud, placeholder, err = cloudCredential(ctx, kv, c, clients, observed)
 	return opts, placeholder, err
 }

@@ -30,6 +30,8 @@ type Options struct {
 	Cloud *assets.CloudCredential
 	// KubeletImage overrides assets.DefaultKubeletImage.
 	KubeletImage string
+	// MirrorAuth is the login to the spec's registry mirror, if any.
+	MirrorAuth *assets.MirrorAuth
 }
 
 // Output is a cluster rendered.
@@ -88,7 +90,7 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}
 	}
-	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, KubeletImage: o.KubeletImage}); err != nil {
+	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, KubeletImage: o.KubeletImage, MirrorAuth: o.MirrorAuth}); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return out, nil

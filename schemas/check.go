@@ -1,9 +1,13 @@
 package schemas
 
 import (
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -96,7 +100,48 @@ func (c *Cluster) check() []Problem {
 	if b := s.Backup; b != nil && b.Interval.Duration < MinBackupInterval {
 		add(spec.Field("backup").Field("interval"), "must be at least %s", formatDuration(MinBackupInterval))
 	}
+	if m := s.RegistryMirror; m != nil {
+		checkMirror(spec.Field("registryMirror"), m, add)
+	}
 	return out
+}
+
+// checkMirror checks a registry mirror: a URL the hosts can use, with no
+// credentials in it (the spec is in git), and a CA that parses.
+func checkMirror(p Path, m *RegistryMirror, add func(Path, string, ...any)) {
+	u, err := url.Parse(m.Endpoint)
+	switch {
+	case err != nil:
+		add(p.Field("endpoint"), "not a URL: %v", errors.Unwrap(err))
+	case u.Scheme != "https" && u.Scheme != "http":
+		add(p.Field("endpoint"), "must be https://host[:port][/path] (or http:// for a trusted network), not %q", u.Scheme)
+	case u.User != nil:
+		add(p.Field("endpoint"), "must not carry credentials: the spec is in git; give them to the daemon (--registry-mirror-credentials)")
+	case u.Host == "" || u.Hostname() == "":
+		add(p.Field("endpoint"), "has no host")
+	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		add(p.Field("endpoint"), "must not have a query or fragment")
+	case strings.HasSuffix(u.Path, "/v2") || strings.Contains(u.Path, "/v2/"):
+		add(p.Field("endpoint"), "names the registry's base, without /v2 (the hosts add it)")
+	}
+	if m.CACert != "" {
+		rest, n := []byte(m.CACert), 0
+		for {
+			var b *pem.Block
+			b, rest = pem.Decode(rest)
+			if b == nil {
+				break
+			}
+			if _, err := x509.ParseCertificate(b.Bytes); b.Type != "CERTIFICATE" || err != nil {
+				add(p.Field("caCert"), "block %d is not a certificate", n+1)
+				return
+			}
+			n++
+		}
+		if n == 0 || strings.TrimSpace(string(rest)) != "" {
+			add(p.Field("caCert"), "must be PEM certificates and nothing else")
+		}
+	}
 }
 
 func (c *Cluster) checkNetwork(add func(Path, string, ...any)) {

@@ -155,6 +155,21 @@ func TestParseRules(t *testing.T) {
 			file + ":25: spec.backup.interval: must be at least 5m",
 			file + ":26: spec.backup.retain: must be >= 1",
 		}},
+		{"registry mirror with credentials", func(t *testing.T) string {
+			return baseSpec + "  registryMirror:\n    endpoint: https://ops:secret@mirror.example:5000\n"
+		}, []string{file + ":23: spec.registryMirror.endpoint: must be https://host[:port][/path] (or http://), with no credentials, query or spaces; got \"https://ops:secret@mirror.example:5000\""}},
+		{"registry mirror: scheme, /v2 and a CA that is not one", func(t *testing.T) string {
+			return baseSpec + "  registryMirror:\n    endpoint: https://mirror.example/v2\n    caCert: not a certificate\n"
+		}, []string{
+			file + ":23: spec.registryMirror.endpoint: names the registry's base, without /v2 (the hosts add it)",
+			file + ":24: spec.registryMirror.caCert: must be PEM certificates and nothing else",
+		}},
+		{"registry mirror without an endpoint", func(t *testing.T) string {
+			return baseSpec + "  registryMirror:\n    caCert: x\n"
+		}, []string{
+			file + ":22: spec.registryMirror.endpoint: required field is missing",
+			file + ":23: spec.registryMirror.caCert: must be PEM certificates and nothing else",
+		}},
 		{"unknown deletion policy", func(t *testing.T) string { return baseSpec + "  deletionPolicy: Orphan\n" },
 			[]string{file + ":22: spec.deletionPolicy: must be one of Retain, Delete; got Orphan"}},
 		{"list where a mapping belongs", func(t *testing.T) string {

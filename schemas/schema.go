@@ -50,6 +50,7 @@ var patternMessages = map[string]string{
 	`^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$`:  "must be an IPv4 CIDR such as 192.168.10.0/24",
 	`^v[0-9]+\.[0-9]+\.[0-9]+$`:                 "must be vMAJOR.MINOR.PATCH, such as v" + SupportedMinors[len(SupportedMinors)-1] + ".0",
 	"^[^/]+$":                                   "must not contain '/'",
+	`^https?://[^/@?#\s]+(/[^?#\s]*)?$`:         "must be https://host[:port][/path] (or http://), with no credentials, query or spaces",
 }
 
 var printer = message.NewPrinter(language.English)

@@ -55,6 +55,9 @@ type Spec struct {
 	Upgrade     Upgrade      `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
 	// Backup enables scheduled etcd snapshots to Swift; nil means no backups.
 	Backup *Backup `json:"backup,omitempty" yaml:"backup,omitempty"`
+	// RegistryMirror makes the hosts pull every image from the operator's
+	// registry; nil pulls from the upstream registries.
+	RegistryMirror *RegistryMirror `json:"registryMirror,omitempty" yaml:"registryMirror,omitempty"`
 
 	// Paused stops every change to the cluster, drift correction included.
 	Paused bool `json:"paused,omitempty" yaml:"paused,omitempty"`
@@ -119,6 +122,23 @@ type Backup struct {
 	Container string   `json:"container,omitempty" yaml:"container,omitempty"`
 	// Drill restores every new snapshot into a throwaway etcd and checks it.
 	Drill bool `json:"drill,omitempty" yaml:"drill,omitempty"`
+}
+
+// RegistryMirror is the registry every image of the cluster is pulled
+// from, the kubelet's included, as in a cloud without internet. Each
+// upstream registry's repositories are under its host name:
+// registry.k8s.io/kube-apiserver:v1.35.1 is pulled from
+// ENDPOINT/registry.k8s.io/kube-apiserver:v1.35.1. The hosts' container
+// runtime is told so (containerd's hosts.toml for each registry); the
+// manifests keep the upstream names.
+type RegistryMirror struct {
+	// Endpoint is https://host[:port][/path], or http:// for a registry
+	// on a network the operator trusts. It carries no credentials: those
+	// are the daemon's (--registry-mirror-credentials), pushed over SSH.
+	Endpoint string `json:"endpoint" yaml:"endpoint"`
+	// CACert is the PEM certificate of the CA that signed the mirror's,
+	// when the hosts do not trust it already.
+	CACert string `json:"caCert,omitempty" yaml:"caCert,omitempty"`
 }
 
 // DeletionPolicy says whether removing a cluster's file destroys the cluster.

@@ -97,6 +97,11 @@ var seedFiles = map[string]string{
 	"etc/gshadow": "root:*::\ncore:!::\n",
 	// As on Flatcar: Ignition reads it to decide whether to relabel.
 	"etc/selinux/config": "SELINUX=disabled\nSELINUXTYPE=mcs\n",
+	// The OS's container runtime, as Flatcar's containerd sysext ships
+	// its unit: its configuration from $CONTAINERD_CONFIG.
+	"usr/lib/systemd/system/containerd.service": "[Unit]\nDescription=containerd container runtime\nAfter=network.target\n\n" +
+		"[Service]\nEnvironment=CONTAINERD_CONFIG=/usr/share/containerd/config.toml\nExecStart=/usr/bin/containerd --config ${CONTAINERD_CONFIG}\n" +
+		"Delegate=yes\nKillMode=process\nRestart=always\n\n[Install]\nWantedBy=multi-user.target\n",
 }
 
 // Seed creates dir/root with the core user (uid 500) and its home.

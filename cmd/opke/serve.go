@@ -142,6 +142,11 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
 	defer hosts.Close()
 	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Logger: a.logger, KubeletImage: cfg.KubeletImage}
+	if cfg.RegistryMirrorCredentialsFile != "" {
+		if planner.MirrorAuth, err = readMirrorAuth(cfg.RegistryMirrorCredentialsFile); err != nil {
+			return usagef("registry mirror credentials: %w", err)
+		}
+	}
 	applier := &reconciler.Applier{Planner: planner, Hosts: hosts, Logger: a.logger, LeaseTTL: cfg.LeaderTTL}
 	var keyring string
 	if cfg.SignaturePolicy.KeyringFile != "" {

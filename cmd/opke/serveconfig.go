@@ -24,6 +24,7 @@ import (
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -70,7 +71,10 @@ type serveConfig struct {
 	SimState          string `yaml:"simState"`
 	SocksProxy        string `yaml:"socksProxy"`
 	KubeletImage      string `yaml:"kubeletImage"`
-	Git               struct {
+	// RegistryMirrorCredentialsFile holds USERNAME:PASSWORD, the login to
+	// the registry mirror the specs name (spec.registryMirror).
+	RegistryMirrorCredentialsFile string `yaml:"registryMirrorCredentialsFile"`
+	Git                           struct {
 		// Username and TokenFile authenticate over https.
 		Username  string `yaml:"username"`
 		TokenFile string `yaml:"tokenFile"`
@@ -158,6 +162,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.SimState, "sim-state", "", "a running simulator's state dir (opke sim --state)")
 	fl.StringVar(&c.SocksProxy, "socks-proxy", "", "SOCKS5 proxy to floating IPs (socks5://127.0.0.1:PORT)")
 	fl.StringVar(&c.KubeletImage, "kubelet-image", "", "kubelet image repository")
+	fl.StringVar(&c.RegistryMirrorCredentialsFile, "registry-mirror-credentials", "", "file holding USERNAME:PASSWORD, the login to the registry mirror the specs name (pushed to the hosts over SSH)")
 	fl.StringVar(&c.WebhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (no secret: the webhook is off)")
 	fl.StringVar(&c.SignaturePolicy.KeyringFile, "keyring", "", "apply only commits signed by a key of this armored OpenPGP keyring (the head and every commit since the last one applied)")
 	fl.StringVar(&c.SignaturePolicy.AllowRewrite, "allow-rewrite", "", "apply this commit (full hash) although it does not descend from the last commit applied (a force push); any other such head is refused")
@@ -196,6 +201,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("sim-state", func() { c.SimState = file.SimState })
 	set("socks-proxy", func() { c.SocksProxy = file.SocksProxy })
 	set("kubelet-image", func() { c.KubeletImage = file.KubeletImage })
+	set("registry-mirror-credentials", func() { c.RegistryMirrorCredentialsFile = file.RegistryMirrorCredentialsFile })
 	set("webhook-secret-file", func() { c.WebhookSecretFile = file.WebhookSecretFile })
 	set("keyring", func() { c.SignaturePolicy.KeyringFile = file.SignaturePolicy.KeyringFile })
 	set("allow-rewrite", func() { c.SignaturePolicy.AllowRewrite = file.SignaturePolicy.AllowRewrite })
@@ -272,6 +278,7 @@ func (c *serveConfig) Validate() error {
 		{"git.tokenFile", c.Git.TokenFile}, {"git.sshKeyFile", c.Git.SSHKeyFile}, {"git.knownHostsFile", c.Git.KnownHostsFile},
 		{"webhookSecretFile", c.WebhookSecretFile}, {"signaturePolicy.keyringFile", c.SignaturePolicy.KeyringFile},
 		{"encryptionKeyFile", c.EncryptionKeyFile}, {"cloudConfig", c.CloudConfig},
+		{"registryMirrorCredentialsFile", c.RegistryMirrorCredentialsFile},
 	} {
 		if f.path != "" {
 			if _, err := os.Stat(f.path); err != nil {
@@ -311,6 +318,20 @@ func (c *serveConfig) Validate() error {
 }
 
 // readSecret reads a secret file, trimmed.
+// readMirrorAuth reads a registry login file: USERNAME:PASSWORD on one
+// line. Its errors never quote the file.
+func readMirrorAuth(path string) (*assets.MirrorAuth, error) {
+	s, err := readSecret(path)
+	if err != nil {
+		return nil, err
+	}
+	user, pass, ok := strings.Cut(s, ":")
+	if !ok || user == "" || pass == "" || strings.ContainsAny(s, "\r\n") {
+		return nil, fmt.Errorf("%s: want one line USERNAME:PASSWORD", path)
+	}
+	return &assets.MirrorAuth{Username: user, Password: pass}, nil
+}
+
 func readSecret(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

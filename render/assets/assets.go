@@ -26,8 +26,9 @@ const (
 
 // Units a pushed file can ask to restart.
 const (
-	UnitKubelet = "kubelet.service"
-	UnitEtcd    = "etcd-member.service"
+	UnitKubelet    = "kubelet.service"
+	UnitEtcd       = "etcd-member.service"
+	UnitContainerd = "containerd.service"
 )
 
 // Errors Render reports; match them with errors.Is.
@@ -97,7 +98,20 @@ type Input struct {
 	Cloud *CloudCredential
 	// KubeletImage is the kubelet image repository; DefaultKubeletImage if empty.
 	KubeletImage string
+	// MirrorAuth, when set, is the login to the spec's registry mirror
+	// (the daemon's, never the spec's): it goes into the hosts' registry
+	// configuration, which is then secret.
+	MirrorAuth *MirrorAuth
 }
+
+// MirrorAuth is a registry login. String prints no password.
+type MirrorAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// String implements fmt.Stringer without the password.
+func (a MirrorAuth) String() string { return a.Username + ":(sensitive)" }
 
 // File is one file to push. Data is never serialised: the JSON form
 // (manifest.json, plans) carries the checksum only.
@@ -185,6 +199,10 @@ const (
 	PathAddons           = "/etc/kubernetes/addons"
 	PathPKI              = "/etc/kubernetes/pki"
 	PathOperatorKeys     = "/home/core/.ssh/authorized_keys.d/opke-operators"
+	PathContainerdConfig = "/etc/containerd/config.toml"
+	PathContainerdDropIn = "/etc/systemd/system/containerd.service.d/10-opke.conf"
+	PathRegistryHosts    = "/etc/containerd/certs.d"
+	PathMirrorCA         = "/etc/containerd/opke-mirror-ca.crt"
 	ownerRoot, ownerCore = "root:root", "core:core"
 )
 

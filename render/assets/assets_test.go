@@ -58,7 +58,12 @@ func loadSpec(t testing.TB, name string) *schemas.Cluster {
 
 func renderCluster(t testing.TB, kv state.KV, c *schemas.Cluster, cloud *assets.CloudCredential) *render.Output {
 	t.Helper()
-	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: now, Cloud: cloud})
+	return renderWith(t, kv, c, render.Options{Now: now, Cloud: cloud})
+}
+
+func renderWith(t testing.TB, kv state.KV, c *schemas.Cluster, o render.Options) *render.Output {
+	t.Helper()
+	out, err := render.Cluster(context.Background(), kv, c, o)
 	if err != nil {
 		t.Fatalf("render %s: %v", c.Metadata.Name, err)
 	}
@@ -73,12 +78,14 @@ func TestGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cloud *assets.CloudCredential
+		auth  *assets.MirrorAuth
 	}{
 		{name: "demo"},
 		{name: "prod", cloud: credential},
+		{name: "airgap", auth: &assets.MirrorAuth{Username: "puller", Password: "mirror-password"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out := renderCluster(t, statetest.Open(t), loadSpec(t, tc.name), tc.cloud)
+			out := renderWith(t, statetest.Open(t), loadSpec(t, tc.name), render.Options{Now: now, Cloud: tc.cloud, MirrorAuth: tc.auth})
 			got := map[string][]byte{}
 			for _, h := range out.Assets.Hosts {
 				for _, f := range h.Files {
@@ -598,5 +605,79 @@ func TestFileJSON(t *testing.T) {
 	f.Data = nil
 	if diff := cmp.Diff(f, back); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+}
+
+// TestRegistryMirror: with spec.registryMirror every image a host pulls
+// (static pods, addons, the kubelet's, etcd's, the sandbox) comes from a
+// registry whose hosts.toml sends it to the mirror; without one, no
+// runtime configuration is pushed and the images keep their upstream
+// names.
+func TestRegistryMirror(t *testing.T) {
+	imageRE := regexp.MustCompile(`(?m)(?:image: *|_IMAGE=|sandbox = )"?([a-z0-9.-]+(?::[0-9]+)?/[^\s":]+:[^\s"]+)`)
+	registry := func(ref string) string {
+		host, _, _ := strings.Cut(ref, "/")
+		return host
+	}
+	spec := loadSpec(t, "airgap")
+	for _, tc := range []struct {
+		name   string
+		mirror bool
+		auth   *assets.MirrorAuth
+	}{
+		{"no mirror", false, nil},
+		{"mirror", true, nil},
+		{"mirror with a login", true, &assets.MirrorAuth{Username: "puller", Password: "pw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := *spec
+			if !tc.mirror {
+				c.Spec.RegistryMirror = nil
+			}
+			out := renderWith(t, statetest.Open(t), &c, render.Options{Now: now, MirrorAuth: tc.auth})
+			for _, h := range out.Assets.Hosts {
+				if h.Role == assets.RoleGateway {
+					continue
+				}
+				pulled := map[string]bool{}
+				hostsTOML := map[string]assets.File{}
+				for _, f := range h.Files {
+					for _, m := range imageRE.FindAllSubmatch(f.Data, -1) {
+						pulled[registry(string(m[1]))] = true
+					}
+					if reg, ok := strings.CutPrefix(f.Path, assets.PathRegistryHosts+"/"); ok {
+						hostsTOML[strings.TrimSuffix(reg, "/hosts.toml")] = f
+					}
+				}
+				if len(pulled) == 0 {
+					t.Fatalf("%s: no image found in its files", h.Name)
+				}
+				if !tc.mirror {
+					for _, f := range h.Files {
+						if strings.HasPrefix(f.Path, "/etc/containerd") || strings.Contains(f.Path, "containerd.service") {
+							t.Errorf("%s: %s pushed without a mirror", h.Name, f.Path)
+						}
+					}
+					continue
+				}
+				for reg := range pulled {
+					f, ok := hostsTOML[reg]
+					if !ok {
+						t.Errorf("%s pulls from %s, which has no hosts.toml", h.Name, reg)
+						continue
+					}
+					if want := `[host."https://mirror.internal:5000/v2/k8s/` + reg + `"]`; !strings.Contains(string(f.Data), want) {
+						t.Errorf("%s: %s's hosts.toml lacks %s:\n%s", h.Name, reg, want, f.Data)
+					}
+					if f.Secret != (tc.auth != nil) || strings.Contains(string(f.Data), "Authorization") != (tc.auth != nil) {
+						t.Errorf("%s: %s's hosts.toml secret=%v with login %v", h.Name, reg, f.Secret, tc.auth)
+					}
+				}
+				cfg, ok := h.File(assets.PathContainerdConfig)
+				if !ok || !slices.Contains(cfg.Restart, assets.UnitContainerd) || !strings.Contains(string(cfg.Data), `config_path = "/etc/containerd/certs.d"`) {
+					t.Errorf("%s: containerd's config %+v", h.Name, cfg)
+				}
+			}
+		})
 	}
 }

@@ -135,10 +135,7 @@ func (r *renderer) tlsFiles(dir string, pairs [][2]string, restart ...string) ([
 
 // kubeletFiles are every node's kubelet env, config, kubeconfig and CA.
 func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string, controller bool) ([]File, error) {
-	image := r.in.KubeletImage
-	if image == "" {
-		image = DefaultKubeletImage
-	}
+	image := r.kubeletImage()
 	args := []string{"--hostname-override=" + h.Name}
 	if h.IP.IsValid() {
 		args = append(args, "--node-ip="+h.IP.String())
@@ -174,12 +171,16 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 	if err != nil {
 		return nil, err
 	}
-	return []File{
+	runtime, err := r.runtimeFiles()
+	if err != nil {
+		return nil, err
+	}
+	return append([]File{
 		newFile(PathKubeletEnv, 0o644, []byte(env), UnitKubelet),
 		newFile(PathKubeletConfig, 0o644, config, UnitKubelet),
 		secretFile(PathKubeletConf, kubeconf, UnitKubelet),
 		newFile(PathPKI+"/ca.crt", 0o600, ca.Cert, UnitKubelet),
-	}, nil
+	}, runtime...), nil
 }
 
 // worker renders a worker's files. Workers talk to the API's VIP.

@@ -1,0 +1,120 @@
+package assets
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// upstreamServers are the registries whose host differs from the one
+// image names use.
+var upstreamServers = map[string]string{"docker.io": "https://registry-1.docker.io"}
+
+// registryOf returns the registry host of an image reference, as
+// containerd resolves it (no host: docker.io).
+func registryOf(ref string) string {
+	host, _, ok := strings.Cut(ref, "/")
+	if !ok || (!strings.ContainsAny(host, ".:") && host != "localhost") {
+		return "docker.io"
+	}
+	return host
+}
+
+// Registries lists the registries the cluster's images come from, sorted:
+// the Kubernetes components', the kubelet's and every image of the
+// minor's matrix row (addons the spec does not select included, so that
+// adding one needs no new registry configuration).
+func (r *renderer) registries() []string {
+	seen := map[string]bool{registryOf(KubernetesRegistry + "/x"): true, registryOf(r.kubeletImage()): true}
+	for _, ref := range []string{r.images.Etcd, r.images.CoreDNS, r.images.Pause, r.images.Flannel, r.images.FlannelCNI,
+		r.images.MetricsServer, r.images.IngressNginx, r.images.Dashboard, r.images.Prometheus, r.images.NodeExporter} {
+		seen[registryOf(ref)] = true
+	}
+	// cloud-provider-openstack's images are registry.k8s.io/provider-os/...
+	out := make([]string, 0, len(seen))
+	for h := range seen {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *renderer) kubeletImage() string {
+	if r.in.KubeletImage != "" {
+		return r.in.KubeletImage
+	}
+	return DefaultKubeletImage
+}
+
+// runtimeFiles are a node's container runtime configuration when the
+// spec names a registry mirror: containerd's configuration (its CRI
+// reading each registry's hosts.toml, the sandbox image of the matrix
+// pinned so that it too comes from the mirror), the drop-in that makes
+// Flatcar's containerd read it, and a hosts.toml per upstream registry
+// sending every pull to the mirror. Without a mirror, nothing: the
+// runtime's defaults pull from the upstream registries.
+func (r *renderer) runtimeFiles() ([]File, error) {
+	m := r.c.Spec.RegistryMirror
+	if m == nil {
+		return nil, nil
+	}
+	base, err := url.Parse(strings.TrimSuffix(m.Endpoint, "/"))
+	if err != nil || base.Host == "" {
+		return nil, fmt.Errorf("%w: spec.registryMirror.endpoint %q", ErrBadInput, m.Endpoint)
+	}
+	config := fmt.Sprintf(`# containerd of %s, Kubernetes %s; rendered and pushed by OPKE.
+# Every image comes from the registry mirror %s (hosts.toml per registry
+# under %s); the sandbox image is the one this Kubernetes minor pins.
+version = 3
+
+[plugins.'io.containerd.cri.v1.images']
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %s
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %s
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+    SystemdCgroup = true
+`, r.c.Metadata.Name, r.version, base.Redacted(), PathRegistryHosts, strconv.Quote(r.images.Pause), strconv.Quote(PathRegistryHosts))
+	// Flatcar's containerd.service reads $CONTAINERD_CONFIG (its own
+	// configuration by default): this points it at OPKE's.
+	dropIn := "# Rendered and pushed by OPKE: containerd reads " + PathContainerdConfig + " (registry mirror).\n[Service]\nEnvironment=CONTAINERD_CONFIG=" + PathContainerdConfig + "\n"
+	files := []File{
+		newFile(PathContainerdConfig, 0o644, []byte(config), UnitContainerd),
+		newFile(PathContainerdDropIn, 0o644, []byte(dropIn), UnitContainerd),
+	}
+	if m.CACert != "" {
+		files = append(files, newFile(PathMirrorCA, 0o644, []byte(strings.TrimSpace(m.CACert)+"\n")))
+	}
+	for _, reg := range r.registries() {
+		server, ok := upstreamServers[reg]
+		if !ok {
+			server = "https://" + reg
+		}
+		host := *base
+		// The image registry.k8s.io/pause:3.10.1 is ENDPOINT/registry.k8s.io/
+		// pause:3.10.1 in the mirror: its API path is /v2/PATH/registry.k8s.io/
+		// pause, whatever path the endpoint has (a project of the registry).
+		host.Path = "/v2" + strings.TrimSuffix(base.Path, "/") + "/" + reg
+		var b strings.Builder
+		fmt.Fprintf(&b, "# Images of %s come from the registry mirror; rendered and pushed by OPKE.\n", reg)
+		fmt.Fprintf(&b, "server = %s\n\n[host.%s]\n  capabilities = [\"pull\", \"resolve\"]\n  override_path = true\n", strconv.Quote(server), strconv.Quote(host.String()))
+		if m.CACert != "" {
+			fmt.Fprintf(&b, "  ca = %s\n", strconv.Quote(PathMirrorCA))
+		}
+		path := PathRegistryHosts + "/" + reg + "/hosts.toml"
+		if a := r.in.MirrorAuth; a != nil {
+			token := base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Password))
+			fmt.Fprintf(&b, "  [host.%s.header]\n    Authorization = [%s]\n", strconv.Quote(host.String()), strconv.Quote("Basic "+token))
+			files = append(files, secretFile(path, []byte(b.String())))
+			continue
+		}
+		files = append(files, newFile(path, 0o644, []byte(b.String())))
+	}
+	return files, nil
+}
