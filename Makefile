@@ -30,14 +30,16 @@ test:
 conformance:
 	bash test/openstack/conformance.sh
 
-# The end-to-end tests that run on real machines too (OPKE_TEST_HOSTS=real).
-REALHOST_E2E = TestResyncReadsTheHosts
+# The end-to-end tests that run on real machines too (OPKE_TEST_HOSTS=real),
+# and those that run only there (build tag realhosts).
+REALHOST_E2E = TestResyncReadsTheHosts|TestControllerFromTheMirror
 
-## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the host image built or taken from its cache (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, and the simulator with --hosts real driven by the upstream ssh, sftp and nc
+## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the world's e2e set and the host image built or taken from their caches (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, the simulator with --hosts real driven by the upstream ssh, sftp and nc, and a controller from the registry mirror
 realhosts:
+	$(GO) run ./cmd/opke-world build --set e2e
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/ ./cmd/opke/
-	OPKE_TEST_HOSTS=real $(GO) test -race -count=1 -timeout 20m -run '$(REALHOST_E2E)' ./reconciler/
+	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(REALHOST_E2E)' ./reconciler/
 
 ## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e
 world:

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -65,6 +66,8 @@ type realHosts struct {
 	mu       sync.Mutex // guards what follows; never held while taking s.mu
 	machines map[string]*realMachine
 	edges    map[string]string // external network -> the edge's namespace path
+	edgeIPs  map[string]netip.Addr
+	procs    []*exec.Cmd // processes run in edges (registries), stopped at close
 	applied  applied
 	lbs      map[string]*realLB
 }
@@ -125,7 +128,7 @@ func (s *Sim) startRealHosts(ctx context.Context) (*realHosts, error) {
 	}
 	r := &realHosts{s: s, log: s.log, img: img, fab: fab, dir: s.hostsDir, keep: !s.tempDir,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		machines: map[string]*realMachine{}, edges: map[string]string{}, lbs: map[string]*realLB{},
+		machines: map[string]*realMachine{}, edges: map[string]string{}, edgeIPs: map[string]netip.Addr{}, lbs: map[string]*realLB{},
 		applied: applied{networks: map[string]bool{}, ports: map[string]string{}, rules: map[string]string{},
 			routers: map[string]string{}, legs: map[string]string{}, fips: map[string]string{}}}
 	s.log.Info("real hosts", "fabric", name, "image", img.Hash)
@@ -258,6 +261,10 @@ func (r *realHosts) close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
+	for _, p := range r.procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
 	for _, lb := range r.lbs {
 		errs = append(errs, lb.lb.Close(ctx))
 	}
@@ -617,6 +624,7 @@ func (r *realHosts) converge(ctx context.Context) error {
 			continue
 		}
 		r.edges[id] = path
+		r.edgeIPs[id] = d.edges[id].Addr()
 	}
 	var boot []string
 	for _, id := range slices.Sorted(maps.Keys(d.servers)) {

@@ -267,7 +267,11 @@ func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, sign
 		} else {
 			c, err = sshx.Jump(ctx, gw.ssh, addr.String(), auth)
 		}
-		notYet := err != nil && strings.Contains(strings.ToLower(err.Error()), "connection refused")
+		// Through an OpenSSH gateway a refused port is a channel the
+		// gateway could not open ("connect failed").
+		var open *ssh.OpenChannelError
+		notYet := err != nil && (strings.Contains(strings.ToLower(err.Error()), "connection refused") ||
+			errors.As(err, &open) && open.Reason == ssh.ConnectionFailed)
 		if err == nil || !fresh || !notYet || time.Now().After(deadline) || ctx.Err() != nil {
 			if err != nil && gw == nil {
 				return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)

@@ -58,3 +58,24 @@ chroot "$R" systemctl mask \
   systemd-remount-fs.service sys-kernel-config.mount sys-kernel-debug.mount \
   sys-kernel-tracing.mount dev-hugepages.mount systemd-modules-load.service \
   systemd-sysctl.service systemd-firstboot.service >/dev/null 2>&1
+
+# The machine's PID 1: it shows the machine its own cgroup as the root of
+# each cgroup hierarchy, as a host sees its own (kind's entrypoint does the
+# same), and keeps the machine's path valid beneath it for what reads
+# /proc/self/cgroup; then systemd. Without it, the kubelet's systemd cgroup
+# driver looks for kubepods.slice at the host's root while this systemd
+# made it beneath the machine's cgroup.
+mkdir -p "$R"/usr/lib/opke
+cat > "$R"/usr/lib/opke/machine-init <<'INIT'
+#!/bin/sh
+set -eu
+cg="${OPKE_CGROUP:?}"
+for m in $(findmnt -rn -t cgroup,cgroup2 -o TARGET); do
+  [ -d "$m$cg" ] || continue
+  mount --bind "$m$cg" "$m"
+  mkdir -p "$m$cg"
+  mount --bind "$m" "$m$cg"
+done
+exec /sbin/init "$@"
+INIT
+chmod 0755 "$R"/usr/lib/opke/machine-init

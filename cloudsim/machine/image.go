@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"opke.dev/opke/world"
 )
 
 // Packages are the Debian packages of the image, besides minbase: what a
@@ -20,7 +22,7 @@ import (
 var Packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server", "sudo",
 	"iproute2", "iptables", "conntrack", "kmod", "procps",
-	"containerd", "runc", "ca-certificates",
+	"ca-certificates", "libseccomp2",
 	// The host's own name resolves without DNS, as on Flatcar (sudo
 	// looks it up; with no answer it waits for DNS to time out).
 	"libnss-myhostname",
@@ -31,6 +33,57 @@ const Suite = "bookworm"
 
 //go:embed customize.sh
 var customize []byte
+
+// The container runtime is Flatcar's kind, not Debian's (bookworm's
+// containerd 1.6 lacks CRI methods kubelet 1.35 calls): containerd and
+// runc built from upstream source by package world, installed where
+// Flatcar has them, with a unit and a default configuration as Flatcar's
+// containerd ships them (the configuration from $CONTAINERD_CONFIG).
+const containerdUnit = `[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target local-fs.target
+
+[Service]
+Delegate=yes
+Environment=CONTAINERD_CONFIG=/usr/share/containerd/config.toml
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/bin/containerd --config ${CONTAINERD_CONFIG}
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+LimitNOFILE=1048576
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+`
+
+const containerdConfig = `version = 2
+imports = ["/etc/containerd/conf.d/*.toml"]
+# Flatcar's default: the CRI with the systemd cgroup driver.
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+SystemdCgroup = true
+`
+
+// machineContainerd is the machines' own containerd setting, where they
+// differ from a Flatcar host (LIMITS.md): this kernel's root lacks
+// CAP_SYS_RESOURCE, so no process here may lower its OOM score; the CRI
+// keeps the scores it asks for at containerd's own instead of failing
+// every pod whose score is below it (the kubelet asks -998 for static
+// pods).
+const machineContainerd = `version = 3
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+`
+
+// runtimeArtifacts are the world builds the image installs.
+func runtimeArtifacts() []world.Artifact {
+	return []world.Artifact{world.Containerd(world.ContainerdVersion), world.Runc(world.RuncVersion)}
+}
 
 // Image is a built OS image: a root filesystem, read-only once built,
 // that every machine's root overlays.
@@ -47,6 +100,10 @@ func RecipeHash() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%s\n", Suite, strings.Join(Packages, ","))
 	h.Write(customize)
+	for _, a := range runtimeArtifacts() {
+		fmt.Fprintf(h, "%s %s\n", a.Key, a.Hash())
+	}
+	h.Write([]byte(containerdUnit + containerdConfig + machineContainerd))
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -84,6 +141,11 @@ func EnsureImage(ctx context.Context, cacheDir string, log *slog.Logger) (*Image
 			_ = os.RemoveAll(filepath.Join(cacheDir, e.Name()))
 		}
 	}
+	// The runtime first: built from source when the world's cache lacks it.
+	runtime, err := world.New(world.DefaultCacheDir(), log).Ensure(ctx, runtimeArtifacts())
+	if err != nil {
+		return nil, fmt.Errorf("the host image's container runtime: %w", err)
+	}
 	dir := filepath.Join(cacheDir, img.Hash)
 	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -103,6 +165,10 @@ func EnsureImage(ctx context.Context, cacheDir string, log *slog.Logger) (*Image
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("build the host image with mmdebstrap: %w: %s", err, tail(out.Bytes(), 10))
 	}
+	if err := installRuntime(img.Root, runtime); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("image: %w", err)
+	}
 	// Ignition writes core's home as uid 500: it must reach it.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -120,4 +186,42 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// installRuntime puts containerd, ctr, the runc shim and runc in /usr/bin,
+// the unit and the default configuration, and enables the unit.
+func installRuntime(root string, b *world.Built) error {
+	for _, x := range []struct{ key, name string }{
+		{"containerd-" + world.ContainerdVersion, "containerd"}, {"containerd-" + world.ContainerdVersion, "ctr"},
+		{"containerd-" + world.ContainerdVersion, "containerd-shim-runc-v2"}, {"runc-" + world.RuncVersion, "runc"},
+	} {
+		src, ok := b.Binary(x.key, x.name)
+		if !ok {
+			return fmt.Errorf("no %s in %s", x.name, x.key)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, "usr", "bin", x.name), data, 0o755); err != nil {
+			return err
+		}
+	}
+	for p, body := range map[string]string{
+		"usr/lib/systemd/system/containerd.service": containerdUnit,
+		"usr/share/containerd/config.toml":          containerdConfig,
+		"etc/containerd/conf.d/50-machine.toml":     machineContainerd,
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	wants := filepath.Join(root, "etc", "systemd", "system", "multi-user.target.wants")
+	if err := os.MkdirAll(wants, 0o755); err != nil {
+		return err
+	}
+	return os.Symlink("/usr/lib/systemd/system/containerd.service", filepath.Join(wants, "containerd.service"))
 }

@@ -177,7 +177,16 @@ func (m *Machine) close() {
 	}
 }
 
+// cgroupPath is the machine's cgroup in every hierarchy.
+func (m *Machine) cgroupPath() string { return "/opke-machines/" + m.cfg.ID }
+
+// containerdDir is the machine's /var/lib/containerd on the host's disk.
+func (m *Machine) containerdDir() string { return filepath.Join(m.cfg.Dir, "disk", "containerd") }
+
 func (m *Machine) writeBundle() error {
+	if err := os.MkdirAll(m.containerdDir(), 0o711); err != nil {
+		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+	}
 	caps, err := boundingSet()
 	if err != nil {
 		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
@@ -195,6 +204,9 @@ func (m *Machine) writeBundle() error {
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
 		{Destination: "/run/lock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+		// The runtime's store on the machine's own disk, as on a real host:
+		// its overlayfs snapshots cannot sit on the overlay root.
+		{Destination: "/var/lib/containerd", Type: "bind", Source: m.containerdDir(), Options: []string{"rbind", "rw"}},
 	}
 	res := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}}
 	if m.cfg.MemoryBytes > 0 {
@@ -211,9 +223,11 @@ func (m *Machine) writeBundle() error {
 		Hostname: m.cfg.Hostname,
 		Process: &specs.Process{
 			Terminal: true,
-			Args:     []string{"/sbin/init"},
-			Env:      []string{"container=oci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			Cwd:      "/",
+			// machine-init shows the machine its own cgroup as each
+			// hierarchy's root, then execs /sbin/init (customize.sh).
+			Args: []string{"/usr/lib/opke/machine-init"},
+			Env:  []string{"container=oci", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "OPKE_CGROUP=" + m.cgroupPath()},
+			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps,
 			},
@@ -222,7 +236,7 @@ func (m *Machine) writeBundle() error {
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, netns, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}},
-			CgroupsPath: "/opke-machines/" + m.cfg.ID,
+			CgroupsPath: m.cgroupPath(),
 			Resources:   res,
 		},
 	}

@@ -68,7 +68,9 @@ func (r *renderer) runtimeFiles() ([]File, error) {
 	config := fmt.Sprintf(`# containerd of %s, Kubernetes %s; rendered and pushed by OPKE.
 # Every image comes from the registry mirror %s (hosts.toml per registry
 # under %s); the sandbox image is the one this Kubernetes minor pins.
+# Site settings of the host's own go in /etc/containerd/conf.d.
 version = 3
+imports = ["/etc/containerd/conf.d/*.toml"]
 
 [plugins.'io.containerd.cri.v1.images']
   [plugins.'io.containerd.cri.v1.images'.pinned_images]

@@ -106,6 +106,7 @@ func build(in Input) ([]byte, error) {
 		} {
 			dir(d.path, d.mode)
 		}
+		add("/opt/opke/bin/install-kubelet", 0o755, installKubelet)
 		unit("kubelet.service", kubeletUnit)
 		if in.Role == RoleController {
 			dir("/etc/kubernetes/pki/etcd", 0o700)
@@ -178,49 +179,84 @@ fs.inotify.max_user_watches = 524288
 fs.inotify.max_user_instances = 8192
 `
 
-// kubeletUnit runs the kubelet from the container image that the pushed
-// /etc/kubernetes/kubelet.env names (KUBELET_IMAGE, KUBELET_ARGS), as the
-// seed ran hyperkube from a version in an env file. It waits for that file.
+// The kubelet runs natively from /opt/bin/kubelet, as kubeadm's layout
+// runs it, with the systemd unit kubeadm's packages give it; its binary
+// comes from the kubelet image that the pushed /etc/kubernetes/kubelet.env
+// names (KUBELET_IMAGE), pulled by the host's containerd through the
+// hosts' registry configuration (the mirror's, when the spec names one)
+// and copied out once per image by installKubelet. So a host needs no
+// download site and no Docker: only the containerd a Flatcar host ships,
+// and every byte of a cluster comes from one registry. See README, "How
+// the kubelet reaches a host".
 const kubeletUnit = `[Unit]
-Description=Kubernetes kubelet (image from /etc/kubernetes/kubelet.env)
+Description=Kubernetes kubelet (the release /etc/kubernetes/kubelet.env names)
+Documentation=https://kubernetes.io/docs/
 Wants=network-online.target
-After=network-online.target containerd.service docker.service
+After=network-online.target containerd.service
+Requires=containerd.service
 ConditionPathExists=/etc/kubernetes/kubelet.env
 
 [Service]
 EnvironmentFile=/etc/kubernetes/kubelet.env
-ExecStartPre=-/usr/bin/docker rm -f kubelet
-ExecStart=/usr/bin/docker run --name kubelet --rm --privileged --net=host --pid=host \
-  -v /etc/kubernetes:/etc/kubernetes:ro -v /var/lib/kubelet:/var/lib/kubelet:rshared \
-  -v /etc/cni/net.d:/etc/cni/net.d:ro -v /opt/cni/bin:/opt/cni/bin:ro \
-  -v /run:/run -v /sys:/sys:ro -v /var/log:/var/log -v /dev:/dev \
-  ${KUBELET_IMAGE} kubelet --config=/var/lib/kubelet/config.yaml \
+ExecStartPre=/opt/opke/bin/install-kubelet
+ExecStart=/opt/bin/kubelet --config=/var/lib/kubelet/config.yaml \
   --kubeconfig=/etc/kubernetes/kubelet.conf $KUBELET_ARGS
-ExecStop=-/usr/bin/docker stop kubelet
 Restart=always
 RestartSec=5
+StartLimitInterval=0
 
 [Install]
 WantedBy=multi-user.target
 `
 
+// installKubelet installs the kubelet of $KUBELET_IMAGE at /opt/bin/kubelet
+// unless it is there already. It has no version of its own.
+const installKubelet = `#!/bin/sh
+# Installs the kubelet of the image /etc/kubernetes/kubelet.env names
+# (KUBELET_IMAGE) at /opt/bin/kubelet: pulled by containerd through the
+# hosts' registry configuration, copied out of the image once. From OPKE's
+# Ignition.
+set -eu
+image="${KUBELET_IMAGE:?KUBELET_IMAGE is not set}"
+if [ -x /opt/bin/kubelet ] && [ "$(cat /opt/bin/kubelet.image 2>/dev/null)" = "$image" ]; then
+  exit 0
+fi
+ctr="ctr --namespace opke"
+$ctr images pull --hosts-dir /etc/containerd/certs.d "$image" >/dev/null
+mnt=$(mktemp -d)
+trap '$ctr images unmount "$mnt" >/dev/null 2>&1 || true; rmdir "$mnt"' EXIT
+$ctr images mount "$image" "$mnt" >/dev/null
+mkdir -p /opt/bin
+install -m 0755 "$mnt/usr/local/bin/kubelet" /opt/bin/kubelet.new
+mv -f /opt/bin/kubelet.new /opt/bin/kubelet
+echo "$image" > /opt/bin/kubelet.image
+echo "installed the kubelet of $image"
+`
+
 // etcdUnit runs the controller's etcd member from the image and flags in
-// the pushed /etc/kubernetes/etcd.env (ETCD_IMAGE and etcd's own ETCD_*).
+// the pushed /etc/kubernetes/etcd.env (ETCD_IMAGE and etcd's own ETCD_*),
+// by the host's containerd (as Typhoon runs it by the host's runtime),
+// the image pulled through the hosts' registry configuration.
 const etcdUnit = `[Unit]
 Description=etcd member (image and settings from /etc/kubernetes/etcd.env)
 Wants=network-online.target
-After=network-online.target docker.service
+After=network-online.target containerd.service
+Requires=containerd.service
 ConditionPathExists=/etc/kubernetes/etcd.env
 
 [Service]
 EnvironmentFile=/etc/kubernetes/etcd.env
-ExecStartPre=-/usr/bin/docker rm -f etcd-member
-ExecStart=/usr/bin/docker run --name etcd-member --rm --net=host --env-file=/etc/kubernetes/etcd.env \
-  -v /var/lib/etcd:/var/lib/etcd -v /etc/kubernetes/pki/etcd:/etc/kubernetes/pki/etcd:ro \
-  ${ETCD_IMAGE} etcd
-ExecStop=-/usr/bin/docker stop etcd-member
+ExecStartPre=/usr/bin/ctr --namespace opke images pull --hosts-dir /etc/containerd/certs.d ${ETCD_IMAGE}
+ExecStartPre=-/usr/bin/ctr --namespace opke tasks kill --signal SIGKILL etcd-member
+ExecStartPre=-/usr/bin/ctr --namespace opke tasks delete etcd-member
+ExecStartPre=-/usr/bin/ctr --namespace opke containers delete etcd-member
+ExecStart=/usr/bin/ctr --namespace opke run --rm --net-host --env-file /etc/kubernetes/etcd.env \
+  --mount type=bind,src=/var/lib/etcd,dst=/var/lib/etcd,options=rbind:rw \
+  --mount type=bind,src=/etc/kubernetes/pki/etcd,dst=/etc/kubernetes/pki/etcd,options=rbind:ro \
+  ${ETCD_IMAGE} etcd-member /usr/local/bin/etcd
 Restart=always
 RestartSec=5
+StartLimitInterval=0
 
 [Install]
 WantedBy=multi-user.target

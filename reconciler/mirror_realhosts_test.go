@@ -1,0 +1,128 @@
+//go:build realhosts
+
+package reconciler_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
+	"opke.dev/opke/world"
+)
+
+// TestControllerFromTheMirror: on real machines (make realhosts), a
+// cluster of one controller whose spec names the simulator's registry as
+// its mirror comes up from images pulled through that mirror only: the
+// machines reach no other registry. The registry holds what make world
+// built from upstream source; the controller's health gate is OPKE's own:
+// etcd answers its member list over TLS, the kube-apiserver static pod's
+// /readyz is ok with the rendered certificates, its /version is the
+// spec's.
+func TestControllerFromTheMirror(t *testing.T) {
+	if !realHosts {
+		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make realhosts)")
+	}
+	ctx := t.Context()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	arts, err := world.Targets(world.E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := world.New(world.DefaultCacheDir(), log).Ensure(ctx, arts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t)
+	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
+	reg, err := r.sim.StartRegistry(ctx, "public", bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range built.Images() {
+		dir, _ := built.Image(ref)
+		l, err := world.OpenLayout(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repo, tag, err := world.MirrorName(ref, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := world.Push(ctx, reg.Client, reg.URL(), l, repo, tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c := spec(t, "demo", "", 0)
+	c.Spec.WorkerPools, c.Spec.Addons = nil, nil
+	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
+	r.apply(t, c)
+
+	// The controller comes up: what OPKE's health gate asks of it.
+	res := r.observed(t)
+	api, base, _ := r.apiClient(t, res, "demo-controller-0")
+	deadline := time.Now().Add(8 * time.Minute)
+	var last string
+	for {
+		resp, err := api.Get(base + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "ok" {
+				break
+			}
+			last = fmt.Sprintf("%s: %s", resp.Status, b)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			gw := dialHost(t, r, res, "demo-gateway-0", nil)
+			host := dialHost(t, r, res, "demo-controller-0", gw)
+			for _, cmd := range []string{
+				"sudo -n systemctl --no-pager status containerd etcd-member kubelet",
+				"sudo -n journalctl --no-pager -n 60 -u etcd-member -u kubelet",
+				"sudo -n ctr --namespace k8s.io containers list",
+			} {
+				out, err := sshx.Run(ctx, host, cmd)
+				t.Logf("%s (%v):\n%s", cmd, err, out)
+			}
+			t.Fatalf("the API server's /readyz did not answer ok within 8m: %s", last)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if v := r.apiVersion(t, res, "demo-controller-0"); v != c.Spec.Kubernetes.Version {
+		t.Errorf("/version says %q, want %s", v, c.Spec.Kubernetes.Version)
+	}
+	// Every image came through the mirror: the registry served them.
+	for _, ref := range []string{"registry.k8s.io/etcd", "registry.k8s.io/kube-apiserver", "ghcr.io/opke-dev/kubelet", "registry.k8s.io/pause"} {
+		if !slices.Contains(pulled(t, reg.Log(), reg.Addr.Addr().String()), ref) {
+			t.Errorf("the mirror served no manifest of %s", ref)
+		}
+	}
+}
+
+// pulled lists the repositories whose manifests a registry's access log
+// shows fetched by a host (not by the edge that loaded it).
+func pulled(t *testing.T, log []byte, edge string) []string {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^(\S+) .*"GET /v2/(\S+)/manifests/\S+ HTTP/[0-9.]+" 200`)
+	var out []string
+	for _, m := range re.FindAllSubmatch(log, -1) {
+		if string(m[1]) != edge {
+			out = append(out, string(m[2]))
+		}
+	}
+	if len(out) == 0 {
+		t.Logf("registry log:\n%s", log)
+	}
+	return out
+}
