@@ -37,6 +37,7 @@ REALHOST_E2E = TestResyncReadsTheHosts|TestControllerFromTheMirror
 ## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the world's e2e set and the host image built or taken from their caches (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, the simulator with --hosts real driven by the upstream ssh, sftp and nc, and a controller from the registry mirror
 realhosts:
 	$(GO) run ./cmd/opke-world build --set e2e
+	$(GO) test -race -tags realhosts -count=1 ./world/... ./cmd/opke-world/
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/ ./cmd/opke/
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(REALHOST_E2E)' ./reconciler/

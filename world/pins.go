@@ -20,7 +20,9 @@ var KubernetesVersions = []string{"v1.35.1", "v1.35.2", "v1.36.1"}
 // serves images from. Debian bookworm's containerd (1.6) lacks CRI
 // methods kubelet 1.35 calls.
 const (
-	ContainerdVersion   = "v2.1.5"
+	ContainerdVersion = "v2.1.5"
+	// CNIPluginsVersion is the reference CNI plugins flannel needs.
+	CNIPluginsVersion   = "v1.8.0"
 	RuncVersion         = "v1.3.3"
 	DistributionVersion = "v3.0.0"
 )
@@ -149,6 +151,16 @@ func Targets(set Set) ([]Artifact, error) {
 			return nil, err
 		}
 		add(p)
+		if set == All {
+			d, err := CoreDNS(im.CoreDNS)
+			if err != nil {
+				return nil, err
+			}
+			add(d)
+		}
+	}
+	if set == All {
+		add(CNIPlugins(CNIPluginsVersion))
 	}
 	return out, nil
 }
@@ -316,4 +328,38 @@ func imageRefs(arts []Artifact) []string {
 	}
 	slices.Sort(refs)
 	return refs
+}
+
+// CoreDNS is the cluster DNS image a minor's matrix row names
+// (registry.k8s.io/coredns/coredns:v1.13.1), with the plugins of its
+// release (plugin.cfg, as its Makefile builds it), at /coredns as
+// upstream's image has it.
+func CoreDNS(ref string) (Artifact, error) {
+	v, ok := tagOf(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: coredns image %q has no tag", ref)
+	}
+	return Artifact{
+		Key: "coredns-" + v, Module: "github.com/coredns/coredns", Version: v, Lang: Go,
+		Binaries: []Binary{{Name: "coredns", Package: "github.com/coredns/coredns"}},
+		Stamp:    map[string]string{"github.com/coredns/coredns/coremain.GitCommit": "archive"},
+		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "coredns", Path: "/coredns"}}, Entrypoint: []string{"/coredns"}}},
+	}, nil
+}
+
+// CNIPlugins are the reference CNI plugins flannel delegates to: bridge,
+// host-local, portmap and loopback, stamped as their build script does.
+// They are host binaries (/opt/cni/bin), not an image.
+func CNIPlugins(v string) Artifact {
+	const m = "github.com/containernetworking/plugins"
+	return Artifact{
+		Key: "cni-plugins-" + v, Module: m, Version: v, Lang: Go,
+		Binaries: []Binary{
+			{Name: "bridge", Package: m + "/plugins/main/bridge"},
+			{Name: "loopback", Package: m + "/plugins/main/loopback"},
+			{Name: "host-local", Package: m + "/plugins/ipam/host-local"},
+			{Name: "portmap", Package: m + "/plugins/meta/portmap"},
+		},
+		Stamp: map[string]string{m + "/pkg/utils/buildversion.BuildVersion": v},
+	}
 }

@@ -3,19 +3,27 @@
 //
 //	opke-world build [--set all|e2e] [--cache DIR]   build what is missing, print what is there
 //	opke-world list  [--set all|e2e]                 the artifacts and images of a set
+//	opke-world push  --registry URL [--ca FILE]      load a registry mirror with a set's images, laid out
+//	                                                 as spec.registryMirror reads them (URL/registry.k8s.io/...)
 //
 // Exit codes: 0 success, 1 a failed build, 2 a usage error.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -31,14 +39,16 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "build" && args[0] != "list") {
-		fmt.Fprintln(stderr, "usage: opke-world build|list [--set all|e2e] [--cache DIR]")
+	if len(args) == 0 || (args[0] != "build" && args[0] != "list" && args[0] != "push") {
+		fmt.Fprintln(stderr, "usage: opke-world build|list|push [--set all|e2e] [--cache DIR] [--registry URL --ca FILE]")
 		return 2
 	}
 	fs := flag.NewFlagSet("opke-world "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	set := fs.String("set", string(world.All), "which artifacts: all (every Kubernetes version of the test matrix) or e2e (what the real-host suites use)")
 	cache := fs.String("cache", world.DefaultCacheDir(), "the cache folder, outside the repository")
+	registry := fs.String("registry", "", "push: the mirror's URL, https://host[:port][/path] (http:// on loopback), as spec.registryMirror.endpoint names it")
+	caFile := fs.String("ca", "", "push: PEM CA of the mirror's certificate, when the system does not trust it")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -69,7 +79,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{}))
 	started := time.Now()
+	var client *http.Client
+	var base, path string
+	if args[0] == "push" {
+		if client, base, path, err = pushTarget(*registry, *caFile); err != nil {
+			fmt.Fprintf(stderr, "opke-world push: %v\n", err)
+			return 2
+		}
+	}
 	built, err := world.New(*cache, log).Ensure(ctx, arts)
+	if err == nil && args[0] == "push" {
+		for _, ref := range built.Images() {
+			dir, _ := built.Image(ref)
+			l, lerr := world.OpenLayout(dir)
+			if lerr != nil {
+				err = lerr
+				break
+			}
+			repo, tag, merr := world.MirrorName(ref, path)
+			if merr != nil {
+				err = merr
+				break
+			}
+			if err = world.Push(ctx, client, base, l, repo, tag); err != nil {
+				break
+			}
+			fmt.Fprintf(stdout, "pushed %s as %s/%s:%s\n", ref, strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://"), repo, tag)
+		}
+	}
 	if built != nil {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ARTIFACT\tSTATE\tTOOK")
@@ -91,4 +128,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// pushTarget checks a mirror URL and returns the client, the registry's
+// base URL and the path its images go under.
+func pushTarget(registry, caFile string) (*http.Client, string, string, error) {
+	u, err := url.Parse(registry)
+	switch {
+	case err != nil:
+		return nil, "", "", errors.New("--registry: not a URL; want https://host[:port][/path] without credentials")
+	case u.User != nil:
+		return nil, "", "", fmt.Errorf("--registry %s: want https://host[:port][/path] without credentials", u.Redacted())
+	case u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		return nil, "", "", fmt.Errorf("--registry %q: want https://host[:port][/path] without credentials", registry)
+	}
+	if u.Scheme == "http" {
+		if ip, perr := netip.ParseAddr(u.Hostname()); perr != nil || !ip.IsLoopback() {
+			return nil, "", "", fmt.Errorf("--registry %q: plain http only to a loopback address", registry)
+		}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, "", "", fmt.Errorf("--ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, "", "", fmt.Errorf("--ca %s: no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Minute}, u.Scheme + "://" + u.Host, u.Path, nil
 }
