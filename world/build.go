@@ -2,6 +2,7 @@ package world
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -173,7 +174,7 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return fmt.Errorf("world %s: %w", a.Key, err)
 	}
-	info, err := w.download(ctx, src, a.Module, a.Version)
+	info, err := w.download(ctx, src, a.Module, a.Version, a.NoSumDB)
 	if err != nil {
 		return fmt.Errorf("world %s: %w", a.Key, err)
 	}
@@ -213,9 +214,10 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 type moduleInfo struct {
 	Path, Version, Dir, GoMod string
 	// Info is the proxy's .info file, which has the release's Time.
-	Info  string
-	Time  time.Time
-	Error string
+	Info   string
+	Time   time.Time
+	Origin struct{ Hash string }
+	Error  string
 }
 
 // goEnv is the environment of every go command: modules through the
@@ -224,11 +226,15 @@ var goEnv = []string{"GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOO
 
 // download fetches a module's zip through the proxy (in a scratch module
 // dir) and returns where it is.
-func (w *World) download(ctx context.Context, dir, module, version string) (moduleInfo, error) {
+func (w *World) download(ctx context.Context, dir, module, version string, noSumDB bool) (moduleInfo, error) {
 	if err := ensureGoMod(dir, "opke.dev/world/scratch", nil); err != nil {
 		return moduleInfo{}, err
 	}
-	out, err := w.Run(ctx, dir, goEnv, "go", "mod", "download", "-json", module+"@"+version)
+	env := goEnv
+	if noSumDB {
+		env = append(slices.Clone(goEnv), "GONOSUMDB="+module)
+	}
+	out, err := w.Run(ctx, dir, env, "go", "mod", "download", "-json", module+"@"+version)
 	var info moduleInfo
 	if jerr := json.Unmarshal(out, &info); jerr != nil {
 		return moduleInfo{}, fmt.Errorf("go mod download %s@%s: %w: %s", module, version, errors.Join(err, jerr), tailOf(out, 5))
@@ -241,11 +247,17 @@ func (w *World) download(ctx context.Context, dir, module, version string) (modu
 		if err != nil {
 			return moduleInfo{}, fmt.Errorf("%s@%s: %w", module, version, err)
 		}
-		var t struct{ Time time.Time }
+		var t struct {
+			Time   time.Time
+			Origin struct{ Hash string }
+		}
 		if err := json.Unmarshal(b, &t); err != nil {
 			return moduleInfo{}, fmt.Errorf("%s@%s: %s: %w", module, version, info.Info, err)
 		}
 		info.Time = t.Time
+		if info.Origin.Hash == "" {
+			info.Origin.Hash = t.Origin.Hash
+		}
 	}
 	if info.Time.IsZero() {
 		return moduleInfo{}, fmt.Errorf("%s@%s: the proxy gives no release time", module, version)
@@ -319,14 +331,18 @@ func WrapperMod(a Artifact, goVersion string, kubeGoMod []byte) (*modfile.File, 
 }
 
 // LDFlags returns the -ldflags of a Go artifact: stripped, its version
-// variables stamped, date variables set to date (RFC 3339, UTC).
-func LDFlags(a Artifact, date time.Time) string {
+// variables stamped, date variables set to date (RFC 3339, UTC), commit
+// variables to commit ("archive" when unknown).
+func LDFlags(a Artifact, date time.Time, commit string) string {
 	flags := []string{"-s", "-w"}
 	for _, k := range slices.Sorted(maps.Keys(a.Stamp)) {
 		flags = append(flags, "-X", k+"="+a.Stamp[k])
 	}
 	for _, k := range a.DateVars {
 		flags = append(flags, "-X", k+"="+date.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	for _, k := range a.CommitVars {
+		flags = append(flags, "-X", k+"="+cmp.Or(commit, "archive"))
 	}
 	return strings.Join(flags, " ")
 }
@@ -357,9 +373,12 @@ func (w *World) buildGo(ctx context.Context, a Artifact, src string, info module
 	if a.CGO {
 		env[len(env)-1] = "CGO_ENABLED=1"
 	}
+	if a.NoSumDB {
+		env = append(env, "GONOSUMDB="+a.Module)
+	}
 	for _, b := range a.Binaries {
 		started := time.Now()
-		args := []string{"build", "-trimpath", "-ldflags=" + LDFlags(a, info.Time), "-o", filepath.Join(bin, b.Name)}
+		args := []string{"build", "-trimpath", "-ldflags=" + LDFlags(a, info.Time, info.Origin.Hash), "-o", filepath.Join(bin, b.Name)}
 		if len(a.Tags) > 0 {
 			args = append(args, "-tags="+strings.Join(a.Tags, ","))
 		}

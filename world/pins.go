@@ -94,6 +94,12 @@ type Artifact struct {
 	// build is the same whenever it runs.
 	Stamp    map[string]string
 	DateVars []string
+	// CommitVars are set to the release's commit when the proxy knows it
+	// (its .info's Origin), else to "archive".
+	CommitVars []string `json:",omitempty"`
+	// NoSumDB: the module version is on the proxy but not in the checksum
+	// database (sum.golang.org answers 404), so go is told not to ask it.
+	NoSumDB bool `json:",omitempty"`
 	// Tags are Go build tags; CGO builds with cgo (runc's seccomp).
 	Tags []string
 	CGO  bool
@@ -157,6 +163,11 @@ func Targets(set Set) ([]Artifact, error) {
 				return nil, err
 			}
 			add(d)
+			ms, err := MetricsServer(im.MetricsServer)
+			if err != nil {
+				return nil, err
+			}
+			add(ms)
 		}
 	}
 	if set == All {
@@ -362,4 +373,25 @@ func CNIPlugins(v string) Artifact {
 		},
 		Stamp: map[string]string{m + "/pkg/utils/buildversion.BuildVersion": v},
 	}
+}
+
+// MetricsServer is the metrics-server image a minor's matrix row names,
+// built and stamped as its Makefile builds it (client-go's version
+// variables), at /metrics-server as upstream's image has it. v0.8.0 is
+// not in the checksum database: the proxy's copy is taken unchecked
+// (NoSumDB), which the note of its build says.
+func MetricsServer(ref string) (Artifact, error) {
+	v, ok := tagOf(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: metrics-server image %q has no tag", ref)
+	}
+	const m = "sigs.k8s.io/metrics-server"
+	return Artifact{
+		Key: "metrics-server-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true,
+		Binaries:   []Binary{{Name: "metrics-server", Package: m + "/cmd/metrics-server"}},
+		Stamp:      map[string]string{"k8s.io/client-go/pkg/version.gitVersion": v},
+		DateVars:   []string{"k8s.io/client-go/pkg/version.buildDate"},
+		CommitVars: []string{"k8s.io/client-go/pkg/version.gitCommit"},
+		Images:     []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "metrics-server", Path: "/metrics-server"}}, Entrypoint: []string{"/metrics-server"}}},
+	}, nil
 }

@@ -25,7 +25,7 @@ func TestTargets(t *testing.T) {
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
-			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "kubernetes-v1.35.2", "kubernetes-v1.36.1", "etcd-v3.6.6",
+			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "metrics-server-v0.8.0", "kubernetes-v1.35.2", "kubernetes-v1.36.1", "etcd-v3.6.6",
 			"cni-plugins-" + CNIPluginsVersion}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
@@ -122,7 +122,7 @@ func golden(t *testing.T, path string, got []byte) {
 func TestLDFlags(t *testing.T) {
 	k, _ := Kubernetes("v1.36.1")
 	date := time.Date(2026, 2, 10, 19, 6, 3, 0, time.UTC)
-	got := LDFlags(k, date)
+	got := LDFlags(k, date, "")
 	for _, want := range []string{
 		"-s -w ",
 		"-X k8s.io/component-base/version.gitVersion=v1.36.1",
@@ -136,11 +136,18 @@ func TestLDFlags(t *testing.T) {
 			t.Errorf("ldflags %q lack %q", got, want)
 		}
 	}
-	if got != LDFlags(k, date) {
+	if got != LDFlags(k, date, "") {
 		t.Error("ldflags differ between two calls (map order)")
 	}
+	ms, _ := MetricsServer("registry.k8s.io/metrics-server/metrics-server:v0.8.0")
+	if got := LDFlags(ms, date, "d66279c6"); !strings.Contains(got, "-X k8s.io/client-go/pkg/version.gitCommit=d66279c6") {
+		t.Errorf("metrics-server ldflags %q: no commit", got)
+	}
+	if got := LDFlags(ms, date, ""); !strings.Contains(got, "version.gitCommit=archive") {
+		t.Errorf("metrics-server ldflags %q: an unknown commit is not archive", got)
+	}
 	c := Containerd("v2.1.5")
-	if got := LDFlags(c, date); !strings.Contains(got, "-X github.com/containerd/containerd/v2/version.Version=v2.1.5") {
+	if got := LDFlags(c, date, ""); !strings.Contains(got, "-X github.com/containerd/containerd/v2/version.Version=v2.1.5") {
 		t.Errorf("containerd ldflags %q", got)
 	}
 }
