@@ -195,6 +195,7 @@ Wants=network-online.target
 After=network-online.target containerd.service
 Requires=containerd.service
 ConditionPathExists=/etc/kubernetes/kubelet.env
+StartLimitIntervalSec=0
 
 [Service]
 EnvironmentFile=/etc/kubernetes/kubelet.env
@@ -203,7 +204,6 @@ ExecStart=/opt/bin/kubelet --config=/var/lib/kubelet/config.yaml \
   --kubeconfig=/etc/kubernetes/kubelet.conf $KUBELET_ARGS
 Restart=always
 RestartSec=5
-StartLimitInterval=0
 
 [Install]
 WantedBy=multi-user.target
@@ -243,6 +243,7 @@ Wants=network-online.target
 After=network-online.target containerd.service
 Requires=containerd.service
 ConditionPathExists=/etc/kubernetes/etcd.env
+StartLimitIntervalSec=0
 
 [Service]
 EnvironmentFile=/etc/kubernetes/etcd.env
@@ -256,7 +257,6 @@ ExecStart=/usr/bin/ctr --namespace opke run --rm --net-host --env-file /etc/kube
   ${ETCD_IMAGE} etcd-member /usr/local/bin/etcd
 Restart=always
 RestartSec=5
-StartLimitInterval=0
 
 [Install]
 WantedBy=multi-user.target
