@@ -13,7 +13,7 @@ import (
 // two patch releases of one minor and one release of the next, so that a
 // patch and a minor upgrade both run real binaries. The first is the one
 // a single-version suite (E2E) uses.
-var KubernetesVersions = []string{"v1.35.1", "v1.35.2", "v1.36.1"}
+var KubernetesVersions = []string{"v1.35.1", "v1.35.4", "v1.36.1"}
 
 // Host runtime and registry versions: what a Flatcar host ships (a
 // containerd of the 2.x line with runc) and the registry the simulator

@@ -25,7 +25,7 @@ func TestTargets(t *testing.T) {
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
-			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "metrics-server-v0.8.0", "kubernetes-v1.35.2", "kubernetes-v1.36.1", "etcd-v3.6.6",
+			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "metrics-server-v0.8.0", "kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6",
 			"cni-plugins-" + CNIPluginsVersion}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
