@@ -65,11 +65,17 @@ type realHosts struct {
 
 	mu       sync.Mutex // guards what follows; never held while taking s.mu
 	machines map[string]*realMachine
-	edges    map[string]string // external network -> the edge's namespace path
-	edgeIPs  map[string]netip.Addr
-	procs    []*exec.Cmd // processes run in edges (registries), stopped at close
+	edges    map[string]edge // by external network
+	procs    []*exec.Cmd     // processes run in edges (registries), stopped at close
 	applied  applied
 	lbs      map[string]*realLB
+}
+
+// edge is an external network's edge: its namespace's path and its
+// address on the network.
+type edge struct {
+	ns string
+	ip netip.Addr
 }
 
 // realMachine is a server's machine, booting, up or failed.
@@ -128,7 +134,7 @@ func (s *Sim) startRealHosts(ctx context.Context) (*realHosts, error) {
 	}
 	r := &realHosts{s: s, log: s.log, img: img, fab: fab, dir: s.hostsDir, keep: !s.tempDir,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		machines: map[string]*realMachine{}, edges: map[string]string{}, edgeIPs: map[string]netip.Addr{}, lbs: map[string]*realLB{},
+		machines: map[string]*realMachine{}, edges: map[string]edge{}, lbs: map[string]*realLB{},
 		applied: applied{networks: map[string]bool{}, ports: map[string]string{}, rules: map[string]string{},
 			routers: map[string]string{}, legs: map[string]string{}, fips: map[string]string{}}}
 	s.log.Info("real hosts", "fabric", name, "image", img.Hash)
@@ -243,7 +249,7 @@ func (r *realHosts) reboot(id string) {
 // dial connects from an external network's edge to a floating IP.
 func (r *realHosts) dial(ctx context.Context, network string, target netip.AddrPort) (net.Conn, error) {
 	r.mu.Lock()
-	ns := r.edges[network]
+	ns := r.edges[network].ns
 	r.mu.Unlock()
 	if ns == "" {
 		return nil, fmt.Errorf("dial %s: %w", target, errNoRoute)
@@ -611,7 +617,7 @@ func (r *realHosts) converge(ctx context.Context) error {
 		a.networks[id] = d.networks[id]
 	}
 	for _, id := range slices.Sorted(maps.Keys(d.edges)) {
-		if r.edges[id] != "" || !hasNetwork(a, id) {
+		if r.edges[id].ns != "" || !hasNetwork(a, id) {
 			continue
 		}
 		ns := r.fab.Name() + "-" + shortID("e", id)
@@ -623,8 +629,7 @@ func (r *realHosts) converge(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		r.edges[id] = path
-		r.edgeIPs[id] = d.edges[id].Addr()
+		r.edges[id] = edge{ns: path, ip: d.edges[id].Addr()}
 	}
 	var boot []string
 	for _, id := range slices.Sorted(maps.Keys(d.servers)) {

@@ -63,13 +63,12 @@ func (s *Sim) StartRegistry(ctx context.Context, network, binary, dir string) (*
 	if err != nil {
 		return nil, err
 	}
-	var nsPath string
-	var ip netip.Addr
+	var e edge
 	for {
 		s.real.mu.Lock()
-		nsPath, ip = s.real.edges[id], s.real.edgeIPs[id]
+		e = s.real.edges[id]
 		s.real.mu.Unlock()
-		if nsPath != "" {
+		if e.ns != "" {
 			break
 		}
 		s.real.wake()
@@ -77,8 +76,8 @@ func (s *Sim) StartRegistry(ctx context.Context, network, binary, dir string) (*
 			return nil, fmt.Errorf("registry: the edge of %s: %w", network, err)
 		}
 	}
-	addr := netip.AddrPortFrom(ip, RegistryPort)
-	caPEM, certPEM, keyPEM, err := registryTLS(ip)
+	addr := netip.AddrPortFrom(e.ip, RegistryPort)
+	caPEM, certPEM, keyPEM, err := registryTLS(e.ip)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
@@ -110,7 +109,7 @@ http:
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", filepath.Base(nsPath), binary, "serve", cfgPath)
+	cmd := exec.Command("ip", "netns", "exec", filepath.Base(e.ns), binary, "serve", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -121,13 +120,11 @@ http:
 	s.real.procs = append(s.real.procs, cmd)
 	s.real.mu.Unlock()
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("registry: no CA certificate in caPEM")
-	}
+	pool.AppendCertsFromPEM(caPEM) // made above: it parses
 	reg := &Registry{Addr: addr, CACert: caPEM, LogPath: filepath.Join(dir, "registry.log"), Client: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-			return machine.DialIn(ctx, nsPath, network, a)
+			return machine.DialIn(ctx, e.ns, network, a)
 		},
 	}}}
 	// Up once it answers the API's base.
@@ -159,6 +156,8 @@ func (s *Sim) externalNetworkID(name string) (string, error) {
 	return "", fmt.Errorf("no external network %q", name)
 }
 
+// sleepCtx waits d or until ctx ends. (OPKE's cloud.Sleep is the same;
+// the simulator does not import OPKE's OpenStack adapter.)
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

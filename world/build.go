@@ -59,6 +59,14 @@ type World struct {
 	Run Runner
 }
 
+// run runs a command with w.Run, exec when it is nil.
+func (w *World) run(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
+	if w.Run == nil {
+		return execRunner(ctx, dir, env, name, args...)
+	}
+	return w.Run(ctx, dir, env, name, args...)
+}
+
 // New returns a World caching in dir.
 func New(dir string, log *slog.Logger) *World {
 	if log == nil {
@@ -75,7 +83,6 @@ type Built struct {
 // Result is one artifact's outcome.
 type Result struct {
 	Key    string
-	Dir    string
 	Cached bool
 	Took   time.Duration
 	// Binaries by name, Images by reference: paths.
@@ -118,11 +125,14 @@ func (b *Built) Images() []string {
 // (or built by another recipe) one after the other, logging each as it
 // starts and ends.
 func (w *World) Ensure(ctx context.Context, arts []Artifact) (*Built, error) {
+	if w.Log == nil {
+		w.Log = slog.New(slog.DiscardHandler)
+	}
 	out := &Built{}
 	for i, a := range arts {
 		started := time.Now()
 		dir := filepath.Join(w.Dir, a.Key)
-		r := Result{Key: a.Key, Dir: dir, Binaries: map[string]string{}, Images: map[string]string{}}
+		r := Result{Key: a.Key, Binaries: map[string]string{}, Images: map[string]string{}}
 		for _, b := range a.Binaries {
 			r.Binaries[b.Name] = filepath.Join(dir, "bin", b.Name)
 		}
@@ -234,7 +244,7 @@ func (w *World) download(ctx context.Context, dir, module, version string, noSum
 	if noSumDB {
 		env = append(slices.Clone(goEnv), "GONOSUMDB="+module)
 	}
-	out, err := w.Run(ctx, dir, env, "go", "mod", "download", "-json", module+"@"+version)
+	out, err := w.run(ctx, dir, env, "go", "mod", "download", "-json", module+"@"+version)
 	var info moduleInfo
 	if jerr := json.Unmarshal(out, &info); jerr != nil {
 		return moduleInfo{}, fmt.Errorf("go mod download %s@%s: %w: %s", module, version, errors.Join(err, jerr), tailOf(out, 5))
@@ -383,7 +393,7 @@ func (w *World) buildGo(ctx context.Context, a Artifact, src string, info module
 			args = append(args, "-tags="+strings.Join(a.Tags, ","))
 		}
 		args = append(args, b.Package)
-		if out, err := w.Run(ctx, src, env, "go", args...); err != nil {
+		if out, err := w.run(ctx, src, env, "go", args...); err != nil {
 			return fmt.Errorf("go build %s: %w: %s", b.Package, err, tailOf(out, 15))
 		}
 		w.Log.Info("built binary", "artifact", a.Key, "binary", b.Name, "took", time.Since(started).Round(time.Second))
@@ -402,7 +412,7 @@ func (w *World) buildC(ctx context.Context, a Artifact, info moduleInfo, bin str
 		}
 		args := append([]string{"-Os", "-Wall", "-Werror", "-static"}, a.CDefine...)
 		args = append(args, "-o", filepath.Join(bin, b.Name), filepath.Join(info.Dir, b.Package))
-		if out, err := w.Run(ctx, bin, nil, "gcc", args...); err != nil {
+		if out, err := w.run(ctx, bin, nil, "gcc", args...); err != nil {
 			return fmt.Errorf("gcc %s: %w: %s", b.Package, err, tailOf(out, 15))
 		}
 	}

@@ -2,7 +2,6 @@ package world
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"opke.dev/opke/render/assets"
@@ -327,18 +326,6 @@ func tagOf(ref string) (string, bool) {
 		return "", false
 	}
 	return ref[i+1:], true
-}
-
-// imageRefs lists the image references of arts, sorted.
-func imageRefs(arts []Artifact) []string {
-	var refs []string
-	for _, a := range arts {
-		for _, im := range a.Images {
-			refs = append(refs, im.Ref)
-		}
-	}
-	slices.Sort(refs)
-	return refs
 }
 
 // CoreDNS is the cluster DNS image a minor's matrix row names

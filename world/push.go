@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+
+	"opke.dev/opke/render/assets"
 )
 
 // MirrorName is where an image is in a registry mirror laid out as OPKE's
@@ -23,10 +25,7 @@ func MirrorName(ref, path string) (repo, tag string, err error) {
 	if !strings.Contains(name, "/") {
 		return "", "", fmt.Errorf("image %q: no registry", ref)
 	}
-	if p := strings.Trim(path, "/"); p != "" {
-		name = p + "/" + name
-	}
-	return name, tag, nil
+	return assets.MirrorRepository(path, name), tag, nil
 }
 
 // Push uploads the image of an OCI layout to the registry at base

@@ -245,8 +245,7 @@ func TestEnsureBuildsOnceByVersion(t *testing.T) {
 	dir := t.TempDir()
 	k, _ := Kubernetes("v1.35.1")
 	fg := &fakeGo{}
-	w := &World{Dir: dir, Log: nil, Run: fg.run}
-	w.Log = New(dir, nil).Log
+	w := &World{Dir: dir, Run: fg.run}
 	b, err := w.Ensure(t.Context(), []Artifact{k})
 	if err != nil {
 		t.Fatal(err)
@@ -301,4 +300,16 @@ func TestEnsureBuildsOnceByVersion(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, k.Key, "bin", "kubelet")); err != nil {
 		t.Errorf("the last good build is gone: %v", err)
 	}
+}
+
+// imageRefs lists the image references of arts, sorted.
+func imageRefs(arts []Artifact) []string {
+	var refs []string
+	for _, a := range arts {
+		for _, im := range a.Images {
+			refs = append(refs, im.Ref)
+		}
+	}
+	slices.Sort(refs)
+	return refs
 }

@@ -42,6 +42,17 @@ func (r *renderer) registries() []string {
 	return out
 }
 
+// MirrorRepository is where a registry mirror whose endpoint has path
+// keeps repo, an image's name with its registry (registry.k8s.io/pause):
+// PATH/registry.k8s.io/pause. The hosts' hosts.toml and whatever loads a
+// mirror (opke-world push) agree through it.
+func MirrorRepository(path, repo string) string {
+	if p := strings.Trim(path, "/"); p != "" {
+		return p + "/" + repo
+	}
+	return repo
+}
+
 func (r *renderer) kubeletImage() string {
 	if r.in.KubeletImage != "" {
 		return r.in.KubeletImage
@@ -102,7 +113,7 @@ imports = ["/etc/containerd/conf.d/*.toml"]
 		// The image registry.k8s.io/pause:3.10.1 is ENDPOINT/registry.k8s.io/
 		// pause:3.10.1 in the mirror: its API path is /v2/PATH/registry.k8s.io/
 		// pause, whatever path the endpoint has (a project of the registry).
-		host.Path = "/v2" + strings.TrimSuffix(base.Path, "/") + "/" + reg
+		host.Path = "/v2/" + MirrorRepository(base.Path, reg)
 		var b strings.Builder
 		fmt.Fprintf(&b, "# Images of %s come from the registry mirror; rendered and pushed by OPKE.\n", reg)
 		fmt.Fprintf(&b, "server = %s\n\n[host.%s]\n  capabilities = [\"pull\", \"resolve\"]\n  override_path = true\n", strconv.Quote(server), strconv.Quote(host.String()))
