@@ -24,7 +24,7 @@ import (
 
 // recipe names how this package builds an artifact; changing it rebuilds
 // every artifact (its hash is in each artifact's complete mark).
-const recipe = "world/2: -trimpath -ldflags=-s -w, CGO off unless asked, images one gzip layer"
+const recipe = "world/3: -trimpath -ldflags=-s -w, CGO off unless asked, the module's versioned replacements kept, images a gzip layer over an optional Debian base"
 
 // DefaultCacheDir is where builds are kept between runs, outside any
 // repository: $OPKE_CACHE/world, else the user's cache folder.
@@ -204,7 +204,13 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 		files[b.Name] = filepath.Join(tmp, "bin", b.Name)
 	}
 	for _, im := range a.Images {
-		if _, err := WriteImage(filepath.Join(tmp, "images", imageDirName(im.Ref)), im, files, info.Time, a.Module+"@"+a.Version); err != nil {
+		var base *Layer
+		if im.Base != nil {
+			if base, err = w.baseLayer(ctx, im.Base); err != nil {
+				return fmt.Errorf("world %s: %w", a.Key, err)
+			}
+		}
+		if _, err := WriteImage(filepath.Join(tmp, "images", imageDirName(im.Ref)), im, files, info.Time, a.Module+"@"+a.Version, base); err != nil {
 			return fmt.Errorf("world %s: %w", a.Key, err)
 		}
 	}
@@ -290,11 +296,13 @@ func ensureGoMod(dir, module string, f *modfile.File) error {
 }
 
 // WrapperMod returns the go.mod of the module a Go artifact is built in:
-// it requires the artifact's modules and, for Kubernetes, replaces each
-// staging module the release's go.mod points into ./staging with its
-// published v0.MINOR.PATCH and keeps its other replacements (kubeGoMod
-// is that go.mod).
-func WrapperMod(a Artifact, goVersion string, kubeGoMod []byte) (*modfile.File, error) {
+// it requires the artifact's modules and keeps the replacements of the
+// artifact module's own go.mod (moduleGoMod) that name a published
+// version, as its own build has them (a dependency's replacements bind
+// only its own builds). For Kubernetes (Staging) it also replaces each
+// staging module that go.mod points into ./staging with its published
+// v0.MINOR.PATCH.
+func WrapperMod(a Artifact, goVersion string, moduleGoMod []byte) (*modfile.File, error) {
 	f := &modfile.File{}
 	if err := f.AddModuleStmt("opke.dev/world/" + a.Key); err != nil {
 		return nil, err
@@ -310,31 +318,31 @@ func WrapperMod(a Artifact, goVersion string, kubeGoMod []byte) (*modfile.File, 
 			return nil, err
 		}
 	}
-	if a.Staging {
-		kf, err := modfile.Parse("go.mod", kubeGoMod, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s@%s go.mod: %w", a.Module, a.Version, err)
-		}
-		staging := "v0" + strings.TrimPrefix(a.Version, "v1")
-		n := 0
-		for _, r := range kf.Replace {
-			switch {
-			case strings.HasPrefix(r.New.Path, "./staging/"):
-				if err := f.AddReplace(r.Old.Path, "", r.Old.Path, staging); err != nil {
-					return nil, err
-				}
-				n++
-			case r.New.Version != "":
-				// A dependency's replacements bind only its own builds:
-				// the release's are carried over, as its build has them.
-				if err := f.AddReplace(r.Old.Path, r.Old.Version, r.New.Path, r.New.Version); err != nil {
-					return nil, err
-				}
+	if len(moduleGoMod) == 0 {
+		f.Cleanup()
+		return f, nil
+	}
+	mf, err := modfile.Parse("go.mod", moduleGoMod, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s@%s go.mod: %w", a.Module, a.Version, err)
+	}
+	staging := "v0" + strings.TrimPrefix(a.Version, "v1")
+	n := 0
+	for _, r := range mf.Replace {
+		switch {
+		case a.Staging && strings.HasPrefix(r.New.Path, "./staging/"):
+			if err := f.AddReplace(r.Old.Path, "", r.Old.Path, staging); err != nil {
+				return nil, err
+			}
+			n++
+		case r.New.Version != "":
+			if err := f.AddReplace(r.Old.Path, r.Old.Version, r.New.Path, r.New.Version); err != nil {
+				return nil, err
 			}
 		}
-		if n == 0 {
-			return nil, fmt.Errorf("%s@%s go.mod: no staging modules replaced", a.Module, a.Version)
-		}
+	}
+	if a.Staging && n == 0 {
+		return nil, fmt.Errorf("%s@%s go.mod: no staging modules replaced", a.Module, a.Version)
 	}
 	f.Cleanup()
 	return f, nil
@@ -360,19 +368,19 @@ func LDFlags(a Artifact, date time.Time, commit string) string {
 var goLine = regexp.MustCompile(`(?m)^go (\d+\.\d+(?:\.\d+)?)\s*$`)
 
 func (w *World) buildGo(ctx context.Context, a Artifact, src string, info moduleInfo, bin string) error {
-	var kubeMod []byte
+	var moduleMod []byte
 	goVersion := "1.25.0"
 	if info.GoMod != "" {
 		b, err := os.ReadFile(info.GoMod)
 		if err != nil {
 			return err
 		}
-		kubeMod = b
+		moduleMod = b
 		if m := goLine.FindSubmatch(b); m != nil {
 			goVersion = string(m[1])
 		}
 	}
-	f, err := WrapperMod(a, goVersion, kubeMod)
+	f, err := WrapperMod(a, goVersion, moduleMod)
 	if err != nil {
 		return err
 	}

@@ -77,11 +77,12 @@ const (
 )
 
 // WriteImage writes spec's image as an OCI image layout in dir (created,
-// emptied first): one gzip layer holding spec.Files, read from files (a
-// binary's name to its path), owned by root with the given time, so that
-// the same binaries always make the same digests. origin says where the
-// binaries come from, for the image's history.
-func WriteImage(dir string, spec ImageSpec, files map[string]string, created time.Time, origin string) (Descriptor, error) {
+// emptied first): base's layer first when spec has a base, then one gzip
+// layer holding spec.Files, read from files (a binary's name to its
+// path), owned by root with the given time, so that the same binaries
+// always make the same digests. origin says where the binaries come from,
+// for the image's history.
+func WriteImage(dir string, spec ImageSpec, files map[string]string, created time.Time, origin string, base *Layer) (Descriptor, error) {
 	tag, ok := tagOf(spec.Ref)
 	if !ok {
 		return Descriptor{}, fmt.Errorf("image %q: no tag", spec.Ref)
@@ -93,25 +94,41 @@ func WriteImage(dir string, spec ImageSpec, files map[string]string, created tim
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
 		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
 	}
+	if (base == nil) != (spec.Base == nil) {
+		return Descriptor{}, fmt.Errorf("image %s: a base layer must be given exactly when the image has a base", spec.Ref)
+	}
+	var layers []Descriptor
+	var diffIDs, history []string
+	if base != nil {
+		if err := linkOrCopy(base.Path, filepath.Join(blobs, strings.TrimPrefix(base.Descriptor.Digest, "sha256:"))); err != nil {
+			return Descriptor{}, fmt.Errorf("image %s: base layer: %w", spec.Ref, err)
+		}
+		layers, diffIDs = append(layers, base.Descriptor), append(diffIDs, base.DiffID)
+		history = append(history, "opke world: debian "+spec.Base.Suite+": "+strings.Join(spec.Base.Packages, " "))
+	}
 	layer, diffID, err := writeLayer(blobs, spec, files, created)
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
 	}
+	layers, diffIDs = append(layers, layer), append(diffIDs, diffID)
+	history = append(history, "opke world: "+origin)
 	var cfg ImageConfig
 	cfg.Created, cfg.Architecture, cfg.OS = created, "amd64", "linux"
 	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"}
 	cfg.Config.Entrypoint = spec.Entrypoint
 	cfg.RootFS.Type = "layers"
-	cfg.RootFS.DiffIDs = []string{diffID}
-	cfg.History = append(cfg.History, struct {
-		Created   time.Time `json:"created"`
-		CreatedBy string    `json:"created_by"`
-	}{created, "opke world: " + origin})
+	cfg.RootFS.DiffIDs = diffIDs
+	for _, h := range history {
+		cfg.History = append(cfg.History, struct {
+			Created   time.Time `json:"created"`
+			CreatedBy string    `json:"created_by"`
+		}{created, h})
+	}
 	config, err := writeJSONBlob(blobs, MediaConfig, cfg)
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
 	}
-	manifest, err := writeJSONBlob(blobs, MediaManifest, Manifest{SchemaVersion: 2, MediaType: MediaManifest, Config: config, Layers: []Descriptor{layer}})
+	manifest, err := writeJSONBlob(blobs, MediaManifest, Manifest{SchemaVersion: 2, MediaType: MediaManifest, Config: config, Layers: layers})
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("image %s: %w", spec.Ref, err)
 	}
@@ -190,6 +207,28 @@ func writeLayer(blobs string, spec ImageSpec, files map[string]string, mtime tim
 		return Descriptor{}, "", err
 	}
 	return d, digestOf(uncompressed), nil
+}
+
+// linkOrCopy puts src's bytes at dst: a hard link when both are on one
+// file system, else a copy.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil || errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 func addFile(tw *tar.Writer, name, src string, mtime time.Time) error {

@@ -63,6 +63,8 @@ type ImageSpec struct {
 	Ref        string
 	Files      []ImageFile
 	Entrypoint []string
+	// Base, if set, is the Debian root filesystem under Files.
+	Base *Base `json:",omitempty"`
 }
 
 // Lang is how an artifact is built.
@@ -167,6 +169,18 @@ func Targets(set Set) ([]Artifact, error) {
 				return nil, err
 			}
 			add(ms)
+			f, err := Flannel(im.Flannel)
+			if err != nil {
+				return nil, err
+			}
+			add(f)
+			fc, err := FlannelCNI(im.FlannelCNI)
+			if err != nil {
+				return nil, err
+			}
+			add(fc)
+			add(CloudProvider(im.CloudProvider))
+			add(CSIProvisioner(CSIProvisionerRef))
 		}
 	}
 	if set == All {
@@ -204,11 +218,17 @@ func Kubernetes(v string) (Artifact, error) {
 		a.Binaries = append(a.Binaries, Binary{Name: name, Package: "k8s.io/kubernetes/cmd/" + name})
 	}
 	for _, name := range kubernetesBinaries[:4] {
-		a.Images = append(a.Images, ImageSpec{
+		im := ImageSpec{
 			Ref:        assets.KubernetesRegistry + "/" + name + ":" + v,
 			Files:      []ImageFile{{Binary: name, Path: "/usr/local/bin/" + name}},
 			Entrypoint: []string{"/usr/local/bin/" + name},
-		})
+		}
+		if name == "kube-proxy" {
+			// Upstream's kube-proxy image is distroless-iptables: the
+			// iptables, nft and conntrack tools it programs the host with.
+			im.Base = NetBase
+		}
+		a.Images = append(a.Images, im)
 	}
 	a.Images = append(a.Images, ImageSpec{
 		Ref:        assets.DefaultKubeletImage + ":" + v,
@@ -381,4 +401,120 @@ func MetricsServer(ref string) (Artifact, error) {
 		CommitVars: []string{"k8s.io/client-go/pkg/version.gitCommit"},
 		Images:     []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "metrics-server", Path: "/metrics-server"}}, Entrypoint: []string{"/metrics-server"}}},
 	}, nil
+}
+
+// Flannel is the flannel image a minor's matrix row names
+// (ghcr.io/flannel-io/flannel:v0.27.4): flanneld at /opt/bin/flanneld on
+// the network base (iptables, nft, ip), as upstream's image has it on
+// Alpine, stamped as its Makefile stamps it. Built without cgo, as
+// upstream builds it for every architecture but amd64: the UDP backend,
+// the one part that needs cgo, is left out (OPKE renders VXLAN). v0.27.4
+// is on the proxy but not in the checksum database (NoSumDB).
+func Flannel(ref string) (Artifact, error) {
+	v, ok := tagOf(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: flannel image %q has no tag", ref)
+	}
+	const m = "github.com/flannel-io/flannel"
+	return Artifact{
+		Key: "flannel-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true,
+		Binaries: []Binary{{Name: "flanneld", Package: m}},
+		Stamp:    map[string]string{m + "/pkg/version.Version": v},
+		Images: []ImageSpec{{
+			Ref: ref, Base: NetBase,
+			Files:      []ImageFile{{Binary: "flanneld", Path: "/opt/bin/flanneld"}},
+			Entrypoint: []string{"/opt/bin/flanneld"},
+		}},
+	}, nil
+}
+
+// FlannelCNIPluginsVersion is the last release of the reference CNI
+// plugins that carried the flannel CNI plugin (plugins/meta/flannel),
+// which flannel-io/cni-plugin was split from. flannel-io/cni-plugin is
+// not on the module proxy: this is the nearest real build of the same
+// plugin (it reads /run/flannel/subnet.env and delegates to bridge and
+// host-local, as the split one does).
+const FlannelCNIPluginsVersion = "v0.9.1"
+
+// FlannelCNI is the flannel CNI plugin image a minor's matrix row names
+// (ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1), /flannel at
+// its root as upstream's has it, on the network base for the cp its
+// install container runs, built from FlannelCNIPluginsVersion.
+func FlannelCNI(ref string) (Artifact, error) {
+	if _, ok := tagOf(ref); !ok {
+		return Artifact{}, fmt.Errorf("world: flannel CNI plugin image %q has no tag", ref)
+	}
+	const m = "github.com/containernetworking/plugins"
+	return Artifact{
+		Key: "flannel-cni-" + FlannelCNIPluginsVersion, Module: m, Version: FlannelCNIPluginsVersion, Lang: Go,
+		Binaries: []Binary{{Name: "flannel", Package: m + "/plugins/meta/flannel"}},
+		Images: []ImageSpec{{
+			Ref: ref, Base: NetBase,
+			Files:      []ImageFile{{Binary: "flannel", Path: "/flannel"}},
+			Entrypoint: []string{"/flannel"},
+		}},
+	}, nil
+}
+
+// CloudProvider is cloud-provider-openstack at the version a minor's
+// matrix row names: the OpenStack cloud controller manager and the Cinder
+// CSI plugin, at /bin as upstream's images have them, stamped as its
+// Makefile stamps them. The CSI plugin's image has the storage base (the
+// file system tools it formats and mounts with). Its go.mod's
+// replacements (Kubernetes' staging modules) are kept, as in its build.
+func CloudProvider(v string) Artifact {
+	const m = "k8s.io/cloud-provider-openstack"
+	a := Artifact{
+		Key: "cloud-provider-openstack-" + v, Module: m, Version: v, Lang: Go,
+		Binaries: []Binary{
+			{Name: "openstack-cloud-controller-manager", Package: m + "/cmd/openstack-cloud-controller-manager"},
+			{Name: "cinder-csi-plugin", Package: m + "/cmd/cinder-csi-plugin"},
+		},
+		Stamp: map[string]string{"k8s.io/component-base/version.gitVersion": v, m + "/pkg/version.Version": v},
+	}
+	for _, b := range a.Binaries {
+		im := ImageSpec{
+			Ref:        "registry.k8s.io/provider-os/" + b.Name + ":" + v,
+			Files:      []ImageFile{{Binary: b.Name, Path: "/bin/" + b.Name}},
+			Entrypoint: []string{"/bin/" + b.Name},
+		}
+		if b.Name == "cinder-csi-plugin" {
+			im.Base = StorageBase
+		}
+		a.Images = append(a.Images, im)
+	}
+	return a
+}
+
+// CSIProvisionerRef is the external provisioner the rendered Cinder CSI
+// controller runs.
+const CSIProvisionerRef = "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0"
+
+// CSIProvisioner is a Kubernetes CSI external provisioner image, at
+// /csi-provisioner as upstream's has it, stamped as its release-tools
+// build stamps it (main.version). Its release is on the proxy but not in
+// the checksum database (NoSumDB).
+func CSIProvisioner(ref string) Artifact {
+	v, _ := tagOf(ref)
+	const m = "github.com/kubernetes-csi/external-provisioner/v5"
+	return Artifact{
+		Key: "csi-provisioner-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true,
+		Binaries: []Binary{{Name: "csi-provisioner", Package: m + "/cmd/csi-provisioner"}},
+		Stamp:    map[string]string{"main.version": v},
+		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "csi-provisioner", Path: "/csi-provisioner"}}, Entrypoint: []string{"/csi-provisioner"}}},
+	}
+}
+
+// NotBuilt are the images a rendered cluster may name that make world
+// does not build, each with why. A test holds every image the renderer
+// names, for every version of the test matrix, to being built or listed
+// here.
+var NotBuilt = map[string]string{
+	"registry.k8s.io/sig-storage/csi-attacher:v4.8.1":               "Cinder CSI sidecar: not on the module proxy (403)",
+	"registry.k8s.io/sig-storage/csi-resizer:v1.13.2":               "Cinder CSI sidecar: not on the module proxy (403)",
+	"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0": "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
+	"registry.k8s.io/ingress-nginx/controller:v1.14.0":              "ingress-nginx addon: nginx and its Lua modules are C, not on the module proxy",
+	"docker.io/kubernetesui/dashboard:v2.7.0":                       "dashboard addon: its web front end is built with npm",
+	"quay.io/prometheus/prometheus:v3.7.3":                          "monitoring addon: its web UI is built with npm",
+	"quay.io/prometheus/node-exporter:v1.10.2":                      "monitoring addon: not built yet",
 }

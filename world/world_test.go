@@ -1,11 +1,14 @@
 package world
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +28,9 @@ func TestTargets(t *testing.T) {
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
-			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "metrics-server-v0.8.0", "kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6",
+			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "metrics-server-v0.8.0",
+			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cloud-provider-openstack-v1.35.0", "csi-provisioner-v5.2.0",
+			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6",
 			"cni-plugins-" + CNIPluginsVersion}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
@@ -160,11 +165,11 @@ func TestWriteImage(t *testing.T) {
 	}
 	spec := ImageSpec{Ref: "registry.k8s.io/etcd:3.6.5-0", Files: []ImageFile{{Binary: "etcd", Path: "/usr/local/bin/etcd"}}, Entrypoint: []string{"/usr/local/bin/etcd"}}
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	d1, err := WriteImage(filepath.Join(dir, "a"), spec, map[string]string{"etcd": bin}, created, "go.etcd.io/etcd/server/v3@v3.6.5")
+	d1, err := WriteImage(filepath.Join(dir, "a"), spec, map[string]string{"etcd": bin}, created, "go.etcd.io/etcd/server/v3@v3.6.5", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, err := WriteImage(filepath.Join(dir, "b"), spec, map[string]string{"etcd": bin}, created, "go.etcd.io/etcd/server/v3@v3.6.5")
+	d2, err := WriteImage(filepath.Join(dir, "b"), spec, map[string]string{"etcd": bin}, created, "go.etcd.io/etcd/server/v3@v3.6.5", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +212,7 @@ func TestWriteImage(t *testing.T) {
 	if _, err := l.Files(); !errors.Is(err, ErrBadLayout) {
 		t.Errorf("tampered layer: %v, want ErrBadLayout", err)
 	}
-	if _, err := WriteImage(filepath.Join(dir, "c"), spec, map[string]string{}, created, ""); err == nil {
+	if _, err := WriteImage(filepath.Join(dir, "c"), spec, map[string]string{}, created, "", nil); err == nil {
 		t.Error("an image whose binary is missing: no error")
 	}
 }
@@ -224,6 +229,9 @@ func (f *fakeGo) run(ctx context.Context, dir string, env []string, name string,
 	f.calls = append(f.calls, call)
 	if f.fail != "" && strings.Contains(call, f.fail) {
 		return []byte("compile error"), errors.New("exit status 1")
+	}
+	if name == "mmdebstrap" {
+		return nil, fakeRootfs(args[len(args)-1])
 	}
 	if name == "go" && args[0] == "mod" {
 		mod, _ := filepath.Abs("testdata/kubernetes.go.mod")
@@ -312,4 +320,156 @@ func imageRefs(arts []Artifact) []string {
 	}
 	slices.Sort(refs)
 	return refs
+}
+
+// fakeRootfs writes what mmdebstrap --format=tar writes: names under ./,
+// device nodes in /dev, a hard link.
+func fakeRootfs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755},
+		{Typeflag: tar.TypeDir, Name: "./dev/", Mode: 0o755},
+		{Typeflag: tar.TypeChar, Name: "./dev/null", Mode: 0o666, Devmajor: 1, Devminor: 3},
+		{Typeflag: tar.TypeDir, Name: "./usr/sbin/", Mode: 0o755, Uname: "root"},
+		{Typeflag: tar.TypeReg, Name: "./usr/sbin/xtables-nft-multi", Mode: 0o755, Size: 8},
+		{Typeflag: tar.TypeLink, Name: "./usr/sbin/xtables-legacy-multi", Linkname: "./usr/sbin/xtables-nft-multi"},
+		{Typeflag: tar.TypeSymlink, Name: "./usr/sbin/iptables", Linkname: "/etc/alternatives/iptables"},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Size > 0 {
+			if _, err := tw.Write([]byte("iptables")); err != nil {
+				return err
+			}
+		}
+	}
+	return tw.Close()
+}
+
+// A base is built once by mmdebstrap, reproducibly and without device
+// nodes, and lies under the image's own files.
+func TestImageOnABase(t *testing.T) {
+	dir := t.TempDir()
+	fg := &fakeGo{}
+	w := &World{Dir: dir, Run: fg.run}
+	l1, err := w.baseLayer(t.Context(), NetBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fg.calls) != 1 {
+		t.Fatalf("calls: %q", fg.calls)
+	}
+	for _, want := range []string{"mmdebstrap --variant=essential --format=tar --include=iptables,nftables,", "--dpkgopt=path-exclude=/usr/share/doc/*", " bookworm "} {
+		if !strings.Contains(fg.calls[0], want) {
+			t.Errorf("mmdebstrap call %q lacks %q", fg.calls[0], want)
+		}
+	}
+	fg.calls = nil
+	l2, err := w.baseLayer(t.Context(), NetBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fg.calls) != 0 || l1.Descriptor.Digest != l2.Descriptor.Digest || l1.DiffID != l2.DiffID {
+		t.Errorf("second call ran %q; layers %+v, %+v", fg.calls, l1, l2)
+	}
+
+	bin := filepath.Join(dir, "flanneld")
+	if err := os.WriteFile(bin, []byte("flanneld"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := ImageSpec{Ref: "ghcr.io/flannel-io/flannel:v0.27.4", Base: NetBase, Files: []ImageFile{{Binary: "flanneld", Path: "/opt/bin/flanneld"}}}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if _, err := WriteImage(filepath.Join(dir, "img"), spec, map[string]string{"flanneld": bin}, created, "flannel", l1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteImage(filepath.Join(dir, "nobase"), spec, map[string]string{"flanneld": bin}, created, "flannel", nil); err == nil {
+		t.Error("an image with a base written without its layer: no error")
+	}
+	lay, err := OpenLayout(filepath.Join(dir, "img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := lay.ReadManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Layers) != 2 || m.Layers[0].Digest != l1.Descriptor.Digest {
+		t.Fatalf("layers %+v, want the base's first", m.Layers)
+	}
+	files, err := lay.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{"/usr/sbin/xtables-nft-multi": []byte("iptables"), "/opt/bin/flanneld": []byte("flanneld")}
+	if d := cmp.Diff(want, files); d != "" {
+		t.Errorf("files (-want +got):\n%s", d)
+	}
+	// What the base layer holds, by header.
+	b, err := lay.Blob(m.Layers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got = append(got, fmt.Sprintf("%c %s>%s %q", h.Typeflag, h.Name, h.Linkname, h.Uname))
+	}
+	wantHeaders := []string{
+		`5 dev/> ""`,
+		`5 usr/sbin/> ""`,
+		`0 usr/sbin/xtables-nft-multi> ""`,
+		`1 usr/sbin/xtables-legacy-multi>usr/sbin/xtables-nft-multi ""`,
+		`2 usr/sbin/iptables>/etc/alternatives/iptables ""`,
+	}
+	if d := cmp.Diff(wantHeaders, got); d != "" {
+		t.Errorf("base layer (-want +got):\n%s", d)
+	}
+
+	fg.fail = "mmdebstrap"
+	w2 := &World{Dir: t.TempDir(), Run: fg.run}
+	if _, err := w2.baseLayer(t.Context(), StorageBase); err == nil || !strings.Contains(err.Error(), "compile error") {
+		t.Errorf("failed mmdebstrap: %v, want its output", err)
+	}
+}
+
+// A module's own replacements with a version are kept in the wrapper (its
+// build has them); ones to a folder are not.
+func TestWrapperModKeepsReplacements(t *testing.T) {
+	a := CloudProvider("v1.35.0")
+	mod := []byte(`module k8s.io/cloud-provider-openstack
+
+go 1.25.5
+
+require k8s.io/kubernetes v1.35.0
+
+replace (
+	k8s.io/kube-proxy => k8s.io/kube-proxy v0.35.0
+	example.org/local => ../local
+)
+`)
+	f, err := WrapperMod(a, "1.25.5", mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range f.Replace {
+		got = append(got, r.Old.Path+" => "+r.New.Path+" "+r.New.Version)
+	}
+	if d := cmp.Diff([]string{"k8s.io/kube-proxy => k8s.io/kube-proxy v0.35.0"}, got); d != "" {
+		t.Errorf("replacements (-want +got):\n%s", d)
+	}
 }
