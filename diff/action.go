@@ -22,14 +22,15 @@ const (
 	ActionForget                    // forget
 	ActionDrain                     // drain
 	ActionCheck                     // check
+	ActionApply                     // apply
 )
 
 // Actions lists every action.
-var Actions = []Action{ActionCreate, ActionUpdate, ActionReplace, ActionDelete, ActionUpload, ActionRestart, ActionBackup, ActionForget, ActionDrain, ActionCheck}
+var Actions = []Action{ActionCreate, ActionUpdate, ActionReplace, ActionDelete, ActionUpload, ActionRestart, ActionBackup, ActionForget, ActionDrain, ActionCheck, ActionApply}
 
 // MarshalText writes the action's name.
 func (a Action) MarshalText() ([]byte, error) {
-	if a < ActionCreate || a > ActionCheck {
+	if a < ActionCreate || a > Actions[len(Actions)-1] {
 		return nil, fmt.Errorf("action %d: %w", int(a), errUnknownAction)
 	}
 	return []byte(a.String()), nil

@@ -18,11 +18,12 @@ func _() {
 	_ = x[ActionForget-8]
 	_ = x[ActionDrain-9]
 	_ = x[ActionCheck-10]
+	_ = x[ActionApply-11]
 }
 
-const _Action_name = "createupdatereplacedeleteuploadrestartbackupforgetdraincheck"
+const _Action_name = "createupdatereplacedeleteuploadrestartbackupforgetdraincheckapply"
 
-var _Action_index = [...]uint8{0, 6, 12, 19, 25, 31, 38, 44, 50, 55, 60}
+var _Action_index = [...]uint8{0, 6, 12, 19, 25, 31, 38, 44, 50, 55, 60, 65}
 
 func (i Action) String() string {
 	idx := int(i) - 1

@@ -195,6 +195,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		[]string{"network", "load_balancer"}, addr(KindLoadBalancer, api), addr(KindInterface, n))
 
 	if in.Assets != nil {
+		manifests := map[string]bool{}
 		for _, h := range in.Assets.Hosts {
 			host := Host{Name: h.Name, Role: h.Role, Version: in.Assets.Version}
 			for _, f := range h.Files {
@@ -202,9 +203,16 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == assets.RoleController
 				df.Unknown = df.NeedsAPIFloatingIP || in.UnsettledFiles[h.Name][f.Path]
 				host.Files = append(host.Files, df)
+				// Every controller keeps the cluster's manifests; they are
+				// applied once, from the first.
+				if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == assets.RoleController && !manifests[name] {
+					manifests[name] = true
+					d.Manifests = append(d.Manifests, Manifest{Name: name, SHA256: f.SHA256})
+				}
 			}
 			d.Hosts = append(d.Hosts, host)
 		}
+		slices.SortFunc(d.Manifests, func(a, b Manifest) int { return strings.Compare(a.Name, b.Name) })
 	}
 	return d, nil
 }

@@ -153,6 +153,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	rolling(deletes, ActionDelete, true)
 	b.drains(d, o, deletes)
 	b.hosts(d, o)
+	b.manifests(d, o)
 	b.stateChanges(d, o)
 }
 
@@ -515,6 +516,73 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 			}
 		}
 	}
+}
+
+// ManifestAddress is the address of a manifest's apply.
+func ManifestAddress(cluster, name string) string { return "kubernetes/" + cluster + "/" + name }
+
+// manifests plans the applies of the manifests that differ from what was
+// applied, in their names' order, each after every change of the
+// controllers (their files, restarts and gates): the objects go to an API
+// that runs the desired version, as kubeadm upgrades its addons after the
+// control plane. A manifest that is no longer desired is warned of: its
+// objects stay in the cluster.
+func (b *builder) manifests(d *Desired, o *Observed) {
+	var applied map[string]string
+	if o.Applied != nil {
+		applied = o.Applied.Manifests
+	}
+	var controllers []string
+	for _, p := range b.list {
+		if p.Cluster == d.Cluster && p.Phase == PhaseHosts && strings.HasPrefix(p.Address, "host/") && b.isController(d, hostOfAddress(p.Address)) {
+			controllers = append(controllers, p.key)
+		}
+	}
+	var prev *pending
+	desired := map[string]bool{}
+	for _, m := range d.Manifests {
+		desired[m.Name] = true
+		had := applied[m.Name]
+		if had == m.SHA256 {
+			continue
+		}
+		p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: ManifestAddress(d.Cluster, m.Name), Action: ActionApply,
+			After: Attrs{"sha256": Known(m.SHA256)}, Reason: "content changed"}}
+		if had == "" {
+			p.Reason = "new manifest"
+		} else {
+			p.Before = Attrs{"sha256": Known(had)}
+		}
+		p = b.add(p)
+		p.deps = append(p.deps, controllers...)
+		if prev != nil {
+			p.deps = append(p.deps, prev.key)
+		}
+		prev = p
+	}
+	for _, name := range slices.Sorted(maps.Keys(applied)) {
+		if !desired[name] {
+			b.warnings = append(b.warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
+				"%s is no longer rendered (its addon left the spec): OPKE does not delete its objects; delete them with kubectl", name)})
+		}
+	}
+}
+
+// isController reports whether host is one of d's controllers.
+func (b *builder) isController(d *Desired, host string) bool {
+	for _, h := range d.Hosts {
+		if h.Name == host {
+			return h.Role == RoleController
+		}
+	}
+	return false
+}
+
+// hostOfAddress is the host of a host/<host>/... address.
+func hostOfAddress(address string) string {
+	rest, _ := strings.CutPrefix(address, "host/")
+	h, _, _ := strings.Cut(rest, "/")
+	return h
 }
 
 // stateChanges plans what only the store keeps, and a scheduled backup.

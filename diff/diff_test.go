@@ -63,7 +63,10 @@ func desire(t testing.TB, kv state.KV, c *schemas.Cluster, apiFIP bool) *Desired
 // as is, every file pushed.
 func converged(d *Desired) *Observed {
 	o := &Observed{Cluster: d.Cluster, Applied: &Applied{DeletionPolicy: d.DeletionPolicy, Infra: map[string]Attrs{},
-		Files: map[string]map[string]string{}, Versions: map[string]string{}}}
+		Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}}
+	for _, m := range d.Manifests {
+		o.Applied.Manifests[m.Name] = m.SHA256
+	}
 	for i, r := range d.Infra {
 		attrs := Attrs{}
 		for k, v := range r.Attrs {
@@ -189,9 +192,18 @@ func TestPlans(t *testing.T) {
 		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.36.0" }), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {
 				for _, c := range p.Changes {
-					if c.Action != ActionUpload && c.Action != ActionRestart && c.Action != ActionCheck && c.Action != ActionBackup {
+					if c.Action != ActionUpload && c.Action != ActionRestart && c.Action != ActionCheck && c.Action != ActionBackup && c.Action != ActionApply {
 						t.Errorf("a version bump plans %s %s", c.Action, c.Address)
 					}
+				}
+				// kube-proxy's new image goes to the API once the control
+				// plane runs the new version, as kubeadm upgrades it.
+				proxy := find(t, p.Changes, ManifestAddress("demo", "00-kube-proxy.yaml"), ActionApply)
+				if gate := find(t, p.Changes, GateAddress("demo-controller-0"), ActionCheck); !slices.Contains(proxy.DependsOn, gate.ID) {
+					t.Errorf("kube-proxy is applied before the controller's gate: %v", proxy.DependsOn)
+				}
+				if proxy.Before["sha256"].Value == "" || proxy.Reason != "content changed" {
+					t.Errorf("kube-proxy's apply: %+v", proxy)
 				}
 				snap := find(t, p.Changes, SnapshotAddress("demo"), ActionBackup)
 				env := find(t, p.Changes, "host/demo-controller-0/etc/kubernetes/kubelet.env", ActionUpload)
@@ -431,8 +443,8 @@ func TestActionsAreExhaustive(t *testing.T) {
 	if _, err := Action(0).MarshalText(); err == nil {
 		t.Error("the zero action marshals")
 	}
-	if n := len(Actions); Action(n) != ActionCheck {
-		t.Errorf("Actions lists %d actions; the last constant is %d", n, ActionCheck)
+	if n := len(Actions); Action(n) != ActionApply {
+		t.Errorf("Actions lists %d actions; the last constant is %d", n, ActionApply)
 	}
 }
 

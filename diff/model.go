@@ -59,6 +59,16 @@ type File struct {
 	NeedsAPIFloatingIP bool
 }
 
+// Manifest is a file of API objects the cluster should hold (its
+// kube-proxy, CoreDNS, flannel and addons), applied through the API once
+// the control plane serves.
+type Manifest struct {
+	// Name is the file's name, as rendered under /etc/kubernetes/addons
+	// ("00-kube-proxy.yaml"); it orders the applies.
+	Name   string
+	SHA256 string
+}
+
 // Host is a host's desired files.
 type Host struct {
 	Name string
@@ -87,6 +97,8 @@ type Desired struct {
 	// MaxUnavailable is how many workers a rollout restarts at once
 	// (spec.upgrade.maxUnavailable; controllers go one at a time).
 	MaxUnavailable int
+	// Manifests are the API objects to apply, in order.
+	Manifests []Manifest
 }
 
 // Applied is what OPKE last applied to a cluster, from the state store.
@@ -99,6 +111,8 @@ type Applied struct {
 	Files map[string]map[string]string
 	// Versions holds the Kubernetes version each host runs.
 	Versions map[string]string
+	// Manifests holds the sha256 of each manifest as applied, by name.
+	Manifests map[string]string
 }
 
 // Observed is a cluster as OpenStack and the state store show it.

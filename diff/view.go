@@ -25,9 +25,10 @@ var symbols = map[Action]string{
 	ActionForget:  "×",
 	ActionDrain:   "⇣",
 	ActionCheck:   "✓",
+	ActionApply:   "⇒",
 }
 
-// Symbol is the action's mark in the plan's view: + ~ -/+ - ↑ ↻ ◎ × ⇣ ✓.
+// Symbol is the action's mark in the plan's view: + ~ -/+ - ↑ ↻ ◎ × ⇣ ✓ ⇒.
 func (a Action) Symbol() string { return symbols[a] }
 
 // Read parses a plan's JSON form, refusing another major format version.
@@ -43,7 +44,7 @@ func Read(data []byte) (*Plan, error) {
 	// A change names what it does to what (a change of neither, found by
 	// fuzzing, was read and could not be written back).
 	for i, c := range slices.Concat(p.Changes, p.Drift) {
-		if c.Address == "" || c.Action < ActionCreate || c.Action > ActionCheck {
+		if c.Address == "" || c.Action < ActionCreate || c.Action > Actions[len(Actions)-1] {
 			return nil, fmt.Errorf("%w: change %d has no address or no action", ErrFormat, i)
 		}
 	}

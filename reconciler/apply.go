@@ -499,6 +499,8 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		return h.gate(ctx, c)
 	case diff.ActionBackup:
 		return h.backup(ctx, c.Address)
+	case diff.ActionApply:
+		return h.applyManifest(ctx, c)
 	case diff.ActionUpload:
 		f, ok := h.files[host][rest]
 		if !ok {

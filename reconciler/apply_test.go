@@ -135,6 +135,32 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 		// comes up"'s: there is no etcd or kubelet on them yet.
 		return
 	}
+	// kube-proxy, CoreDNS, flannel and the spec's addons went to the
+	// cluster's API (server-side apply), each manifest once.
+	objs, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{
+		"apps/v1/daemonsets/kube-system/kube-proxy",
+		"apps/v1/deployments/kube-system/coredns",
+		"v1/namespaces//kube-flannel",
+		"apps/v1/daemonsets/kube-flannel/kube-flannel-ds",
+		"apiregistration.k8s.io/v1/apiservices//v1beta1.metrics.k8s.io",
+	} {
+		if _, ok := objs.Applied[key]; !ok {
+			t.Errorf("%s was not applied (the cluster has %d objects)", key, len(objs.Applied))
+		}
+	}
+	var applies []string
+	for _, c := range plan.Changes {
+		if c.Action == diff.ActionApply {
+			applies = append(applies, c.Address)
+		}
+	}
+	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-metrics-server.yaml"}, applies); d != "" {
+		t.Errorf("applies (-want +got):\n%s", d)
+	}
 	events, err := r.sim.HostEvents("demo-controller-0")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 //	/opke/<cluster>/infra/<kind>/<name>         a resource as applied: {"id", "attrs"}
 //	/opke/<cluster>/hosts/<host>/files/<path>   a file as pushed: {"sha256"}
 //	/opke/<cluster>/hosts/<host>/version        the Kubernetes version the host runs
+//	/opke/<cluster>/kubernetes/<manifest>        a manifest as applied to the API: {"sha256"}
 //
 // A host's records go with its server ([ForgetHost]).
 //
@@ -111,7 +112,7 @@ func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, erro
 // spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
 	l := &Ledger{Spec: spec, Resources: map[string]diff.Resource{}}
-	applied := &diff.Applied{Infra: map[string]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}}
+	applied := &diff.Applied{Infra: map[string]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}
 	if spec != nil {
 		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
 	}
@@ -151,7 +152,20 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		}
 		applied.Files[host][path] = rec.SHA256
 	}
-	if spec != nil || len(infra) > 0 || len(hosts) > 0 {
+	prefix = kv.Key(cluster, "kubernetes") + "/"
+	manifests, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
+	}
+	for k, v := range manifests {
+		var rec fileRecord
+		name := strings.TrimPrefix(k, prefix)
+		if name == "" || strings.Contains(name, "/") || json.Unmarshal(v, &rec) != nil {
+			return nil, fmt.Errorf("ledger of %s: %s: not a manifest record", cluster, k)
+		}
+		applied.Manifests[name] = rec.SHA256
+	}
+	if spec != nil || len(infra) > 0 || len(hosts) > 0 || len(manifests) > 0 {
 		l.Applied = applied
 	}
 	return l, nil
@@ -176,6 +190,15 @@ func RecordFile(ctx context.Context, kv ledgerKV, cluster, host, path, sha256 st
 		return err
 	}
 	return kv.Put(ctx, kv.Key(cluster, "hosts", host, "files"+path), b)
+}
+
+// RecordManifest notes a manifest as applied to the cluster's API.
+func RecordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 string) error {
+	b, err := json.Marshal(fileRecord{SHA256: sha256})
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, kv.Key(cluster, "kubernetes", name), b)
 }
 
 // RecordVersion notes the Kubernetes version a host runs.

@@ -102,6 +102,25 @@ func TestControllerFromTheMirror(t *testing.T) {
 	if v := r.apiVersion(t, res, "demo-controller-0"); v != c.Spec.Kubernetes.Version {
 		t.Errorf("/version says %q, want %s", v, c.Spec.Kubernetes.Version)
 	}
+	// The apply sent the cluster's manifests to the real API server by
+	// server-side apply (the apply fails the test on a refused object):
+	// the stub's discovery and apply answers are held to the real ones.
+	for _, path := range []string{
+		"/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy",
+		"/apis/apps/v1/namespaces/kube-system/deployments/coredns",
+		"/api/v1/namespaces/kube-flannel",
+		"/apis/apps/v1/namespaces/kube-flannel/daemonsets/kube-flannel-ds",
+	} {
+		resp, err := api.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"manager":"opke"`) {
+			t.Errorf("GET %s: %s, want the object, applied by opke: %.300s", path, resp.Status, b)
+		}
+	}
 	// Every image came through the mirror: the registry served them.
 	for _, ref := range []string{"registry.k8s.io/etcd", "registry.k8s.io/kube-apiserver", "ghcr.io/opke-dev/kubelet", "registry.k8s.io/pause"} {
 		if !slices.Contains(pulled(t, reg.Log(), reg.Addr.Addr().String()), ref) {

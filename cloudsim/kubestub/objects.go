@@ -1,6 +1,7 @@
 package kubestub
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -51,6 +52,9 @@ type Objects struct {
 	Unschedulable map[string]bool `json:"unschedulable,omitempty"`
 	Pods          []Pod           `json:"pods,omitempty"`
 	Budgets       []Budget        `json:"budgets,omitempty"`
+	// Applied are the objects server-side applies made, as applied, by
+	// group version, resource, namespace and name.
+	Applied map[string]json.RawMessage `json:"applied,omitempty"`
 }
 
 // PodsOn returns the pods bound to node, or every pod when node is empty,
@@ -127,7 +131,7 @@ func selects(selector, labels map[string]string) bool {
 
 // Clone returns a deep copy.
 func (o *Objects) Clone() *Objects {
-	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable)}
+	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied)}
 	for _, p := range o.Pods {
 		p.Labels = maps.Clone(p.Labels)
 		c.Pods = append(c.Pods, p)

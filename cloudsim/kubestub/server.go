@@ -111,6 +111,13 @@ func Handler(gitVersion string, b Backend) http.Handler {
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/pods", h.listPods)
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/pods/{name}", h.getPod)
 	mux.HandleFunc("POST /api/v1/namespaces/{ns}/pods/{name}/eviction", h.evict)
+	mux.HandleFunc("GET /api/v1", h.discover)
+	mux.HandleFunc("GET /apis/{group}/{version}", h.discover)
+	for _, p := range []string{"/api/v1/{resource}/{name}", "/api/v1/namespaces/{ns}/{resource}/{name}",
+		"/apis/{group}/{version}/{resource}/{name}", "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}"} {
+		mux.HandleFunc("PATCH "+p, h.apply)
+		mux.HandleFunc("GET "+p, h.getApplied)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
 	})

@@ -446,6 +446,11 @@ func Converge(t testing.TB, store *state.Store, clients *cloud.Clients, now time
 				if err := reconciler.RecordFile(ctx, store, c.Metadata.Name, h.Name, f.Path, f.SHA256); err != nil {
 					t.Fatal(err)
 				}
+				if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok {
+					if err := reconciler.RecordManifest(ctx, store, c.Metadata.Name, name, f.SHA256); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			if err := reconciler.RecordVersion(ctx, store, c.Metadata.Name, h.Name, c.Spec.Kubernetes.Version); err != nil {
 				t.Fatal(err)

@@ -1,0 +1,185 @@
+package kubestub
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// resources is the discovery the stub serves: the kinds a rendered
+// cluster's manifests hold, with the names and scopes kube-apiserver
+// 1.35's discovery gives them (held to it by the real-host suite, which
+// applies the same manifests to a real API server).
+var resources = map[string][]metav1.APIResource{
+	"v1": {
+		{Name: "configmaps", Namespaced: true, Kind: "ConfigMap"},
+		{Name: "namespaces", Namespaced: false, Kind: "Namespace"},
+		{Name: "nodes", Namespaced: false, Kind: "Node"},
+		{Name: "pods", Namespaced: true, Kind: "Pod"},
+		{Name: "pods/eviction", Namespaced: true, Kind: "Eviction"},
+		{Name: "secrets", Namespaced: true, Kind: "Secret"},
+		{Name: "serviceaccounts", Namespaced: true, Kind: "ServiceAccount"},
+		{Name: "services", Namespaced: true, Kind: "Service"},
+	},
+	"apps/v1": {
+		{Name: "daemonsets", Namespaced: true, Kind: "DaemonSet"},
+		{Name: "deployments", Namespaced: true, Kind: "Deployment"},
+	},
+	"rbac.authorization.k8s.io/v1": {
+		{Name: "clusterrolebindings", Namespaced: false, Kind: "ClusterRoleBinding"},
+		{Name: "clusterroles", Namespaced: false, Kind: "ClusterRole"},
+		{Name: "rolebindings", Namespaced: true, Kind: "RoleBinding"},
+		{Name: "roles", Namespaced: true, Kind: "Role"},
+	},
+	"storage.k8s.io/v1": {
+		{Name: "csidrivers", Namespaced: false, Kind: "CSIDriver"},
+		{Name: "storageclasses", Namespaced: false, Kind: "StorageClass"},
+	},
+	"networking.k8s.io/v1":      {{Name: "ingressclasses", Namespaced: false, Kind: "IngressClass"}},
+	"apiregistration.k8s.io/v1": {{Name: "apiservices", Namespaced: false, Kind: "APIService"}},
+	"policy/v1":                 {{Name: "poddisruptionbudgets", Namespaced: true, Kind: "PodDisruptionBudget"}},
+}
+
+// builtinNamespaces exist in every cluster before anything is applied.
+var builtinNamespaces = []string{"default", "kube-node-lease", "kube-public", "kube-system"}
+
+func (h *handler) discover(w http.ResponseWriter, r *http.Request) {
+	gv := "v1"
+	if g := r.PathValue("group"); g != "" {
+		gv = g + "/" + r.PathValue("version")
+	}
+	list, ok := resources[gv]
+	if !ok {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv, APIResources: list})
+}
+
+// target is the object a request's path names.
+type target struct {
+	gv, namespace string
+	res           metav1.APIResource
+	name          string
+}
+
+func (t target) key() string {
+	return strings.Join([]string{t.gv, t.res.Name, t.namespace, t.name}, "/")
+}
+
+// objectTarget reads the path: /api/v1[/namespaces/NS]/RESOURCE/NAME or
+// /apis/GROUP/VERSION[/namespaces/NS]/RESOURCE/NAME.
+func objectTarget(r *http.Request) (target, int, string) {
+	t := target{gv: "v1", namespace: r.PathValue("ns"), name: r.PathValue("name")}
+	if g := r.PathValue("group"); g != "" {
+		t.gv = g + "/" + r.PathValue("version")
+	}
+	res := r.PathValue("resource")
+	i := slices.IndexFunc(resources[t.gv], func(x metav1.APIResource) bool { return x.Name == res })
+	if i < 0 {
+		return t, http.StatusNotFound, "the server could not find the requested resource"
+	}
+	t.res = resources[t.gv][i]
+	if t.res.Namespaced != (t.namespace != "") {
+		return t, http.StatusNotFound, "the server could not find the requested resource"
+	}
+	return t, 0, ""
+}
+
+// apply is a server-side apply (PATCH, application/apply-patch+yaml): the
+// object is created or replaced by the applied one. As the real API
+// server, it requires a field manager, an object whose kind and name are
+// the path's, and an existing namespace.
+func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
+	t, code, msg := objectTarget(r)
+	if code != 0 {
+		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
+		return
+	}
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); ct != "application/apply-patch+yaml" {
+		writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/apply-patch+yaml (OPKE's stub serves only server-side apply here, not %q)", ct), nil)
+		return
+	}
+	if r.URL.Query().Get("fieldManager") == "" {
+		writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, `PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch`, nil)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 3<<20))
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
+		return
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(body, &obj); err != nil || obj == nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("error decoding YAML: %v", err), nil)
+		return
+	}
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	switch {
+	case obj["apiVersion"] != t.gv || obj["kind"] != t.res.Kind:
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("the body's %v %v is not a %s of %s", obj["apiVersion"], obj["kind"], t.res.Kind, t.gv), nil)
+		return
+	case name != t.name:
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the name of the object ("+name+") does not match the name on the URL ("+t.name+")", nil)
+		return
+	case ns != "" && ns != t.namespace:
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the namespace of the provided object does not match the namespace sent on the request", nil)
+		return
+	}
+	if t.res.Namespaced {
+		md["namespace"] = t.namespace
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
+		return
+	}
+	created := false
+	err = h.b.Update(func(o *Objects) error {
+		if t.res.Namespaced && !slices.Contains(builtinNamespaces, t.namespace) {
+			if _, ok := o.Applied["v1/namespaces//"+t.namespace]; !ok {
+				return fmt.Errorf("namespaces %q not found", t.namespace)
+			}
+		}
+		if o.Applied == nil {
+			o.Applied = map[string]json.RawMessage{}
+		}
+		_, had := o.Applied[t.key()]
+		created = !had
+		o.Applied[t.key()] = data
+		return nil
+	})
+	if err != nil {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, err.Error(), nil)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(map[bool]int{true: http.StatusCreated, false: http.StatusOK}[created])
+	_, _ = w.Write(data)
+}
+
+// getApplied returns an object a server-side apply made.
+func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
+	t, code, msg := objectTarget(r)
+	if code != 0 {
+		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
+		return
+	}
+	var data json.RawMessage
+	h.b.View(func(o *Objects) { data = o.Applied[t.key()] })
+	if data == nil {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("%s %q not found", t.res.Name, t.name),
+			&metav1.StatusDetails{Name: t.name, Kind: t.res.Name})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(data)
+}
