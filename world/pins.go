@@ -366,8 +366,8 @@ func CoreDNS(ref string) (Artifact, error) {
 }
 
 // CNIPlugins are the reference CNI plugins flannel delegates to: bridge,
-// host-local, portmap and loopback, stamped as their build script does.
-// They are host binaries (/opt/cni/bin), not an image.
+// host-local, portmap and loopback, stamped as their build script does,
+// in the image the flannel DaemonSet installs them on the host from.
 func CNIPlugins(v string) Artifact {
 	const m = "github.com/containernetworking/plugins"
 	return Artifact{
@@ -379,6 +379,15 @@ func CNIPlugins(v string) Artifact {
 			{Name: "portmap", Package: m + "/plugins/meta/portmap"},
 		},
 		Stamp: map[string]string{m + "/pkg/utils/buildversion.BuildVersion": v},
+		// The flannel DaemonSet's init container copies them to the host
+		// from this image (assets.CNIPluginsImage), with the base's cp.
+		Images: []ImageSpec{{
+			Ref: "ghcr.io/opke-dev/cni-plugins:" + v, Base: NetBase,
+			Files: []ImageFile{
+				{Binary: "bridge", Path: "/opt/cni/bin/bridge"}, {Binary: "host-local", Path: "/opt/cni/bin/host-local"},
+				{Binary: "loopback", Path: "/opt/cni/bin/loopback"}, {Binary: "portmap", Path: "/opt/cni/bin/portmap"},
+			},
+		}},
 	}
 }
 

@@ -9,11 +9,15 @@ import (
 // Images are the container images of one Kubernetes minor besides the
 // Kubernetes components themselves, which take the cluster's version.
 type Images struct {
-	Etcd          string
-	CoreDNS       string
-	Pause         string
-	Flannel       string
-	FlannelCNI    string
+	Etcd       string
+	CoreDNS    string
+	Pause      string
+	Flannel    string
+	FlannelCNI string
+	// CNIPlugins is the image the flannel DaemonSet installs the reference
+	// CNI plugins from (bridge, host-local, loopback, portmap): flannel
+	// delegates to them and Flatcar does not ship them.
+	CNIPlugins    string
 	MetricsServer string
 	IngressNginx  string
 	CloudProvider string // openstack-cloud-controller-manager and cinder-csi
@@ -29,54 +33,60 @@ type Images struct {
 var Matrix = map[string]Images{
 	"1.30": {
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.9",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.1", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.10.1",
 		CloudProvider: "v1.30.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v2.53.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.1",
 	},
 	"1.31": {
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.25.6", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel2",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.25.6", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel2", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.11.2",
 		CloudProvider: "v1.31.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v2.54.1", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.2",
 	},
 	"1.32": {
 		Etcd: "registry.k8s.io/etcd:3.5.16-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.26.2", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.0-flannel1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.26.2", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.0-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.0",
 		CloudProvider: "v1.32.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v3.1.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.2",
 	},
 	"1.33": {
 		Etcd: "registry.k8s.io/etcd:3.5.21-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.0", Pause: "registry.k8s.io/pause:3.10",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.1",
 		CloudProvider: "v1.33.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v3.3.1", NodeExporter: "quay.io/prometheus/node-exporter:v1.9.1",
 	},
 	"1.34": {
 		Etcd: "registry.k8s.io/etcd:3.6.4-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.3", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.3", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.13.2",
 		CloudProvider: "v1.34.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v3.5.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.9.1",
 	},
 	"1.35": {
 		Etcd: "registry.k8s.io/etcd:3.6.5-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
 		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
 	},
 	"1.36": {
 		Etcd: "registry.k8s.io/etcd:3.6.6-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
 		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
 	},
 }
+
+// CNIPluginsImage is OPKE's image of the reference CNI plugins
+// (containernetworking/plugins), built by make world as the kubelet's is:
+// upstream publishes the plugins as a tarball, not an image, and Typhoon
+// installs them from an image of its own the same way.
+const CNIPluginsImage = "ghcr.io/opke-dev/cni-plugins:v1.8.0"
 
 // KubernetesRegistry is where the control-plane images come from.
 const KubernetesRegistry = "registry.k8s.io"
