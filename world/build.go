@@ -348,6 +348,38 @@ func WrapperMod(a Artifact, goVersion string, moduleGoMod []byte) (*modfile.File
 	return f, nil
 }
 
+// carrySums adds the artifact module's go.sum to the wrapper's: its
+// dependencies are checked against the sums its own build checks them
+// against (some, such as flannel's tencentcloud SDK, are not in the
+// checksum database, and a build from the module's folder never asks it
+// for them).
+func carrySums(wrapperDir, moduleDir string) error {
+	if moduleDir == "" {
+		return nil
+	}
+	theirs, err := os.ReadFile(filepath.Join(moduleDir, "go.sum"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(wrapperDir, "go.sum")
+	ours, err := os.ReadFile(p)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(string(ours)+"\n"+string(theirs), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !seen[line] {
+			seen[line] = true
+			out = append(out, line)
+		}
+	}
+	return os.WriteFile(p, []byte(strings.Join(out, "\n")+"\n"), 0o644)
+}
+
 // LDFlags returns the -ldflags of a Go artifact: stripped, its version
 // variables stamped, date variables set to date (RFC 3339, UTC), commit
 // variables to commit ("archive" when unknown).
@@ -385,6 +417,9 @@ func (w *World) buildGo(ctx context.Context, a Artifact, src string, info module
 		return err
 	}
 	if err := ensureGoMod(src, "", f); err != nil {
+		return err
+	}
+	if err := carrySums(src, info.Dir); err != nil {
 		return err
 	}
 	env := append(slices.Clone(goEnv), "CGO_ENABLED=0")

@@ -473,3 +473,24 @@ replace (
 		t.Errorf("replacements (-want +got):\n%s", d)
 	}
 }
+
+// The module's go.sum joins the wrapper's, each line once.
+func TestCarrySums(t *testing.T) {
+	wrapper, module := t.TempDir(), t.TempDir()
+	if err := carrySums(wrapper, module); err != nil {
+		t.Fatalf("a module without go.sum: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(wrapper, "go.sum"), []byte("a v1 h1:x=\nb v1 h1:y=\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(module, "go.sum"), []byte("b v1 h1:y=\nc v1/go.mod h1:z=\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := carrySums(wrapper, module); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(wrapper, "go.sum"))
+	if d := cmp.Diff("a v1 h1:x=\nb v1 h1:y=\nc v1/go.mod h1:z=\n", string(got)); d != "" {
+		t.Errorf("go.sum (-want +got):\n%s", d)
+	}
+}
