@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +66,7 @@ func (c *Cluster) check() []Problem {
 		}
 		for _, k := range sortedKeys(p.Labels) {
 			checkLabel(pp.Field("labels").Field(k), k, p.Labels[k], add)
+			checkNodeLabel(pp.Field("labels").Field(k), k, add)
 		}
 		uniqueStrings(pp.Field("availabilityZones"), p.AvailabilityZones, add)
 	}
@@ -224,6 +226,46 @@ func checkLabel(p Path, key, value string, add func(Path, string, ...any)) {
 	if value != "" && (len(value) > 63 || !labelNameRE.MatchString(value)) {
 		add(p, "label value %q must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit", value)
 	}
+}
+
+// kubeletLabels and kubeletLabelNamespaces are the labels in the
+// kubernetes.io and k8s.io namespaces a kubelet may set on its own node
+// (k8s.io/kubelet/pkg/apis, well_known_labels.go); it refuses to start
+// with any other of those namespaces in --node-labels, and the
+// NodeRestriction admission plugin refuses them too.
+var (
+	kubeletLabels = []string{
+		"kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/arch",
+		"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+		"beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type",
+	}
+	kubeletLabelNamespaces = []string{"kubelet.kubernetes.io", "node.kubernetes.io"}
+)
+
+// checkNodeLabel refuses a node label the kubelet may not set: one in the
+// kubernetes.io or k8s.io namespaces (or their subdomains) that is not a
+// kubelet label, such as node-role.kubernetes.io/worker, which would stop
+// every kubelet of the pool.
+func checkNodeLabel(p Path, key string, add func(Path, string, ...any)) {
+	ns, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return
+	}
+	restricted := false
+	for _, r := range []string{"kubernetes.io", "k8s.io"} {
+		if ns == r || strings.HasSuffix(ns, "."+r) {
+			restricted = true
+		}
+	}
+	if !restricted || slices.Contains(kubeletLabels, key) {
+		return
+	}
+	for _, allowed := range kubeletLabelNamespaces {
+		if ns == allowed || strings.HasSuffix(ns, "."+allowed) {
+			return
+		}
+	}
+	add(p, "the kubelet may not set a label of the %s namespace (it would refuse to start): use a domain of your own, or node.kubernetes.io/", ns)
 }
 
 func uniqueStrings(p Path, values []string, add func(Path, string, ...any)) {

@@ -126,6 +126,12 @@ func TestParseRules(t *testing.T) {
 		{"server names longer than a host name", func(t *testing.T) string {
 			return edit(t, "name: general", "name: a-pool-name-that-is-rather-long-indeed", "name: prod", "name: a-cluster-name-that-is-long-too")
 		}, []string{file + ":17: spec.workerPools[0].name: server names a-cluster-name-that-is-long-too-a-pool-name-that-is-rather-long-indeed-3 would be 72 characters, over the 63 of a host name"}},
+		{"node labels the kubelet may not set", func(t *testing.T) string {
+			return edit(t, "      flavor: m1.medium\n", "      flavor: m1.medium\n      labels:\n        node-role.kubernetes.io/worker: \"\"\n        node.kubernetes.io/pool: web\n        example.k8s.io/x: y\n        topology.kubernetes.io/zone: a\n")
+		}, []string{
+			file + `:21: spec.workerPools[0].labels["node-role.kubernetes.io/worker"]: the kubelet may not set a label of the node-role.kubernetes.io namespace (it would refuse to start): use a domain of your own, or node.kubernetes.io/`,
+			file + `:23: spec.workerPools[0].labels["example.k8s.io/x"]: the kubelet may not set a label of the example.k8s.io namespace (it would refuse to start): use a domain of your own, or node.kubernetes.io/`,
+		}},
 		{"bad node labels", func(t *testing.T) string {
 			return edit(t, "      flavor: m1.medium\n", "      flavor: m1.medium\n      labels:\n        Example.com/tier: web\n        tier: \"-bad\"\n        n: 3\n")
 		}, []string{
