@@ -576,7 +576,7 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 		if ca != b.ca {
 			continue
 		}
-		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version, ControlPlane: h.api.Load() != nil})
+		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version})
 		ids = append(ids, h.id)
 	}
 	b.s.mu.Lock()

@@ -152,13 +152,17 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 			t.Errorf("%s was not applied (the cluster has %d objects)", key, len(objs.Applied))
 		}
 	}
+	// The controller's node is labelled as kubeadm labels it; no other.
+	if d := cmp.Diff(map[string]map[string]string{"demo-controller-0": {"node-role.kubernetes.io/control-plane": ""}}, objs.NodeLabels); d != "" {
+		t.Errorf("node labels applied (-want +got):\n%s", d)
+	}
 	var applies []string
 	for _, c := range plan.Changes {
 		if c.Action == diff.ActionApply {
 			applies = append(applies, c.Address)
 		}
 	}
-	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-metrics-server.yaml"}, applies); d != "" {
+	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-control-plane.yaml", "kubernetes/demo/04-metrics-server.yaml"}, applies); d != "" {
 		t.Errorf("applies (-want +got):\n%s", d)
 	}
 	events, err := r.sim.HostEvents("demo-controller-0")

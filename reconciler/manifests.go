@@ -24,6 +24,10 @@ import (
 // Kubernetes objects.
 var ErrManifest = errors.New("manifest not applied")
 
+// errNotRegistered is a node its kubelet has not registered yet: the
+// apply waits for it.
+var errNotRegistered = errors.New("not registered yet")
+
 // fieldManager is the name OPKE's server-side applies own fields under.
 const fieldManager = "opke"
 
@@ -129,7 +133,21 @@ func applyObjects(ctx context.Context, k *kubeClient, objs []object) error {
 		if r.Namespaced {
 			path += "/namespaces/" + url.PathEscape(cmp.Or(o.Namespace, "default"))
 		}
-		path += "/" + r.Name + "/" + url.PathEscape(o.Name) + "?fieldManager=" + fieldManager + "&force=true"
+		path += "/" + r.Name + "/" + url.PathEscape(o.Name)
+		// A node is its kubelet's to create: OPKE only labels one that
+		// registered, and waits for it.
+		if o.APIVersion == "v1" && o.Kind == "Node" {
+			code, body, err := k.do(ctx, http.MethodGet, path, "", nil, nil)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%s: %w", o.ref(), err)
+			case code == http.StatusNotFound:
+				return fmt.Errorf("%s: %w", o.ref(), errNotRegistered)
+			case code != http.StatusOK:
+				return fmt.Errorf("%s: %d %s", o.ref(), code, statusMessage(body))
+			}
+		}
+		path += "?fieldManager=" + fieldManager + "&force=true"
 		code, body, err := k.do(ctx, http.MethodPatch, path, "application/apply-patch+yaml", o.Body, nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.ref(), err)

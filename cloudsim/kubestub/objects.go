@@ -26,7 +26,6 @@ type Node struct {
 	InternalIP     string
 	Ready          bool   // the host's kubelet unit is active
 	KubeletVersion string // the tag of the kubelet image it runs
-	ControlPlane   bool
 }
 
 // Pod is a pod bound to a node; tests set them through the admin endpoint.
@@ -55,6 +54,8 @@ type Objects struct {
 	// Applied are the objects server-side applies made, as applied, by
 	// group version, resource, namespace and name.
 	Applied map[string]json.RawMessage `json:"applied,omitempty"`
+	// NodeLabels are the labels server-side applies gave nodes, by node.
+	NodeLabels map[string]map[string]string `json:"nodeLabels,omitempty"`
 }
 
 // PodsOn returns the pods bound to node, or every pod when node is empty,
@@ -132,6 +133,12 @@ func selects(selector, labels map[string]string) bool {
 // Clone returns a deep copy.
 func (o *Objects) Clone() *Objects {
 	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied)}
+	for n, l := range o.NodeLabels {
+		if c.NodeLabels == nil {
+			c.NodeLabels = map[string]map[string]string{}
+		}
+		c.NodeLabels[n] = maps.Clone(l)
+	}
 	for _, p := range o.Pods {
 		p.Labels = maps.Clone(p.Labels)
 		c.Pods = append(c.Pods, p)

@@ -10,12 +10,14 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"runtime"
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,10 +162,9 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 	if n.Ready {
 		ready, reason = corev1.ConditionTrue, "KubeletReady"
 	}
+	// What a kubelet labels its node with, and what was applied to it.
 	labels := map[string]string{"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux"}
-	if n.ControlPlane {
-		labels["node-role.kubernetes.io/control-plane"] = ""
-	}
+	maps.Copy(labels, o.NodeLabels[n.Name])
 	node := corev1.Node{
 		TypeMeta:   metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
@@ -211,6 +212,47 @@ func (h *handler) getNode(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// nodeLabelsApply reads a server-side apply of a node's labels: a Node
+// with metadata.labels and nothing else set.
+func nodeLabelsApply(body []byte) (map[string]string, bool) {
+	var obj struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+		Metadata   struct {
+			Name   string            `yaml:"name"`
+			Labels map[string]string `yaml:"labels"`
+		} `yaml:"metadata"`
+		Spec map[string]any `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(body, &obj); err != nil || obj.Kind != "Node" || obj.Metadata.Labels == nil || obj.Spec != nil {
+		return nil, false
+	}
+	return obj.Metadata.Labels, true
+}
+
+// applyNodeLabels keeps the labels a server-side apply gives a node, as
+// the field manager's: the set replaces the one it applied before.
+func (h *handler) applyNodeLabels(w http.ResponseWriter, r *http.Request, n Node, labels map[string]string) {
+	if r.URL.Query().Get("fieldManager") == "" {
+		writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, `PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch`, nil)
+		return
+	}
+	var out corev1.Node
+	err := h.b.Update(func(o *Objects) error {
+		if o.NodeLabels == nil {
+			o.NodeLabels = map[string]map[string]string{}
+		}
+		o.NodeLabels[n.Name] = maps.Clone(labels)
+		out = h.node(n, o)
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // patchNode honours spec.unschedulable only; a patch of anything else is
 // refused, so a client relying on more than the stub models finds out.
 func (h *handler) patchNode(w http.ResponseWriter, r *http.Request) {
@@ -223,6 +265,12 @@ func (h *handler) patchNode(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
 		return
+	}
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); ct == "application/apply-patch+yaml" {
+		if labels, ok := nodeLabelsApply(body); ok {
+			h.applyNodeLabels(w, r, n, labels)
+			return
+		}
 	}
 	value, err := unschedulablePatch(r.Header.Get("Content-Type"), body)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	typedpolicyv1 "k8s.io/client-go/kubernetes/typed/policy/v1"
@@ -123,7 +124,7 @@ func start(t *testing.T) *fixture {
 	}
 	b := &memBackend{
 		nodes: []Node{
-			{Name: "prod-controller-0", InternalIP: "192.168.10.10", Ready: true, KubeletVersion: "v1.35.1", ControlPlane: true},
+			{Name: "prod-controller-0", InternalIP: "192.168.10.10", Ready: true, KubeletVersion: "v1.35.1"},
 			{Name: "prod-default-0", InternalIP: "192.168.10.16", Ready: false, KubeletVersion: "v1.35.1"},
 		},
 		objs: Objects{
@@ -226,6 +227,12 @@ func TestNodesCordonPodsAndEvictions(t *testing.T) {
 	}
 	ctx := context.Background()
 
+	// No one labels a control-plane node but a server-side apply (OPKE's,
+	// as kubeadm's mark-control-plane): client-go's Apply is taken.
+	if _, err := core.Nodes().Apply(ctx, corev1ac.Node("prod-controller-0").WithLabels(map[string]string{"node-role.kubernetes.io/control-plane": ""}),
+		metav1.ApplyOptions{FieldManager: "opke", Force: true}); err != nil {
+		t.Fatal(err)
+	}
 	nodes, err := core.Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)

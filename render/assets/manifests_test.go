@@ -28,6 +28,7 @@ import (
 var kinds = map[string]func() any{
 	"v1/Pod":             func() any { return &corev1.Pod{} },
 	"v1/Namespace":       func() any { return &corev1.Namespace{} },
+	"v1/Node":            func() any { return &corev1.Node{} },
 	"v1/ServiceAccount":  func() any { return &corev1.ServiceAccount{} },
 	"v1/ConfigMap":       func() any { return &corev1.ConfigMap{} },
 	"v1/Secret":          func() any { return &corev1.Secret{} },

@@ -22,7 +22,7 @@ var templates = template.Must(template.New("").Option("missingkey=error").Funcs(
 }).ParseFS(manifestFS, "manifests/*.yaml", "manifests/static/*.yaml"))
 
 // Addons in the order their manifests are written; core first.
-var coreManifests = []string{"kube-proxy", "coredns", "flannel"}
+var coreManifests = []string{"kube-proxy", "coredns", "flannel", "control-plane"}
 
 // AddonManifests are the optional addons the spec can select.
 var AddonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
@@ -51,6 +51,7 @@ type tmplData struct {
 	ClusterDomain  string
 	CloudProvider  bool   // openstack-cloud-controller-manager selected
 	ControllerHost string // for static pods
+	Controllers    []string
 	Flags          []string
 }
 
@@ -84,6 +85,9 @@ func newRenderer(in Input) (*renderer, error) {
 		PodCIDR: c.Spec.Network.PodCIDR, ServiceCIDR: c.Spec.Network.ServiceCIDR, DNSIP: dns.String(),
 		APIServer: "https://" + netip.AddrPortFrom(vip, 6443).String(), APIVIP: vip.String(),
 		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],
+	}
+	for i := range c.Spec.Controllers.Count {
+		r.data.Controllers = append(r.data.Controllers, schemas.ServerName(c.Metadata.Name, schemas.RoleController, i))
 	}
 	if r.data.PodCIDR == "" {
 		return nil, fmt.Errorf("%w: the spec is not defaulted (podCIDR empty)", ErrBadInput)
@@ -210,7 +214,9 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		return nil, fmt.Errorf("%w: controller %s has no fixed IP", ErrBadInput, h.Name)
 	}
 	local := "https://" + netip.AddrPortFrom(h.IP, 6443).String()
-	files, err := r.kubeletFiles(h, local, map[string]string{"opke.dev/role": RoleController}, true)
+	// As kubeadm labels its control-plane nodes: no Service load balancer
+	// sends traffic to them (the label is one a kubelet may set).
+	files, err := r.kubeletFiles(h, local, map[string]string{"opke.dev/role": RoleController, "node.kubernetes.io/exclude-from-external-load-balancers": ""}, true)
 	if err != nil {
 		return nil, err
 	}
