@@ -242,15 +242,8 @@ func makeSeed(tb testing.TB, dir string, n int) {
 			if err := reconciler.RecordAppCredential(ctx, ov, name, creds.Secret); err != nil {
 				return err
 			}
-			for _, h := range out.Assets.Hosts {
-				for _, f := range h.Files {
-					if err := reconciler.RecordFile(ctx, ov, name, h.Name, f.Path, f.SHA256); err != nil {
-						return err
-					}
-				}
-				if err := reconciler.RecordVersion(ctx, ov, name, h.Name, c.Spec.Kubernetes.Version); err != nil {
-					return err
-				}
+			if err := reconciler.RecordRendered(ctx, ov, name, out.Assets); err != nil {
+				return err
 			}
 			return reconciler.RecordSpec(ctx, ov, c, "0123456789abcdef0123456789abcdef01234567")
 		})

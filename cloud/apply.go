@@ -406,7 +406,14 @@ func (a *Applier) rule(ctx context.Context, r diff.Resource) (string, error) {
 	if p := v("protocol"); p != "any" {
 		opts.Protocol = rules.RuleProtocol(p)
 	}
-	if p, err := strconv.Atoi(v("ports")); err == nil {
+	if lo, hi, isRange := strings.Cut(v("ports"), "-"); isRange {
+		min, err1 := strconv.Atoi(lo)
+		max, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || min < 1 || max < min || max > 65535 {
+			return "", fmt.Errorf("security group rule %s: ports %q is not a range of ports", r.Name, v("ports"))
+		}
+		opts.PortRangeMin, opts.PortRangeMax = min, max
+	} else if p, err := strconv.Atoi(v("ports")); err == nil {
 		opts.PortRangeMin, opts.PortRangeMax = p, p
 	}
 	if g, ok := strings.CutPrefix(v("remote"), "group:"); ok {

@@ -39,6 +39,8 @@ const (
 	portAPI     = 6443
 	anyIPv4     = "0.0.0.0/0"
 	policyAntiA = "anti-affinity"
+	// nodePorts is Kubernetes' default Service node port range.
+	nodePorts = "30000-32767"
 )
 
 // FilesWithAPIFloatingIP are the files whose bytes carry the API's
@@ -81,11 +83,8 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	gwSG, nodesSG := n+"-gateway", n+"-nodes"
 	add(KindSecurityGroup, gwSG, Attrs{}, nil)
 	add(KindSecurityGroup, nodesSG, Attrs{}, nil)
-	rule := func(sg, proto string, port int, remoteIP, remoteGroup string) {
-		ports, remote := "any", remoteIP
-		if port > 0 {
-			ports = strconv.Itoa(port)
-		}
+	rule := func(sg, proto string, ports string, remoteIP, remoteGroup string) {
+		remote := remoteIP
 		if remoteGroup != "" {
 			remote = "group:" + remoteGroup
 		}
@@ -97,12 +96,17 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		add(KindRule, name, Attrs{"security_group": Known(sg), "direction": Known("ingress"), "protocol": Known(proto),
 			"ports": Known(ports), "remote": Known(remote)}, []string{"security_group", "direction", "protocol", "ports", "remote"}, deps...)
 	}
-	rule(gwSG, "tcp", portSSH, anyIPv4, "")
-	rule(nodesSG, "any", 0, "", nodesSG)
+	rule(gwSG, "tcp", strconv.Itoa(portSSH), anyIPv4, "")
+	rule(nodesSG, "any", "any", "", nodesSG)
 	for _, p := range []int{portSSH, portEtcd, portAPI} {
-		rule(nodesSG, "tcp", p, "", gwSG)
+		rule(nodesSG, "tcp", strconv.Itoa(p), "", gwSG)
 	}
-	rule(nodesSG, "tcp", portAPI, s.Network.HostCIDR, "")
+	rule(nodesSG, "tcp", strconv.Itoa(portAPI), s.Network.HostCIDR, "")
+	// Octavia's members and health monitors reach a LoadBalancer
+	// Service's NodePorts from the subnet (its amphorae's addresses).
+	for _, proto := range []string{"tcp", "udp"} {
+		rule(nodesSG, proto, nodePorts, s.Network.HostCIDR, "")
+	}
 
 	sgName := n + "-controllers"
 	add(KindServerGroup, sgName, Attrs{"policy": Known(policyAntiA)}, []string{"policy"})

@@ -117,6 +117,9 @@ func Text(w io.Writer, data []byte) error {
 	if n := counts[ActionCheck]; n > 0 {
 		fmt.Fprintf(&b, ", %d health gates", n)
 	}
+	if n := counts[ActionApply]; n > 0 {
+		fmt.Fprintf(&b, ", %d manifests to apply", n)
+	}
 	b.WriteString(".\n")
 	_, err = io.WriteString(w, b.String())
 	return err

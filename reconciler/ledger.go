@@ -9,6 +9,7 @@ import (
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
@@ -190,6 +191,31 @@ func RecordFile(ctx context.Context, kv ledgerKV, cluster, host, path, sha256 st
 		return err
 	}
 	return kv.Put(ctx, kv.Key(cluster, "hosts", host, "files"+path), b)
+}
+
+// RecordRendered notes a whole render as applied: every host's files and
+// version, and the cluster's manifests. It is for seeding a store with a
+// cluster built outside OPKE (tests, benchmarks), never for an apply,
+// which records each step as it is done.
+func RecordRendered(ctx context.Context, kv ledgerKV, cluster string, set *assets.Set) error {
+	manifests := map[string]bool{}
+	for _, h := range set.Hosts {
+		for _, f := range h.Files {
+			if err := RecordFile(ctx, kv, cluster, h.Name, f.Path, f.SHA256); err != nil {
+				return err
+			}
+			if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == assets.RoleController && !manifests[name] {
+				manifests[name] = true
+				if err := RecordManifest(ctx, kv, cluster, name, f.SHA256); err != nil {
+					return err
+				}
+			}
+		}
+		if err := RecordVersion(ctx, kv, cluster, h.Name, set.Version); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RecordManifest notes a manifest as applied to the cluster's API.

@@ -415,10 +415,10 @@ func MetricsServer(ref string) (Artifact, error) {
 // Flannel is the flannel image a minor's matrix row names
 // (ghcr.io/flannel-io/flannel:v0.27.4): flanneld at /opt/bin/flanneld on
 // the network base (iptables, nft, ip), as upstream's image has it on
-// Alpine, stamped as its Makefile stamps it. Built without cgo, as
-// upstream builds it for every architecture but amd64: the UDP backend,
-// the one part that needs cgo, is left out (OPKE renders VXLAN). v0.27.4
-// is on the proxy but not in the checksum database (NoSumDB).
+// Alpine, stamped as its Makefile stamps it. Built with cgo, as upstream
+// builds it on amd64 (its UDP backend is C), linked against the base's
+// glibc where upstream links statically against musl. v0.27.4 is on the
+// proxy but not in the checksum database (NoSumDB).
 func Flannel(ref string) (Artifact, error) {
 	v, ok := tagOf(ref)
 	if !ok {
@@ -426,7 +426,7 @@ func Flannel(ref string) (Artifact, error) {
 	}
 	const m = "github.com/flannel-io/flannel"
 	return Artifact{
-		Key: "flannel-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true,
+		Key: "flannel-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true, CGO: true,
 		Binaries: []Binary{{Name: "flanneld", Package: m}},
 		Stamp:    map[string]string{m + "/pkg/version.Version": v},
 		Images: []ImageSpec{{
@@ -457,6 +457,7 @@ func FlannelCNI(ref string) (Artifact, error) {
 	return Artifact{
 		Key: "flannel-cni-" + FlannelCNIPluginsVersion, Module: m, Version: FlannelCNIPluginsVersion, Lang: Go,
 		Binaries: []Binary{{Name: "flannel", Package: m + "/plugins/meta/flannel"}},
+		Stamp:    map[string]string{m + "/pkg/utils/buildversion.BuildVersion": FlannelCNIPluginsVersion},
 		Images: []ImageSpec{{
 			Ref: ref, Base: NetBase,
 			Files:      []ImageFile{{Binary: "flannel", Path: "/flannel"}},

@@ -26,7 +26,7 @@ func TestApplyCommand(t *testing.T) {
 	e := newPlanEnv(t)
 
 	code, out, stderr := e.apply(t, "no\n")
-	if code != exitFailure || !strings.Contains(out, "Plan: 29 to create") || !strings.HasSuffix(out, "Apply cancelled.\n") {
+	if code != exitFailure || !strings.Contains(out, "Plan: 31 to create") || !strings.HasSuffix(out, "Apply cancelled.\n") {
 		t.Fatalf("answer no: exit %d\n%s\n%s", code, out, stderr)
 	}
 	if code, _, _ := e.plan(t, "--detailed-exitcode"); code != exitChanges {

@@ -255,8 +255,15 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			if p := a("protocol"); p != "any" {
 				opts.Protocol = rules.RuleProtocol(p)
 			}
-			if p, err := strconv.Atoi(a("ports")); err == nil {
-				opts.PortRangeMin, opts.PortRangeMax = p, p
+			lo, hi, isRange := strings.Cut(a("ports"), "-")
+			if !isRange {
+				hi = lo
+			}
+			if p, err := strconv.Atoi(lo); err == nil {
+				opts.PortRangeMin = p
+			}
+			if p, err := strconv.Atoi(hi); err == nil {
+				opts.PortRangeMax = p
 			}
 			if g, ok := strings.CutPrefix(a("remote"), "group:"); ok {
 				opts.RemoteGroupID = id(diff.KindSecurityGroup, g)
@@ -441,20 +448,8 @@ func Converge(t testing.TB, store *state.Store, clients *cloud.Clients, now time
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range out.Assets.Hosts {
-			for _, f := range h.Files {
-				if err := reconciler.RecordFile(ctx, store, c.Metadata.Name, h.Name, f.Path, f.SHA256); err != nil {
-					t.Fatal(err)
-				}
-				if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok {
-					if err := reconciler.RecordManifest(ctx, store, c.Metadata.Name, name, f.SHA256); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if err := reconciler.RecordVersion(ctx, store, c.Metadata.Name, h.Name, c.Spec.Kubernetes.Version); err != nil {
-				t.Fatal(err)
-			}
+		if err := reconciler.RecordRendered(ctx, store, c.Metadata.Name, out.Assets); err != nil {
+			t.Fatal(err)
 		}
 		if err := reconciler.RecordSpec(ctx, store, c, "0123456789abcdef0123456789abcdef01234567"); err != nil {
 			t.Fatal(err)

@@ -171,6 +171,15 @@ func TestDaemonPullRequestKeepsAnAppliedNote(t *testing.T) {
 	if n := e.waitNote(t, applied, main); n.State != report.Success || !n.Applied {
 		t.Fatalf("note of the applied commit: %+v", n)
 	}
+	// The forge hears of the apply after the note is written: its last
+	// status is awaited before counting.
+	deadline := time.Now().Add(30 * time.Second)
+	for got := e.forge.of(applied, "opke/demo"); len(got) == 0 || !strings.HasPrefix(got[len(got)-1], "success"); got = e.forge.of(applied, "opke/demo") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the forge never heard of the apply's success: %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	forge := len(e.forge.of(applied, "opke/demo"))
 	e.push(t, "refs/pull/5/head")
 	// Pull requests are planned in the order of their refs: once the next
