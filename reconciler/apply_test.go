@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -113,8 +114,14 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := os.Stat(confPath); st.Mode().Perm() != 0o600 {
-		t.Errorf("cloud.conf mode %v, want 0600", st.Mode().Perm())
+	// The cloud controller manager's group reads it (a real host's
+	// install sets the group; the in-process hosts keep no owners).
+	st, _ := os.Stat(confPath)
+	if st.Mode().Perm() != 0o640 {
+		t.Errorf("cloud.conf mode %v, want 0640", st.Mode().Perm())
+	}
+	if gid := st.Sys().(*syscall.Stat_t).Gid; realHosts && gid != 1001 {
+		t.Errorf("cloud.conf's group is %d on a real host, want 1001 (the cloud controller manager's)", gid)
 	}
 	ini := map[string]string{}
 	for _, line := range strings.Split(string(conf), "\n") {

@@ -387,7 +387,11 @@ func (h *HostSessions) upload(ctx context.Context, t HostTarget, host string, f 
 	if err != nil {
 		return err
 	}
-	cmd, tmp, err := sshx.Install(HostUser, f.Path, f.Mode)
+	_, group, _ := strings.Cut(f.Owner, ":")
+	if group == "root" || group == HostUser {
+		group = "" // the owner's, as Install sets it
+	}
+	cmd, tmp, err := sshx.InstallGroup(HostUser, f.Path, group, f.Mode)
 	if err != nil {
 		return err
 	}

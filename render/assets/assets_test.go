@@ -417,8 +417,11 @@ func TestNoSecretOrVersionInUserData(t *testing.T) {
 	for _, h := range out.Assets.Hosts {
 		for _, f := range h.Files {
 			if f.Secret {
-				if f.Mode != 0o600 {
-					t.Errorf("%s:%s is secret with mode %o", h.Name, f.Path, f.Mode)
+				// Its owner's, or its owner's and a group of its own
+				// (never root's, which every root process has).
+				group := strings.TrimPrefix(f.Owner, "root:")
+				if f.Mode != 0o600 && (f.Mode != 0o640 || group == "root" || group == f.Owner) {
+					t.Errorf("%s:%s is secret with mode %o, owner %s", h.Name, f.Path, f.Mode, f.Owner)
 				}
 				secrets = append(secrets, f.Data)
 			}
@@ -481,8 +484,9 @@ func TestCloudConf(t *testing.T) {
 				if got != want {
 					t.Errorf("%s has cloud.conf: %v, want %v", name, got, want)
 				}
-				if got && (!f.Secret || f.Mode != 0o600 || !bytes.Contains(f.Data, []byte("application-credential-secret="+credential.Secret+"\n"))) {
-					t.Errorf("%s cloud.conf: secret=%v mode=%o\n%s", name, f.Secret, f.Mode, f.Data)
+				// The cloud controller manager (uid and gid 1001) reads it.
+				if got && (!f.Secret || f.Mode != 0o640 || f.Owner != "root:1001" || !bytes.Contains(f.Data, []byte("application-credential-secret="+credential.Secret+"\n"))) {
+					t.Errorf("%s cloud.conf: secret=%v mode=%o owner=%s\n%s", name, f.Secret, f.Mode, f.Owner, f.Data)
 				}
 			}
 		})

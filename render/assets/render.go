@@ -408,5 +408,13 @@ func (r *renderer) cloudConf() File {
 	kv("subnet-id", c.SubnetID)
 	kv("floating-network-id", c.FloatingNetworkID)
 	b.WriteString("create-monitor=true\n")
-	return secretFile(PathCloudConf, []byte(b.String()))
+	// The cloud controller manager runs as uid and gid 1001, as upstream's
+	// image does: the file is its group's to read, no one else's.
+	f := secretFile(PathCloudConf, []byte(b.String()))
+	f.Mode, f.Owner = 0o640, "root:"+CloudProviderGID
+	return f
 }
+
+// CloudProviderGID is the group the OpenStack cloud controller manager
+// runs as (upstream's image: uid and gid 1001), the group of cloud.conf.
+const CloudProviderGID = "1001"
