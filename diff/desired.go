@@ -44,8 +44,9 @@ const (
 )
 
 // FilesWithAPIFloatingIP are the files whose bytes carry the API's
-// floating IP: unknown until it exists.
-var FilesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt"}
+// floating IP: unknown until it exists (the API server's certificate, and
+// its static pod, which carries the certificate's sha256).
+var FilesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt", "/etc/kubernetes/manifests/kube-apiserver.yaml"}
 
 // Desire lists what a valid, defaulted cluster spec asks for: every
 // OpenStack resource, named and tagged deterministically, and every host's

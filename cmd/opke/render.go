@@ -271,7 +271,14 @@ func writeRender(out string, r *render.Output) (*renderManifest, error) {
 	}
 	for _, h := range r.Assets.Hosts {
 		for _, f := range h.Files {
-			if err := writeFile(filepath.Join(tmp, "hosts", h.Name, filepath.FromSlash(f.Path)), f.Data, f.Mode); err != nil {
+			// A secret is the user's alone here: the group a host gives it
+			// (cloud.conf's, the cloud controller manager's) is not the
+			// user's group on this machine.
+			mode := f.Mode
+			if f.Secret {
+				mode = 0o600
+			}
+			if err := writeFile(filepath.Join(tmp, "hosts", h.Name, filepath.FromSlash(f.Path)), f.Data, mode); err != nil {
 				return nil, err
 			}
 		}

@@ -163,13 +163,20 @@ func redactSums(s *assets.Set) *assets.Set {
 }
 
 func carriesPKI(f assets.File) bool {
-	return bytes.Contains(f.Data, []byte("-----BEGIN")) || bytes.Contains(f.Data, []byte("certificate-authority-data"))
+	return bytes.Contains(f.Data, []byte("-----BEGIN")) || bytes.Contains(f.Data, []byte("certificate-authority-data")) ||
+		inputsSum.Match(f.Data)
 }
+
+// inputsSum is a static pod's annotation of its inputs' sha256, which
+// changes with the (random) keys of each test's PKI.
+var inputsSum = regexp.MustCompile(`opke.dev/inputs-sha256: "[0-9a-f]{64}"`)
 
 // describe returns a file's golden form.
 func describe(t testing.TB, f assets.File) []byte {
 	t.Helper()
 	switch {
+	case inputsSum.Match(f.Data):
+		return inputsSum.ReplaceAll(f.Data, []byte(`opke.dev/inputs-sha256: "(sha256 of its PKI files)"`))
 	case bytes.HasPrefix(f.Data, []byte("-----BEGIN")):
 		return []byte(describePEM(t, f.Data))
 	case bytes.Contains(f.Data, []byte("certificate-authority-data")):
@@ -683,5 +690,45 @@ func TestRegistryMirror(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRenewedCertificatesRestartStaticPods: a static pod's manifest
+// changes exactly when a file its flags name changes (a renewed
+// certificate, key or kubeconfig), so the kubelet starts it again with
+// them; a kubelet restart alone would keep the old pod.
+func TestRenewedCertificatesRestartStaticPods(t *testing.T) {
+	store := statetest.Open(t)
+	c := loadSpec(t, "prod")
+	before := renderWith(t, store, c, render.Options{Now: now, Cloud: credential})
+	// A year and a day later, with a renewal window of 30 days: the
+	// leaf certificates are issued again, the CAs are kept.
+	after := renderWith(t, store, c, render.Options{Now: now.Add(366 * 24 * time.Hour), RenewWithin: 30 * 24 * time.Hour, Cloud: credential})
+	b, _ := before.Assets.Host("prod-controller-0")
+	a, _ := after.Assets.Host("prod-controller-0")
+	flagPath := regexp.MustCompile(`--[a-z-]+=(/etc/kubernetes/\S+)`)
+	changed := 0
+	for _, pod := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		path := assets.PathManifests + "/" + pod + ".yaml"
+		mb, _ := b.File(path)
+		ma, _ := a.File(path)
+		inputChanged := false
+		for _, m := range flagPath.FindAllSubmatch(ma.Data, -1) {
+			fb, okb := b.File(string(m[1]))
+			fa, oka := a.File(string(m[1]))
+			if !okb || !oka {
+				t.Fatalf("%s reads %s, which the render lacks", pod, m[1])
+			}
+			inputChanged = inputChanged || fb.SHA256 != fa.SHA256
+		}
+		if manifestChanged := mb.SHA256 != ma.SHA256; manifestChanged != inputChanged {
+			t.Errorf("%s: manifest changed %v, its files changed %v", pod, manifestChanged, inputChanged)
+		}
+		if inputChanged {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatal("no static pod's files were renewed: the test renews nothing")
 	}
 }

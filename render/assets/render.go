@@ -1,6 +1,8 @@
 package assets
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"bytes"
 	"embed"
 	"fmt"
@@ -53,6 +55,7 @@ type tmplData struct {
 	ControllerHost string // for static pods
 	Controllers    []string
 	Flags          []string
+	Inputs         string // a static pod's files' sha256
 }
 
 func newRenderer(in Input) (*renderer, error) {
@@ -255,7 +258,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		}
 		files = append(files, secretFile("/etc/kubernetes/"+kc.file, b, UnitKubelet))
 	}
-	pods, err := r.staticPods(h)
+	pods, err := r.staticPods(h, files)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +313,13 @@ func (r *renderer) etcdEnv(h Host) ([]byte, error) {
 
 // staticPods renders kubeadm's control-plane static pods with their flags
 // sorted, as kubeadm writes them.
-func (r *renderer) staticPods(h Host) ([]File, error) {
+//
+// Each pod carries the sha256 of the files its flags name (its
+// certificates, keys and kubeconfigs) in an annotation: a renewed
+// certificate changes its manifest, and the kubelet starts the pod again
+// with it (a kubelet restart alone keeps a static pod whose manifest did
+// not change, and its old certificates in memory).
+func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 	etcd := make([]string, 0, r.c.Spec.Controllers.Count)
 	for i := range r.c.Spec.Controllers.Count {
 		ip, err := r.c.ControllerIP(i)
@@ -358,9 +367,18 @@ func (r *renderer) staticPods(h Host) ([]File, error) {
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		d := r.data
 		d.ControllerHost = h.IP.String()
+		read := map[string]bool{}
 		for _, k := range slices.Sorted(maps.Keys(flags[name])) {
 			d.Flags = append(d.Flags, "--"+k+"="+flags[name][k])
+			read[flags[name][k]] = true
 		}
+		sum := sha256.New()
+		for _, f := range inputs { // sorted by the caller's order: stable
+			if read[f.Path] {
+				fmt.Fprintf(sum, "%s %s\n", f.Path, f.SHA256)
+			}
+		}
+		d.Inputs = hex.EncodeToString(sum.Sum(nil))
 		b, err := execute(name+".yaml", d)
 		if err != nil {
 			return nil, err
