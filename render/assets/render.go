@@ -1,10 +1,10 @@
 package assets
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"bytes"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/netip"
