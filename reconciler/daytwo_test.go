@@ -348,14 +348,21 @@ func TestDayTwo(t *testing.T) {
 		}
 	})
 
-	t.Run("scale in drains highest first, a refusing budget fails after the timeout naming the pod", func(t *testing.T) {
+	t.Run("scale in drains highest first, a refusing budget and a pod that does not terminate fail after the timeout, named; DaemonSet, mirror and finished pods are left", func(t *testing.T) {
 		demo.Spec.WorkerPools[0].Count = 5
 		r.mustApply(t, a, demo)
 		objects := kubestub.Objects{
 			Pods: []kubestub.Pod{
 				{Namespace: "default", Name: "web-0", Node: "demo-default-4", Labels: map[string]string{"app": "web"}},
+				{Namespace: "default", Name: "stuck-0", Node: "demo-default-4", Stuck: true},
 				{Namespace: "default", Name: "batch-0", Node: "demo-default-3"},
+				{Namespace: "default", Name: "done-0", Node: "demo-default-3", Phase: "Succeeded"},
 				{Namespace: "default", Name: "db-0", Node: "demo-default-1", Labels: map[string]string{"app": "db"}},
+				// They come straight back when evicted: a drain that
+				// waits for them never ends.
+				{Namespace: "kube-system", Name: "kube-proxy-a", Node: "demo-default-4", Owner: "DaemonSet/kube-proxy"},
+				{Namespace: "kube-system", Name: "kube-proxy-b", Node: "demo-default-3", Owner: "DaemonSet/kube-proxy"},
+				{Namespace: "kube-system", Name: "static-demo-default-2", Node: "demo-default-2", Mirror: true},
 			},
 			Budgets: []kubestub.Budget{{Namespace: "default", Name: "web", Selector: map[string]string{"app": "web"}, DisruptionsAllowed: 0}},
 		}
@@ -373,11 +380,15 @@ func TestDayTwo(t *testing.T) {
 			!strings.Contains(drainErr.Error(), "default/web") || time.Since(started) < 2*time.Second {
 			t.Errorf("the drain did not fail after the 2s timeout naming the pod and budget: %v", drainErr)
 		}
+		if !strings.Contains(drainErr.Error(), "pod default/stuck-0: terminating") || strings.Contains(drainErr.Error(), "kube-proxy") {
+			t.Errorf("the drain does not name the pod that did not terminate, or names a DaemonSet's: %v", drainErr)
+		}
 		if _, ok := r.observed(t)["openstack/server/demo-default-4"]; !ok {
 			t.Error("demo-default-4 was deleted although its drain failed")
 		}
 
 		objects.Budgets[0].DisruptionsAllowed = 1
+		objects.Pods[1].Stuck = false
 		if err := r.sim.SetKubeObjects("demo-controller-0", objects); err != nil {
 			t.Fatal(err)
 		}
@@ -418,8 +429,18 @@ func TestDayTwo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pods := left.PodsOn(""); len(pods) != 1 || pods[0].Name != "db-0" {
-			t.Errorf("pods left: %v, want only db-0 on a kept worker", pods)
+		var kept []string
+		for _, p := range left.PodsOn("") {
+			kept = append(kept, p.Node+" "+p.Namespace+"/"+p.Name)
+		}
+		// The DaemonSet's, the mirror and the finished pod were never
+		// evicted (a real cluster's pod GC removes those of deleted nodes).
+		want := []string{"demo-default-1 default/db-0", "demo-default-3 default/done-0",
+			"demo-default-4 kube-system/kube-proxy-a", "demo-default-3 kube-system/kube-proxy-b", "demo-default-2 kube-system/static-demo-default-2"}
+		slices.Sort(kept)
+		slices.Sort(want)
+		if d := cmp.Diff(want, kept); d != "" {
+			t.Errorf("pods left (-want +got):\n%s", d)
 		}
 	})
 

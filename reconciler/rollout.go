@@ -342,9 +342,12 @@ func firstLine(b []byte) string {
 	return s
 }
 
-// drain cordons a worker and evicts its pods through the API; an
-// eviction a disruption budget refuses is retried until the spec's drain
-// timeout, then the drain fails naming the pod.
+// drain cordons a worker and evicts its pods through the API, as kubectl
+// drain --ignore-daemonsets does: a DaemonSet's pods and static pods'
+// mirrors are left (they would come straight back), finished pods are
+// not waited for. An eviction a disruption budget refuses is retried, and
+// a pod whose eviction was taken is waited for, up to the spec's drain
+// timeout; then the drain fails naming the pods still there.
 func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, host string) error {
 	p := &prober{a: a, t: t, b: b, g: gateSpec{host: host}}
 	defer p.close()
@@ -362,9 +365,7 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 	deadline := time.Now().Add(timeout)
 	for {
 		var pods struct {
-			Items []struct {
-				Metadata struct{ Namespace, Name string } `json:"metadata"`
-			} `json:"items"`
+			Items []drainPod `json:"items"`
 		}
 		code, body, err := p.api(ctx, http.MethodGet, "/api/v1/pods?fieldSelector=spec.nodeName%3D"+host, "", nil, &pods)
 		switch {
@@ -373,37 +374,75 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 		case code != http.StatusOK:
 			return fmt.Errorf("pods of %s: %d %s", host, code, firstLine(body))
 		}
-		if len(pods.Items) == 0 {
+		var waiting []string
+		for _, pod := range pods.Items {
+			if pod.left() {
+				continue
+			}
+			ref := pod.Metadata.Namespace + "/" + pod.Metadata.Name
+			if pod.Metadata.DeletionTimestamp != "" {
+				waiting = append(waiting, "pod "+ref+": terminating")
+				continue
+			}
+			ev := map[string]any{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": map[string]string{"name": pod.Metadata.Name, "namespace": pod.Metadata.Namespace}}
+			code, body, err := p.api(ctx, http.MethodPost, "/api/v1/namespaces/"+pod.Metadata.Namespace+"/pods/"+pod.Metadata.Name+"/eviction", "application/json", ev, nil)
+			switch {
+			case err != nil:
+				return fmt.Errorf("evict %s: %w", ref, err)
+			case code == http.StatusNotFound:
+			case code/100 == 2:
+				waiting = append(waiting, "pod "+ref+": evicted, terminating")
+			case code == http.StatusTooManyRequests:
+				waiting = append(waiting, fmt.Sprintf("pod %s: %s", ref, budgetCause(body)))
+			default:
+				return fmt.Errorf("evict %s: %d %s", ref, code, firstLine(body))
+			}
+		}
+		if len(waiting) == 0 {
 			a.log().Info("drained", "cluster", t.Cluster, "host", host)
 			return nil
 		}
-		var blocked []string
-		for _, it := range pods.Items {
-			pod := it.Metadata
-			ev := map[string]any{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": map[string]string{"name": pod.Name, "namespace": pod.Namespace}}
-			code, body, err := p.api(ctx, http.MethodPost, "/api/v1/namespaces/"+pod.Namespace+"/pods/"+pod.Name+"/eviction", "application/json", ev, nil)
-			switch {
-			case err != nil:
-				return fmt.Errorf("evict %s/%s: %w", pod.Namespace, pod.Name, err)
-			case code/100 == 2, code == http.StatusNotFound:
-			case code == http.StatusTooManyRequests:
-				blocked = append(blocked, fmt.Sprintf("pod %s/%s: %s", pod.Namespace, pod.Name, budgetCause(body)))
-			default:
-				return fmt.Errorf("evict %s/%s: %d %s", pod.Namespace, pod.Name, code, firstLine(body))
-			}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s within the drain timeout %s: %s", ErrDrain, host, schemas.Duration{Duration: timeout}, strings.Join(waiting, "; "))
 		}
-		if len(blocked) > 0 && time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s within the drain timeout %s: %s", ErrDrain, host, schemas.Duration{Duration: timeout}, strings.Join(blocked, "; "))
-		}
-		if len(blocked) > 0 {
-			a.log().Info("eviction refused by a disruption budget; retrying", "cluster", t.Cluster, "host", host, "blocked", blocked[0])
-		}
+		a.log().Debug("draining", "cluster", t.Cluster, "host", host, "waiting", waiting[0], "pods", len(waiting))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(cmp.Or(a.GateInterval, time.Second)):
 		}
 	}
+}
+
+// drainPod is what a drain reads of a pod.
+type drainPod struct {
+	Metadata struct {
+		Namespace         string            `json:"namespace"`
+		Name              string            `json:"name"`
+		Annotations       map[string]string `json:"annotations"`
+		DeletionTimestamp string            `json:"deletionTimestamp"`
+		OwnerReferences   []struct {
+			Kind       string `json:"kind"`
+			Controller *bool  `json:"controller"`
+		} `json:"ownerReferences"`
+	} `json:"metadata"`
+	Status struct {
+		Phase string `json:"phase"`
+	} `json:"status"`
+}
+
+// left reports whether a drain leaves the pod: a DaemonSet's, a static
+// pod's mirror, or one that finished.
+func (p drainPod) left() bool {
+	if _, mirror := p.Metadata.Annotations["kubernetes.io/config.mirror"]; mirror {
+		return true
+	}
+	for _, o := range p.Metadata.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return true
+		}
+	}
+	return p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed"
 }
 
 // budgetCause is why an eviction was refused, from the API's Status.

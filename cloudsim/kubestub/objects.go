@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // ErrNotFound is a node or pod the cluster does not have.
@@ -34,6 +35,21 @@ type Pod struct {
 	Name      string            `json:"name"`
 	Node      string            `json:"node"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Owner is its controller, "DaemonSet/NAME" or "ReplicaSet/NAME".
+	// A DaemonSet's pod comes straight back on its node when evicted, as
+	// the DaemonSet controller makes it again there (it tolerates the
+	// cordon).
+	Owner string `json:"owner,omitempty"`
+	// Mirror marks a static pod's mirror: its kubelet makes it again when
+	// it is deleted.
+	Mirror bool `json:"mirror,omitempty"`
+	// Phase is Running unless set (Succeeded and Failed pods are done).
+	Phase string `json:"phase,omitempty"`
+	// Stuck is a pod whose eviction is taken but which never terminates
+	// (a finalizer, a hung preStop hook).
+	Stuck bool `json:"stuck,omitempty"`
+	// Terminating is set once a Stuck pod's eviction was taken.
+	Terminating bool `json:"terminating,omitempty"`
 }
 
 // Budget is a pod disruption budget reduced to what eviction consults: the
@@ -56,6 +72,8 @@ type Objects struct {
 	Applied map[string]json.RawMessage `json:"applied,omitempty"`
 	// NodeLabels are the labels server-side applies gave nodes, by node.
 	NodeLabels map[string]map[string]string `json:"nodeLabels,omitempty"`
+	// Recreated counts the DaemonSet pods made again, for their names.
+	Recreated int `json:"recreated,omitempty"`
 }
 
 // PodsOn returns the pods bound to node, or every pod when node is empty,
@@ -115,7 +133,19 @@ func (o *Objects) Evict(namespace, name string) error {
 	for _, j := range covering {
 		o.Budgets[j].DisruptionsAllowed--
 	}
-	o.Pods = slices.Delete(o.Pods, i, i+1)
+	p := o.Pods[i]
+	switch {
+	case p.Stuck:
+		o.Pods[i].Terminating = true
+	case p.Mirror:
+		// Its kubelet makes it again at once.
+	case strings.HasPrefix(p.Owner, "DaemonSet/"):
+		// Made again under a new name, as the controller names its pods.
+		o.Recreated++
+		o.Pods[i].Name = fmt.Sprintf("%s-r%d", strings.TrimPrefix(p.Owner, "DaemonSet/"), o.Recreated)
+	default:
+		o.Pods = slices.Delete(o.Pods, i, i+1)
+	}
 	return nil
 }
 
@@ -132,7 +162,7 @@ func selects(selector, labels map[string]string) bool {
 
 // Clone returns a deep copy.
 func (o *Objects) Clone() *Objects {
-	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied)}
+	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied), Recreated: o.Recreated}
 	for n, l := range o.NodeLabels {
 		if c.NodeLabels == nil {
 			c.NodeLabels = map[string]map[string]string{}

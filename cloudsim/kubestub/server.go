@@ -1,6 +1,7 @@
 package kubestub
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -21,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/version"
 )
 
@@ -345,12 +347,26 @@ func unschedulablePatch(contentType string, body []byte) (bool, error) {
 }
 
 func pod(p Pod) corev1.Pod {
-	return corev1.Pod{
+	out := corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels},
 		Spec:       corev1.PodSpec{NodeName: p.Node},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+		Status:     corev1.PodStatus{Phase: corev1.PodPhase(cmp.Or(p.Phase, string(corev1.PodRunning)))},
 	}
+	if kind, name, ok := strings.Cut(p.Owner, "/"); ok {
+		apiVersion := "apps/v1"
+		controller := true
+		out.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID("uid-" + name), Controller: &controller}}
+	}
+	if p.Mirror {
+		out.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "mirror-of-" + p.Name}
+		out.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: p.Node, UID: types.UID("uid-" + p.Node)}}
+	}
+	if p.Terminating {
+		now := metav1.Now()
+		out.DeletionTimestamp = &now
+	}
+	return out
 }
 
 // listPods honours the one field selector drain uses: spec.nodeName=NODE.
