@@ -184,6 +184,11 @@ func hostContract(t *testing.T, e *env) {
 	})
 
 	t.Run("units", func(t *testing.T) {
+		// The resolver file the kubelet hands pods (its resolvConf), as
+		// Flatcar's systemd-resolved writes it.
+		if out, err := run("cat /run/systemd/resolve/resolv.conf", nil); err != nil {
+			t.Errorf("no /run/systemd/resolve/resolv.conf: %q %v", out, err)
+		}
 		if out, err := run("systemctl is-active contract.service", nil); err == nil || strings.TrimSpace(out) != "inactive" {
 			t.Errorf("a unit not started: %q %v", out, err)
 		}

@@ -97,6 +97,9 @@ var seedFiles = map[string]string{
 	"etc/gshadow": "root:*::\ncore:!::\n",
 	// As on Flatcar: Ignition reads it to decide whether to relabel.
 	"etc/selinux/config": "SELINUX=disabled\nSELINUXTYPE=mcs\n",
+	// What Flatcar's systemd-resolved writes at boot: the upstream servers
+	// (the kubelet hands pods this file, not the stub's /etc/resolv.conf).
+	"run/systemd/resolve/resolv.conf": "# systemd-resolved: no upstream server known\n",
 	// The OS's container runtime, as Flatcar's containerd sysext ships
 	// its unit: its configuration from $CONTAINERD_CONFIG.
 	"usr/lib/systemd/system/containerd.service": "[Unit]\nDescription=containerd container runtime\nAfter=network.target\n\n" +

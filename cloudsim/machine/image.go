@@ -26,6 +26,9 @@ var Packages = []string{
 	// The host's own name resolves without DNS, as on Flatcar (sudo
 	// looks it up; with no answer it waits for DNS to time out).
 	"libnss-myhostname",
+	// Flatcar resolves names through systemd-resolved (the kubelet hands
+	// pods its /run/systemd/resolve/resolv.conf).
+	"systemd-resolved",
 }
 
 // Suite is the Debian release the image is built from.
