@@ -664,10 +664,15 @@ func TestRegistryMirror(t *testing.T) {
 					t.Fatalf("%s: no image found in its files", h.Name)
 				}
 				if !tc.mirror {
+					// The upstream registries, and the runtime's sandbox
+					// image pinned all the same.
 					for _, f := range h.Files {
-						if strings.HasPrefix(f.Path, "/etc/containerd") || strings.Contains(f.Path, "containerd.service") {
+						if strings.HasPrefix(f.Path, assets.PathRegistryHosts) || f.Path == assets.PathMirrorCA {
 							t.Errorf("%s: %s pushed without a mirror", h.Name, f.Path)
 						}
+					}
+					if f, ok := h.File(assets.PathContainerdConfig); !ok || !strings.Contains(string(f.Data), `sandbox = "registry.k8s.io/pause:`) {
+						t.Errorf("%s: no containerd configuration pinning the sandbox image", h.Name)
 					}
 					continue
 				}

@@ -60,25 +60,28 @@ func (r *renderer) kubeletImage() string {
 	return DefaultKubeletImage
 }
 
-// runtimeFiles are a node's container runtime configuration when the
-// spec names a registry mirror: containerd's configuration (its CRI
-// reading each registry's hosts.toml, the sandbox image of the matrix
-// pinned so that it too comes from the mirror), the drop-in that makes
-// Flatcar's containerd read it, and a hosts.toml per upstream registry
-// sending every pull to the mirror. Without a mirror, nothing: the
-// runtime's defaults pull from the upstream registries.
+// runtimeFiles are a node's container runtime configuration:
+// containerd's configuration (the sandbox image of the matrix pinned, as
+// kubeadm expects the runtime's to be the one its minor pins; its CRI
+// reading each registry's hosts.toml) and the drop-in that makes
+// Flatcar's containerd read it; when the spec names a registry mirror, a
+// hosts.toml per upstream registry sending every pull to the mirror.
+// Without one, images come from the upstream registries.
 func (r *renderer) runtimeFiles() ([]File, error) {
 	m := r.c.Spec.RegistryMirror
-	if m == nil {
-		return nil, nil
+	from := "Images come from their upstream registries (no registry mirror)."
+	var base *url.URL
+	if m != nil {
+		var err error
+		base, err = url.Parse(strings.TrimSuffix(m.Endpoint, "/"))
+		if err != nil || base.Host == "" {
+			return nil, fmt.Errorf("%w: spec.registryMirror.endpoint %q", ErrBadInput, m.Endpoint)
+		}
+		from = fmt.Sprintf("Every image comes from the registry mirror %s (hosts.toml per registry\n# under %s).", base.Redacted(), PathRegistryHosts)
 	}
-	base, err := url.Parse(strings.TrimSuffix(m.Endpoint, "/"))
-	if err != nil || base.Host == "" {
-		return nil, fmt.Errorf("%w: spec.registryMirror.endpoint %q", ErrBadInput, m.Endpoint)
-	}
-	config := fmt.Sprintf(`# containerd of %s, Kubernetes %s; rendered and pushed by OPKE.
-# Every image comes from the registry mirror %s (hosts.toml per registry
-# under %s); the sandbox image is the one this Kubernetes minor pins.
+	config := fmt.Sprintf(`# containerd of %s; rendered and pushed by OPKE.
+# %s
+# The sandbox image is the one this Kubernetes minor pins.
 # Site settings of the host's own go in /etc/containerd/conf.d.
 version = 3
 imports = ["/etc/containerd/conf.d/*.toml"]
@@ -93,13 +96,16 @@ imports = ["/etc/containerd/conf.d/*.toml"]
   runtime_type = 'io.containerd.runc.v2'
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
     SystemdCgroup = true
-`, r.c.Metadata.Name, r.version, base.Redacted(), PathRegistryHosts, strconv.Quote(r.images.Pause), strconv.Quote(PathRegistryHosts))
+`, r.c.Metadata.Name, from, strconv.Quote(r.images.Pause), strconv.Quote(PathRegistryHosts))
 	// Flatcar's containerd.service reads $CONTAINERD_CONFIG (its own
 	// configuration by default): this points it at OPKE's.
-	dropIn := "# Rendered and pushed by OPKE: containerd reads " + PathContainerdConfig + " (registry mirror).\n[Service]\nEnvironment=CONTAINERD_CONFIG=" + PathContainerdConfig + "\n"
+	dropIn := "# Rendered and pushed by OPKE: containerd reads " + PathContainerdConfig + ".\n[Service]\nEnvironment=CONTAINERD_CONFIG=" + PathContainerdConfig + "\n"
 	files := []File{
 		newFile(PathContainerdConfig, 0o644, []byte(config), UnitContainerd),
 		newFile(PathContainerdDropIn, 0o644, []byte(dropIn), UnitContainerd),
+	}
+	if m == nil {
+		return files, nil
 	}
 	if m.CACert != "" {
 		files = append(files, newFile(PathMirrorCA, 0o644, []byte(strings.TrimSpace(m.CACert)+"\n")))
