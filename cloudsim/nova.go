@@ -1141,6 +1141,7 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 	}
 	switch {
 	case body["os-getConsoleOutput"] != nil:
+		r.readOnly = true
 		length := -1
 		if m, ok := body["os-getConsoleOutput"].(map[string]any); ok {
 			if l, ok := m["length"].(float64); ok {

@@ -394,6 +394,10 @@ type request struct {
 	w   *world
 	tok *token
 	now time.Time
+	// readOnly marks a request that changes nothing although its method
+	// is not GET (Nova's os-getConsoleOutput is a POST): it stays out of
+	// the write log.
+	readOnly bool
 }
 
 type handlerFunc func(rw http.ResponseWriter, r *request)
@@ -453,6 +457,8 @@ func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 			h(target, req)
 			if hr.Method != http.MethodGet && hr.Method != http.MethodHead {
 				s.dirty = true
+			}
+			if hr.Method != http.MethodGet && hr.Method != http.MethodHead && !req.readOnly {
 				s.count.wrote(Write{At: time.Now(), Route: pattern, Agent: hr.UserAgent()})
 				if s.real != nil {
 					s.real.wake()
