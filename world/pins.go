@@ -35,7 +35,8 @@ const (
 	// images of its minor, the host runtime and the registry.
 	All Set = "all"
 	// E2E is what the real-host suites use today: the first Kubernetes
-	// version, its minor's etcd and pause, the host runtime, the registry.
+	// version, its minor's etcd, pause, CoreDNS and flannel with the CNI
+	// plugins, the host runtime, the registry.
 	E2E Set = "e2e"
 )
 
@@ -158,33 +159,35 @@ func Targets(set Set) ([]Artifact, error) {
 			return nil, err
 		}
 		add(p)
+		// What every cluster runs besides the control plane: its DNS and
+		// its network (flannel, its CNI plugin, the plugins it delegates to).
+		d, err := CoreDNS(im.CoreDNS)
+		if err != nil {
+			return nil, err
+		}
+		add(d)
+		f, err := Flannel(im.Flannel)
+		if err != nil {
+			return nil, err
+		}
+		add(f)
+		fc, err := FlannelCNI(im.FlannelCNI)
+		if err != nil {
+			return nil, err
+		}
+		add(fc)
+		add(CNIPlugins(CNIPluginsVersion))
 		if set == All {
-			d, err := CoreDNS(im.CoreDNS)
-			if err != nil {
-				return nil, err
-			}
-			add(d)
 			ms, err := MetricsServer(im.MetricsServer)
 			if err != nil {
 				return nil, err
 			}
 			add(ms)
-			f, err := Flannel(im.Flannel)
-			if err != nil {
-				return nil, err
-			}
-			add(f)
-			fc, err := FlannelCNI(im.FlannelCNI)
-			if err != nil {
-				return nil, err
-			}
-			add(fc)
 			add(CloudProvider(im.CloudProvider))
-			add(CSIProvisioner(CSIProvisionerRef))
+			for _, c := range CSISidecars {
+				add(c.Artifact())
+			}
 		}
-	}
-	if set == All {
-		add(CNIPlugins(CNIPluginsVersion))
 	}
 	return out, nil
 }
@@ -496,22 +499,37 @@ func CloudProvider(v string) Artifact {
 	return a
 }
 
-// CSIProvisionerRef is the external provisioner the rendered Cinder CSI
-// controller runs.
-const CSIProvisionerRef = "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0"
+// CSISidecar is one of the Kubernetes CSI sidecars the rendered Cinder
+// CSI controller runs, built from its module's cmd/<name>.
+type CSISidecar struct {
+	Ref, Module string
+	// NoSumDB: the release is on the proxy but not in the checksum
+	// database.
+	NoSumDB bool
+}
 
-// CSIProvisioner is a Kubernetes CSI external provisioner image, at
-// /csi-provisioner as upstream's has it, stamped as its release-tools
-// build stamps it (main.version). Its release is on the proxy but not in
-// the checksum database (NoSumDB).
-func CSIProvisioner(ref string) Artifact {
-	v, _ := tagOf(ref)
-	const m = "github.com/kubernetes-csi/external-provisioner/v5"
+// CSISidecars are the sidecars the rendered Cinder CSI controller runs.
+// The attacher and the resizer are the releases nearest to those
+// cloud-provider-openstack v1.35 names (v4.8.1, v1.13.2) that the module
+// proxy serves whole: newer, as Gardener's OpenStack extension moved them
+// for the same Kubernetes versions.
+var CSISidecars = []CSISidecar{
+	{Ref: "registry.k8s.io/sig-storage/csi-attacher:v4.12.0", Module: "github.com/kubernetes-csi/external-attacher/v4"},
+	{Ref: "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0", Module: "github.com/kubernetes-csi/external-provisioner/v5", NoSumDB: true},
+	{Ref: "registry.k8s.io/sig-storage/csi-resizer:v1.14.0", Module: "github.com/kubernetes-csi/external-resizer"},
+}
+
+// Artifact is a CSI sidecar's image, its binary at /<name> as upstream's
+// image has it, stamped as its release-tools build stamps it
+// (main.version).
+func (c CSISidecar) Artifact() Artifact {
+	v, _ := tagOf(c.Ref)
+	name := c.Ref[strings.LastIndex(c.Ref, "/")+1 : strings.LastIndex(c.Ref, ":")]
 	return Artifact{
-		Key: "csi-provisioner-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true,
-		Binaries: []Binary{{Name: "csi-provisioner", Package: m + "/cmd/csi-provisioner"}},
+		Key: name + "-" + v, Module: c.Module, Version: v, Lang: Go, NoSumDB: c.NoSumDB,
+		Binaries: []Binary{{Name: name, Package: c.Module + "/cmd/" + name}},
 		Stamp:    map[string]string{"main.version": v},
-		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "csi-provisioner", Path: "/csi-provisioner"}}, Entrypoint: []string{"/csi-provisioner"}}},
+		Images:   []ImageSpec{{Ref: c.Ref, Files: []ImageFile{{Binary: name, Path: "/" + name}}, Entrypoint: []string{"/" + name}}},
 	}
 }
 
@@ -520,8 +538,6 @@ func CSIProvisioner(ref string) Artifact {
 // names, for every version of the test matrix, to being built or listed
 // here.
 var NotBuilt = map[string]string{
-	"registry.k8s.io/sig-storage/csi-attacher:v4.8.1":               "Cinder CSI sidecar: not on the module proxy (403)",
-	"registry.k8s.io/sig-storage/csi-resizer:v1.13.2":               "Cinder CSI sidecar: not on the module proxy (403)",
 	"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0": "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
 	"registry.k8s.io/ingress-nginx/controller:v1.14.0":              "ingress-nginx addon: nginx and its Lua modules are C, not on the module proxy",
 	"docker.io/kubernetesui/dashboard:v2.7.0":                       "dashboard addon: its web front end is built with npm",

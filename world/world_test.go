@@ -26,12 +26,13 @@ func TestTargets(t *testing.T) {
 		set  Set
 		keys []string
 	}{
-		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1"}},
+		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
+			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
-			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1", "metrics-server-v0.8.0",
-			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cloud-provider-openstack-v1.35.0", "csi-provisioner-v5.2.0",
-			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6",
-			"cni-plugins-" + CNIPluginsVersion}},
+			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
+			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion,
+			"metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
+			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
 			arts, err := Targets(tc.set)
@@ -60,7 +61,11 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+		"ghcr.io/flannel-io/flannel:v0.27.4",
+		"ghcr.io/opke-dev/cni-plugins:v1.8.0",
 		"ghcr.io/opke-dev/kubelet:v1.35.1",
+		"registry.k8s.io/coredns/coredns:v1.13.1",
 		"registry.k8s.io/etcd:3.6.5-0",
 		"registry.k8s.io/kube-apiserver:v1.35.1",
 		"registry.k8s.io/kube-controller-manager:v1.35.1",

@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -40,12 +41,13 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "build" && args[0] != "list" && args[0] != "push") {
-		fmt.Fprintln(stderr, "usage: opke-world build|list|push [--set all|e2e] [--cache DIR] [--registry URL --ca FILE]")
+		fmt.Fprintln(stderr, "usage: opke-world build|list|push [--set all|e2e] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE]")
 		return 2
 	}
 	fs := flag.NewFlagSet("opke-world "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	set := fs.String("set", string(world.All), "which artifacts: all (every Kubernetes version of the test matrix) or e2e (what the real-host suites use)")
+	only := fs.String("only", "", "only these artifacts of the set, by their keys (opke-world list names them), comma-separated")
 	cache := fs.String("cache", world.DefaultCacheDir(), "the cache folder, outside the repository")
 	registry := fs.String("registry", "", "push: the mirror's URL, https://host[:port][/path] (http:// on loopback), as spec.registryMirror.endpoint names it")
 	caFile := fs.String("ca", "", "push: PEM CA of the mirror's certificate, when the system does not trust it")
@@ -60,6 +62,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	if *only != "" {
+		if arts, err = pick(arts, strings.Split(*only, ",")); err != nil {
+			fmt.Fprintf(stderr, "opke-world %s: %v\n", args[0], err)
+			return 2
+		}
 	}
 	if args[0] == "list" {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -160,4 +168,23 @@ func pushTarget(registry, caFile string) (*http.Client, string, string, error) {
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return &http.Client{Transport: tr, Timeout: 10 * time.Minute}, u.Scheme + "://" + u.Host, u.Path, nil
+}
+
+// pick keeps the artifacts keys names, in the set's order; a key the set
+// does not have is an error naming those it has.
+func pick(arts []world.Artifact, keys []string) ([]world.Artifact, error) {
+	var out []world.Artifact
+	var known []string
+	for _, a := range arts {
+		known = append(known, a.Key)
+		if slices.Contains(keys, a.Key) {
+			out = append(out, a)
+		}
+	}
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("--only: no artifact %q in this set (it has %s)", k, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestUsageErrors(t *testing.T) {
@@ -15,6 +17,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no command", nil, "usage: opke-world"},
 		{"unknown command", []string{"serve"}, "usage: opke-world"},
 		{"unknown set", []string{"list", "--set", "most"}, `unknown set "most"`},
+		{"an artifact the set does not have", []string{"list", "--set", "e2e", "--only", "registry-v9"}, `no artifact "registry-v9" in this set (it has `},
 		{"stray argument", []string{"build", "now"}, "unexpected arguments"},
 		{"push without a registry", []string{"push"}, "--registry \"\""},
 		{"push with a login in the URL", []string{"push", "--registry", "https://u:p@mirror:5000"}, "without credentials"},
@@ -33,5 +36,19 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("stderr repeats the credentials: %q", errOut.String())
 			}
 		})
+	}
+}
+
+func TestOnly(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(t.Context(), []string{"list", "--set", "e2e", "--only", "runc-v1.3.3,distribution-v3.0.0"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var keys []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n")[1:] {
+		keys = append(keys, strings.Fields(l)[0])
+	}
+	if diff := cmp.Diff([]string{"runc-v1.3.3", "distribution-v3.0.0"}, keys); diff != "" {
+		t.Errorf("listed (-want +got):\n%s", diff)
 	}
 }
