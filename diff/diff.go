@@ -408,6 +408,12 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			for _, up := range hc.uploads {
 				p.deps = append(p.deps, up.key)
 			}
+			// One unit at a time, containerd first (units sort by name):
+			// the kubelet's and etcd's units pull through containerd, and
+			// a restart of it under theirs fails them.
+			if n := len(hc.restarts); n > 0 {
+				p.deps = append(p.deps, hc.restarts[n-1].key)
+			}
 			hc.restarts = append(hc.restarts, p)
 		}
 		runs := server == nil && versions[h.Name] != ""

@@ -162,6 +162,14 @@ func TestPlans(t *testing.T) {
 			if server := find(t, p.Changes, "openstack/server/demo-controller-0", ActionCreate); !slices.Contains(server.DependsOn, port.ID) {
 				t.Errorf("the server does not wait for its port: %v", server.DependsOn)
 			}
+			// The kubelet's unit pulls through containerd: it restarts once
+			// containerd has.
+			for _, h := range []string{"demo-controller-0", "demo-default-0"} {
+				ctrd := find(t, p.Changes, "host/"+h+"/units/containerd.service", ActionRestart)
+				if kubelet := find(t, p.Changes, "host/"+h+"/units/kubelet.service", ActionRestart); !after(p, kubelet, ctrd) {
+					t.Errorf("%s: the kubelet restarts beside containerd: %v", h, kubelet.DependsOn)
+				}
+			}
 		}},
 		{"converged", []*Desired{base}, []*Observed{done}, func(t *testing.T, p *Plan) {
 			if !p.Empty() {
@@ -396,6 +404,28 @@ func checkGraph(t *testing.T, p *Plan) {
 	for id := range deps {
 		visit(id)
 	}
+}
+
+// after says whether c depends on d, directly or through other changes.
+func after(p *Plan, c, d Change) bool {
+	byID := map[string]Change{}
+	for _, x := range p.Changes {
+		byID[x.ID] = x
+	}
+	seen := map[string]bool{}
+	todo := slices.Clone(c.DependsOn)
+	for len(todo) > 0 {
+		id := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if id == d.ID {
+			return true
+		}
+		if !seen[id] {
+			seen[id] = true
+			todo = append(todo, byID[id].DependsOn...)
+		}
+	}
+	return false
 }
 
 func find(t *testing.T, cs []Change, address string, a Action) Change {
