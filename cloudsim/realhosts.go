@@ -101,6 +101,7 @@ type applied struct {
 	routers  map[string]string // router id -> key
 	legs     map[string]string // router id / network id -> key
 	fips     map[string]string // floating address -> key
+	dhcp     map[string]string // network id -> key
 }
 
 // fabricName names a simulator's fabric after its hosts folder, so a
@@ -135,7 +136,7 @@ func (s *Sim) startRealHosts(ctx context.Context) (*realHosts, error) {
 	r := &realHosts{s: s, log: s.log, img: img, fab: fab, dir: s.hostsDir, keep: !s.tempDir,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		machines: map[string]*realMachine{}, edges: map[string]edge{}, lbs: map[string]*realLB{},
-		applied: applied{networks: map[string]bool{}, ports: map[string]string{}, rules: map[string]string{},
+		applied: applied{networks: map[string]bool{}, ports: map[string]string{}, rules: map[string]string{}, dhcp: map[string]string{},
 			routers: map[string]string{}, legs: map[string]string{}, fips: map[string]string{}}}
 	s.log.Info("real hosts", "fabric", name, "image", img.Hash)
 	return r, nil
@@ -307,6 +308,7 @@ type desired struct {
 	fips     map[string]wantFIP // by floating address
 	lbs      map[string]wantLB
 	edges    map[string]netip.Prefix // external network -> the edge's address there
+	dhcp     map[string]machine.DHCP // network id -> its DHCP server
 }
 
 type wantServer struct {
@@ -323,7 +325,7 @@ type wantPort struct {
 }
 
 func (p wantPort) key() string {
-	return fmt.Sprint(p.server, p.Network, p.IfName, p.MAC, p.Address, p.Gateway)
+	return fmt.Sprint(p.server, p.Network, p.IfName, p.MAC, p.Address, p.Gateway, p.DHCP)
 }
 
 type wantRouter struct {
@@ -361,7 +363,7 @@ func (l wantListener) key() string { return fmt.Sprint(l.members, l.monitor) }
 func (w *world) want() desired {
 	d := desired{servers: map[string]wantServer{}, networks: map[string]bool{}, ports: map[string]wantPort{},
 		rules: map[string][]machine.Rule{}, routers: map[string]wantRouter{}, legs: map[string]wantLeg{},
-		fips: map[string]wantFIP{}, lbs: map[string]wantLB{}, edges: map[string]netip.Prefix{}}
+		fips: map[string]wantFIP{}, lbs: map[string]wantLB{}, edges: map[string]netip.Prefix{}, dhcp: map[string]machine.DHCP{}}
 	for id, n := range w.Networks {
 		d.networks[id] = n.External
 		if !n.External {
@@ -414,9 +416,46 @@ func (w *world) want() desired {
 			if i == 0 {
 				mp.Gateway = gw
 			}
+			// On a subnet with DHCP, the machine asks the network's
+			// DHCP server, as a VM does.
+			if sn := w.Subnets[p.FixedIPs[0].SubnetID]; sn != nil && sn.EnableDHCP && w.dhcpPort(p.NetworkID) != nil {
+				mp.DHCP = true
+			}
 			d.ports[pid] = wantPort{Port: mp, server: id}
 			d.rules[pid] = w.portRules(p)
 		}
+	}
+	for _, p := range w.Ports {
+		if p.DeviceOwner != "network:dhcp" || len(p.FixedIPs) == 0 || d.networks[p.NetworkID] {
+			continue
+		}
+		sn := w.Subnets[p.FixedIPs[0].SubnetID]
+		addr, gw, ok := prefix(p.FixedIPs[0])
+		if !ok || sn == nil || !sn.EnableDHCP {
+			continue
+		}
+		srv := machine.DHCP{Port: machine.Port{ID: p.ID, Network: p.NetworkID, MAC: p.MACAddress, Address: addr}, Gateway: gw, Domain: "openstacklocal"}
+		for _, ns := range sn.DNSNameservers {
+			if a, err := netip.ParseAddr(ns); err == nil && a.Is4() {
+				srv.DNS = append(srv.DNS, a)
+			}
+		}
+		for _, q := range w.Ports {
+			if q.NetworkID != p.NetworkID || q.ID == p.ID || len(q.FixedIPs) == 0 || q.FixedIPs[0].SubnetID != sn.ID {
+				continue
+			}
+			a, err := netip.ParseAddr(q.FixedIPs[0].IPAddress)
+			if err != nil {
+				continue
+			}
+			name := ""
+			if sv := w.Servers[q.DeviceID]; sv != nil && strings.HasPrefix(q.DeviceOwner, "compute:") {
+				name = strings.ToLower(sv.Name)
+			}
+			srv.Hosts = append(srv.Hosts, machine.DHCPHost{MAC: q.MACAddress, Address: a, Name: name})
+		}
+		slices.SortFunc(srv.Hosts, func(a, b machine.DHCPHost) int { return a.Address.Compare(b.Address) })
+		d.dhcp[p.NetworkID] = srv
 	}
 	for id, rt := range w.Routers {
 		if rt.Gateway == nil || len(rt.Gateway.ExternalFixedIPs) == 0 {
@@ -750,6 +789,25 @@ func (r *realHosts) converge(ctx context.Context) error {
 		}
 		a.fips[k] = fipKey(w)
 	}
+	// DHCP servers, once their network is there; their leases follow
+	// the ports.
+	for id := range a.dhcp {
+		if _, ok := d.dhcp[id]; !ok {
+			errs = append(errs, r.fab.RemoveDHCP(ctx, id))
+			delete(a.dhcp, id)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(d.dhcp)) {
+		key := fmt.Sprint(d.dhcp[id])
+		if a.dhcp[id] == key || !hasNetwork(a, id) {
+			continue
+		}
+		if err := r.fab.SetDHCP(ctx, d.dhcp[id]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		a.dhcp[id] = key
+	}
 	errs = append(errs, r.convergeLBs(ctx, d)...)
 	// Networks last: what was plugged into them went first.
 	for id := range a.networks {
@@ -937,4 +995,14 @@ func (r *realHosts) reportMembers(d desired) {
 			}
 		}
 	}
+}
+
+// dhcpPort is a network's DHCP port, if it has one.
+func (w *world) dhcpPort(network string) *port {
+	for _, p := range w.Ports {
+		if p.NetworkID == network && p.DeviceOwner == "network:dhcp" {
+			return p
+		}
+	}
+	return nil
 }

@@ -40,6 +40,26 @@ printf 'SELINUX=disabled\nSELINUXTYPE=mcs\n' > "$R"/etc/selinux/config
 # Flatcar: sudo looks it up, and a host without DNS would wait for it.
 sed -i 's/^hosts:.*/hosts:          files myhostname dns/' "$R"/etc/nsswitch.conf
 
+# The network from DHCP, as Flatcar's systemd-networkd takes it
+# (/usr/lib/systemd/network/zz-default.network there, which matches every
+# interface but veths: a machine's NIC is one here): the address, the
+# default route and the DNS servers, which systemd-resolved lists in
+# /run/systemd/resolve/resolv.conf.
+mkdir -p "$R"/etc/systemd/network
+cat > "$R"/etc/systemd/network/zz-default.network <<'NET'
+[Match]
+Name=eth*
+
+[Network]
+DHCP=yes
+KeepConfiguration=dhcp-on-stop
+
+[DHCPv4]
+UseMTU=true
+UseDomains=true
+NET
+chroot "$R" systemctl enable systemd-networkd.service systemd-resolved.service >/dev/null 2>&1
+
 # Flatcar's writable places.
 mkdir -p "$R"/opt/bin "$R"/var/lib "$R"/etc/kubernetes
 # The host name is the server's (the metadata's on Flatcar), not the

@@ -35,6 +35,10 @@ type Fabric struct {
 	routers  map[string]*router
 	// amphorae are the load balancers' namespaces, by name.
 	amphorae []string
+	// dhcp are the networks' DHCP servers and dhcpAddrs their addresses,
+	// by network.
+	dhcp      map[string]*dhcpServer
+	dhcpAddrs map[string]netip.Addr
 }
 
 // router is a Neutron router: a namespace of its own with a leg on each
@@ -63,6 +67,11 @@ type Port struct {
 	// Gateway, if set, is the default route.
 	Address netip.Prefix
 	Gateway netip.Addr
+	// DHCP: the machine takes its address, route and DNS servers from
+	// its network's DHCP server (SetDHCP) as a VM does, and the fabric
+	// sets neither Address nor Gateway on the interface (it still
+	// enforces them: the port's rules and anti-spoofing).
+	DHCP bool
 }
 
 // Rule is a security group rule, as Neutron has it.
@@ -82,7 +91,8 @@ func NewFabric(ctx context.Context, name string) (*Fabric, error) {
 	if _, err := AddNetNS(ctx, name); err != nil {
 		return nil, err
 	}
-	f := &Fabric{name: name, ports: map[string]*fabricPort{}, external: map[string]bool{}, routers: map[string]*router{}}
+	f := &Fabric{name: name, ports: map[string]*fabricPort{}, external: map[string]bool{}, routers: map[string]*router{},
+		dhcp: map[string]*dhcpServer{}, dhcpAddrs: map[string]netip.Addr{}}
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", name, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1").CombinedOutput(); err != nil {
 		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
 		return nil, fmt.Errorf("fabric %s: %w: %s", name, err, out)
@@ -112,11 +122,16 @@ func (f *Fabric) Close(ctx context.Context) error {
 	routers = append(routers, f.amphorae...)
 	f.amphorae = nil
 	f.routers = map[string]*router{}
+	dhcp := slices.Collect(maps.Values(f.dhcp))
+	f.dhcp, f.dhcpAddrs = map[string]*dhcpServer{}, map[string]netip.Addr{}
 	f.mu.Unlock()
+	var errs []error
+	for _, srv := range dhcp {
+		errs = append(errs, srv.stop(ctx))
+	}
 	for _, id := range ids {
 		_ = IP(ctx, f.name, "link", "delete", short("p", id))
 	}
-	var errs []error
 	for _, ns := range routers {
 		errs = append(errs, DeleteNetNS(ctx, ns))
 	}
@@ -307,10 +322,14 @@ func (f *Fabric) AddEdge(ctx context.Context, network, ns string, addr netip.Pre
 // bridge, with no rule: it can send and receive nothing but ARP until
 // SetRules.
 func (f *Fabric) AddPort(ctx context.Context, p Port) error {
-	if err := f.plug(ctx, p.ID, p.NetNS, p.IfName, p.Network, p.MAC, p.Address.String()); err != nil {
+	var addrs []string
+	if !p.DHCP {
+		addrs = append(addrs, p.Address.String())
+	}
+	if err := f.plug(ctx, p.ID, p.NetNS, p.IfName, p.Network, p.MAC, addrs...); err != nil {
 		return err
 	}
-	if p.Gateway.IsValid() {
+	if p.Gateway.IsValid() && !p.DHCP {
 		if err := IP(ctx, p.NetNS, "route", "add", "default", "via", p.Gateway.String()); err != nil {
 			return fmt.Errorf("port %s: %w", p.ID, err)
 		}
@@ -355,6 +374,12 @@ func (f *Fabric) Ruleset() string {
 	b.WriteString("    ct state established,related accept\n    ct state invalid drop\n")
 	for _, br := range slices.Sorted(maps.Keys(f.external)) {
 		fmt.Fprintf(&b, "    iifname %s accept\n", br)
+	}
+	// DHCP, as Neutron lets it through whatever the security groups say:
+	// a client's requests, and the DHCP servers' replies.
+	b.WriteString("    udp sport 68 udp dport 67 accept\n")
+	for _, a := range slices.SortedFunc(maps.Values(f.dhcpAddrs), netip.Addr.Compare) {
+		fmt.Fprintf(&b, "    ip saddr %s udp sport 67 udp dport 68 accept\n", a)
 	}
 	ids := make([]string, 0, len(f.ports))
 	for id := range f.ports {
@@ -405,6 +430,8 @@ func (f *Fabric) Ruleset() string {
 	b.WriteString("table bridge opke {\n  chain forward {\n    type filter hook forward priority 0; policy accept;\n")
 	for _, id := range ids {
 		p := f.ports[id]
+		// A DHCP client asks before it has its address.
+		fmt.Fprintf(&b, "    iifname %s ether saddr %s ether type ip ip saddr 0.0.0.0 udp sport 68 udp dport 67 accept\n", short("p", id), p.MAC)
 		fmt.Fprintf(&b, "    iifname %s ether type ip ip saddr != %s drop\n", short("p", id), p.Address.Addr())
 		fmt.Fprintf(&b, "    iifname %s ether saddr != %s drop\n", short("p", id), p.MAC)
 	}

@@ -41,13 +41,16 @@ var customize []byte
 // containerd 1.6 lacks CRI methods kubelet 1.35 calls): containerd and
 // runc built from upstream source by package world, installed where
 // Flatcar has them, with a unit and a default configuration as Flatcar's
-// containerd ships them (the configuration from $CONTAINERD_CONFIG).
+// containerd ships them (the configuration from $CONTAINERD_CONFIG;
+// Type=notify as upstream's unit has it, so a unit after it starts once
+// containerd serves, not once its process exists).
 const containerdUnit = `[Unit]
 Description=containerd container runtime
 Documentation=https://containerd.io
 After=network.target local-fs.target
 
 [Service]
+Type=notify
 Delegate=yes
 Environment=CONTAINERD_CONFIG=/usr/share/containerd/config.toml
 ExecStartPre=-/sbin/modprobe overlay

@@ -199,7 +199,12 @@ func (m *Machine) writeBundle() error {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev/kmsg", Type: "bind", Source: "/dev/kmsg", Options: []string{"bind", "rw"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "rw"}},
+		// /sys read-only, as systemd's container interface asks (and as
+		// nspawn and Docker mount it): systemd then knows there is no
+		// udev here, and systemd-networkd configures links without
+		// waiting for udev to announce them (with it writable, the DHCP
+		// client never started). The cgroup tree below stays writable.
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		{Destination: "/sys/fs/cgroup", Type: "bind", Source: "/sys/fs/cgroup", Options: []string{"rbind", "rw"}},
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755"}},
 		{Destination: "/run/lock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "noexec"}},

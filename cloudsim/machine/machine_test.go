@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,13 +58,30 @@ func ignition(t *testing.T, authorized string) []byte {
 
 // world is a fabric with one network, a machine's namespace with a port
 // on it (port-m, 10.99.0.2, its security group letting 22 in from the
-// subnet) and a client's (10.99.0.1).
+// subnet; its address from the network's DHCP server, 10.99.0.3, as a
+// VM's) and a client's (10.99.0.1, set from outside).
 func world(t *testing.T) (fab *testFabric, machineNS, clientNS string) {
 	t.Helper()
 	fab = newTestFabric(t, map[string]bool{"net": false})
 	egress := machine.Rule{Direction: "egress"}
-	machineNS = fab.host("m", "net", "10.99.0.2/24", "", machine.Rule{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22, Remote: "10.99.0.0/24"}, egress)
+	machineNS = fab.plugHost("m", "net", "10.99.0.2/24", "", true, machine.Rule{Direction: "ingress", Protocol: "tcp", PortMin: 22, PortMax: 22, Remote: "10.99.0.0/24"}, egress)
 	clientNS = fab.host("c", "net", "10.99.0.1/24", "", egress)
+	dhcp := machine.DHCP{
+		Port:    machine.Port{ID: "port-dhcp", Network: "net", MAC: macOf(99), Address: netip.MustParsePrefix("10.99.0.3/24")},
+		Gateway: netip.MustParseAddr("10.99.0.1"), Domain: "openstacklocal",
+		Hosts: []machine.DHCPHost{
+			{MAC: macOf(1), Address: netip.MustParseAddr("10.99.0.2"), Name: "demo-controller-0"},
+			{MAC: macOf(2), Address: netip.MustParseAddr("10.99.0.1"), Name: "Client_1"},
+		},
+	}
+	if err := fab.SetDHCP(context.Background(), dhcp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("dnsmasq:\n%s", fab.DHCPLog("net"))
+		}
+	})
 	return fab, machineNS, clientNS
 }
 
@@ -77,7 +95,7 @@ func TestMachine(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("real machines need root (runc, mounts, network namespaces)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	img, err := machine.EnsureImage(ctx, machine.DefaultCacheDir(), slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
@@ -123,9 +141,20 @@ func TestMachine(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	conn, err := machine.DialIn(ctx, cns, "tcp", "10.99.0.2:22")
-	if err != nil {
-		t.Fatal(err)
+	// The machine is reachable once its DHCP client has its lease.
+	var conn net.Conn
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err = machine.DialIn(dctx, cns, "tcp", "10.99.0.2:22")
+		dcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			out, _ := m.Exec(context.Background(), "sh", "-c", "networkctl --no-pager status eth0; journalctl --no-pager -n 30 -u systemd-networkd; ip -4 addr")
+			t.Fatalf("no SSH at the address the DHCP server leases: %v\n%s", err, out)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	cfg := &ssh.ClientConfig{User: "core", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 		HostKeyCallback: func(_ string, _ net.Addr, key ssh.PublicKey) error {
@@ -163,6 +192,14 @@ func TestMachine(t *testing.T) {
 		{"systemctl is-system-running", true, "running"},
 		{"systemctl restart ssh.service", false, ""},
 		{"test -d /opt/bin && test -d /var/lib && test -w /tmp", true, ""},
+		// What DHCP gave: the address, the default route, the network's
+		// DHCP server as the DNS server, which answers the ports' names
+		// (a name not a DNS label: host-<address>).
+		{"ip -4 -o addr show dev eth0", true, "inet 10.99.0.2/24"},
+		{"ip -4 route show default", true, "default via 10.99.0.1 dev eth0"},
+		{"cat /run/systemd/resolve/resolv.conf", true, "nameserver 10.99.0.3"},
+		{"getent hosts host-10-99-0-1.openstacklocal", true, "10.99.0.1"},
+		{"getent hosts demo-controller-0.openstacklocal", true, "10.99.0.2"},
 	} {
 		out, err := run(tc.cmd)
 		if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {

@@ -71,10 +71,16 @@ func (f *testFabric) ns(name string) string {
 // security groups' rules set; it returns the namespace's path.
 func (f *testFabric) host(name, network, addr, gateway string, rules ...machine.Rule) string {
 	f.t.Helper()
+	return f.plugHost(name, network, addr, gateway, false, rules...)
+}
+
+// plugHost is host, the port's address taken by DHCP if dhcp.
+func (f *testFabric) plugHost(name, network, addr, gateway string, dhcp bool, rules ...machine.Rule) string {
+	f.t.Helper()
 	path := f.ns(name)
 	f.ports++
 	port := machine.Port{ID: "port-" + name, Network: network, NetNS: f.nsName(name), IfName: "eth0",
-		MAC: fmt.Sprintf("fa:16:3e:00:%02x:%02x", f.ports>>8, f.ports&0xff), Address: netip.MustParsePrefix(addr)}
+		MAC: macOf(f.ports), Address: netip.MustParsePrefix(addr), DHCP: dhcp}
 	if gateway != "" {
 		port.Gateway = netip.MustParseAddr(gateway)
 	}
@@ -124,3 +130,6 @@ func ask(nsPath string, d net.Dialer, addr string) string {
 	got, _ := io.ReadAll(c)
 	return string(got)
 }
+
+// macOf is the MAC of the test's nth port.
+func macOf(n int) string { return fmt.Sprintf("fa:16:3e:00:%02x:%02x", n>>8, n&0xff) }
