@@ -135,8 +135,8 @@ func (f *Fabric) SetDHCP(ctx context.Context, d DHCP) error {
 		return fail(err)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	// The server dies with the simulator, whatever ends it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Stopped with its network or the fabric; one a crashed simulator
+	// left is killed with its namespace (DeleteNetNS).
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return fail(fmt.Errorf("dhcp of %s: dnsmasq: %w", network, err))

@@ -236,6 +236,15 @@ func TestMachine(t *testing.T) {
 		t.Errorf("the open connection was cut: %q, %v", out, err)
 	}
 
+	// The machine has a cgroup of its own in every hierarchy (where it
+	// has none it would see, and its kubelet reap, the other machines').
+	cg := "/opke-machines/" + id
+	mounts, _ := exec.Command("findmnt", "-rn", "-t", "cgroup,cgroup2", "-o", "TARGET").Output()
+	hierarchies := len(strings.Fields(string(mounts)))
+	if got := machine.CgroupDirs(cg); len(got) != hierarchies {
+		t.Errorf("the machine's cgroup is in %d of the %d hierarchies: %v", len(got), hierarchies, got)
+	}
+
 	client.Close()
 	if err := m.Destroy(ctx); err != nil {
 		t.Fatal(err)
@@ -249,6 +258,9 @@ func TestMachine(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the machine's folder is left: %v", err)
+	}
+	if left := machine.CgroupDirs(cg); len(left) > 0 {
+		t.Errorf("cgroups are left: %v", left)
 	}
 }
 

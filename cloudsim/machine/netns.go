@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +35,15 @@ func AddNetNS(ctx context.Context, name string) (string, error) {
 func DeleteNetNS(ctx context.Context, name string) error {
 	if _, err := os.Stat(filepath.Join(NetNSDir, name)); os.IsNotExist(err) {
 		return nil
+	}
+	// What still runs there (a DHCP server a crashed simulator left)
+	// would keep the namespace alive, unnamed.
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "pids", name).Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 	}
 	return IP(ctx, "", "netns", "delete", name)
 }
