@@ -16,7 +16,7 @@ CHAOS    ?= full
 WORLD    ?= all
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance realhosts world run sim-cli lint fuzz bench microbench chaos verify help
+.PHONY: build test conformance realhosts e2e world run sim-cli lint fuzz bench microbench chaos verify help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -41,6 +41,15 @@ realhosts:
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/ ./cmd/opke/
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(REALHOST_E2E)' ./reconciler/
+
+# The real clusters: OPKE's apply on real machines, then what Kubernetes
+# itself says of the cluster.
+E2E = TestClusterComesUp
+
+## e2e: a real cluster on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached); OPKE applies a controller and a worker, then Kubernetes must say both nodes are Ready at the spec's version with kube-proxy, flannel and CoreDNS running (OPKE_E2E_WAIT bounds the wait, 10m)
+e2e:
+	$(GO) run ./cmd/opke-world build --set e2e
+	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(E2E)' -v ./reconciler/
 
 ## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e
 world:

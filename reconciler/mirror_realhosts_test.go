@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/world"
@@ -32,35 +33,8 @@ func TestControllerFromTheMirror(t *testing.T) {
 		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make realhosts)")
 	}
 	ctx := t.Context()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	arts, err := world.Targets(world.E2E)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := world.New(world.DefaultCacheDir(), log).Ensure(ctx, arts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := newRig(t)
-	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
-	reg, err := r.sim.StartRegistry(ctx, "public", bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ref := range built.Images() {
-		dir, _ := built.Image(ref)
-		l, err := world.OpenLayout(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		repo, tag, err := world.MirrorName(ref, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := world.Push(ctx, reg.Client, reg.URL(), l, repo, tag); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reg := mirrorWorld(t, r)
 
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools, c.Spec.Addons = nil, nil
@@ -127,6 +101,42 @@ func TestControllerFromTheMirror(t *testing.T) {
 			t.Errorf("the mirror served no manifest of %s", ref)
 		}
 	}
+}
+
+// mirrorWorld starts a registry on the simulator's external network
+// loaded with make world's e2e set (built or taken from its cache).
+func mirrorWorld(t *testing.T, r *rig) *cloudsim.Registry {
+	t.Helper()
+	ctx := t.Context()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	arts, err := world.Targets(world.E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := world.New(world.DefaultCacheDir(), log).Ensure(ctx, arts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
+	reg, err := r.sim.StartRegistry(ctx, "public", bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range built.Images() {
+		dir, _ := built.Image(ref)
+		l, err := world.OpenLayout(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repo, tag, err := world.MirrorName(ref, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := world.Push(ctx, reg.Client, reg.URL(), l, repo, tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reg
 }
 
 // pulled lists the repositories whose manifests a registry's access log
