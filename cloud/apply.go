@@ -589,8 +589,10 @@ func (a *Applier) octavia(ctx context.Context, r diff.Resource) (string, error) 
 		list = listeners.List(lbc, listeners.ListOpts{Name: r.Name, LoadbalancerID: lbID})
 		extract = found(listeners.ExtractListeners, func(x listeners.Listener) tagged { return tagged{id: x.ID, tags: x.Tags} })
 		create = func() (string, error) {
+			client, member := num("timeout_client_data"), num("timeout_member_data")
 			l, err := listeners.Create(ctx, lbc, listeners.CreateOpts{Name: r.Name, LoadbalancerID: lbID,
-				Protocol: listeners.Protocol(v("protocol")), ProtocolPort: num("port"), Tags: a.tags}).Extract()
+				Protocol: listeners.Protocol(v("protocol")), ProtocolPort: num("port"), Tags: a.tags,
+				TimeoutClientData: &client, TimeoutMemberData: &member}).Extract()
 			return idOf(err, func() string { return l.ID })
 		}
 	case diff.KindPool:
@@ -685,7 +687,7 @@ func (a *Applier) waitLB(ctx context.Context, id string) error {
 }
 
 // Update changes r's updatable attributes in place: a port's security
-// groups, a subnet's DNS nameservers.
+// groups, a subnet's DNS nameservers, a listener's idle timeouts.
 func (a *Applier) Update(ctx context.Context, r diff.Resource) error {
 	id := a.ID(r.Kind, r.Name)
 	if id == "" {
@@ -709,6 +711,29 @@ func (a *Applier) Update(ctx context.Context, r diff.Resource) error {
 			dns = strings.Split(d, ",")
 		}
 		_, err = subnets.Update(ctx, a.c.Network, id, subnets.UpdateOpts{DNSNameservers: &dns}).Extract()
+	case diff.KindListener:
+		client, _ := strconv.Atoi(r.Attrs["timeout_client_data"].Value)
+		member, _ := strconv.Atoi(r.Attrs["timeout_member_data"].Value)
+		// Its load balancer is the listener's own (an update names only
+		// what changes).
+		l, lerr := listeners.Get(ctx, a.c.LoadBalancer, id).Extract()
+		if lerr != nil {
+			return fmt.Errorf("update %s: %w", r.Address(), lerr)
+		}
+		if len(l.Loadbalancers) == 0 {
+			return fmt.Errorf("update %s: the listener has no load balancer", r.Address())
+		}
+		lbID := l.Loadbalancers[0].ID
+		if err = a.waitLB(ctx, lbID); err != nil {
+			break
+		}
+		err = a.pending(ctx, lbID, func() error {
+			_, err := listeners.Update(ctx, a.c.LoadBalancer, id, listeners.UpdateOpts{TimeoutClientData: &client, TimeoutMemberData: &member}).Extract()
+			return err
+		})
+		if err == nil {
+			err = a.waitLB(ctx, lbID)
+		}
 	default:
 		err = fmt.Errorf("%w: update of a %s", errors.ErrUnsupported, r.Kind)
 	}

@@ -460,7 +460,8 @@ func (o *observer) listeners(ctx context.Context) error {
 					continue
 				}
 				o.add(clusterOf(l.Tags), diff.Resource{Kind: diff.KindListener, Name: l.Name, ID: l.ID, Attrs: diff.Attrs{
-					"load_balancer": diff.Known(o.names[l.Loadbalancers[0].ID]), "protocol": diff.Known(l.Protocol), "port": diff.Known(strconv.Itoa(l.ProtocolPort))}})
+					"load_balancer": diff.Known(o.names[l.Loadbalancers[0].ID]), "protocol": diff.Known(l.Protocol), "port": diff.Known(strconv.Itoa(l.ProtocolPort)),
+					"timeout_client_data": diff.Known(strconv.Itoa(l.TimeoutClientData)), "timeout_member_data": diff.Known(strconv.Itoa(l.TimeoutMemberData))}})
 			}
 			return err
 		})

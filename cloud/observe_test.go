@@ -12,6 +12,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
 	"opke.dev/opke/cloud"
@@ -129,6 +130,12 @@ func TestContractObserveAdoptsAClusterBuiltByHand(t *testing.T) {
 	if _, err := ports.Update(ctx, c.Network, byAddr["openstack/port/"+name+"-controller-0"].ID, ports.UpdateOpts{SecurityGroups: &[]string{}}).Extract(); err != nil {
 		t.Fatal(err)
 	}
+	// The API listener's idle timeouts set back to Octavia's defaults.
+	listener := byAddr["openstack/listener/"+name+"-api-6443"]
+	defaults := 50000
+	if _, err := listeners.Update(ctx, c.LoadBalancer, listener.ID, listeners.UpdateOpts{TimeoutClientData: &defaults, TimeoutMemberData: &defaults}).Extract(); err != nil {
+		t.Fatal(err)
+	}
 	obs, err = cloud.Observe(ctx, c, owner, obs.Members)
 	if err != nil {
 		t.Fatal(err)
@@ -142,10 +149,26 @@ func TestContractObserveAdoptsAClusterBuiltByHand(t *testing.T) {
 		"openstack/server/" + name + "-default-1":                                     diff.ActionCreate,
 		"openstack/security-group-rule/" + name + "-gateway/ingress-tcp-22-0.0.0.0_0": diff.ActionCreate,
 		"openstack/port/" + name + "-controller-0":                                    diff.ActionUpdate,
+		"openstack/listener/" + name + "-api-6443":                                    diff.ActionUpdate,
 	}
 	for a, act := range want {
 		if got[a] != act {
 			t.Errorf("drift of %s: %v, want %s (drift: %v)", a, got[a], act, got)
+		}
+	}
+	// Corrected in place: the same listener, its timeouts OPKE's again.
+	for _, ch := range plan.Drift {
+		if ch.Address != listener.Address() {
+			continue
+		}
+		r := listener
+		r.Attrs = ch.After
+		if err := cloud.NewApplier(c, owner, name, obs.Clusters[name]).Update(ctx, r); err != nil {
+			t.Fatalf("listener update: %v", err)
+		}
+		got, err := listeners.Get(ctx, c.LoadBalancer, listener.ID).Extract()
+		if want := diff.APIIdleTimeout; err != nil || got.TimeoutClientData != want || got.TimeoutMemberData != want {
+			t.Errorf("the listener after its update: %+v %v, want its idle timeouts %d", got, err, want)
 		}
 	}
 	if len(plan.Changes) != 0 {

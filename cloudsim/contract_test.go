@@ -856,6 +856,12 @@ func TestContractOctavia(t *testing.T) {
 		if err != nil {
 			t.Fatalf("listener: %v", err)
 		}
+		// Octavia's default idle timeouts, which cut a Kubernetes API's
+		// watches and kubectl logs -f after 50 s of silence.
+		if ls.TimeoutClientData != 50000 || ls.TimeoutMemberData != 50000 || ls.TimeoutMemberConnect != 5000 {
+			t.Errorf("a new listener's timeouts: client data %d, member data %d, member connect %d; want 50000, 50000, 5000",
+				ls.TimeoutClientData, ls.TimeoutMemberData, ls.TimeoutMemberConnect)
+		}
 		if got, _ := loadbalancers.Get(c.ctx, lc, lb.ID).Extract(); got != nil && got.ProvisioningStatus != "PENDING_UPDATE" && got.ProvisioningStatus != "ACTIVE" {
 			t.Errorf("after a listener create: %s", got.ProvisioningStatus)
 		}
@@ -882,13 +888,14 @@ func TestContractOctavia(t *testing.T) {
 		if poolID == "" || listenerID == "" {
 			t.Fatal("no pool: the children were not made")
 		}
-		limit := 100
-		if _, err := listeners.Update(c.ctx, lc, listenerID, listeners.UpdateOpts{ConnLimit: &limit}).Extract(); err != nil {
+		limit, idle := 100, 4*3600*1000
+		if _, err := listeners.Update(c.ctx, lc, listenerID, listeners.UpdateOpts{ConnLimit: &limit,
+			TimeoutClientData: &idle, TimeoutMemberData: &idle}).Extract(); err != nil {
 			t.Fatalf("listener update: %v", err)
 		}
 		active("listener update")
-		if got, err := listeners.Get(c.ctx, lc, listenerID).Extract(); err != nil || got.ConnLimit != limit {
-			t.Errorf("a listener's connection_limit: %+v %v, want %d", got, err, limit)
+		if got, err := listeners.Get(c.ctx, lc, listenerID).Extract(); err != nil || got.ConnLimit != limit || got.TimeoutClientData != idle || got.TimeoutMemberData != idle {
+			t.Errorf("a listener's connection_limit and idle timeouts: %+v %v, want %d, %d", got, err, limit, idle)
 		}
 		if _, err := pools.Update(c.ctx, lc, poolID, pools.UpdateOpts{LBMethod: pools.LBMethodLeastConnections}).Extract(); err != nil {
 			t.Fatalf("pool update: %v", err)

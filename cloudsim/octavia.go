@@ -72,13 +72,35 @@ type loadBalancer struct {
 
 type listener struct {
 	lbCommon
-	Protocol       string  `json:"protocol"`
-	ProtocolPort   int     `json:"protocol_port"`
-	DefaultPoolID  *string `json:"default_pool_id"`
-	LoadBalancers  []idRef `json:"loadbalancers"`
-	ConnLimit      int     `json:"connection_limit"`
-	TimeoutConnect int     `json:"timeout_client_data"`
-	AllowedCIDRs   []any   `json:"allowed_cidrs"`
+	Protocol      string  `json:"protocol"`
+	ProtocolPort  int     `json:"protocol_port"`
+	DefaultPoolID *string `json:"default_pool_id"`
+	LoadBalancers []idRef `json:"loadbalancers"`
+	ConnLimit     int     `json:"connection_limit"`
+	AllowedCIDRs  []any   `json:"allowed_cidrs"`
+	// Octavia's idle timeouts, in milliseconds (its defaults: 50 s of
+	// client and member inactivity, 5 s to connect to a member).
+	TimeoutClientData    int `json:"timeout_client_data"`
+	TimeoutMemberData    int `json:"timeout_member_data"`
+	TimeoutMemberConnect int `json:"timeout_member_connect"`
+	TimeoutTCPInspect    int `json:"timeout_tcp_inspect"`
+}
+
+// listenerTimeouts are a listener's timeout fields, each 0 to 24 hours
+// in milliseconds as Octavia bounds them.
+var listenerTimeouts = []string{"timeout_client_data", "timeout_member_data", "timeout_member_connect", "timeout_tcp_inspect"}
+
+func (l *listener) timeout(key string) *int {
+	switch key {
+	case "timeout_client_data":
+		return &l.TimeoutClientData
+	case "timeout_member_data":
+		return &l.TimeoutMemberData
+	case "timeout_member_connect":
+		return &l.TimeoutMemberConnect
+	default:
+		return &l.TimeoutTCPInspect
+	}
 }
 
 type lbPool struct {
@@ -431,7 +453,17 @@ func (s *Sim) createListener(rw http.ResponseWriter, r *request) {
 		}
 	}
 	l := &listener{lbCommon: newLBCommon(r, b, lb.ID), Protocol: proto, ProtocolPort: int(port), LoadBalancers: []idRef{{lb.ID}},
-		ConnLimit: -1, TimeoutConnect: 50000, AllowedCIDRs: nil}
+		ConnLimit: -1, AllowedCIDRs: nil, TimeoutClientData: 50000, TimeoutMemberData: 50000, TimeoutMemberConnect: 5000}
+	for _, k := range listenerTimeouts {
+		n, set, ok := wholeNumber(b, k)
+		if set && (!ok || n < 0 || n > maxLBTimeout) {
+			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+k+". Value: '"+fmt.Sprint(b[k])+"'.")
+			return
+		}
+		if set {
+			*l.timeout(k) = n
+		}
+	}
 	if pid := str(b, "default_pool_id"); pid != "" {
 		l.DefaultPoolID = &pid
 	}
@@ -625,12 +657,16 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 	}
 }
 
+// maxLBTimeout is Octavia's bound on a listener's timeouts: 24 hours,
+// in milliseconds.
+const maxLBTimeout = 24 * 3600 * 1000
+
 // lbUpdatable are the fields an update of each kind takes besides name,
 // description, admin_state_up and tags, as Octavia's API reference lists
 // them; any other is refused, never dropped.
 var lbUpdatable = map[string][]string{
 	"loadbalancer":  {"vip_qos_policy_id"},
-	"listener":      {"connection_limit", "timeout_client_data", "default_pool_id", "allowed_cidrs"},
+	"listener":      {"connection_limit", "timeout_client_data", "timeout_member_data", "timeout_member_connect", "timeout_tcp_inspect", "default_pool_id", "allowed_cidrs"},
 	"pool":          {"lb_algorithm", "session_persistence"},
 	"member":        {"weight", "backup", "monitor_address", "monitor_port"},
 	"healthmonitor": {"delay", "timeout", "max_retries", "max_retries_down", "url_path", "http_method", "expected_codes"},
@@ -661,8 +697,13 @@ func updateLBFields(rw http.ResponseWriter, kind string, o interface{ lbBase() *
 			o.VIPQoS = strPtr(v)
 		}
 	case *listener:
-		if !num("connection_limit", -1, 1<<31-1, &o.ConnLimit) || !num("timeout_client_data", 0, 24*3600*1000, &o.TimeoutConnect) {
+		if !num("connection_limit", -1, 1<<31-1, &o.ConnLimit) {
 			return false
+		}
+		for _, k := range listenerTimeouts {
+			if !num(k, 0, maxLBTimeout, o.timeout(k)) {
+				return false
+			}
 		}
 		if v, set := b["default_pool_id"]; set {
 			o.DefaultPoolID = strPtr(v)

@@ -355,9 +355,10 @@ type wantListener struct {
 	pool    string
 	members []machine.Member
 	monitor *machine.Monitor
+	idle    time.Duration
 }
 
-func (l wantListener) key() string { return fmt.Sprint(l.members, l.monitor) }
+func (l wantListener) key() string { return fmt.Sprint(l.members, l.monitor, l.idle) }
 
 // want reads the desired state from the world; the caller holds s.mu.
 func (w *world) want() desired {
@@ -523,7 +524,12 @@ func (w *world) want() desired {
 			if l.LB != id || l.ProvisioningStatus == "PENDING_DELETE" {
 				continue
 			}
-			wl := wantListener{}
+			// HAProxy closes a connection idle on either side for the
+			// smaller of the two (0: no limit on that side).
+			wl := wantListener{idle: time.Duration(l.TimeoutClientData) * time.Millisecond}
+			if m := time.Duration(l.TimeoutMemberData) * time.Millisecond; m > 0 && (wl.idle == 0 || m < wl.idle) {
+				wl.idle = m
+			}
 			if l.DefaultPoolID != nil {
 				wl.pool = *l.DefaultPoolID
 			}
@@ -948,7 +954,7 @@ func (r *realHosts) convergeLBs(ctx context.Context, d desired) []error {
 			if lb.listeners[port] == wl.key() {
 				continue
 			}
-			if err := lb.lb.SetListener(ctx, port, wl.members, wl.monitor); err != nil {
+			if err := lb.lb.SetListener(ctx, port, wl.members, wl.monitor, wl.idle); err != nil {
 				errs = append(errs, err)
 				continue
 			}

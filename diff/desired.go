@@ -13,6 +13,13 @@ import (
 	"opke.dev/opke/schemas"
 )
 
+// APIIdleTimeout is how long, in milliseconds, the API's listener lets a
+// connection sit idle on either side: 4 hours. Octavia's 50 s default cut
+// watches, kubectl logs -f and exec sessions that had nothing to say for
+// 50 s; the API server ends its own long requests well before this
+// (watches within --min-request-timeout's 30 to 60 minutes).
+const APIIdleTimeout = 4 * 3600 * 1000
+
 // Inputs are what Desire needs besides the spec: the rendered output.
 type Inputs struct {
 	// UserData is each role's Ignition config.
@@ -185,7 +192,9 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 
 	// The load balancer's children, once the controllers are there.
 	listener := fmt.Sprintf("%s-%d", api, portAPI)
-	add(KindListener, listener, Attrs{"load_balancer": Known(api), "protocol": Known("TCP"), "port": Known(strconv.Itoa(portAPI))},
+	idle := strconv.Itoa(APIIdleTimeout)
+	add(KindListener, listener, Attrs{"load_balancer": Known(api), "protocol": Known("TCP"), "port": Known(strconv.Itoa(portAPI)),
+		"timeout_client_data": Known(idle), "timeout_member_data": Known(idle)},
 		[]string{"load_balancer", "protocol", "port"}, addr(KindLoadBalancer, api))
 	add(KindPool, api, Attrs{"listener": Known(listener), "protocol": Known("TCP"), "algorithm": Known("ROUND_ROBIN")},
 		[]string{"listener", "protocol"}, addr(KindListener, listener))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -169,6 +170,30 @@ func TestPlans(t *testing.T) {
 				if kubelet := find(t, p.Changes, "host/"+h+"/units/kubelet.service", ActionRestart); !after(p, kubelet, ctrd) {
 					t.Errorf("%s: the kubelet restarts beside containerd: %v", h, kubelet.DependsOn)
 				}
+			}
+		}},
+		{"listener-idle-timeouts", []*Desired{base}, []*Observed{func() *Observed {
+			// A cluster made before the API's listener had its idle
+			// timeouts: Octavia's 50 s defaults, in the cloud and in
+			// what OPKE recorded.
+			o := converged(base)
+			o.Cloud = slices.Clone(o.Cloud)
+			for i, r := range o.Cloud {
+				if r.Kind == KindListener {
+					attrs := maps.Clone(r.Attrs)
+					attrs["timeout_client_data"], attrs["timeout_member_data"] = Known("50000"), Known("50000")
+					o.Cloud[i].Attrs = attrs
+					o.Applied.Infra[r.Address()] = attrs
+				}
+			}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 1 || len(p.Drift) != 0 {
+				t.Fatalf("want one change, no drift: %d changes, %d corrections", len(p.Changes), len(p.Drift))
+			}
+			c := find(t, p.Changes, "openstack/listener/demo-api-6443", ActionUpdate)
+			if c.After["timeout_client_data"].Value != "14400000" || c.After["timeout_member_data"].Value != "14400000" {
+				t.Errorf("the listener's update: %+v", c.After)
 			}
 		}},
 		{"converged", []*Desired{base}, []*Observed{done}, func(t *testing.T, p *Plan) {

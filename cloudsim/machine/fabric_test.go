@@ -4,6 +4,8 @@ package machine_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -182,7 +184,7 @@ func TestFabricLoadBalancer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lb.Close(context.Background()) })
 	mon := &machine.Monitor{Delay: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Retries: 1, RetriesDown: 2}
-	if err := lb.SetListener(ctx, 6443, members, mon); err != nil {
+	if err := lb.SetListener(ctx, 6443, members, mon, machine.DefaultIdle); err != nil {
 		t.Fatal(err)
 	}
 	if err := fab.SetFloatingIP(ctx, "r1", netip.MustParseAddr("172.24.4.60"), netip.MustParseAddr("10.99.3.100")); err != nil {
@@ -210,5 +212,55 @@ func TestFabricLoadBalancer(t *testing.T) {
 		if got := ask(edge, net.Dialer{}, "172.24.4.60:6443"); got != "a" {
 			t.Errorf("a connection went to %q with b in ERROR", got)
 		}
+	}
+
+	// Idle timeouts, as HAProxy keeps them: a connection that carries
+	// data either way stays; one silent for the listener's idle timeout
+	// is closed.
+	rules := []machine.Rule{{Direction: "ingress", Protocol: "tcp", PortMin: 6443, PortMax: 7000, Remote: "10.99.3.0/24"}, {Direction: "egress"}}
+	if err := fab.SetRules(ctx, "port-a", rules); err != nil {
+		t.Fatal(err)
+	}
+	echo, err := machine.ListenIn(filepath.Join(machine.NetNSDir, fab.nsName("a")), "tcp", "10.99.3.5:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	const idle = 600 * time.Millisecond
+	if err := lb.SetListener(ctx, 7000, []machine.Member{{Address: netip.MustParseAddr("10.99.3.5"), Port: 7000}}, nil, idle); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := machine.DialIn(ctx, edge, "tcp", "172.24.4.60:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	buf := make([]byte, 16)
+	for range 6 { // 1.2 s of traffic, every 200 ms: twice the idle timeout
+		time.Sleep(200 * time.Millisecond)
+		if _, err := conn.Write([]byte("x")); err != nil {
+			t.Fatalf("a busy connection was cut: %v", err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := conn.Read(buf); err != nil {
+			t.Fatalf("a busy connection was cut: %v", err)
+		}
+	}
+	silent := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(buf); !errors.Is(err, io.EOF) {
+		t.Errorf("a silent connection: %v, want it closed (EOF)", err)
+	}
+	if took := time.Since(silent); took < idle || took > idle+time.Second {
+		t.Errorf("a silent connection was closed after %v, want its idle timeout %v", took, idle)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -64,7 +65,14 @@ type lbListener struct {
 	status  map[Member]string
 	streak  map[Member]int // probes in a row that agree, signed: + passed, - failed
 	turn    int
+	// idle closes a connection that carried nothing either way for this
+	// long (0: never).
+	idle time.Duration
 }
+
+// DefaultIdle is Octavia's default idle timeout of a listener's client
+// and member sides (timeout_client_data, timeout_member_data): 50 s.
+const DefaultIdle = 50 * time.Second
 
 // AddLoadBalancer makes a load balancer's amphora with its VIP on a
 // network (vip with the subnet's prefix; gateway, if valid, its default
@@ -102,8 +110,11 @@ func (lb *LoadBalancer) applyRules(ctx context.Context) error {
 }
 
 // SetListener makes or updates a TCP listener on the VIP's port, with its
-// pool's members and its health monitor (nil for none).
-func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Member, monitor *Monitor) error {
+// pool's members, its health monitor (nil for none) and its idle timeout:
+// as HAProxy in an amphora does, a connection that carried nothing either
+// way for that long is closed on both sides (the smaller of Octavia's
+// timeout_client_data and timeout_member_data; 0: never).
+func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Member, monitor *Monitor, idle time.Duration) error {
 	lb.mu.Lock()
 	l := lb.listeners[port]
 	lb.mu.Unlock()
@@ -122,7 +133,7 @@ func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Mem
 		go func() { defer l.done.Done(); lb.probe(lctx, l) }()
 	}
 	l.mu.Lock()
-	l.members, l.monitor = slices.Clone(members), monitor
+	l.members, l.monitor, l.idle = slices.Clone(members), monitor, idle
 	for _, m := range members {
 		if _, known := l.status[m]; !known || monitor == nil {
 			l.status[m] = MemberNoMonitor
@@ -202,16 +213,48 @@ func (lb *LoadBalancer) serve(ctx context.Context, l *lbListener) {
 				return
 			}
 			defer up.Close()
+			var last atomic.Int64
+			last.Store(time.Now().UnixNano())
 			done := make(chan struct{}, 2)
-			go func() { _, _ = io.Copy(up, c); closeWrite(up); done <- struct{}{} }()
-			go func() { _, _ = io.Copy(c, up); closeWrite(c); done <- struct{}{} }()
-			select {
-			case <-done:
-				<-done
-			case <-ctx.Done():
+			go func() { _, _ = io.Copy(up, activeReader{c, &last}); closeWrite(up); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, activeReader{up, &last}); closeWrite(c); done <- struct{}{} }()
+			l.mu.Lock()
+			idle := l.idle
+			l.mu.Unlock()
+			var tick <-chan time.Time
+			if idle > 0 {
+				t := time.NewTicker(max(min(idle/10, time.Second), 10*time.Millisecond))
+				defer t.Stop()
+				tick = t.C
+			}
+			for pending := 2; pending > 0; {
+				select {
+				case <-done:
+					pending--
+				case <-ctx.Done():
+					return
+				case <-tick:
+					if time.Since(time.Unix(0, last.Load())) > idle {
+						return // idle: both sides are closed
+					}
+				}
 			}
 		}()
 	}
+}
+
+// activeReader notes the time of each read that carried data.
+type activeReader struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (a activeReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 func closeWrite(c net.Conn) {

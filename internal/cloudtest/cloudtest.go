@@ -315,8 +315,11 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			settle(r.Address())
 		case diff.KindListener:
 			port, _ := strconv.Atoi(a("port"))
+			client, _ := strconv.Atoi(a("timeout_client_data"))
+			member, _ := strconv.Atoi(a("timeout_member_data"))
 			l, err := listeners.Create(ctx, c.LoadBalancer, listeners.CreateOpts{Name: r.Name, LoadbalancerID: id(diff.KindLoadBalancer, a("load_balancer")),
-				Protocol: listeners.Protocol(a("protocol")), ProtocolPort: port, Tags: tags}).Extract()
+				Protocol: listeners.Protocol(a("protocol")), ProtocolPort: port, Tags: tags,
+				TimeoutClientData: &client, TimeoutMemberData: &member}).Extract()
 			must(r.Address(), err)
 			newID = l.ID
 			settle(r.Address())
