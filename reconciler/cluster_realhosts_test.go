@@ -22,8 +22,10 @@ import (
 // one worker, its images from the simulator's mirror, comes up as
 // Kubernetes says: both nodes Ready at the spec's version (the worker
 // joined through the API's load balancer), and kube-proxy, flannel and
-// CoreDNS running on them. It is the first step of make e2e (issue "A
-// real cluster comes up").
+// CoreDNS running on them; then a pod on the worker resolves
+// kubernetes.default through CoreDNS and reaches a pod on the controller
+// across flannel's VXLAN. These are the first two steps of make e2e
+// (issue "A real cluster comes up").
 func TestClusterComesUp(t *testing.T) {
 	if !realHosts {
 		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
@@ -162,6 +164,66 @@ func TestClusterComesUp(t *testing.T) {
 		time.Sleep(10 * time.Second)
 	}
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
+
+	// Step 2 of make e2e: a pod on the worker resolves the API's Service
+	// through CoreDNS, and reaches a pod on the controller across
+	// flannel's VXLAN (the real bridge and security groups between them):
+	// a CoreDNS of its own there, answering whoami over TCP on 5353.
+	post := func(path, body string) {
+		t.Helper()
+		resp, err := api.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST %s: %s %.300s", path, resp.Status, b)
+		}
+	}
+	type podStatus struct {
+		Status struct{ Phase, PodIP string }
+	}
+	waitPod := func(name string, done func(podStatus) bool) podStatus {
+		t.Helper()
+		var p podStatus
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(2 * time.Second) {
+			p = podStatus{}
+			if err := get("/api/v1/namespaces/default/pods/"+name, &p); err == nil && done(p) {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pod %s: %+v", name, p)
+			}
+		}
+	}
+	post("/api/v1/namespaces/default/pods", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"e2e-server"},"spec":{
+		"nodeName":"demo-controller-0","tolerations":[{"operator":"Exists"}],
+		"containers":[{"name":"coredns","image":"registry.k8s.io/coredns/coredns:v1.13.1","args":["-dns.port","5353"]}]}}`)
+	server := waitPod("e2e-server", func(p podStatus) bool { return p.Status.Phase == "Running" && p.Status.PodIP != "" })
+	// A DNS query over TCP (RFC 7766: its length first), id 0x1234, for
+	// "a." IN A: the answer's first bytes are its length and the id.
+	probe := `getent hosts kubernetes.default.svc.cluster.local
+exec 3<>/dev/tcp/$SERVER/5353
+printf '\x00\x13\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x01\x00\x01' >&3
+timeout 10 head -c 4 <&3 | od -An -tx1`
+	spec, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "e2e-probe"},
+		"spec": map[string]any{"nodeName": "demo-default-0", "restartPolicy": "Never",
+			"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+				"command": []string{"/bin/bash", "-ec", probe}, "env": []any{map[string]any{"name": "SERVER", "value": server.Status.PodIP}}}}}})
+	post("/api/v1/namespaces/default/pods", string(spec))
+	end := waitPod("e2e-probe", func(p podStatus) bool { return p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" })
+	resp, err := api.Get(base + "/api/v1/namespaces/default/pods/e2e-probe/log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if end.Status.Phase != "Succeeded" || !strings.Contains(string(out), "10.3.0.1") || !strings.Contains(string(out), "12 34") {
+		t.Fatalf("the probe on demo-default-0 (%s): want kubernetes.default at 10.3.0.1 and an answer from %s on demo-controller-0 (12 34):\n%s",
+			end.Status.Phase, server.Status.PodIP, out)
+	}
+	t.Logf("a pod on demo-default-0 resolved kubernetes.default and reached a pod on demo-controller-0 (%s):\n%s", server.Status.PodIP, out)
 }
 
 // hostDiagnostics logs what the hosts' units and network say, through
