@@ -91,10 +91,6 @@ cat > "$R"/usr/lib/opke/machine-init <<'INIT'
 set -eu
 cg="${OPKE_CGROUP:?}"
 for m in $(findmnt -rn -t cgroup,cgroup2 -o TARGET); do
-  # runc makes the machine's cgroup only in the hierarchies it manages;
-  # in the others (hugetlb, net_cls, perf_event here) the machine would
-  # see, and its kubelet reap, every machine's pods.
-  mkdir -p "$m$cg" 2>/dev/null || true
   [ -d "$m$cg" ] || continue
   mount --bind "$m$cg" "$m"
   mkdir -p "$m$cg"

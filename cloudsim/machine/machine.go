@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -396,9 +395,7 @@ func (m *Machine) kill(ctx context.Context) error {
 	if err != nil && !bytes.Contains(out, []byte("does not exist")) {
 		return fmt.Errorf("machine %s: runc delete: %w: %s", m.cfg.ID, err, tail(out, 3))
 	}
-	// A machine powered on again starts with no cgroup of the last boot,
-	// as a rebooted host does.
-	return removeCgroups(ctx, m.cgroupPath())
+	return nil
 }
 
 func (m *Machine) unmount() error {
@@ -419,66 +416,6 @@ func (m *Machine) Destroy(ctx context.Context) error {
 		err = errors.Join(os.Remove(m.root), os.RemoveAll(m.cfg.Dir))
 	}
 	return err
-}
-
-// CgroupDirs are a cgroup path's folders in each of this host's cgroup
-// hierarchies that has it.
-func CgroupDirs(path string) []string {
-	var out []string
-	seen := map[string]bool{}
-	entries, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range entries {
-		h := filepath.Join("/sys/fs/cgroup", e.Name())
-		real, err := filepath.EvalSymlinks(h)
-		if err != nil || seen[real] || !isCgroupFS(real) {
-			continue
-		}
-		seen[real] = true
-		if st, err := os.Stat(filepath.Join(real, path)); err == nil && st.IsDir() {
-			out = append(out, filepath.Join(real, path))
-		}
-	}
-	return out
-}
-
-// isCgroupFS says whether a folder is a cgroup hierarchy's mount (a
-// plain folder of /sys/fs/cgroup's tmpfs is not).
-func isCgroupFS(dir string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(dir, &st) == nil && (st.Type == unix.CGROUP_SUPER_MAGIC || st.Type == unix.CGROUP2_SUPER_MAGIC)
-}
-
-// removeCgroups removes a stopped machine's cgroup trees, innermost
-// first: what its systemd and kubelet made in them is not runc's to
-// remove. A cgroup whose last process is still exiting is tried again.
-func removeCgroups(ctx context.Context, path string) error {
-	var errs []error
-	for _, dir := range CgroupDirs(path) {
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			var err error
-			for try := 0; try < 50; try++ {
-				if err = os.Remove(dirs[i]); err == nil || errors.Is(err, fs.ErrNotExist) || !errors.Is(err, unix.EBUSY) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("machine cgroup: %w", err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // capNames are the kernel's capabilities by number.

@@ -237,11 +237,9 @@ func TestMachine(t *testing.T) {
 	}
 
 	// The machine has a cgroup of its own in every hierarchy (where it
-	// has none it would see, and its kubelet reap, the other machines').
+	// had none it would see, and its kubelet reap, the other machines').
 	cg := "/opke-machines/" + id
-	mounts, _ := exec.Command("findmnt", "-rn", "-t", "cgroup,cgroup2", "-o", "TARGET").Output()
-	hierarchies := len(strings.Fields(string(mounts)))
-	if got := machine.CgroupDirs(cg); len(got) != hierarchies {
+	if got, hierarchies := cgroupDirs(cg), len(cgroupMounts()); len(got) != hierarchies {
 		t.Errorf("the machine's cgroup is in %d of the %d hierarchies: %v", len(got), hierarchies, got)
 	}
 
@@ -259,7 +257,7 @@ func TestMachine(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the machine's folder is left: %v", err)
 	}
-	if left := machine.CgroupDirs(cg); len(left) > 0 {
+	if left := cgroupDirs(cg); len(left) > 0 {
 		t.Errorf("cgroups are left: %v", left)
 	}
 }
@@ -293,4 +291,22 @@ func TestMachineRejectedConfig(t *testing.T) {
 	if out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output(); strings.Contains(string(out), "opke-test-rejected") {
 		t.Errorf("a container is left: %s", out)
 	}
+}
+
+// cgroupDirs are a cgroup path's folders in each mounted cgroup hierarchy
+// of this host that has it.
+func cgroupDirs(path string) []string {
+	var out []string
+	for _, m := range cgroupMounts() {
+		if st, err := os.Stat(filepath.Join(m, path)); err == nil && st.IsDir() {
+			out = append(out, filepath.Join(m, path))
+		}
+	}
+	return out
+}
+
+// cgroupMounts are this host's mounted cgroup hierarchies.
+func cgroupMounts() []string {
+	out, _ := exec.Command("findmnt", "-rn", "-t", "cgroup,cgroup2", "-o", "TARGET").Output()
+	return strings.Fields(string(out))
 }
