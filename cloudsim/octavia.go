@@ -455,13 +455,8 @@ func (s *Sim) createListener(rw http.ResponseWriter, r *request) {
 	l := &listener{lbCommon: newLBCommon(r, b, lb.ID), Protocol: proto, ProtocolPort: int(port), LoadBalancers: []idRef{{lb.ID}},
 		ConnLimit: -1, AllowedCIDRs: nil, TimeoutClientData: 50000, TimeoutMemberData: 50000, TimeoutMemberConnect: 5000}
 	for _, k := range listenerTimeouts {
-		n, set, ok := wholeNumber(b, k)
-		if set && (!ok || n < 0 || n > maxLBTimeout) {
-			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+k+". Value: '"+fmt.Sprint(b[k])+"'.")
+		if !lbNumber(rw, b, k, 0, maxLBTimeout, l.timeout(k)) {
 			return
-		}
-		if set {
-			*l.timeout(k) = n
 		}
 	}
 	if pid := str(b, "default_pool_id"); pid != "" {
@@ -657,6 +652,20 @@ func (s *Sim) updateLBObject(kind string) handlerFunc {
 	}
 }
 
+// lbNumber sets *dst from a body's whole number at key, if there, when it
+// is within [lo, hi]; out of it, or not whole, it answers 400 and says no.
+func lbNumber(rw http.ResponseWriter, b map[string]any, key string, lo, hi int, dst *int) bool {
+	n, set, ok := wholeNumber(b, key)
+	if set && (!ok || n < lo || n > hi) {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+key+". Value: '"+fmt.Sprint(b[key])+"'.")
+		return false
+	}
+	if set {
+		*dst = n
+	}
+	return true
+}
+
 // maxLBTimeout is Octavia's bound on a listener's timeouts: 24 hours,
 // in milliseconds.
 const maxLBTimeout = 24 * 3600 * 1000
@@ -680,17 +689,7 @@ func updateLBFields(rw http.ResponseWriter, kind string, o interface{ lbBase() *
 			return false
 		}
 	}
-	num := func(key string, lo, hi int, dst *int) bool {
-		n, set, ok := wholeNumber(b, key)
-		if set && (!ok || n < lo || n > hi) {
-			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute "+key+". Value: '"+fmt.Sprint(b[key])+"'.")
-			return false
-		}
-		if set {
-			*dst = n
-		}
-		return true
-	}
+	num := func(key string, lo, hi int, dst *int) bool { return lbNumber(rw, b, key, lo, hi, dst) }
 	switch o := o.(type) {
 	case *loadBalancer:
 		if v, set := b["vip_qos_policy_id"]; set {

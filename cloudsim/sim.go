@@ -457,11 +457,11 @@ func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 			h(target, req)
 			if hr.Method != http.MethodGet && hr.Method != http.MethodHead {
 				s.dirty = true
-			}
-			if hr.Method != http.MethodGet && hr.Method != http.MethodHead && !req.readOnly {
-				s.count.wrote(Write{At: time.Now(), Route: pattern, Agent: hr.UserAgent()})
-				if s.real != nil {
-					s.real.wake()
+				if !req.readOnly {
+					s.count.wrote(Write{At: time.Now(), Route: pattern, Agent: hr.UserAgent()})
+					if s.real != nil {
+						s.real.wake()
+					}
 				}
 			}
 		}
