@@ -714,16 +714,12 @@ func (a *Applier) Update(ctx context.Context, r diff.Resource) error {
 	case diff.KindListener:
 		client, _ := strconv.Atoi(r.Attrs["timeout_client_data"].Value)
 		member, _ := strconv.Atoi(r.Attrs["timeout_member_data"].Value)
-		// Its load balancer is the listener's own (an update names only
-		// what changes).
-		l, lerr := listeners.Get(ctx, a.c.LoadBalancer, id).Extract()
+		// The cluster's one load balancer, as octavia finds it for a
+		// create (an update names only what changes).
+		lbID, lerr := a.need(diff.KindLoadBalancer, a.cluster+"-api")
 		if lerr != nil {
-			return fmt.Errorf("update %s: %w", r.Address(), lerr)
+			return lerr
 		}
-		if len(l.Loadbalancers) == 0 {
-			return fmt.Errorf("update %s: the listener has no load balancer", r.Address())
-		}
-		lbID := l.Loadbalancers[0].ID
 		if err = a.waitLB(ctx, lbID); err != nil {
 			break
 		}
