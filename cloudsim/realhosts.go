@@ -394,6 +394,46 @@ func (w *world) want() desired {
 		gw, _ := netip.ParseAddr(sn.GatewayIP)
 		return netip.PrefixFrom(addr, cidr.Bits()), gw, true
 	}
+	// Each network's DHCP server, on its DHCP port, for the subnet that
+	// port is on (dhcpSubnet); its leases are the subnet's ports.
+	dhcpSubnet := map[string]string{}
+	for _, p := range w.Ports {
+		if p.DeviceOwner != "network:dhcp" || len(p.FixedIPs) == 0 || d.networks[p.NetworkID] {
+			continue
+		}
+		sn := w.Subnets[p.FixedIPs[0].SubnetID]
+		addr, gw, ok := prefix(p.FixedIPs[0])
+		if !ok || sn == nil || !sn.EnableDHCP {
+			continue
+		}
+		srv := machine.DHCP{Port: machine.Port{ID: p.ID, Network: p.NetworkID, MAC: p.MACAddress, Address: addr}, Gateway: gw, Domain: "openstacklocal"}
+		for _, ns := range sn.DNSNameservers {
+			if a, err := netip.ParseAddr(ns); err == nil && a.Is4() {
+				srv.DNS = append(srv.DNS, a)
+			}
+		}
+		d.dhcp[p.NetworkID], dhcpSubnet[p.NetworkID] = srv, sn.ID
+	}
+	for _, q := range w.Ports {
+		srv, ok := d.dhcp[q.NetworkID]
+		if !ok || q.ID == srv.Port.ID || len(q.FixedIPs) == 0 || q.FixedIPs[0].SubnetID != dhcpSubnet[q.NetworkID] {
+			continue
+		}
+		a, err := netip.ParseAddr(q.FixedIPs[0].IPAddress)
+		if err != nil {
+			continue
+		}
+		name := ""
+		if sv := w.Servers[q.DeviceID]; sv != nil && strings.HasPrefix(q.DeviceOwner, "compute:") {
+			name = strings.ToLower(sv.Name)
+		}
+		srv.Hosts = append(srv.Hosts, machine.DHCPHost{MAC: q.MACAddress, Address: a, Name: name})
+		d.dhcp[q.NetworkID] = srv
+	}
+	for id, srv := range d.dhcp {
+		slices.SortFunc(srv.Hosts, func(a, b machine.DHCPHost) int { return a.Address.Compare(b.Address) })
+		d.dhcp[id] = srv
+	}
 	for id, sv := range w.Servers {
 		if sv.Status != "BUILD" && sv.Status != "ACTIVE" && sv.Status != "ERROR" {
 			continue
@@ -417,46 +457,14 @@ func (w *world) want() desired {
 			if i == 0 {
 				mp.Gateway = gw
 			}
-			// On a subnet with DHCP, the machine asks the network's
-			// DHCP server, as a VM does.
-			if sn := w.Subnets[p.FixedIPs[0].SubnetID]; sn != nil && sn.EnableDHCP && w.dhcpPort(p.NetworkID) != nil {
+			// On the subnet of its network's DHCP server, the machine
+			// asks it, as a VM does.
+			if _, ok := d.dhcp[p.NetworkID]; ok && p.FixedIPs[0].SubnetID == dhcpSubnet[p.NetworkID] {
 				mp.DHCP = true
 			}
 			d.ports[pid] = wantPort{Port: mp, server: id}
 			d.rules[pid] = w.portRules(p)
 		}
-	}
-	for _, p := range w.Ports {
-		if p.DeviceOwner != "network:dhcp" || len(p.FixedIPs) == 0 || d.networks[p.NetworkID] {
-			continue
-		}
-		sn := w.Subnets[p.FixedIPs[0].SubnetID]
-		addr, gw, ok := prefix(p.FixedIPs[0])
-		if !ok || sn == nil || !sn.EnableDHCP {
-			continue
-		}
-		srv := machine.DHCP{Port: machine.Port{ID: p.ID, Network: p.NetworkID, MAC: p.MACAddress, Address: addr}, Gateway: gw, Domain: "openstacklocal"}
-		for _, ns := range sn.DNSNameservers {
-			if a, err := netip.ParseAddr(ns); err == nil && a.Is4() {
-				srv.DNS = append(srv.DNS, a)
-			}
-		}
-		for _, q := range w.Ports {
-			if q.NetworkID != p.NetworkID || q.ID == p.ID || len(q.FixedIPs) == 0 || q.FixedIPs[0].SubnetID != sn.ID {
-				continue
-			}
-			a, err := netip.ParseAddr(q.FixedIPs[0].IPAddress)
-			if err != nil {
-				continue
-			}
-			name := ""
-			if sv := w.Servers[q.DeviceID]; sv != nil && strings.HasPrefix(q.DeviceOwner, "compute:") {
-				name = strings.ToLower(sv.Name)
-			}
-			srv.Hosts = append(srv.Hosts, machine.DHCPHost{MAC: q.MACAddress, Address: a, Name: name})
-		}
-		slices.SortFunc(srv.Hosts, func(a, b machine.DHCPHost) int { return a.Address.Compare(b.Address) })
-		d.dhcp[p.NetworkID] = srv
 	}
 	for id, rt := range w.Routers {
 		if rt.Gateway == nil || len(rt.Gateway.ExternalFixedIPs) == 0 {
@@ -1001,14 +1009,4 @@ func (r *realHosts) reportMembers(d desired) {
 			}
 		}
 	}
-}
-
-// dhcpPort is a network's DHCP port, if it has one.
-func (w *world) dhcpPort(network string) *port {
-	for _, p := range w.Ports {
-		if p.NetworkID == network && p.DeviceOwner == "network:dhcp" {
-			return p
-		}
-	}
-	return nil
 }

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // DHCP is a network's DHCP server as Neutron's DHCP agent runs one:
@@ -47,7 +49,8 @@ type DHCPHost struct {
 
 type dhcpServer struct {
 	ns, dir string
-	key     string // what needs a restart when it changes
+	addr    netip.Addr // its port's: where its replies come from
+	key     string     // what needs a restart when it changes
 	cmd     *exec.Cmd
 	done    chan struct{}
 }
@@ -75,12 +78,12 @@ func (f *Fabric) SetDHCP(ctx context.Context, d DHCP) error {
 		if err := writeLeases(srv.dir, d); err != nil {
 			return err
 		}
-		if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := srv.cmd.Process.Signal(unix.SIGHUP); err != nil {
 			return fmt.Errorf("dhcp of %s: %w", network, err)
 		}
 		return nil
 	}
-	srv = &dhcpServer{ns: f.name + "-" + short("d", network), key: d.key(), done: make(chan struct{})}
+	srv = &dhcpServer{ns: f.name + "-" + short("d", network), addr: d.Port.Address.Addr(), key: d.key(), done: make(chan struct{})}
 	if _, err := AddNetNS(ctx, srv.ns); err != nil {
 		return err
 	}
@@ -113,7 +116,7 @@ func (f *Fabric) SetDHCP(ctx context.Context, d DHCP) error {
 		"--bind-interfaces", "--interface=eth0", "--except-interface=lo",
 		"--dhcp-hostsfile=" + filepath.Join(dir, "host"), "--addn-hosts=" + filepath.Join(dir, "addn_hosts"),
 		"--leasefile-ro", "--dhcp-authoritative", "--pid-file=" + filepath.Join(dir, "pid"),
-		"--dhcp-range=" + pfx.Addr().String() + ",static," + mask(pfx.Bits()) + ",86400s",
+		"--dhcp-range=" + pfx.Addr().String() + ",static," + net.IP(net.CIDRMask(pfx.Bits(), 32)).String() + ",86400s",
 		"--domain=" + d.Domain, "--log-facility=-",
 	}
 	if d.Gateway.IsValid() {
@@ -129,7 +132,6 @@ func (f *Fabric) SetDHCP(ctx context.Context, d DHCP) error {
 		args = append(args, "--dhcp-option=option:dns-server,"+strings.Join(s, ","))
 	}
 	cmd := exec.Command("ip", args...) //nolint:gosec // fixed program, our arguments
-	cmd.Stdout, cmd.Stderr = nil, nil
 	out, err := os.Create(filepath.Join(dir, "log"))
 	if err != nil {
 		return fail(err)
@@ -146,7 +148,6 @@ func (f *Fabric) SetDHCP(ctx context.Context, d DHCP) error {
 	go func() { _ = cmd.Wait(); close(srv.done) }()
 	f.mu.Lock()
 	f.dhcp[network] = srv
-	f.dhcpAddrs[network] = d.Port.Address.Addr()
 	f.mu.Unlock()
 	return f.apply(ctx)
 }
@@ -156,12 +157,11 @@ func (f *Fabric) RemoveDHCP(ctx context.Context, network string) error {
 	f.mu.Lock()
 	srv := f.dhcp[network]
 	delete(f.dhcp, network)
-	delete(f.dhcpAddrs, network)
 	f.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
-	return srv.stop(ctx)
+	return errors.Join(srv.stop(ctx), f.apply(ctx))
 }
 
 func (s *dhcpServer) stop(ctx context.Context) error {
@@ -220,10 +220,4 @@ func dnsLabel(name string, addr netip.Addr) string {
 		return name
 	}
 	return "host-" + strings.ReplaceAll(addr.String(), ".", "-")
-}
-
-// mask is a prefix length as a dotted netmask.
-func mask(bits int) string {
-	m := ^uint32(0) << (32 - bits)
-	return fmt.Sprintf("%d.%d.%d.%d", byte(m>>24), byte(m>>16), byte(m>>8), byte(m))
 }

@@ -35,10 +35,8 @@ type Fabric struct {
 	routers  map[string]*router
 	// amphorae are the load balancers' namespaces, by name.
 	amphorae []string
-	// dhcp are the networks' DHCP servers and dhcpAddrs their addresses,
-	// by network.
-	dhcp      map[string]*dhcpServer
-	dhcpAddrs map[string]netip.Addr
+	// dhcp are the networks' DHCP servers, by network.
+	dhcp map[string]*dhcpServer
 }
 
 // router is a Neutron router: a namespace of its own with a leg on each
@@ -92,7 +90,7 @@ func NewFabric(ctx context.Context, name string) (*Fabric, error) {
 		return nil, err
 	}
 	f := &Fabric{name: name, ports: map[string]*fabricPort{}, external: map[string]bool{}, routers: map[string]*router{},
-		dhcp: map[string]*dhcpServer{}, dhcpAddrs: map[string]netip.Addr{}}
+		dhcp: map[string]*dhcpServer{}}
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", name, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1").CombinedOutput(); err != nil {
 		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
 		return nil, fmt.Errorf("fabric %s: %w: %s", name, err, out)
@@ -123,7 +121,7 @@ func (f *Fabric) Close(ctx context.Context) error {
 	f.amphorae = nil
 	f.routers = map[string]*router{}
 	dhcp := slices.Collect(maps.Values(f.dhcp))
-	f.dhcp, f.dhcpAddrs = map[string]*dhcpServer{}, map[string]netip.Addr{}
+	f.dhcp = map[string]*dhcpServer{}
 	f.mu.Unlock()
 	var errs []error
 	for _, srv := range dhcp {
@@ -378,8 +376,8 @@ func (f *Fabric) Ruleset() string {
 	// DHCP, as Neutron lets it through whatever the security groups say:
 	// a client's requests, and the DHCP servers' replies.
 	b.WriteString("    udp sport 68 udp dport 67 accept\n")
-	for _, a := range slices.SortedFunc(maps.Values(f.dhcpAddrs), netip.Addr.Compare) {
-		fmt.Fprintf(&b, "    ip saddr %s udp sport 67 udp dport 68 accept\n", a)
+	for _, net := range slices.Sorted(maps.Keys(f.dhcp)) {
+		fmt.Fprintf(&b, "    ip saddr %s udp sport 67 udp dport 68 accept\n", f.dhcp[net].addr)
 	}
 	ids := make([]string, 0, len(f.ports))
 	for id := range f.ports {

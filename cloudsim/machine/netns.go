@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,7 +40,7 @@ func DeleteNetNS(ctx context.Context, name string) error {
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "pids", name).Output(); err == nil {
 		for _, f := range strings.Fields(string(out)) {
 			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+				_ = unix.Kill(pid, unix.SIGKILL)
 			}
 		}
 	}
