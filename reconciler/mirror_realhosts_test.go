@@ -122,19 +122,8 @@ func mirrorWorld(t *testing.T, r *rig) *cloudsim.Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ref := range built.Images() {
-		dir, _ := built.Image(ref)
-		l, err := world.OpenLayout(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		repo, tag, err := world.MirrorName(ref, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := world.Push(ctx, reg.Client, reg.URL(), l, repo, tag); err != nil {
-			t.Fatal(err)
-		}
+	if err := built.PushAll(ctx, reg.Client, reg.URL(), "", nil); err != nil {
+		t.Fatal(err)
 	}
 	return reg
 }

@@ -52,6 +52,29 @@ func Push(ctx context.Context, client *http.Client, base string, l *Layout, repo
 	return nil
 }
 
+// PushAll pushes every image b holds to the mirror at base, under path
+// (MirrorName), calling pushed after each.
+func (b *Built) PushAll(ctx context.Context, client *http.Client, base, path string, pushed func(ref, repo, tag string)) error {
+	for _, ref := range b.Images() {
+		dir, _ := b.Image(ref)
+		l, err := OpenLayout(dir)
+		if err != nil {
+			return err
+		}
+		repo, tag, err := MirrorName(ref, path)
+		if err != nil {
+			return err
+		}
+		if err := Push(ctx, client, base, l, repo, tag); err != nil {
+			return err
+		}
+		if pushed != nil {
+			pushed(ref, repo, tag)
+		}
+	}
+	return nil
+}
+
 func pushBlob(ctx context.Context, client *http.Client, base, repo string, l *Layout, d Descriptor) error {
 	head, err := http.NewRequestWithContext(ctx, http.MethodHead, base+"/v2/"+repo+"/blobs/"+d.Digest, nil)
 	if err != nil {

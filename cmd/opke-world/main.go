@@ -97,23 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	built, err := world.New(*cache, log).Ensure(ctx, arts)
 	if err == nil && args[0] == "push" {
-		for _, ref := range built.Images() {
-			dir, _ := built.Image(ref)
-			l, lerr := world.OpenLayout(dir)
-			if lerr != nil {
-				err = lerr
-				break
-			}
-			repo, tag, merr := world.MirrorName(ref, path)
-			if merr != nil {
-				err = merr
-				break
-			}
-			if err = world.Push(ctx, client, base, l, repo, tag); err != nil {
-				break
-			}
-			fmt.Fprintf(stdout, "pushed %s as %s/%s:%s\n", ref, strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://"), repo, tag)
-		}
+		host := strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://")
+		err = built.PushAll(ctx, client, base, path, func(ref, repo, tag string) {
+			fmt.Fprintf(stdout, "pushed %s as %s/%s:%s\n", ref, host, repo, tag)
+		})
 	}
 	if built != nil {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
