@@ -508,15 +508,12 @@ type CSISidecar struct {
 	NoSumDB bool
 }
 
-// CSISidecars are the sidecars the rendered Cinder CSI controller runs.
-// The attacher and the resizer are the releases nearest to those
-// cloud-provider-openstack v1.35 names (v4.8.1, v1.13.2) that the module
-// proxy serves whole: newer, as Gardener's OpenStack extension moved them
-// for the same Kubernetes versions.
+// CSISidecars are the sidecars the rendered Cinder CSI controller runs
+// (assets.CSI), with their modules.
 var CSISidecars = []CSISidecar{
-	{Ref: "registry.k8s.io/sig-storage/csi-attacher:v4.12.0", Module: "github.com/kubernetes-csi/external-attacher/v4"},
-	{Ref: "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0", Module: "github.com/kubernetes-csi/external-provisioner/v5", NoSumDB: true},
-	{Ref: "registry.k8s.io/sig-storage/csi-resizer:v1.14.0", Module: "github.com/kubernetes-csi/external-resizer"},
+	{Ref: assets.CSI.Attacher, Module: "github.com/kubernetes-csi/external-attacher/v4"},
+	{Ref: assets.CSI.Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v5", NoSumDB: true},
+	{Ref: assets.CSI.Resizer, Module: "github.com/kubernetes-csi/external-resizer"},
 }
 
 // Artifact is a CSI sidecar's image, its binary at /<name> as upstream's
@@ -538,9 +535,9 @@ func (c CSISidecar) Artifact() Artifact {
 // names, for every version of the test matrix, to being built or listed
 // here.
 var NotBuilt = map[string]string{
-	"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0": "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
-	"registry.k8s.io/ingress-nginx/controller:v1.14.0":              "ingress-nginx addon: nginx and its Lua modules are C, not on the module proxy",
-	"docker.io/kubernetesui/dashboard:v2.7.0":                       "dashboard addon: its web front end is built with npm",
-	"quay.io/prometheus/prometheus:v3.7.3":                          "monitoring addon: its web UI is built with npm",
-	"quay.io/prometheus/node-exporter:v1.10.2":                      "monitoring addon: not built yet",
+	assets.CSI.NodeDriverRegistrar:                     "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
+	"registry.k8s.io/ingress-nginx/controller:v1.14.0": "ingress-nginx addon: nginx and its Lua modules are C, not on the module proxy",
+	"docker.io/kubernetesui/dashboard:v2.7.0":          "dashboard addon: its web front end is built with npm",
+	"quay.io/prometheus/prometheus:v3.7.3":             "monitoring addon: its web UI is built with npm",
+	"quay.io/prometheus/node-exporter:v1.10.2":         "monitoring addon: not built yet",
 }

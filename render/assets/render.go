@@ -44,6 +44,7 @@ type tmplData struct {
 	Cluster        string
 	Version        string
 	Images         Images
+	CSI            CSIImages
 	Registry       string
 	PodCIDR        string
 	ServiceCIDR    string
@@ -84,7 +85,7 @@ func newRenderer(in Input) (*renderer, error) {
 		r.addons[a.Name] = true
 	}
 	r.data = tmplData{
-		Cluster: c.Metadata.Name, Version: v.String(), Images: images, Registry: KubernetesRegistry,
+		Cluster: c.Metadata.Name, Version: v.String(), Images: images, CSI: CSI, Registry: KubernetesRegistry,
 		PodCIDR: c.Spec.Network.PodCIDR, ServiceCIDR: c.Spec.Network.ServiceCIDR, DNSIP: dns.String(),
 		APIServer: "https://" + netip.AddrPortFrom(vip, 6443).String(), APIVIP: vip.String(),
 		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],

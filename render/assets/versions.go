@@ -88,6 +88,21 @@ var Matrix = map[string]Images{
 // installs them from an image of its own the same way.
 const CNIPluginsImage = "ghcr.io/opke-dev/cni-plugins:v1.8.0"
 
+// CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs.
+type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar string }
+
+// CSI are the Cinder CSI plugin's sidecars, the same for every minor of
+// the matrix. The attacher and the resizer are the releases nearest to
+// those cloud-provider-openstack v1.35 names (v4.8.1, v1.13.2) that the
+// Go module proxy serves whole, so that make world builds them (newer,
+// as Gardener's OpenStack extension moved them for the same Kubernetes).
+var CSI = CSIImages{
+	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
+	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
+	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
+	NodeDriverRegistrar: "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0",
+}
+
 // KubernetesRegistry is where the control-plane images come from.
 const KubernetesRegistry = "registry.k8s.io"
 
