@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -262,5 +263,34 @@ func TestFabricLoadBalancer(t *testing.T) {
 	}
 	if took := time.Since(silent); took < idle || took > idle+time.Second {
 		t.Errorf("a silent connection was closed after %v, want its idle timeout %v", took, idle)
+	}
+}
+
+// TestDeleteNetNSKillsWhatRunsThere: a process left in a namespace (a
+// DHCP server a crashed simulator left) is killed with it, so the
+// namespace does not live on unnamed.
+func TestDeleteNetNSKillsWhatRunsThere(t *testing.T) {
+	fab := newTestFabric(t, nil)
+	name := fab.nsName("left")
+	if _, err := machine.AddNetNS(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	left := exec.Command("ip", "netns", "exec", name, "sleep", "600")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- left.Wait() }()
+	if err := machine.DeleteNetNS(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = left.Process.Kill()
+		t.Fatal("the process in the deleted namespace still runs")
+	}
+	if _, err := os.Stat(filepath.Join(machine.NetNSDir, name)); !os.IsNotExist(err) {
+		t.Errorf("the namespace is still named: %v", err)
 	}
 }
