@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -478,13 +479,36 @@ func (s *Sim) peerPort(nets []string, addr netip.AddrPort) (int, error) {
 }
 
 // kubeletSeen notes the cluster the host's kubelet belongs to (by its CA)
-// and the version it runs; the caller holds svcMu.
+// and the version it runs, and registers its node there, as a starting
+// kubelet does; the caller holds svcMu.
 func (h *simHost) kubeletSeen() {
 	ca, _ := h.root.ReadFile(pathClusterCA)
 	version := kubestub.ImageTag(h.kubeletImage())
 	h.mu.Lock()
 	h.kubeCA, h.kubeletVersion = digestOf(ca), version
 	h.mu.Unlock()
+	if len(ca) == 0 {
+		return
+	}
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	o := h.s.w.Kube[digestOf(ca)]
+	if o == nil {
+		o = &kubestub.Objects{}
+		h.s.w.Kube[digestOf(ca)] = o
+	}
+	o.Register(kubestub.Node{Name: h.name, InternalIP: h.s.w.serverIP(h.id), KubeletVersion: version})
+	h.s.dirty = true
+}
+
+// serverIP is a server's first fixed IP, or "".
+func (w *world) serverIP(id string) string {
+	if sv := w.Servers[id]; sv != nil && len(sv.Ports) > 0 {
+		if p := w.Ports[sv.Ports[0]]; p != nil && len(p.FixedIPs) > 0 {
+			return p.FixedIPs[0].IPAddress
+		}
+	}
+	return ""
 }
 
 func digestOf(parts ...[]byte) string {
@@ -581,11 +605,7 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 	}
 	b.s.mu.Lock()
 	for i, id := range ids {
-		if sv := b.s.w.Servers[id]; sv != nil && len(sv.Ports) > 0 {
-			if p := b.s.w.Ports[sv.Ports[0]]; p != nil && len(p.FixedIPs) > 0 {
-				nodes[i].InternalIP = p.FixedIPs[0].IPAddress
-			}
-		}
+		nodes[i].InternalIP = b.s.w.serverIP(id)
 	}
 	b.s.mu.Unlock()
 	slices.SortFunc(nodes, func(x, y kubestub.Node) int { return strings.Compare(x.Name, y.Name) })
@@ -677,7 +697,8 @@ func (s *Sim) KubeObjects(server string) (*kubestub.Objects, error) {
 
 // SetKubeObjects replaces the objects of the Kubernetes cluster the named
 // server belongs to: the pods a drain must evict, the budgets that may
-// refuse it.
+// refuse it. The Node objects stay the kubelets' (registered as they
+// start) unless o has some.
 func (s *Sim) SetKubeObjects(server string, o kubestub.Objects) error {
 	key, err := s.kubeCluster(server)
 	if err != nil {
@@ -685,7 +706,11 @@ func (s *Sim) SetKubeObjects(server string, o kubestub.Objects) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.w.Kube[key] = o.Clone()
+	c := o.Clone()
+	if old := s.w.Kube[key]; c.Nodes == nil && old != nil {
+		c.Nodes = maps.Clone(old.Nodes)
+	}
+	s.w.Kube[key] = c
 	s.dirty = true
 	return nil
 }

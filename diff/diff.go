@@ -162,14 +162,31 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 // place in the rolling chain (the next worker drains once the one before
 // is gone), and a load balancer member of the server goes after the
 // drain and before the server.
+//
+// After the deletion of a server that ran a kubelet comes the deletion of
+// its Node object, which Kubernetes keeps (NotReady) when the machine is
+// gone unless a cloud controller manager removes it; as Cluster API does,
+// once the server is gone, so that its kubelet cannot register it again.
+// A node whose server went before its Node object did (a failed step,
+// a server deleted by hand) is the ledger's to remember: its version
+// stays until the Node object is deleted.
 func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 	if o.Applied == nil {
 		return
 	}
+	node := func(name, reason string) *pending {
+		return b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: NodeAddress(name), Action: ActionDelete,
+			Before: Attrs{"version": Known(o.Applied.Versions[name])}, Reason: reason}})
+	}
+	deleted := map[string]bool{}
 	for _, p := range deletes {
 		name, ok := strings.CutPrefix(p.Address, "openstack/server/")
-		if !ok || o.Applied.Versions[name] == "" || strings.HasPrefix(name, d.Cluster+"-"+RoleController+"-") ||
-			strings.HasPrefix(name, d.Cluster+"-"+RoleGateway+"-") {
+		if !ok || o.Applied.Versions[name] == "" || strings.HasPrefix(name, d.Cluster+"-"+RoleGateway+"-") {
+			continue
+		}
+		deleted[name] = true
+		node(name, "delete the Node object of the deleted server").deps = []string{p.key}
+		if strings.HasPrefix(name, d.Cluster+"-"+RoleController+"-") {
 			continue
 		}
 		drain := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
@@ -178,6 +195,21 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 		if m := b.find(d.Cluster, Resource{Kind: KindMember, Name: name}.Address(), ActionDelete); m != nil {
 			m.deps = append(m.deps, drain.key)
 			p.deps = append(p.deps, m.key)
+		}
+	}
+	desired := map[string]bool{}
+	for _, h := range d.Hosts {
+		desired[h.Name] = true
+	}
+	servers := map[string]bool{}
+	for _, r := range o.Cloud {
+		if r.Kind == KindServer {
+			servers[r.Name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.Applied.Versions)) {
+		if !desired[name] && !servers[name] && !deleted[name] && !strings.HasPrefix(name, d.Cluster+"-"+RoleGateway+"-") {
+			node(name, "its server is gone and its Node object is left")
 		}
 	}
 }
@@ -304,6 +336,7 @@ type hostChanges struct {
 const (
 	gateSuffix  = "/health"
 	drainSuffix = "/drain"
+	nodeSuffix  = "/node"
 )
 
 // GateAddress is the address of a host's health gate.
@@ -311,6 +344,14 @@ func GateAddress(host string) string { return "host/" + host + gateSuffix }
 
 // DrainAddress is the address of a worker's drain.
 func DrainAddress(host string) string { return "host/" + host + drainSuffix }
+
+// NodeAddress is the address of a host's Node object in Kubernetes.
+func NodeAddress(host string) string { return "host/" + host + nodeSuffix }
+
+// IsNodeAddress reports whether address is a host's Node object.
+func IsNodeAddress(address string) bool {
+	return strings.HasPrefix(address, "host/") && strings.HasSuffix(address, nodeSuffix) && strings.Count(address, "/") == 2
+}
 
 // SnapshotAddress is the address of the etcd snapshot taken before a
 // rollout's first control-plane restart; BackupAddress a scheduled one's.

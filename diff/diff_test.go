@@ -221,7 +221,33 @@ func TestPlans(t *testing.T) {
 				if port := find(t, p.Changes, "openstack/port/demo-default-1", ActionDelete); !slices.Contains(port.DependsOn, first.ID) {
 					t.Errorf("the port goes before its server: %v", port.DependsOn)
 				}
+				// Each Node object goes once its server is gone (a kubelet
+				// still running could register it again).
+				for _, server := range []Change{first, second} {
+					host := strings.TrimPrefix(server.Address, "openstack/server/")
+					if node := find(t, p.Changes, NodeAddress(host), ActionDelete); !slices.Equal(node.DependsOn, []string{server.ID}) {
+						t.Errorf("%s's Node object goes before its server, or after more: %v", host, node.DependsOn)
+					}
+				}
 			}},
+		{"node-left", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { pool(c).Count = 1 }), true)}, []*Observed{func() *Observed {
+			// demo-default-1's server was deleted and its Node object's
+			// deletion failed: the ledger still has its version.
+			o := converged(base)
+			for _, a := range []string{"openstack/server/demo-default-1", "openstack/port/demo-default-1"} {
+				o = without(o, a)
+				delete(o.Applied.Infra, a)
+			}
+			delete(o.Applied.Files, "demo-default-1")
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 1 || len(p.Drift) != 0 {
+				t.Fatalf("want one change, no drift: %v, drift %v", p.Changes, p.Drift)
+			}
+			if c := find(t, p.Changes, NodeAddress("demo-default-1"), ActionDelete); len(c.DependsOn) != 0 {
+				t.Errorf("the left Node object's deletion waits: %v", c.DependsOn)
+			}
+		}},
 		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.36.0" }), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {
 				for _, c := range p.Changes {

@@ -428,7 +428,7 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 		}
 	}
 	return a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
-		if c.Action == diff.ActionDrain {
+		if c.Action == diff.ActionDrain || diff.IsNodeAddress(c.Address) {
 			if out == nil {
 				return fmt.Errorf("%s: no render for the API's credentials", c.Address)
 			}
@@ -436,7 +436,13 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 			if err != nil {
 				return err
 			}
-			return a.drain(ctx, t, out.PKI, spec, hostOf(c.Address))
+			if c.Action == diff.ActionDrain {
+				return a.drain(ctx, t, out.PKI, spec, hostOf(c.Address))
+			}
+			if err := a.deleteNode(ctx, t, out.PKI, hostOf(c.Address)); err != nil {
+				return err
+			}
+			return ForgetNode(ctx, j.w, name, hostOf(c.Address))
 		}
 		return a.infraStep(ctx, j, ops, out, observed, c)
 	}), nil
@@ -592,8 +598,10 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 	}
 	if r.Kind == diff.KindServer {
 		// A server deleted, or made (again, after one deleted by hand), is
-		// a host the ledger knows nothing of.
-		if err := ForgetHost(ctx, store, c.Cluster, r.Name); err != nil {
+		// a host the ledger knows nothing of; a deleted node's version
+		// stays until its Node object is deleted.
+		keep := c.Action == diff.ActionDelete && roleOfServer(r.Name, c.Cluster) != ignition.RoleGateway
+		if err := ForgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
 			return err
 		}
 	}

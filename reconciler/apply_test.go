@@ -2,6 +2,7 @@ package reconciler_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"github.com/google/go-cmp/cmp"
 	"os"
@@ -227,6 +228,11 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 		if !slices.Equal(servers, step.want) {
 			t.Errorf("servers after scaling to %d: %v, want %v", step.workers, servers, step.want)
 		}
+		// Kubernetes has a Node object for each server but the gateway:
+		// a removed worker's went after its server.
+		if names, want := nodeNames(t, r), slices.DeleteFunc(slices.Clone(step.want), func(s string) bool { return strings.Contains(s, "gateway") }); !slices.Equal(names, want) {
+			t.Errorf("Node objects after scaling to %d: %v, want %v", step.workers, names, want)
+		}
 		// Every worker, new or made again under an old name, has its files.
 		for i := range step.workers {
 			host := fmt.Sprintf("demo-default-%d", i)
@@ -267,6 +273,28 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 		t.Errorf("after correcting the drift, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
 
+	// A worker's server deleted by hand and taken out of the spec: no
+	// drain (nothing runs there), and its Node object, which Kubernetes
+	// keeps, is deleted.
+	for _, x := range r.observed(t) {
+		if x.Address() == "openstack/server/demo-default-1" {
+			if err := servers.Delete(ctx, r.clients.Compute, x.ID).ExtractErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	demo.Spec.WorkerPools[0].Count = 1
+	plan, _ = r.apply(t, demo)
+	if got := addresses(plan.Changes); got[diff.NodeAddress("demo-default-1")] != diff.ActionDelete || got[diff.DrainAddress("demo-default-1")] != 0 {
+		t.Errorf("a worker gone by hand and from the spec: %v, want its Node object deleted and no drain", got)
+	}
+	if got := nodeNames(t, r); !slices.Equal(got, []string{"demo-controller-0", "demo-default-0"}) {
+		t.Errorf("Node objects: %v", got)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the Node object's deletion, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+	}
+
 	r.apply(t)
 	obs, err = cloud.Observe(ctx, r.clients, r.owner, nil)
 	if err != nil {
@@ -281,6 +309,26 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	if next := r.plan(t); !next.Empty() || len(next.Warnings) != 0 {
 		t.Errorf("after the delete, plan: %+v", next)
 	}
+}
+
+// nodeNames are the demo cluster's Node objects, as its API lists them.
+func nodeNames(t *testing.T, r *rig) []string {
+	t.Helper()
+	api, base, _ := r.apiClient(t, r.observed(t), "demo-controller-0")
+	resp, err := api.Get(base + "/api/v1/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var nodes struct{ Items []struct{ Metadata struct{ Name string } } }
+	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Metadata.Name)
+	}
+	return names
 }
 
 // TestApplyRegistryMirror: a mirror added to a running cluster's spec

@@ -26,7 +26,9 @@ import (
 //	/opke/<cluster>/hosts/<host>/version        the Kubernetes version the host runs
 //	/opke/<cluster>/kubernetes/<manifest>        a manifest as applied to the API: {"sha256"}
 //
-// A host's records go with its server ([ForgetHost]).
+// A host's records go with its server ([ForgetHost]), but for a deleted
+// node's version, which stays until its Node object is deleted: the plan
+// of a Node object whose server is gone is made from it.
 //
 // The _applied records sit under one prefix so a single listing finds
 // every cluster the store knows, with its cloud and deletion policy.
@@ -250,10 +252,15 @@ type writer interface {
 
 // ForgetHost drops what the ledger knows of a host whose server is
 // deleted: its files, its version, its pinned host key and the
-// certificates issued for it. A server made
-// again under the name is a new host with none of them.
-func ForgetHost(ctx context.Context, w writer, cluster, host string) error {
-	if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/"); err != nil {
+// certificates issued for it. A server made again under the name is a
+// new host with none of them. With keepVersion, the version stays, for
+// the deletion of its Node object ([ForgetNode]).
+func ForgetHost(ctx context.Context, w writer, cluster, host string, keepVersion bool) error {
+	if keepVersion {
+		if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host, "files")); err != nil {
+			return err
+		}
+	} else if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/"); err != nil {
 		return err
 	}
 	for _, name := range pki.HostMaterial(host) {
@@ -264,6 +271,12 @@ func ForgetHost(ctx context.Context, w writer, cluster, host string) error {
 		}
 	}
 	return w.Delete(ctx, hostKeyKey(w, cluster, host))
+}
+
+// ForgetNode drops the last record of a host, its version, once its
+// Node object is deleted.
+func ForgetNode(ctx context.Context, w writer, cluster, host string) error {
+	return w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/")
 }
 
 // forget removes a cluster from the store: its ledger and its material.

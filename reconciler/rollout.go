@@ -414,6 +414,22 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 	}
 }
 
+// deleteNode deletes a host's Node object through the API; one already
+// gone is done.
+func (a *Applier) deleteNode(ctx context.Context, t HostTarget, b *pki.Bundle, host string) error {
+	p := &prober{a: a, t: t, b: b, g: gateSpec{host: host}}
+	defer p.close()
+	code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("delete node %s: %w", host, err)
+	case code == http.StatusNotFound, code/100 == 2:
+		a.log().Info("node deleted", "cluster", t.Cluster, "host", host)
+		return nil
+	}
+	return fmt.Errorf("delete node %s: %d %s", host, code, firstLine(body))
+}
+
 // drainPod is what a drain reads of a pod.
 type drainPod struct {
 	Metadata struct {

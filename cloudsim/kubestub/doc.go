@@ -13,15 +13,17 @@
 //   - /version, with the gitVersion of the manifest's image tag;
 //   - GET /api/v1/nodes and /api/v1/nodes/{name}, PATCH of a node's
 //     spec.unschedulable (merge, strategic-merge or JSON patch, as kubectl
-//     cordon sends);
+//     cordon sends), DELETE of a node (its pods go with it);
 //   - GET /api/v1/pods and /api/v1/namespaces/{ns}/pods with the
 //     fieldSelector spec.nodeName=NODE, GET of one pod;
 //   - POST /api/v1/namespaces/{ns}/pods/{name}/eviction (policy/v1): 201
 //     and the pod is gone, or 429 when a disruption budget forbids it, with
 //     the real API server's message and cause.
 //
-// The objects come from a [Backend]: nodes are the cluster's hosts as the
-// simulator sees them (Ready while their kubelet unit is active), pods and
+// The objects come from a [Backend]: a node is registered when its
+// host's kubelet starts and stays until it is deleted through the API,
+// whatever becomes of its host (Ready while the kubelet unit is active,
+// Unknown once the host is gone), as a real cluster keeps it; pods and
 // disruption budgets are set by tests through the simulator's admin
 // endpoint. The wire format is k8s.io/api's, so client-go works unchanged.
 //

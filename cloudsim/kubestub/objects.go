@@ -21,12 +21,14 @@ func (e *BudgetError) Error() string {
 	return fmt.Sprintf("the disruption budget %s/%s allows no disruption now", e.Namespace, e.Budget)
 }
 
-// Node is a cluster node as the simulator sees its host.
+// Node is a cluster node as the simulator sees its host: as it runs now
+// (from the backend), or as it last registered (kept in [Objects]).
 type Node struct {
-	Name           string
-	InternalIP     string
-	Ready          bool   // the host's kubelet unit is active
-	KubeletVersion string // the tag of the kubelet image it runs
+	Name           string `json:"name"`
+	InternalIP     string `json:"internalIP,omitempty"`
+	Ready          bool   `json:"-"`                        // the host's kubelet unit is active
+	KubeletVersion string `json:"kubeletVersion,omitempty"` // the tag of the kubelet image it runs
+	gone           bool   // registered, its host gone
 }
 
 // Pod is a pod bound to a node; tests set them through the admin endpoint.
@@ -61,9 +63,14 @@ type Budget struct {
 	DisruptionsAllowed int               `json:"disruptionsAllowed"`
 }
 
-// Objects is what the API changes in a cluster: cordons, pods and budgets.
-// It is a value the simulator keeps with its state.
+// Objects is what the API keeps of a cluster: nodes, cordons, pods and
+// budgets. It is a value the simulator keeps with its state.
 type Objects struct {
+	// Nodes are the Node objects, by name. A kubelet registers its node
+	// when it starts; the object stays when the host is gone (its Ready
+	// condition Unknown, as the node lifecycle controller marks it), until
+	// it is deleted through the API, as a real cluster keeps it.
+	Nodes         map[string]Node `json:"nodes,omitempty"`
 	Unschedulable map[string]bool `json:"unschedulable,omitempty"`
 	Pods          []Pod           `json:"pods,omitempty"`
 	Budgets       []Budget        `json:"budgets,omitempty"`
@@ -111,6 +118,29 @@ func (o *Objects) Pod(namespace, name string) (Pod, error) {
 		}
 	}
 	return Pod{}, fmt.Errorf("pods %q: %w", name, ErrNotFound)
+}
+
+// Register keeps the Node object a starting kubelet registers.
+func (o *Objects) Register(n Node) {
+	if o.Nodes == nil {
+		o.Nodes = map[string]Node{}
+	}
+	n.Ready = false
+	o.Nodes[n.Name] = n
+}
+
+// DeleteNode deletes a Node object, with what the API keeps of it (its
+// cordon and labels) and the pods bound to it, as the pod garbage
+// collector deletes the pods of a node that is gone.
+func (o *Objects) DeleteNode(name string) error {
+	if _, ok := o.Nodes[name]; !ok {
+		return fmt.Errorf("nodes %q: %w", name, ErrNotFound)
+	}
+	delete(o.Nodes, name)
+	delete(o.Unschedulable, name)
+	delete(o.NodeLabels, name)
+	o.Pods = slices.DeleteFunc(o.Pods, func(p Pod) bool { return p.Node == name })
+	return nil
 }
 
 // Evict removes a pod unless a budget selecting it allows no disruption;
@@ -162,7 +192,7 @@ func selects(selector, labels map[string]string) bool {
 
 // Clone returns a deep copy.
 func (o *Objects) Clone() *Objects {
-	c := &Objects{Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied), Recreated: o.Recreated}
+	c := &Objects{Nodes: maps.Clone(o.Nodes), Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied), Recreated: o.Recreated}
 	for n, l := range o.NodeLabels {
 		if c.NodeLabels == nil {
 			c.NodeLabels = map[string]map[string]string{}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,6 +112,7 @@ func Handler(gitVersion string, b Backend) http.Handler {
 	mux.HandleFunc("GET /api/v1/nodes", h.listNodes)
 	mux.HandleFunc("GET /api/v1/nodes/{name}", h.getNode)
 	mux.HandleFunc("PATCH /api/v1/nodes/{name}", h.patchNode)
+	mux.HandleFunc("DELETE /api/v1/nodes/{name}", h.deleteNode)
 	mux.HandleFunc("GET /api/v1/pods", h.listPods)
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/pods", h.listPods)
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/pods/{name}", h.getPod)
@@ -159,9 +161,11 @@ func (h *handler) versionInfo(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (h *handler) node(n Node, o *Objects) corev1.Node {
-	ready := corev1.ConditionFalse
-	reason := "KubeletNotReady"
-	if n.Ready {
+	ready, reason, message := corev1.ConditionFalse, "KubeletNotReady", ""
+	switch {
+	case n.gone:
+		ready, reason, message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
+	case n.Ready:
 		ready, reason = corev1.ConditionTrue, "KubeletReady"
 	}
 	// What a kubelet labels its node with, and what was applied to it.
@@ -172,7 +176,7 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
 		Spec:       corev1.NodeSpec{Unschedulable: o.Unschedulable[n.Name]},
 		Status: corev1.NodeStatus{
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: reason}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: reason, Message: message}},
 			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.InternalIP}, {Type: corev1.NodeHostName, Address: n.Name}},
 			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: n.KubeletVersion, OperatingSystem: "linux", Architecture: runtime.GOARCH},
 		},
@@ -185,22 +189,61 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 
 func (h *handler) listNodes(w http.ResponseWriter, _ *http.Request) {
 	list := corev1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}, Items: []corev1.Node{}}
-	nodes := h.b.Nodes()
+	live := h.live()
 	h.b.View(func(o *Objects) {
-		for _, n := range nodes {
-			list.Items = append(list.Items, h.node(n, o))
+		for _, name := range slices.Sorted(maps.Keys(o.Nodes)) {
+			list.Items = append(list.Items, h.node(lookup(o, live, name), o))
 		}
 	})
 	writeJSON(w, http.StatusOK, list)
 }
 
-func (h *handler) findNode(name string) (Node, error) {
+// live are the nodes whose hosts run now, by name.
+func (h *handler) live() map[string]Node {
+	live := map[string]Node{}
 	for _, n := range h.b.Nodes() {
-		if n.Name == name {
-			return n, nil
-		}
+		live[n.Name] = n
 	}
-	return Node{}, fmt.Errorf("nodes %q: %w", name, ErrNotFound)
+	return live
+}
+
+// lookup is a registered node as the API shows it: as its host runs now,
+// or, with its host gone, as it last registered.
+func lookup(o *Objects, live map[string]Node, name string) Node {
+	if n, ok := live[name]; ok {
+		return n
+	}
+	n := o.Nodes[name]
+	n.gone = true
+	return n
+}
+
+func (h *handler) findNode(name string) (Node, error) {
+	live := h.live()
+	var n Node
+	var err error
+	h.b.View(func(o *Objects) {
+		if _, ok := o.Nodes[name]; !ok {
+			err = fmt.Errorf("nodes %q: %w", name, ErrNotFound)
+			return
+		}
+		n = lookup(o, live, name)
+	})
+	return n, err
+}
+
+// deleteNode deletes a Node object; a kubelet that still runs registers
+// it again only when it starts again.
+func (h *handler) deleteNode(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if err := h.b.Update(func(o *Objects) error { return o.DeleteNode(name) }); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusSuccess,
+		Details: &metav1.StatusDetails{Name: name, Kind: "nodes"},
+	})
 }
 
 func (h *handler) getNode(w http.ResponseWriter, r *http.Request) {

@@ -128,6 +128,13 @@ func start(t *testing.T) *fixture {
 			{Name: "prod-default-0", InternalIP: "192.168.10.16", Ready: false, KubeletVersion: "v1.35.1"},
 		},
 		objs: Objects{
+			// Both kubelets registered; the fixture's third node,
+			// prod-default-1, registered and its host is gone.
+			Nodes: map[string]Node{
+				"prod-controller-0": {Name: "prod-controller-0", InternalIP: "192.168.10.10", KubeletVersion: "v1.35.1"},
+				"prod-default-0":    {Name: "prod-default-0", InternalIP: "192.168.10.16", KubeletVersion: "v1.35.1"},
+				"prod-default-1":    {Name: "prod-default-1", InternalIP: "192.168.10.17", KubeletVersion: "v1.35.0"},
+			},
 			Pods: []Pod{
 				{Namespace: "default", Name: "web-1", Node: "prod-default-0", Labels: map[string]string{"app": "web"}},
 				{Namespace: "default", Name: "web-2", Node: "prod-default-0", Labels: map[string]string{"app": "web"}},
@@ -247,7 +254,8 @@ func TestNodesCordonPodsAndEvictions(t *testing.T) {
 		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
 		got = append(got, nodeView{n.Name, n.Status.NodeInfo.KubeletVersion, n.Status.Conditions[0].Status, cp})
 	}
-	want := []nodeView{{"prod-controller-0", "v1.35.1", corev1.ConditionTrue, true}, {"prod-default-0", "v1.35.1", corev1.ConditionFalse, false}}
+	want := []nodeView{{"prod-controller-0", "v1.35.1", corev1.ConditionTrue, true}, {"prod-default-0", "v1.35.1", corev1.ConditionFalse, false},
+		{"prod-default-1", "v1.35.0", corev1.ConditionUnknown, false}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("nodes (-want +got):\n%s", d)
 	}
@@ -316,6 +324,69 @@ func TestNodesCordonPodsAndEvictions(t *testing.T) {
 	_ = f.b.Update(func(o *Objects) error { o.Budgets[0].DisruptionsAllowed = 1; return nil })
 	if err := evict("web-2"); err != nil {
 		t.Errorf("evict web-2 once the budget allows it: %v", err)
+	}
+}
+
+// TestNodeObjectsOutliveTheirHosts: a Node object stays when its host is
+// gone (Ready Unknown, as the node lifecycle controller marks it), until
+// it is deleted through the API; its pods go with it; a host whose
+// kubelet runs but whose node was deleted is not listed (its kubelet
+// registers again only when it starts again).
+func TestNodeObjectsOutliveTheirHosts(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	core, err := typedcorev1.NewForConfig(f.restConfig(t, f.cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	n, err := core.Nodes().Get(ctx, "prod-default-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := n.Status.Conditions[0]; c.Status != corev1.ConditionUnknown || c.Reason != "NodeStatusUnknown" {
+		t.Errorf("a node whose host is gone: %+v, want Ready Unknown", c)
+	}
+	_ = f.b.Update(func(o *Objects) error {
+		o.Pods = append(o.Pods, Pod{Namespace: "default", Name: "web-3", Node: "prod-default-1"})
+		return nil
+	})
+	for _, name := range []string{"prod-default-1", "prod-default-0"} {
+		if err := core.Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	if err := core.Nodes().Delete(ctx, "prod-default-1", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("delete a deleted node: %v, want NotFound", err)
+	}
+	nodes, err := core.Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	// prod-default-0's host still runs: its node stays deleted.
+	if d := cmp.Diff([]string{"prod-controller-0"}, names); d != "" {
+		t.Errorf("nodes after the deletes (-want +got):\n%s", d)
+	}
+	if _, err := core.Nodes().Get(ctx, "prod-default-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("get a deleted node: %v, want NotFound", err)
+	}
+	pods, err := core.Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "prod-controller-0" {
+			t.Errorf("pod %s/%s on deleted node %s is left", p.Namespace, p.Name, p.Spec.NodeName)
+		}
+	}
+	// Its kubelet starts again: registered again.
+	_ = f.b.Update(func(o *Objects) error { o.Register(f.b.nodes[1]); return nil })
+	if _, err := core.Nodes().Get(ctx, "prod-default-0", metav1.GetOptions{}); err != nil {
+		t.Errorf("a node registered again: %v", err)
 	}
 }
 
