@@ -320,7 +320,9 @@ func nodeNames(t *testing.T, r *rig) []string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var nodes struct{ Items []struct{ Metadata struct{ Name string } } }
+	var nodes struct {
+		Items []struct{ Metadata struct{ Name string } }
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil {
 		t.Fatal(err)
 	}
