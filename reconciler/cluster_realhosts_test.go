@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"opke.dev/opke/diff"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
@@ -224,6 +225,183 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			end.Status.Phase, server.Status.PodIP, out)
 	}
 	t.Logf("a pod on demo-default-0 resolved kubernetes.default and reached a pod on demo-controller-0 (%s):\n%s", server.Status.PodIP, out)
+
+	// Step 3 of make e2e: scale out to two workers, and in again with a
+	// real drain. A Deployment keeps a pod on each worker (required
+	// anti-affinity; the controller is tainted) under a budget that lets
+	// none go: the drain waits out its timeout and fails naming the pod,
+	// and the server stays. With the budget letting one go, the drain
+	// evicts it (its replacement finds no node), the DaemonSets' pods
+	// are left to go with the server, and the Node object goes after the
+	// server, as Kubernetes keeps it otherwise.
+	step := time.Now()
+	c.Spec.WorkerPools[0].Count = 2
+	r.apply(t, c)
+	waitFor(t, 5*time.Minute, func() string {
+		var n struct {
+			Status struct {
+				Conditions []struct{ Type, Status string }
+			}
+		}
+		if err := get("/api/v1/nodes/demo-default-1", &n); err != nil {
+			return err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" && c.Status == "True" {
+				return ""
+			}
+		}
+		return "demo-default-1 is not Ready"
+	})
+	t.Logf("scaled out to two workers, demo-default-1 Ready, in %s", time.Since(step).Round(time.Second))
+
+	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-web"},"spec":{
+		"replicas":2,"selector":{"matchLabels":{"app":"e2e-web"}},"template":{"metadata":{"labels":{"app":"e2e-web"}},"spec":{
+		"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":{"matchLabels":{"app":"e2e-web"}},"topologyKey":"kubernetes.io/hostname"}]}},
+		"terminationGracePeriodSeconds":5,
+		"containers":[{"name":"pause","image":"registry.k8s.io/pause:3.10.1"}]}}}}`)
+	post("/apis/policy/v1/namespaces/default/poddisruptionbudgets", `{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"e2e-web"},"spec":{
+		"minAvailable":2,"selector":{"matchLabels":{"app":"e2e-web"}}}}`)
+	webPods := func() map[string]string { // node (or "" when pending) by pod
+		var pods struct {
+			Items []struct {
+				Metadata struct{ Name string }
+				Spec     struct{ NodeName string }
+				Status   struct{ Phase string }
+			}
+		}
+		if err := get("/api/v1/namespaces/default/pods?labelSelector=app%3De2e-web", &pods); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, p := range pods.Items {
+			out[p.Metadata.Name] = p.Spec.NodeName
+			if p.Status.Phase != "Running" {
+				out[p.Metadata.Name] += " (" + p.Status.Phase + ")"
+			}
+		}
+		return out
+	}
+	waitFor(t, 3*time.Minute, func() string {
+		var pdb struct{ Status struct{ CurrentHealthy int } }
+		if err := get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/e2e-web", &pdb); err != nil {
+			return err.Error()
+		}
+		if pdb.Status.CurrentHealthy != 2 {
+			return fmt.Sprintf("e2e-web: %d healthy, want 2: %v", pdb.Status.CurrentHealthy, webPods())
+		}
+		return ""
+	})
+	var onGoing string
+	for pod, node := range webPods() {
+		if node == "demo-default-1" {
+			onGoing = pod
+		}
+	}
+	if onGoing == "" {
+		t.Fatalf("no e2e-web pod on demo-default-1: %v", webPods())
+	}
+
+	step = time.Now()
+	c.Spec.WorkerPools[0].Count = 1
+	c.Spec.Upgrade.DrainTimeout = schemas.Duration{Duration: 20 * time.Second}
+	plan, sum, err := r.applyPlan(t, r.applier(t), c)
+	if err == nil {
+		t.Fatalf("the scale-in went through a budget that allows no disruption: %v", addresses(plan.Changes))
+	}
+	var drainErr string
+	for _, f := range sum.Failed {
+		if f.Change.Address == diff.DrainAddress("demo-default-1") {
+			drainErr = fmt.Sprint(f.Err)
+		}
+	}
+	if !strings.Contains(drainErr, "default/"+onGoing) || !strings.Contains(drainErr, "disruption budget") {
+		t.Fatalf("the drain's failure does not name the pod and its budget: %q (%v)", drainErr, err)
+	}
+	if _, ok := r.observed(t)["openstack/server/demo-default-1"]; !ok {
+		t.Fatal("demo-default-1's server was deleted past its failed drain")
+	}
+	t.Logf("the drain stopped at the budget after %s: %s", time.Since(step).Round(time.Second), drainErr)
+
+	resp, err = api.Do(mustRequest(t, http.MethodPatch, base+"/apis/policy/v1/namespaces/default/poddisruptionbudgets/e2e-web",
+		"application/merge-patch+json", `{"spec":{"minAvailable":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PATCH the budget: %s", resp.Status)
+	}
+	waitFor(t, time.Minute, func() string {
+		var pdb struct{ Status struct{ DisruptionsAllowed int } }
+		if err := get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/e2e-web", &pdb); err != nil {
+			return err.Error()
+		}
+		if pdb.Status.DisruptionsAllowed != 1 {
+			return fmt.Sprintf("the budget allows %d disruptions", pdb.Status.DisruptionsAllowed)
+		}
+		return ""
+	})
+	step = time.Now()
+	plan, _ = r.apply(t, c)
+	for _, want := range []string{diff.DrainAddress("demo-default-1"), diff.NodeAddress("demo-default-1"), "openstack/server/demo-default-1"} {
+		if addresses(plan.Changes)[want] == 0 {
+			t.Errorf("the scale-in's plan lacks %s: %v", want, addresses(plan.Changes))
+		}
+	}
+	var nodes struct{ Items []struct{ Metadata struct{ Name string } } }
+	if err := get("/api/v1/nodes", &nodes); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Metadata.Name)
+	}
+	if !slices.Equal(names, []string{"demo-controller-0", "demo-default-0"}) {
+		t.Errorf("Node objects after the scale-in: %v, want demo-controller-0 and demo-default-0", names)
+	}
+	pods := webPods()
+	if _, ok := pods[onGoing]; ok {
+		t.Errorf("the pod on the removed worker, %s, is still there: %v", onGoing, pods)
+	}
+	var running int
+	for _, node := range pods {
+		if node == "demo-default-0" {
+			running++
+		}
+	}
+	if running != 1 || len(pods) != 2 {
+		t.Errorf("e2e-web after the scale-in: %v, want one pod running on demo-default-0 and its replacement pending", pods)
+	}
+	t.Logf("scaled in to one worker in %s: drained, server and Node object deleted; e2e-web: %v", time.Since(step).Round(time.Second), pods)
+}
+
+// waitFor polls check until it returns "" or the time is up, logging
+// what it waits for.
+func waitFor(t *testing.T, d time.Duration, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why := check()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", d, why)
+		}
+		t.Logf("waiting: %s", why)
+		time.Sleep(5 * time.Second)
+	}
+}
+
+func mustRequest(t *testing.T, method, url, contentType, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	return req
 }
 
 // hostDiagnostics logs what the hosts' units and network say, through
