@@ -7,14 +7,25 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
@@ -360,10 +371,16 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	if !slices.Equal(names, []string{"demo-controller-0", "demo-default-0"}) {
 		t.Errorf("Node objects after the scale-in: %v, want demo-controller-0 and demo-default-0", names)
 	}
+	// The evicted pod's object may outlive its server (finished, its
+	// kubelet gone before it deleted it): the pod garbage collector
+	// deletes it once its Node object is gone.
+	waitFor(t, 2*time.Minute, func() string {
+		if node, ok := webPods()[onGoing]; ok {
+			return fmt.Sprintf("the pod evicted from the removed worker, %s, is still there: %s", onGoing, node)
+		}
+		return ""
+	})
 	pods := webPods()
-	if _, ok := pods[onGoing]; ok {
-		t.Errorf("the pod on the removed worker, %s, is still there: %v", onGoing, pods)
-	}
 	var running int
 	for _, node := range pods {
 		if node == "demo-default-0" {
@@ -374,6 +391,144 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		t.Errorf("e2e-web after the scale-in: %v, want one pod running on demo-default-0 and its replacement pending", pods)
 	}
 	t.Logf("scaled in to one worker in %s: drained, server and Node object deleted; e2e-web: %v", time.Since(step).Round(time.Second), pods)
+
+	// Step 4 of make e2e: a patch upgrade, v1.35.1 to v1.35.4, behind
+	// gates the real cluster answers: an etcd snapshot first (taken from
+	// the real etcd through the gateway, the Deployment made above in
+	// it), then one host at a time, controller first, its new static pods
+	// and kubelet; no server replaced, and the pod on the worker runs on
+	// through its kubelet's restart.
+	step = time.Now()
+	servers := map[string]string{}
+	for addr, x := range r.observed(t) {
+		if strings.HasPrefix(addr, "openstack/server/") {
+			servers[addr] = x.ID
+		}
+	}
+	c.Spec.Kubernetes.Version = "v1.35.4"
+	c.Spec.DeletionPolicy = schemas.DeletionDelete // for step 5
+	plan, _ = r.apply(t, c)
+	t.Logf("upgraded to v1.35.4 in %s (%d steps)", time.Since(step).Round(time.Second), len(plan.Changes))
+	for addr, x := range r.observed(t) {
+		if id, ok := servers[addr]; ok && id != x.ID {
+			t.Errorf("%s was replaced in the upgrade", addr)
+		}
+	}
+	if d := cmp.Diff(map[string]string{"demo-controller-0": "v1.35.4", "demo-default-0": "v1.35.4"}, r.versions(t, "demo")); d != "" {
+		t.Errorf("the versions recorded as the gates passed (-want +got):\n%s", d)
+	}
+	var upgraded struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Status   struct{ NodeInfo struct{ KubeletVersion string } }
+		}
+	}
+	if err := get("/api/v1/nodes", &upgraded); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range upgraded.Items {
+		if n.Status.NodeInfo.KubeletVersion != "v1.35.4" {
+			t.Errorf("node %s runs kubelet %s after the upgrade", n.Metadata.Name, n.Status.NodeInfo.KubeletVersion)
+		}
+	}
+	var version struct{ GitVersion string }
+	if err := get("/version", &version); err != nil || version.GitVersion != "v1.35.4" {
+		t.Errorf("the API server's /version after the upgrade: %q %v", version.GitVersion, err)
+	}
+	var ds struct {
+		Spec struct {
+			Template struct {
+				Spec struct{ Containers []struct{ Image string } }
+			}
+		}
+	}
+	if err := get("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", &ds); err != nil || len(ds.Spec.Template.Spec.Containers) == 0 ||
+		ds.Spec.Template.Spec.Containers[0].Image != "registry.k8s.io/kube-proxy:v1.35.4" {
+		t.Errorf("kube-proxy's DaemonSet after the upgrade: %+v %v", ds.Spec.Template.Spec.Containers, err)
+	}
+	for pod, node := range webPods() {
+		if node == "demo-default-0" && pods[pod] != node {
+			t.Errorf("e2e-web's pod on demo-default-0 is %s, was not there before the upgrade: %v", pod, pods)
+		}
+	}
+	recs, err := reconciler.Backups(t.Context(), r.store, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(recs, func(r *backup.Record) bool { return r.Reason == backup.ReasonBeforeRollout })
+	if i < 0 {
+		t.Fatalf("no snapshot before the rollout: %v", recs)
+	}
+	rec := recs[i]
+	if !snapshotHas(t, r, rec, "/registry/deployments/default/e2e-web") {
+		t.Errorf("the snapshot before the rollout (%d keys at revision %d) lacks the Deployment e2e-web", rec.Keys, rec.Revision)
+	}
+	t.Logf("the snapshot before the rollout: %d keys at revision %d, %s, e2e-web's Deployment in it", rec.Keys, rec.Revision, backup.FormatSize(rec.Size))
+
+	// Step 5 of make e2e: the cluster taken out of the fleet, with
+	// deletionPolicy Delete: nothing of it is left in OpenStack, and its
+	// machines are gone.
+	step = time.Now()
+	r.apply(t)
+	if left := r.observed(t); len(left) != 0 {
+		t.Errorf("%d resources left after the cluster was deleted: %v", len(left), slices.Sorted(maps.Keys(left)))
+	}
+	for _, h := range []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"} {
+		if _, err := r.sim.HostRoot(h); err == nil {
+			t.Errorf("%s's machine is still there", h)
+		}
+	}
+	t.Logf("deleted in %s", time.Since(step).Round(time.Second))
+}
+
+// snapshotHas reports whether a cluster's etcd snapshot, downloaded from
+// Swift and restored into a throwaway etcd, holds key.
+func snapshotHas(t *testing.T, r *rig, rec *backup.Record, key string) bool {
+	t.Helper()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path, err := backup.Objects{Client: r.clients.ObjectStore, Container: rec.Container}.Download(ctx, rec, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := url.URL{Scheme: "http", Host: ln.Addr().String()}
+	ln.Close()
+	data := filepath.Join(dir, "etcd")
+	if err := backup.Restore(path, data, "check", peer.String()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = "check", data
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = "check=" + peer.String()
+	local := []url.URL{{Scheme: "http", Host: "127.0.0.1:0"}}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = local, local
+	cfg.ListenMetricsUrls = nil
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		t.Fatal("the restored etcd was not ready within a minute")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	got, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.Count == 1
 }
 
 // waitFor polls check until it returns "" or the time is up, logging
@@ -409,6 +564,10 @@ func mustRequest(t *testing.T, method, url, contentType, body string) *http.Requ
 func hostDiagnostics(t *testing.T, r *rig, hosts ...string) {
 	ctx := context.WithoutCancel(t.Context())
 	res := r.observed(t)
+	if _, ok := res["openstack/server/demo-gateway-0"]; !ok {
+		t.Log("no gateway to reach the hosts through: no diagnostics")
+		return
+	}
 	gw := dialHost(t, r, res, "demo-gateway-0", nil)
 	for _, h := range hosts {
 		host := dialHost(t, r, res, h, gw)

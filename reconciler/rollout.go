@@ -403,7 +403,7 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s within the drain timeout %s: %s", ErrDrain, host, schemas.Duration{Duration: timeout}, strings.Join(waiting, "; "))
+			return fmt.Errorf("%w: %s still has pods after the drain timeout %s: %s", ErrDrain, host, schemas.Duration{Duration: timeout}, strings.Join(waiting, "; "))
 		}
 		a.log().Debug("draining", "cluster", t.Cluster, "host", host, "waiting", waiting[0], "pods", len(waiting))
 		select {

@@ -35,7 +35,8 @@ const (
 	// images of its minor, the host runtime and the registry.
 	All Set = "all"
 	// E2E is what the real-host suites use today: the first Kubernetes
-	// version, its minor's etcd, pause, CoreDNS and flannel with the CNI
+	// version and the patch release make e2e upgrades it to (the same
+	// minor), their minor's etcd, pause, CoreDNS and flannel with the CNI
 	// plugins, the host runtime, the registry.
 	E2E Set = "e2e"
 )
@@ -120,7 +121,7 @@ func Targets(set Set) ([]Artifact, error) {
 	case All:
 		versions = KubernetesVersions
 	case E2E:
-		versions = KubernetesVersions[:1]
+		versions = KubernetesVersions[:2]
 	default:
 		return nil, fmt.Errorf("world: unknown set %q (one of %s)", set, strings.Join(setNames(), ", "))
 	}
