@@ -344,7 +344,9 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		t.Fatalf("PATCH the budget: %s", resp.Status)
 	}
 	waitFor(t, time.Minute, func() string {
-		var pdb struct{ Status struct{ DisruptionsAllowed int } }
+		var pdb struct {
+			Status struct{ DisruptionsAllowed int }
+		}
 		if err := get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/e2e-web", &pdb); err != nil {
 			return err.Error()
 		}
@@ -360,7 +362,9 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			t.Errorf("the scale-in's plan lacks %s: %v", want, addresses(plan.Changes))
 		}
 	}
-	var nodes struct{ Items []struct{ Metadata struct{ Name string } } }
+	var nodes struct {
+		Items []struct{ Metadata struct{ Name string } }
+	}
 	if err := get("/api/v1/nodes", &nodes); err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +424,9 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	var upgraded struct {
 		Items []struct {
 			Metadata struct{ Name string }
-			Status   struct{ NodeInfo struct{ KubeletVersion string } }
+			Status   struct {
+				NodeInfo struct{ KubeletVersion string }
+			}
 		}
 	}
 	if err := get("/api/v1/nodes", &upgraded); err != nil {
