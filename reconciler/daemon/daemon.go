@@ -909,11 +909,9 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 		entry.Drift, entry.State, entry.Summary = drift, drift.State, drift.Summary
 	}
 	n.Clusters[name] = entry
-	// The status first: whoever reads the note, then the status, finds
-	// them agreeing.
-	d.setStatus(ctx, name, d.commitStatus(ctx, w, name, entry))
 	d.publishLocked(ctx, n)
 	d.pubMu.Unlock()
+	d.setStatus(ctx, name, d.commitStatus(ctx, w, name, entry))
 }
 
 // commitStatus is how a cluster's status changes with its entry in the

@@ -718,9 +718,16 @@ func TestDaemonRetriesAFailedCreate(t *testing.T) {
 	if got, want := e.servers(t), []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"}; !slices.Equal(got, want) {
 		t.Errorf("servers %v, want %v", got, want)
 	}
-	b, err := e.store.Get(context.Background(), e.store.Key("_status", "demo"))
-	var s daemon.ClusterStatus
-	if err != nil || json.Unmarshal(b, &s) != nil || s.State != report.Success || s.Applied != c1 || s.Retrying != "" {
-		t.Errorf("status after the retry: %+v (%v), want success, %s applied, nothing retrying", s, err, c1)
+	// The status is written after the note is published: wait for it.
+	for {
+		b, err := e.store.Get(context.Background(), e.store.Key("_status", "demo"))
+		var s daemon.ClusterStatus
+		if err == nil && json.Unmarshal(b, &s) == nil && s.State == report.Success && s.Applied == c1 && s.Retrying == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status after the retry: %+v (%v), want success, %s applied, nothing retrying", s, err, c1)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
