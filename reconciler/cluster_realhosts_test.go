@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,8 +27,10 @@ import (
 	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
+	"opke.dev/opke/world"
 )
 
 // TestClusterComesUp: on real machines, a cluster of one controller and
@@ -176,6 +179,33 @@ func TestClusterComesUp(t *testing.T) {
 		time.Sleep(10 * time.Second)
 	}
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
+
+	// The user's own tool: kubectl (built from source by make world) with
+	// the admin kubeconfig opke kubeconfig prints, reaching the API's
+	// floating IP through the simulator's SOCKS5 edge (its proxy-url).
+	kc, err := r.store.GetSecret(t.Context(), r.store.Key("demo", "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc, err = pki.WithProxy(kc, "socks5://"+r.sim.Edge()); err != nil {
+		t.Fatal(err)
+	}
+	kcFile := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kcFile, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(t.Context(), worldBinary(t, "kubernetes-v1.35.1", "kubectl"), append([]string{"--kubeconfig", kcFile}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := kubectl("get", "nodes", "-o", "name"); out != "node/demo-controller-0\nnode/demo-default-0\n" {
+		t.Errorf("kubectl get nodes: %q", out)
+	}
+	t.Logf("kubectl through the edge:\n%s", kubectl("get", "nodes", "-o", "wide"))
 
 	// Step 2 of make e2e: a pod on the worker resolves the API's Service
 	// through CoreDNS, and reaches a pod on the controller across
@@ -485,6 +515,24 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		}
 	}
 	t.Logf("deleted in %s", time.Since(step).Round(time.Second))
+}
+
+// worldBinary is a program make world built (taken from its cache).
+func worldBinary(t *testing.T, artifact, name string) string {
+	t.Helper()
+	arts, err := world.Targets(world.E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := world.New(world.DefaultCacheDir(), nil).Ensure(t.Context(), arts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, ok := built.Binary(artifact, name)
+	if !ok {
+		t.Fatalf("make world built no %s of %s", name, artifact)
+	}
+	return bin
 }
 
 // snapshotHas reports whether a cluster's etcd snapshot, downloaded from

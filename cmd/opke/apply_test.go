@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -72,6 +73,30 @@ func TestApplyCommand(t *testing.T) {
 	}
 	if code, _, stderr := opke(t, "kubeconfig", "--data-dir", e.dataDir); code != exitUsage || !strings.Contains(stderr, "--cluster is required") {
 		t.Errorf("kubeconfig without --cluster: exit %d, %s", code, stderr)
+	}
+	// The floating IP is the simulator's: kubectl reaches it through the
+	// edge, or through the proxy named.
+	var info struct{ Edge string }
+	if b, err := os.ReadFile(filepath.Join(e.simDir, "sim.json")); err != nil || json.Unmarshal(b, &info) != nil || info.Edge == "" {
+		t.Fatalf("sim.json: %v", err)
+	}
+	if strings.Contains(kc, "proxy-url") {
+		t.Errorf("a kubeconfig with no simulator named carries a proxy:\n%s", kc)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sim-state", e.simDir}, "proxy-url: socks5://" + info.Edge + "\n"},
+		{[]string{"--proxy-url", "http://127.0.0.1:3128"}, "proxy-url: http://127.0.0.1:3128\n"},
+	} {
+		code, kc, stderr := opke(t, append([]string{"kubeconfig", "--cluster", "demo", "--data-dir", e.dataDir, "--encryption-key-file", e.keyFile}, c.args...)...)
+		if code != exitOK || !strings.Contains(kc, c.want) || !strings.Contains(kc, "client-key-data: ") {
+			t.Errorf("kubeconfig %v: exit %d, %s, want %q in\n%s", c.args, code, stderr, c.want, kc)
+		}
+	}
+	if code, _, stderr := opke(t, "kubeconfig", "--cluster", "demo", "--data-dir", e.dataDir, "--encryption-key-file", e.keyFile, "--proxy-url", "127.0.0.1:3128"); code != exitUsage || !strings.Contains(stderr, "want socks5://") {
+		t.Errorf("kubeconfig --proxy-url without a scheme: exit %d, %s", code, stderr)
 	}
 }
 

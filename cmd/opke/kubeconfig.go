@@ -1,27 +1,38 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/internal/atomicfile"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/state"
 )
 
 func (a *app) kubeconfigCommand() *cobra.Command {
 	var st stateFlags
-	var cluster, out string
+	var cluster, out, proxy, simState string
 	cmd := &cobra.Command{
 		Use:   "kubeconfig --cluster NAME",
 		Short: "Print a cluster's admin kubeconfig",
 		Long: `Print the admin kubeconfig of a cluster OPKE applied: the API's floating IP,
 the cluster's CA and the admin client certificate and key. It is kept
 sealed in the state store, so the encryption key is needed. It grants
-everything on the cluster: --out writes it to a file readable by you only.`,
-		Example: `  opke kubeconfig --cluster demo > demo.kubeconfig
-  opke kubeconfig --cluster prod --out ~/.kube/prod --encryption-key-file key`,
+everything on the cluster: --out writes it to a file readable by you only.
+
+Where the floating IP is not routed from here, --proxy-url names the proxy
+kubectl dials it through (its proxy-url). On a daemon's data dir whose
+daemon runs the simulator (make run), or with --sim-state, that is the
+simulator's SOCKS5 edge unless --proxy-url says otherwise.`,
+		Example: `  opke kubeconfig --cluster demo --out demo.kubeconfig && kubectl --kubeconfig demo.kubeconfig get nodes
+  opke kubeconfig --cluster prod --out ~/.kube/prod --encryption-key-file key
+  opke kubeconfig --cluster prod --proxy-url socks5://127.0.0.1:1080`,
 		Args: argsAtMost(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cluster == "" {
@@ -39,6 +50,16 @@ everything on the cluster: --out writes it to a file readable by you only.`,
 			if err != nil {
 				return err
 			}
+			if proxy == "" {
+				if proxy, err = simEdge(simState, st.dataDir); err != nil {
+					return err
+				}
+			}
+			if proxy != "" {
+				if kc, err = pki.WithProxy(kc, proxy); err != nil {
+					return usagef("--proxy-url: %v", err)
+				}
+			}
 			if out != "" {
 				return atomicfile.Write(out, kc, 0o600)
 			}
@@ -49,5 +70,29 @@ everything on the cluster: --out writes it to a file readable by you only.`,
 	st.register(cmd)
 	cmd.Flags().StringVar(&cluster, "cluster", "", "the cluster")
 	cmd.Flags().StringVar(&out, "out", "", "write the kubeconfig to this file (0600) instead of stdout")
+	cmd.Flags().StringVar(&proxy, "proxy-url", "", "the proxy kubectl reaches the API through (socks5://, http://, https://)")
+	cmd.Flags().StringVar(&simState, "sim-state", "", "a running simulator's state dir: the API through its SOCKS5 edge")
 	return cmd
+}
+
+// simEdge is the simulator's SOCKS5 edge as a proxy URL: the one of
+// --sim-state, else the one of the daemon running on dataDir with its
+// simulator, else none.
+func simEdge(simState, dataDir string) (string, error) {
+	if simState == "" {
+		ep, err := attach(dataDir)
+		if err != nil || ep.SimState == "" {
+			return "", nil // no daemon with a simulator there
+		}
+		simState = ep.SimState
+	}
+	b, err := os.ReadFile(filepath.Join(simState, "sim.json"))
+	if err != nil {
+		return "", usagef("--sim-state %s: no sim.json (is the simulator running?)", simState)
+	}
+	var info cloudsim.Info
+	if err := json.Unmarshal(b, &info); err != nil || info.Edge == "" {
+		return "", usagef("--sim-state %s: sim.json is not a simulator's", simState)
+	}
+	return "socks5://" + info.Edge, nil
 }

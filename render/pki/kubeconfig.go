@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
+
+	"sigs.k8s.io/yaml"
 
 	"opke.dev/opke/state"
 )
@@ -70,4 +74,31 @@ func (b *Bundle) StoreAdminKubeconfig(ctx context.Context, kv state.KV, cluster,
 		return fmt.Errorf("store kubeconfig of %s: %w", cluster, err)
 	}
 	return nil
+}
+
+// WithProxy returns the kubeconfig kc with proxyURL as every cluster's
+// proxy-url, which kubectl and client-go dial the API server through:
+// socks5:// (the simulator's edge, a bastion's ssh -D) or http(s)://.
+func WithProxy(kc []byte, proxyURL string) ([]byte, error) {
+	u, err := url.Parse(proxyURL)
+	if err != nil || u.Host == "" || (u.Scheme != "socks5" && u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("proxy URL %q: want socks5://, http:// or https:// and a host", proxyURL)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(kc, &cfg); err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	clusters, _ := cfg["clusters"].([]any)
+	if len(clusters) == 0 {
+		return nil, errors.New("kubeconfig: no cluster")
+	}
+	for _, c := range clusters {
+		entry, _ := c.(map[string]any)
+		cluster, ok := entry["cluster"].(map[string]any)
+		if !ok {
+			return nil, errors.New("kubeconfig: a cluster entry without its cluster")
+		}
+		cluster["proxy-url"] = u.String()
+	}
+	return yaml.Marshal(cfg)
 }

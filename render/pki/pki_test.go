@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
+	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/state"
@@ -344,5 +346,43 @@ func TestDamagedMaterial(t *testing.T) {
 	}
 	if _, _, err := Issue(ctx, s, request()); !errors.Is(err, state.ErrSealed) {
 		t.Errorf("a key that does not open: %v, want ErrSealed", err)
+	}
+}
+
+// TestWithProxy: the proxy reaches client-go's own kubeconfig type, the
+// rest unchanged; a URL kubectl cannot dial through is refused.
+func TestWithProxy(t *testing.T) {
+	b, _, err := Issue(context.Background(), statetest.Open(t), request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := b.Kubeconfig("prod", Admin, "https://203.0.113.10:6443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := WithProxy(kc, "socks5://127.0.0.1:1080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after clientcmdv1.Config
+	for _, c := range []struct {
+		b   []byte
+		out *clientcmdv1.Config
+	}{{kc, &before}, {got, &after}} {
+		if err := sigsyaml.UnmarshalStrict(c.b, c.out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := after.Clusters[0].Cluster.ProxyURL; p != "socks5://127.0.0.1:1080" {
+		t.Errorf("proxy-url %q", p)
+	}
+	after.Clusters[0].Cluster.ProxyURL = ""
+	if d := cmp.Diff(before, after); d != "" {
+		t.Errorf("the kubeconfig changed beside its proxy (-before +after):\n%s", d)
+	}
+	for _, bad := range []string{"127.0.0.1:1080", "ftp://127.0.0.1", "socks5://", "::"} {
+		if _, err := WithProxy(kc, bad); err == nil {
+			t.Errorf("proxy %q: accepted", bad)
+		}
 	}
 }
