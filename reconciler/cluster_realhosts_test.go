@@ -26,6 +26,7 @@ import (
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/kubecontract"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
@@ -342,6 +343,11 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	if onGoing == "" {
 		t.Fatalf("no e2e-web pod on demo-default-1: %v", webPods())
 	}
+	// The API as OPKE's gates and drains use it, held to the contract the
+	// stand-in API server of the in-process hosts keeps (kubestub's
+	// TestContract runs the same checks).
+	kubecontract.Run(t, kubecontract.Cluster{Client: api, Base: base, Node: "demo-default-1",
+		Namespace: "default", Guarded: onGoing, Budget: "e2e-web"})
 
 	step = time.Now()
 	c.Spec.WorkerPools[0].Count = 1

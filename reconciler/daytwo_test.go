@@ -377,7 +377,7 @@ func TestDayTwo(t *testing.T) {
 		}
 		drainErr := onlyFailure(t, sum, diff.DrainAddress("demo-default-4"))
 		if !errors.Is(drainErr, reconciler.ErrDrain) || !strings.Contains(drainErr.Error(), "pod default/web-0") ||
-			!strings.Contains(drainErr.Error(), "default/web") || time.Since(started) < 2*time.Second {
+			!strings.Contains(drainErr.Error(), "disruption budget web ") || time.Since(started) < 2*time.Second {
 			t.Errorf("the drain did not fail after the 2s timeout naming the pod and budget: %v", drainErr)
 		}
 		if !strings.Contains(drainErr.Error(), "pod default/stuck-0: terminating") || strings.Contains(drainErr.Error(), "kube-proxy") {

@@ -12,13 +12,23 @@ import (
 // ErrNotFound is a node or pod the cluster does not have.
 var ErrNotFound = errors.New("not found")
 
+// notFound is a missing object of a resource ("nodes", "pods"), worded
+// as the API server's NotFound Status is.
+type notFound struct{ resource, name string }
+
+func (e *notFound) Error() string        { return fmt.Sprintf("%s %q not found", e.resource, e.name) }
+func (e *notFound) Is(target error) bool { return target == ErrNotFound }
+
 // BudgetError is an eviction a disruption budget refuses.
 type BudgetError struct {
-	Namespace, Budget string
+	Namespace, Budget              string
+	DesiredHealthy, CurrentHealthy int
 }
 
+// Error is worded as the API server words the refusal's cause (naming the
+// budget without its namespace).
 func (e *BudgetError) Error() string {
-	return fmt.Sprintf("the disruption budget %s/%s allows no disruption now", e.Namespace, e.Budget)
+	return fmt.Sprintf("The disruption budget %s needs %d healthy pods and has %d currently", e.Budget, e.DesiredHealthy, e.CurrentHealthy)
 }
 
 // Node is a cluster node as the simulator sees its host: as it runs now
@@ -61,6 +71,10 @@ type Budget struct {
 	Name               string            `json:"name"`
 	Selector           map[string]string `json:"selector"`
 	DisruptionsAllowed int               `json:"disruptionsAllowed"`
+	// DesiredHealthy and CurrentHealthy are its status's, for the message
+	// of a refusal.
+	DesiredHealthy int `json:"desiredHealthy,omitempty"`
+	CurrentHealthy int `json:"currentHealthy,omitempty"`
 }
 
 // Objects is what the API keeps of a cluster: nodes, cordons, pods and
@@ -117,7 +131,7 @@ func (o *Objects) Pod(namespace, name string) (Pod, error) {
 			return p, nil
 		}
 	}
-	return Pod{}, fmt.Errorf("pods %q: %w", name, ErrNotFound)
+	return Pod{}, &notFound{"pods", name}
 }
 
 // Register keeps the Node object a starting kubelet registers.
@@ -134,7 +148,7 @@ func (o *Objects) Register(n Node) {
 // collector deletes the pods of a node that is gone.
 func (o *Objects) DeleteNode(name string) error {
 	if _, ok := o.Nodes[name]; !ok {
-		return fmt.Errorf("nodes %q: %w", name, ErrNotFound)
+		return &notFound{"nodes", name}
 	}
 	delete(o.Nodes, name)
 	delete(o.Unschedulable, name)
@@ -149,13 +163,13 @@ func (o *Objects) DeleteNode(name string) error {
 func (o *Objects) Evict(namespace, name string) error {
 	i := slices.IndexFunc(o.Pods, func(p Pod) bool { return p.Namespace == namespace && p.Name == name })
 	if i < 0 {
-		return fmt.Errorf("pods %q: %w", name, ErrNotFound)
+		return &notFound{"pods", name}
 	}
 	var covering []int
 	for j, b := range o.Budgets {
 		if b.Namespace == namespace && selects(b.Selector, o.Pods[i].Labels) {
 			if b.DisruptionsAllowed <= 0 {
-				return &BudgetError{Namespace: b.Namespace, Budget: b.Name}
+				return &BudgetError{Namespace: b.Namespace, Budget: b.Name, DesiredHealthy: b.DesiredHealthy, CurrentHealthy: b.CurrentHealthy}
 			}
 			covering = append(covering, j)
 		}

@@ -224,7 +224,7 @@ func (h *handler) findNode(name string) (Node, error) {
 	var err error
 	h.b.View(func(o *Objects) {
 		if _, ok := o.Nodes[name]; !ok {
-			err = fmt.Errorf("nodes %q: %w", name, ErrNotFound)
+			err = &notFound{"nodes", name}
 			return
 		}
 		n = lookup(o, live, name)
@@ -475,8 +475,8 @@ func (h *handler) evict(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	if errors.Is(err, ErrNotFound) {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, strings.TrimSuffix(err.Error(), ": not found")+" not found", nil)
+	if nf, ok := errors.AsType[*notFound](err); ok {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, nf.Error(), &metav1.StatusDetails{Name: nf.name, Kind: nf.resource})
 		return
 	}
 	writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error(), nil)

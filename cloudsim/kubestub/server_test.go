@@ -31,6 +31,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	typedpolicyv1 "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
+
+	"opke.dev/opke/internal/kubecontract"
 )
 
 // memBackend is a cluster of two nodes in memory.
@@ -314,7 +316,7 @@ func TestNodesCordonPodsAndEvictions(t *testing.T) {
 	}
 	var se apierrors.APIStatus
 	if !errors.As(err, &se) || se.Status().Details == nil || len(se.Status().Details.Causes) != 1 ||
-		se.Status().Details.Causes[0].Type != policyv1.DisruptionBudgetCause || !strings.Contains(se.Status().Details.Causes[0].Message, "default/web") {
+		se.Status().Details.Causes[0].Type != policyv1.DisruptionBudgetCause || !strings.Contains(se.Status().Details.Causes[0].Message, "disruption budget web ") {
 		t.Errorf("the 429 does not name the budget: %+v", err)
 	}
 	if err := evict("nope"); !apierrors.IsNotFound(err) {
@@ -491,4 +493,21 @@ func TestImageTag(t *testing.T) {
 			t.Errorf("ImageTag(%q) = %q, want %q", image, got, want)
 		}
 	}
+}
+
+// TestContract: the stand-in holds to the contract make e2e holds a real
+// API server to (internal/kubecontract).
+func TestContract(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	_ = f.b.Update(func(o *Objects) error {
+		o.Budgets[0].DisruptionsAllowed, o.Budgets[0].DesiredHealthy, o.Budgets[0].CurrentHealthy = 0, 2, 2
+		return nil
+	})
+	client, err := rest.HTTPClientFor(f.restConfig(t, f.cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubecontract.Run(t, kubecontract.Cluster{Client: client, Base: "https://" + f.srv.Addr(), Node: "prod-default-0",
+		Namespace: "default", Guarded: "web-1", Budget: "web"})
 }

@@ -1,0 +1,169 @@
+// Package kubecontract holds the stand-in API server (cloudsim/kubestub)
+// to a real kube-apiserver on what OPKE's health gates and drains ask of
+// the API: the same checks run against both, the stand-in's in make test
+// and a real cluster's in make e2e, so that the stand-in is never kinder
+// than the real one (a message it words more helpfully, a status code it
+// gets wrong, a taint it forgets).
+package kubecontract
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Cluster is what the contract runs against.
+type Cluster struct {
+	// Client and Base reach the API server as the cluster's admin.
+	Client *http.Client
+	Base   string
+	// Node is a node of the cluster; the contract cordons and uncordons it.
+	Node string
+	// Namespace holds Guarded, a pod on Node that Budget, a disruption
+	// budget, lets none be evicted now.
+	Namespace, Guarded, Budget string
+}
+
+// status is a metav1.Status as the checks read it.
+type status struct {
+	Kind    string
+	Status  string
+	Message string
+	Reason  string
+	Code    int
+	Details struct {
+		Name   string
+		Kind   string
+		Causes []struct{ Reason, Message string } // metav1.StatusCause: its Type is "reason"
+	}
+}
+
+// budgetCause is the real API server's cause of a refused eviction
+// (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go).
+var budgetCause = regexp.MustCompile(`^The disruption budget (\S+) needs \d+ healthy pods and has \d+ currently$`)
+
+// Run runs the contract's checks as subtests.
+func Run(t *testing.T, c Cluster) {
+	do := func(t *testing.T, method, path, contentType, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, c.Base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := c.Client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	failure := func(t *testing.T, what string, code int, b []byte, wantCode int, wantReason string) status {
+		t.Helper()
+		var st status
+		if err := json.Unmarshal(b, &st); err != nil || code != wantCode || st.Kind != "Status" || st.Status != "Failure" ||
+			st.Code != wantCode || st.Reason != wantReason {
+			t.Errorf("%s: %d %s, want a Status %d %s", what, code, b, wantCode, wantReason)
+		}
+		return st
+	}
+
+	t.Run("a missing node is a NotFound Status", func(t *testing.T) {
+		code, b := do(t, http.MethodGet, "/api/v1/nodes/no-such-node", "", "")
+		st := failure(t, "GET a missing node", code, b, http.StatusNotFound, "NotFound")
+		if st.Message != `nodes "no-such-node" not found` || st.Details.Name != "no-such-node" || st.Details.Kind != "nodes" {
+			t.Errorf("GET a missing node: %+v", st)
+		}
+		code, b = do(t, http.MethodDelete, "/api/v1/nodes/no-such-node", "", "")
+		failure(t, "DELETE a missing node", code, b, http.StatusNotFound, "NotFound")
+	})
+
+	t.Run("a cordon is spec.unschedulable and the unschedulable taint", func(t *testing.T) {
+		type node struct {
+			Spec struct {
+				Unschedulable bool
+				Taints        []struct{ Key, Effect string }
+			}
+		}
+		tainted := func(n node) bool {
+			return slices.ContainsFunc(n.Spec.Taints, func(x struct{ Key, Effect string }) bool {
+				return x.Key == "node.kubernetes.io/unschedulable" && x.Effect == "NoSchedule"
+			})
+		}
+		for _, cordon := range []bool{true, false} {
+			code, b := do(t, http.MethodPatch, "/api/v1/nodes/"+c.Node, "application/merge-patch+json", fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, cordon))
+			var n node
+			if code != http.StatusOK || json.Unmarshal(b, &n) != nil {
+				t.Fatalf("PATCH unschedulable %t: %d %s", cordon, code, b)
+			}
+			if n.Spec.Unschedulable != cordon {
+				t.Errorf("PATCH unschedulable %t: the node says %t", cordon, n.Spec.Unschedulable)
+			}
+			// The taint follows the field: at once in the stand-in, a moment
+			// later in a real cluster (its node lifecycle controller).
+			for deadline := time.Now().Add(30 * time.Second); tainted(n) != cordon; time.Sleep(time.Second) {
+				if time.Now().After(deadline) {
+					t.Fatalf("unschedulable %t, the node's taints: %+v", cordon, n.Spec.Taints)
+				}
+				code, b := do(t, http.MethodGet, "/api/v1/nodes/"+c.Node, "", "")
+				n = node{}
+				if code != http.StatusOK || json.Unmarshal(b, &n) != nil {
+					t.Fatalf("GET %s: %d %s", c.Node, code, b)
+				}
+			}
+		}
+	})
+
+	t.Run("pods are listed by node", func(t *testing.T) {
+		code, b := do(t, http.MethodGet, "/api/v1/pods?fieldSelector=spec.nodeName%3D"+c.Node, "", "")
+		var pods struct {
+			Items []struct {
+				Metadata struct{ Namespace, Name string }
+				Spec     struct{ NodeName string }
+			}
+		}
+		if code != http.StatusOK || json.Unmarshal(b, &pods) != nil {
+			t.Fatalf("GET pods of %s: %d %.300s", c.Node, code, b)
+		}
+		found := false
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != c.Node {
+				t.Errorf("pod %s/%s on %s listed as on %s", p.Metadata.Namespace, p.Metadata.Name, p.Spec.NodeName, c.Node)
+			}
+			found = found || p.Metadata.Namespace == c.Namespace && p.Metadata.Name == c.Guarded
+		}
+		if !found {
+			t.Errorf("%s/%s is not among %s's pods", c.Namespace, c.Guarded, c.Node)
+		}
+	})
+
+	t.Run("an eviction a budget refuses is a 429 naming the budget as the API server does", func(t *testing.T) {
+		ev := fmt.Sprintf(`{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":%q,"namespace":%q}}`, c.Guarded, c.Namespace)
+		code, b := do(t, http.MethodPost, "/api/v1/namespaces/"+c.Namespace+"/pods/"+c.Guarded+"/eviction", "application/json", ev)
+		st := failure(t, "an eviction past the budget", code, b, http.StatusTooManyRequests, "TooManyRequests")
+		if st.Message != "Cannot evict pod as it would violate the pod's disruption budget." {
+			t.Errorf("the refusal's message: %q", st.Message)
+		}
+		if len(st.Details.Causes) != 1 || st.Details.Causes[0].Reason != "DisruptionBudget" {
+			t.Fatalf("the refusal's causes: %+v", st.Details.Causes)
+		}
+		if m := budgetCause.FindStringSubmatch(st.Details.Causes[0].Message); m == nil || m[1] != c.Budget {
+			t.Errorf("the refusal's cause %q, want the API server's wording naming %s", st.Details.Causes[0].Message, c.Budget)
+		}
+		missing := strings.Replace(ev, c.Guarded, "no-such-pod", 1)
+		code, b = do(t, http.MethodPost, "/api/v1/namespaces/"+c.Namespace+"/pods/no-such-pod/eviction", "application/json", missing)
+		failure(t, "the eviction of a missing pod", code, b, http.StatusNotFound, "NotFound")
+	})
+}
