@@ -38,7 +38,8 @@ type endpoints struct {
 	ID   string   `json:"id"`
 	Etcd []string `json:"etcd"`
 	API  string   `json:"api"`
-	// SimState is the in-process simulator's state dir (--sim), if any.
+	// SimState is the simulator's state dir, in-process (--sim) or not
+	// (--sim-state), if any.
 	SimState string `json:"simState,omitempty"`
 }
 
@@ -191,10 +192,7 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		_ = srv.Shutdown(sctx)
 	}()
 
-	ep := endpoints{PID: os.Getpid(), ID: id, Etcd: store.Endpoints(), API: api}
-	if sim != nil {
-		ep.SimState = cf.simState
-	}
+	ep := endpoints{PID: os.Getpid(), ID: id, Etcd: store.Endpoints(), API: api, SimState: cf.simState}
 	epPath := filepath.Join(cfg.DataDir, endpointsFile)
 	data, _ := json.MarshalIndent(ep, "", "  ")
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {

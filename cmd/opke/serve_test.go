@@ -177,6 +177,13 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("servers %v, want each of %v once", names, want)
 	}
+	// A command on the daemon's data dir finds its simulator: the
+	// kubeconfig reaches the API's floating IP through the edge.
+	code, kc, stderr := opke(t, "kubeconfig", "--cluster", "demo", "--data-dir", filepath.Join(base, "b"), "--etcd", strings.Join(store.Endpoints(), ","),
+		"--encryption-key-file", keyFile)
+	if code != exitOK || !strings.Contains(kc, "proxy-url: socks5://"+sim.Edge()+"\n") {
+		t.Errorf("kubeconfig on the daemon's data dir: exit %d, %s, want the edge's proxy-url in\n%s", code, stderr, kc)
+	}
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
