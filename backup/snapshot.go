@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -129,26 +129,22 @@ func Restore(path, dir, name, peerURL string) error {
 	return nil
 }
 
-// Drill restores a snapshot into a throwaway embedded etcd on 127.0.0.1
-// and checks that it serves the recorded revision and key count.
-func Drill(ctx context.Context, path string, want *Record, now time.Time) (*DrillResult, error) {
+// Restored restores a snapshot into a throwaway embedded etcd on
+// 127.0.0.1 and calls fn with a client of it; the etcd and its data dir
+// go when fn returns. An etcd that does not come up is an error.
+func Restored(ctx context.Context, path string, fn func(*clientv3.Client) error) error {
 	tmp, err := os.MkdirTemp("", "opke-drill-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(tmp)
 	peer, err := freeURL()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	dir := filepath.Join(tmp, "etcd")
-	res := &DrillResult{At: now}
-	fail := func(format string, a ...any) (*DrillResult, error) {
-		res.Message = fmt.Sprintf(format, a...)
-		return res, nil
-	}
 	if err := Restore(path, dir, "drill", peer.String()); err != nil {
-		return fail("restore: %v", err)
+		return fmt.Errorf("restore: %w", err)
 	}
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = "drill", dir
@@ -160,38 +156,54 @@ func Drill(ctx context.Context, path string, want *Record, now time.Time) (*Dril
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fail("start the restored etcd: %v", err)
+		return fmt.Errorf("start the restored etcd: %w", err)
 	}
 	defer e.Close()
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		return fail("the restored etcd: %v", err)
+		return fmt.Errorf("the restored etcd: %w", err)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	case <-time.After(60 * time.Second):
-		return fail("the restored etcd was not ready within 60s")
+		return errors.New("the restored etcd was not ready within 60s")
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cli.Close()
-	count, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
-	if err != nil {
-		return fail("read the restored etcd: %v", err)
-	}
-	res.Revision, res.Keys = count.Header.Revision, count.Count
+	return fn(cli)
+}
+
+// Drill restores a snapshot into a throwaway embedded etcd on 127.0.0.1
+// and checks that it serves the recorded revision and key count.
+func Drill(ctx context.Context, path string, want *Record, now time.Time) (*DrillResult, error) {
+	res := &DrillResult{At: now}
+	err := Restored(ctx, path, func(cli *clientv3.Client) error {
+		count, err := cli.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+		if err != nil {
+			return fmt.Errorf("read the restored etcd: %w", err)
+		}
+		res.Revision, res.Keys = count.Header.Revision, count.Count
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil:
+		res.Message = err.Error()
+		return res, nil
 	// etcd counts revisions from 1: a snapshot of an etcd that never
 	// stored a key has status revision 0 and restores at revision 1.
-	switch {
 	case res.Revision != max(want.Revision, 1):
-		return fail("restored revision %d, the snapshot was taken at %d", res.Revision, want.Revision)
+		res.Message = fmt.Sprintf("restored revision %d, the snapshot was taken at %d", res.Revision, want.Revision)
 	case res.Keys != want.Keys:
-		return fail("restored %d keys, the source had %d at revision %d", res.Keys, want.Keys, want.Revision)
+		res.Message = fmt.Sprintf("restored %d keys, the source had %d at revision %d", res.Keys, want.Keys, want.Revision)
+	default:
+		res.Passed = true
+		res.Message = fmt.Sprintf("restored revision %d with %d keys", res.Revision, res.Keys)
 	}
-	res.Passed = true
-	res.Message = fmt.Sprintf("restored revision %d with %d keys", res.Revision, res.Keys)
 	return res, nil
 }
 
