@@ -34,10 +34,10 @@ const (
 	// All is every Kubernetes version in KubernetesVersions with the
 	// images of its minor, the host runtime and the registry.
 	All Set = "all"
-	// E2E is what the real-host suites use today: the first Kubernetes
-	// version and the patch release make e2e upgrades it to (the same
-	// minor), their minor's etcd, pause, CoreDNS and flannel with the CNI
-	// plugins, the host runtime, the registry.
+	// E2E is what the real-host suites use today: every Kubernetes
+	// version (make e2e upgrades the first to the patch release, then to
+	// the next minor) with its minor's etcd, pause, CoreDNS and flannel
+	// with the CNI plugins, the host runtime, the registry; no addon.
 	E2E Set = "e2e"
 )
 
@@ -121,7 +121,7 @@ func Targets(set Set) ([]Artifact, error) {
 	case All:
 		versions = KubernetesVersions
 	case E2E:
-		versions = KubernetesVersions[:2]
+		versions = KubernetesVersions
 	default:
 		return nil, fmt.Errorf("world: unknown set %q (one of %s)", set, strings.Join(setNames(), ", "))
 	}

@@ -27,7 +27,7 @@ func TestTargets(t *testing.T) {
 		keys []string
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
-			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kubernetes-v1.35.4"}},
+			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion,
@@ -53,9 +53,8 @@ func TestTargets(t *testing.T) {
 	}
 }
 
-// The images a cluster of the first version pulls, and those of the
-// patch release it upgrades to, are all built, under the names its
-// manifests use.
+// The images a cluster pulls at each version it is upgraded through are
+// all built, under the names its manifests use.
 func TestTargetsNameTheRenderedImages(t *testing.T) {
 	arts, err := Targets(E2E)
 	if err != nil {
@@ -67,16 +66,22 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"ghcr.io/opke-dev/cni-plugins:v1.8.0",
 		"ghcr.io/opke-dev/kubelet:v1.35.1",
 		"ghcr.io/opke-dev/kubelet:v1.35.4",
+		"ghcr.io/opke-dev/kubelet:v1.36.1",
 		"registry.k8s.io/coredns/coredns:v1.13.1",
 		"registry.k8s.io/etcd:3.6.5-0",
+		"registry.k8s.io/etcd:3.6.6-0",
 		"registry.k8s.io/kube-apiserver:v1.35.1",
 		"registry.k8s.io/kube-apiserver:v1.35.4",
+		"registry.k8s.io/kube-apiserver:v1.36.1",
 		"registry.k8s.io/kube-controller-manager:v1.35.1",
 		"registry.k8s.io/kube-controller-manager:v1.35.4",
+		"registry.k8s.io/kube-controller-manager:v1.36.1",
 		"registry.k8s.io/kube-proxy:v1.35.1",
 		"registry.k8s.io/kube-proxy:v1.35.4",
+		"registry.k8s.io/kube-proxy:v1.36.1",
 		"registry.k8s.io/kube-scheduler:v1.35.1",
 		"registry.k8s.io/kube-scheduler:v1.35.4",
+		"registry.k8s.io/kube-scheduler:v1.36.1",
 		"registry.k8s.io/pause:3.10.1",
 	}
 	if d := cmp.Diff(want, imageRefs(arts)); d != "" {
