@@ -239,10 +239,35 @@ func checkOutDir(out string) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(out, "manifest.json")); err != nil {
+	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err != nil {
 		return usagef("--out %s: not empty and not an earlier render (no manifest.json); refusing to replace it", out)
 	}
-	return nil
+	// Every file there must be one the render listed: a folder that
+	// merely holds a manifest.json of its own is not replaced.
+	var m renderManifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Cluster == "" {
+		return usagef("--out %s: not empty and not an earlier render (its manifest.json is not a render's); refusing to replace it", out)
+	}
+	listed := map[string]bool{"manifest.json": true}
+	for _, u := range m.UserData {
+		listed[filepath.Clean(u.Path)] = true
+	}
+	for _, h := range m.Hosts {
+		for _, f := range h.Files {
+			listed[filepath.Join("hosts", h.Name, filepath.FromSlash(f.Path))] = true
+		}
+	}
+	return filepath.WalkDir(out, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return usagef("--out %s: %w", out, err)
+		}
+		rel, _ := filepath.Rel(out, path)
+		if d.IsDir() || listed[rel] && d.Type().IsRegular() {
+			return nil
+		}
+		return usagef("--out %s: not an earlier render: it holds %s, which the render did not write; refusing to replace it", out, rel)
+	})
 }
 
 // writeRender writes the render into a fresh folder beside out, then swaps

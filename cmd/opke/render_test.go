@@ -123,6 +123,24 @@ func TestRenderRefusals(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A folder with a manifest.json of its own, or an earlier render with
+	// a file added: neither is replaced.
+	withManifest := filepath.Join(work, "with-manifest")
+	if err := os.MkdirAll(withManifest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"manifest.json": `{"name":"an app"}`, "main.go": "package main"} {
+		if err := os.WriteFile(filepath.Join(withManifest, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	added := filepath.Join(work, "render-and-more")
+	if code, _, stderr := opke(t, "render", "--repo", "../..", "--cluster", "demo", "--out", added, "--data-dir", filepath.Join(work, "state-added")); code != exitOK {
+		t.Fatalf("render: %d %s", code, stderr)
+	}
+	if err := os.WriteFile(filepath.Join(added, "hosts", "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	badCred := filepath.Join(work, "cred.yaml")
 	if err := os.WriteFile(badCred, []byte("auth_url: http://127.0.0.1:5000/v3\napplication_credential_secret: hunter2-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -139,6 +157,10 @@ func TestRenderRefusals(t *testing.T) {
 		{name: "missing flags", args: []string{"render", "--cluster", "demo"}, code: exitUsage, stderr: "--cluster and --out are required"},
 		{name: "unknown cluster", args: []string{"render", "--repo", "../..", "--cluster", "nope", "--out", filepath.Join(work, "o1")}, code: exitUsage, stderr: `cluster "nope" is not in ../.. (clusters: demo, prod)`},
 		{name: "folder that is not a render", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", foreign}, code: exitUsage, stderr: "not empty and not an earlier render"},
+		{name: "folder with a manifest.json of its own", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", withManifest},
+			code: exitUsage, stderr: "its manifest.json is not a render's"},
+		{name: "a render with a file added", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", added, "--data-dir", filepath.Join(work, "state-added")},
+			code: exitUsage, stderr: "it holds hosts/notes.txt, which the render did not write"},
 		{name: "invalid spec", args: []string{"render", "--repo", invalid, "--cluster", "demo", "--out", filepath.Join(work, "o2")}, code: exitFindings, stderr: "spec.controllers.count: must be one of 1, 3, 5; got 2"},
 		{name: "incomplete credential", args: []string{"render", "--repo", "../..", "--cluster", "demo", "--out", filepath.Join(work, "o3"), "--data-dir", state, "--app-credential", badCred},
 			code: exitUsage, stderr: "application_credential_id and application_credential_secret are required", notInErr: "hunter2"},
@@ -158,8 +180,13 @@ func TestRenderRefusals(t *testing.T) {
 			}
 		})
 	}
-	if b, err := os.ReadFile(filepath.Join(foreign, "notes.txt")); err != nil || string(b) != "mine" {
-		t.Errorf("the refused folder changed: %q %v", b, err)
+	for _, f := range []string{filepath.Join(foreign, "notes.txt"), filepath.Join(added, "hosts", "notes.txt")} {
+		if b, err := os.ReadFile(f); err != nil || string(b) != "mine" {
+			t.Errorf("the refused folder changed: %s: %q %v", f, b, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(withManifest, "main.go")); err != nil || string(b) != "package main" {
+		t.Errorf("the folder with a manifest.json of its own changed: %q %v", b, err)
 	}
 	for _, o := range []string{"o1", "o2", "o3", "o4", "o5", "o6", "o7"} {
 		if _, err := os.Stat(filepath.Join(work, o)); err == nil {
