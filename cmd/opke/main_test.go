@@ -114,6 +114,50 @@ func TestValidateFindings(t *testing.T) {
 	}
 }
 
+// TestSymlinksOutOfTheFolder: a spec that is a symlink to a file outside
+// the working folder (someone's key) is neither read nor echoed by
+// validate or render; a symlink inside the folder is followed.
+func TestSymlinksOutOfTheFolder(t *testing.T) {
+	t.Parallel()
+	fleet := writeFleet(t, map[string]string{"demo": exampleSpec(t, "demo")})
+	secret := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(secret, []byte("key: very-secret-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evil := filepath.Join(fleet, "clusters", "evil")
+	if err := os.MkdirAll(evil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(evil, "cluster.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"validate", fleet},
+		{"render", "--repo", fleet, "--cluster", "demo", "--out", filepath.Join(t.TempDir(), "out"), "--data-dir", t.TempDir()},
+	} {
+		code, out, stderr := opke(t, args...)
+		if code == exitOK || !strings.Contains(stderr, "escapes") || strings.Contains(out+stderr, "very-secret-value") {
+			t.Errorf("%s with a spec linked out of the folder: exit %d\n%s%s", args[0], code, out, stderr)
+		}
+	}
+	// Inside the folder, a link is the file it names.
+	if err := os.Remove(filepath.Join(evil, "cluster.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(evil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(fleet, "clusters", "demo", "cluster.yaml"), filepath.Join(fleet, "demo.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..", "..", "demo.yaml"), filepath.Join(fleet, "clusters", "demo", "cluster.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := opke(t, "validate", fleet); code != exitOK {
+		t.Errorf("validate with a link inside the folder: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	fleet := writeFleet(t, map[string]string{})

@@ -152,9 +152,12 @@ func (a *app) loadFleet(cmd *cobra.Command, repo, rev string) (*schemas.Fleet, e
 	if st, err := os.Stat(repo); err != nil || !st.IsDir() {
 		return nil, usagef("--repo %s: not a folder", repo)
 	}
-	var fsys fs.FS = os.DirFS(repo)
+	fsys, closeFS, err := folderFS(repo)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFS()
 	if rev != "" {
-		var err error
 		fsys, err = source.OpenRevision(cmd.Context(), repo, rev)
 		switch {
 		case errors.Is(err, source.ErrNoRepository), errors.Is(err, source.ErrUnknownRevision):
@@ -327,6 +330,17 @@ func writeRender(out string, r *render.Output) (*renderManifest, error) {
 		return nil, fmt.Errorf("--out: remove the previous render: %w", err)
 	}
 	return m, nil
+}
+
+// folderFS is a working folder as a file system that refuses paths out of
+// it: a spec that is a symlink to a file elsewhere (someone's key, read
+// and echoed in findings) is an error, and nothing of it is read.
+func folderFS(dir string) (fs.FS, func(), error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, usagef("%s: %w", dir, err)
+	}
+	return root.FS(), func() { _ = root.Close() }, nil
 }
 
 // writeFile creates path with its final mode before any byte is written.

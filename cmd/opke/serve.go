@@ -248,7 +248,11 @@ func seedRepo(repo, seed string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	src := os.DirFS(seed)
+	src, closeFS, err := folderFS(seed)
+	if err != nil {
+		return false, err
+	}
+	defer closeFS()
 	err = fs.WalkDir(src, schemas.ClustersDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

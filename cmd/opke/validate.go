@@ -51,7 +51,12 @@ Exit codes: 0 valid, 1 findings, 2 usage error.`,
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 				return usagef("%s: not a folder", dir)
 			}
-			fleet, err := schemas.LoadFleet(os.DirFS(dir), dir)
+			fsys, closeFS, err := folderFS(dir)
+			if err != nil {
+				return err
+			}
+			defer closeFS()
+			fleet, err := schemas.LoadFleet(fsys, dir)
 			if errors.Is(err, schemas.ErrNotFleet) {
 				return usagef("%s: %w", dir, err)
 			}
