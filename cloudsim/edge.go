@@ -239,7 +239,7 @@ func (s *Sim) edgeRoute(target netip.AddrPort) (nets []string, ip string, code b
 		if f.FixedIPAddress != nil && *f.FixedIPAddress != "" {
 			fixed = *f.FixedIPAddress
 		}
-		if p.DeviceOwner != "Octavia" && p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port())) {
+		if p.DeviceOwner != "Octavia" && p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port()), s.w.edgeSource(f.FloatingNetworkID)) {
 			return nil, "", socksNotAllowed
 		}
 		return []string{p.NetworkID}, fixed, socksSucceeded
@@ -247,9 +247,26 @@ func (s *Sim) edgeRoute(target netip.AddrPort) (nets []string, ip string, code b
 	return nil, "", socksHostUnreachable
 }
 
+// edgeSource is the address the edge dials a floating IP from: the last
+// address but one of its external network's subnet, as the real hosts'
+// fabric plugs the edge in (realhosts.go), so that a rule's remote
+// prefix is held against the same address in both worlds.
+func (w *world) edgeSource(networkID string) netip.Addr {
+	if n := w.Networks[networkID]; n != nil {
+		for _, sid := range n.Subnets {
+			if sn := w.Subnets[sid]; sn != nil {
+				if cidr, err := netip.ParsePrefix(sn.CIDR); err == nil && cidr.Addr().Is4() && cidr.Bits() <= 30 {
+					return lastAddr(cidr).Prev()
+				}
+			}
+		}
+	}
+	return netip.Addr{}
+}
+
 // ingressAllowed reports whether a rule of the port's security groups lets
-// proto/port in from any IPv4 address.
-func (w *world) ingressAllowed(p *port, proto string, portNum int) bool {
+// proto/port in from src.
+func (w *world) ingressAllowed(p *port, proto string, portNum int, src netip.Addr) bool {
 	groups := map[string]bool{}
 	for _, g := range p.SecurityGroups {
 		groups[g] = true
@@ -267,7 +284,10 @@ func (w *world) ingressAllowed(p *port, proto string, portNum int) bool {
 		if r.RemoteGroupID != nil {
 			continue
 		}
-		if r.RemoteIPPrefix == nil || *r.RemoteIPPrefix == "0.0.0.0/0" {
+		if r.RemoteIPPrefix == nil || *r.RemoteIPPrefix == "" {
+			return true
+		}
+		if prefix, err := netip.ParsePrefix(*r.RemoteIPPrefix); err == nil && src.IsValid() && prefix.Contains(src) {
 			return true
 		}
 	}

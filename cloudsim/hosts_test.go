@@ -391,3 +391,50 @@ func TestOpenSSHClient(t *testing.T) {
 		t.Errorf("ssh accepted a host key that is not the pinned one:\n%s", out)
 	}
 }
+
+// TestEdgeDialsFromItsAddress: the edge dials floating IPs from its
+// external subnet's last address but one (203.0.113.254 here), as the
+// real hosts' fabric plugs it in: a gateway rule whose remote prefix holds
+// that address lets SSH in, one that does not, not.
+func TestEdgeDialsFromItsAddress(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, Options{})
+	cl := makeCluster(t, e, "prod", "192.168.10.0/24")
+	ctx := context.Background()
+	pages, err := groups.List(e.user.network, groups.ListOpts{Name: "prod-gateway"}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sgs, err := groups.ExtractGroups(pages)
+	if err != nil || len(sgs) != 1 {
+		t.Fatalf("the gateway's group: %v %v", sgs, err)
+	}
+	d := sshx.Dialer{Proxy: e.sim.Edge()}
+	for _, tc := range []struct {
+		prefix string
+		ok     bool
+	}{{"198.51.100.0/24", false}, {"203.0.113.254/32", true}, {"203.0.113.253/32", false}, {"203.0.113.0/25", false}, {"203.0.113.128/25", true}, {"0.0.0.0/0", true}} {
+		sg, err := groups.Get(ctx, e.user.network, sgs[0].ID).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sg.Rules {
+			if r.Direction == "ingress" {
+				if err := rules.Delete(ctx, e.user.network, r.ID).ExtractErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := rules.Create(ctx, e.user.network, rules.CreateOpts{SecGroupID: sg.ID, Direction: rules.DirIngress, EtherType: rules.EtherType4,
+			Protocol: rules.ProtocolTCP, PortRangeMin: 22, PortRangeMax: 22, RemoteIPPrefix: tc.prefix}).Extract(); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := d.DialContext(ctx, "tcp", cl.fip+":22")
+		if err == nil {
+			conn.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("SSH allowed from %s: dial %v, want allowed %t", tc.prefix, err, tc.ok)
+		}
+	}
+}

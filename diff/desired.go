@@ -104,7 +104,13 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		add(KindRule, name, Attrs{"security_group": Known(sg), "direction": Known("ingress"), "protocol": Known(proto),
 			"ports": Known(ports), "remote": Known(remote)}, []string{"security_group", "direction", "protocol", "ports", "remote"}, deps...)
 	}
-	rule(gwSG, "tcp", strconv.Itoa(portSSH), anyIPv4, "")
+	sshSources := s.Gateway.SSHSources
+	if len(sshSources) == 0 {
+		sshSources = []string{anyIPv4}
+	}
+	for _, src := range sshSources {
+		rule(gwSG, "tcp", strconv.Itoa(portSSH), src, "")
+	}
 	rule(nodesSG, "any", "any", "", nodesSG)
 	for _, p := range []int{portSSH, portEtcd, portAPI} {
 		rule(nodesSG, "tcp", strconv.Itoa(p), "", gwSG)

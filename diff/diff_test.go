@@ -616,3 +616,31 @@ func TestPlanOf(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewaySSHSources: the gateway's SSH rule is one per source the spec
+// names, anywhere (0.0.0.0/0) when it names none.
+func TestGatewaySSHSources(t *testing.T) {
+	kv := statetest.Open(t)
+	rules := func(sources ...string) []string {
+		d := desire(t, kv, spec(t, "demo", func(c *schemas.Cluster) { c.Spec.Gateway.SSHSources = sources }), true)
+		var out []string
+		for _, r := range d.Infra {
+			if r.Kind == KindRule && strings.HasPrefix(r.Name, "demo-gateway/") {
+				out = append(out, r.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range []struct {
+		sources []string
+		want    []string
+	}{
+		{nil, []string{"demo-gateway/ingress-tcp-22-0.0.0.0_0"}},
+		{[]string{"203.0.113.0/24", "198.51.100.7/32"}, []string{"demo-gateway/ingress-tcp-22-198.51.100.7_32", "demo-gateway/ingress-tcp-22-203.0.113.0_24"}},
+	} {
+		if d := cmp.Diff(tc.want, rules(tc.sources...)); d != "" {
+			t.Errorf("sources %v (-want +got):\n%s", tc.sources, d)
+		}
+	}
+}

@@ -47,6 +47,16 @@ func (c *Cluster) check() []Problem {
 	}
 
 	c.checkNetwork(add)
+	gp := spec.Field("gateway").Field("sshSources")
+	for i, src := range s.Gateway.SSHSources {
+		switch p, err := netip.ParsePrefix(src); {
+		case err != nil || !p.Addr().Is4():
+			add(gp.Index(i), "%q is not an IPv4 CIDR such as 203.0.113.0/24", src)
+		case p.Masked() != p:
+			add(gp.Index(i), "%s is not a network address; did you mean %s?", p, p.Masked())
+		}
+	}
+	uniqueStrings(gp, s.Gateway.SSHSources, add)
 
 	uniqueStrings(spec.Field("controllers").Field("availabilityZones"), s.Controllers.AvailabilityZones, add)
 	pools := map[string]int{}

@@ -154,6 +154,17 @@ func TestParseRules(t *testing.T) {
 		{"an authorized key with options", func(t *testing.T) string {
 			return edit(t, "  image: flatcar\n", "  image: flatcar\n  sshAuthorizedKeys:\n    - 'command=\"/bin/sh\" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG ops@example'\n")
 		}, []string{file + ":9: spec.sshAuthorizedKeys[0]: authorized_keys options (command=\"/bin/sh\") are not allowed: give the key alone"}},
+		{"gateway SSH sources", func(t *testing.T) string {
+			return edit(t, "  gateway:\n    flavor: m1.small\n", "  gateway:\n    flavor: m1.small\n    sshSources: [203.0.113.0/24, 198.51.100.7/24, 203.0.113.0/24]\n")
+		}, []string{
+			file + ":22: spec.gateway.sshSources[1]: 198.51.100.7/24 is not a network address; did you mean 198.51.100.0/24?",
+			file + ":22: spec.gateway.sshSources[2]: repeats item 0",
+		}},
+		{"a gateway SSH source that is not IPv4", func(t *testing.T) string {
+			return edit(t, "  gateway:\n    flavor: m1.small\n", "  gateway:\n    flavor: m1.small\n    sshSources: [2001:db8::/32]\n")
+		}, []string{
+			file + `:22: spec.gateway.sshSources[0]: must be an IPv4 CIDR such as 192.168.10.0/24; got "2001:db8::/32"`,
+		}},
 		{"durations out of range", func(t *testing.T) string {
 			return baseSpec + "  upgrade:\n    drainTimeout: 10 minutes\n  backup:\n    interval: 1m\n    retain: 0\n"
 		}, []string{

@@ -102,6 +102,10 @@ type WorkerPool struct {
 // Gateway is the cluster's SSH gateway, the only server with a floating IP.
 type Gateway struct {
 	Flavor string `json:"flavor" yaml:"flavor"`
+	// SSHSources are the IPv4 networks allowed to reach the gateway's
+	// SSH port; none: anywhere (0.0.0.0/0). OPKE itself connects from
+	// one of them.
+	SSHSources []string `json:"sshSources,omitempty" yaml:"sshSources,omitempty"`
 }
 
 // Addon is a component OPKE installs into the cluster from a known set.
