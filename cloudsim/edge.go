@@ -287,7 +287,10 @@ func (w *world) ingressAllowed(p *port, proto string, portNum int, src netip.Add
 		if r.RemoteIPPrefix == nil || *r.RemoteIPPrefix == "" {
 			return true
 		}
-		if prefix, err := netip.ParsePrefix(*r.RemoteIPPrefix); err == nil && src.IsValid() && prefix.Contains(src) {
+		// Anywhere is anywhere, also for an edge whose address is not known
+		// (attached to another cloud, whose external subnets it does not
+		// mirror).
+		if prefix, err := netip.ParsePrefix(*r.RemoteIPPrefix); err == nil && (prefix.Bits() == 0 || src.IsValid() && prefix.Contains(src)) {
 			return true
 		}
 	}
