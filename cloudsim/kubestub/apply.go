@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -48,6 +49,27 @@ var resources = map[string][]metav1.APIResource{
 
 // builtinNamespaces exist in every cluster before anything is applied.
 var builtinNamespaces = []string{"default", "kube-node-lease", "kube-public", "kube-system"}
+
+// versions is the discovery root of the core group (GET /api).
+func (h *handler) versions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"},
+		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host}}})
+}
+
+// groups is the discovery root of the named groups (GET /apis), each at
+// its one version.
+func (h *handler) groups(w http.ResponseWriter, _ *http.Request) {
+	list := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
+	for _, gv := range slices.Sorted(maps.Keys(resources)) {
+		g, v, ok := strings.Cut(gv, "/")
+		if !ok {
+			continue
+		}
+		ver := metav1.GroupVersionForDiscovery{GroupVersion: gv, Version: v}
+		list.Groups = append(list.Groups, metav1.APIGroup{Name: g, Versions: []metav1.GroupVersionForDiscovery{ver}, PreferredVersion: ver})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
 
 func (h *handler) discover(w http.ResponseWriter, r *http.Request) {
 	gv := "v1"

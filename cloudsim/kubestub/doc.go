@@ -11,6 +11,8 @@
 //   - /readyz, /livez and /healthz ("ok", or 500 naming the failed check
 //     when the backend reports etcd unreachable, as the real checks do);
 //   - /version, with the gitVersion of the manifest's image tag;
+//   - discovery: /api, /apis, /api/v1 and /apis/{group}/{version}, as
+//     client-go and kubectl read it;
 //   - GET /api/v1/nodes and /api/v1/nodes/{name}, PATCH of a node's
 //     spec.unschedulable (merge, strategic-merge or JSON patch, as kubectl
 //     cordon sends), DELETE of a node (its pods go with it);

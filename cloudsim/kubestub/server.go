@@ -117,6 +117,8 @@ func Handler(gitVersion string, b Backend) http.Handler {
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/pods", h.listPods)
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/pods/{name}", h.getPod)
 	mux.HandleFunc("POST /api/v1/namespaces/{ns}/pods/{name}/eviction", h.evict)
+	mux.HandleFunc("GET /api", h.versions)
+	mux.HandleFunc("GET /apis", h.groups)
 	mux.HandleFunc("GET /api/v1", h.discover)
 	mux.HandleFunc("GET /apis/{group}/{version}", h.discover)
 	for _, p := range []string{"/api/v1/{resource}/{name}", "/api/v1/namespaces/{ns}/{resource}/{name}",

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -510,4 +511,32 @@ func TestContract(t *testing.T) {
 	}
 	kubecontract.Run(t, kubecontract.Cluster{Client: client, Base: "https://" + f.srv.Addr(), Node: "prod-default-0",
 		Namespace: "default", Guarded: "web-1", Budget: "web"})
+}
+
+// TestDiscoveryRoots: client-go's discovery (as kubectl runs it before
+// anything else) finds the core group and every named group the stub
+// serves, each at its version.
+func TestDiscoveryRoots(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	dc, err := discovery.NewDiscoveryClientForConfig(f.restConfig(t, f.cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, g := range groups.Groups {
+		got = append(got, g.PreferredVersion.GroupVersion)
+	}
+	want := []string{"v1", "apiregistration.k8s.io/v1", "apps/v1", "networking.k8s.io/v1", "policy/v1", "rbac.authorization.k8s.io/v1", "storage.k8s.io/v1"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("discovered groups (-want +got):\n%s", d)
+	}
+	res, err := dc.ServerResourcesForGroupVersion("v1")
+	if err != nil || !slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "nodes" }) {
+		t.Errorf("v1's resources: %v %v", res, err)
+	}
 }
