@@ -27,7 +27,6 @@ import (
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
-	"opke.dev/opke/world"
 )
 
 // TestClusterComesUp: on real machines, a cluster of one controller and
@@ -43,7 +42,7 @@ func TestClusterComesUp(t *testing.T) {
 		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
 	}
 	r := newRig(t)
-	reg := mirrorWorld(t, r)
+	reg, built := mirrorWorld(t, r)
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools[0].Count = 1
 	c.Spec.Addons = nil
@@ -163,18 +162,7 @@ func TestClusterComesUp(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("OPKE_E2E_WAIT")); err == nil {
 		wait = d // for a quicker look while debugging
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		why := check()
-		if why == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster did not come up within %s:\n%s", wait, why)
-		}
-		t.Logf("waiting: %s", strings.SplitN(why, "\n", 2)[0])
-		time.Sleep(10 * time.Second)
-	}
+	waitFor(t, wait, check)
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
 	// The user's own tool: kubectl (built from source by make world) with
@@ -191,9 +179,13 @@ func TestClusterComesUp(t *testing.T) {
 	if err := os.WriteFile(kcFile, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	kubectlBin, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
+	if !ok {
+		t.Fatal("make world built no kubectl")
+	}
 	kubectl := func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(t.Context(), worldBinary(t, "kubernetes-v1.35.1", "kubectl"), append([]string{"--kubeconfig", kcFile}, args...)...).CombinedOutput()
+		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", kcFile}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -394,17 +386,7 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			t.Errorf("the scale-in's plan lacks %s: %v", want, addresses(plan.Changes))
 		}
 	}
-	var nodes struct {
-		Items []struct{ Metadata struct{ Name string } }
-	}
-	if err := get("/api/v1/nodes", &nodes); err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, n := range nodes.Items {
-		names = append(names, n.Metadata.Name)
-	}
-	if !slices.Equal(names, []string{"demo-controller-0", "demo-default-0"}) {
+	if names := nodeNames(t, r); !slices.Equal(names, []string{"demo-controller-0", "demo-default-0"}) {
 		t.Errorf("Node objects after the scale-in: %v, want demo-controller-0 and demo-default-0", names)
 	}
 	// The evicted pod's object may outlive its server (finished, its
@@ -549,24 +531,6 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	t.Logf("deleted in %s", time.Since(step).Round(time.Second))
 }
 
-// worldBinary is a program make world built (taken from its cache).
-func worldBinary(t *testing.T, artifact, name string) string {
-	t.Helper()
-	arts, err := world.Targets(world.E2E)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := world.New(world.DefaultCacheDir(), nil).Ensure(t.Context(), arts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, ok := built.Binary(artifact, name)
-	if !ok {
-		t.Fatalf("make world built no %s of %s", name, artifact)
-	}
-	return bin
-}
-
 // snapshotHas reports whether a cluster's etcd snapshot, downloaded from
 // Swift and restored into a throwaway etcd, holds key.
 func snapshotHas(t *testing.T, r *rig, rec *backup.Record, key string) bool {
@@ -589,7 +553,7 @@ func snapshotHas(t *testing.T, r *rig, rec *backup.Record, key string) bool {
 }
 
 // waitFor polls check until it returns "" or the time is up, logging
-// what it waits for.
+// the first line of what it waits for; at the end, all of it.
 func waitFor(t *testing.T, d time.Duration, check func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -599,9 +563,9 @@ func waitFor(t *testing.T, d time.Duration, check func() string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, why)
+			t.Fatalf("after %s:\n%s", d, why)
 		}
-		t.Logf("waiting: %s", why)
+		t.Logf("waiting: %s", strings.SplitN(why, "\n", 2)[0])
 		time.Sleep(5 * time.Second)
 	}
 }

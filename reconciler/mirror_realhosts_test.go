@@ -18,6 +18,7 @@ import (
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/world"
+	"opke.dev/opke/world/worldtest"
 )
 
 // TestControllerFromTheMirror: on real machines (make realhosts), a
@@ -34,7 +35,7 @@ func TestControllerFromTheMirror(t *testing.T) {
 	}
 	ctx := t.Context()
 	r := newRig(t)
-	reg := mirrorWorld(t, r)
+	reg, _ := mirrorWorld(t, r)
 
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools, c.Spec.Addons = nil, nil
@@ -104,19 +105,12 @@ func TestControllerFromTheMirror(t *testing.T) {
 }
 
 // mirrorWorld starts a registry on the simulator's external network
-// loaded with make world's e2e set (built or taken from its cache).
-func mirrorWorld(t *testing.T, r *rig) *cloudsim.Registry {
+// loaded with make world's e2e set (built or taken from its cache), and
+// returns it with the set.
+func mirrorWorld(t *testing.T, r *rig) (*cloudsim.Registry, *world.Built) {
 	t.Helper()
 	ctx := t.Context()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	arts, err := world.Targets(world.E2E)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := world.New(world.DefaultCacheDir(), log).Ensure(ctx, arts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := worldtest.E2E(t, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
 	reg, err := r.sim.StartRegistry(ctx, "public", bin, t.TempDir())
 	if err != nil {
@@ -125,7 +119,7 @@ func mirrorWorld(t *testing.T, r *rig) *cloudsim.Registry {
 	if err := built.PushAll(ctx, reg.Client, reg.URL(), "", nil); err != nil {
 		t.Fatal(err)
 	}
-	return reg
+	return reg, built
 }
 
 // pulled lists the repositories whose manifests a registry's access log

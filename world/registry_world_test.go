@@ -17,14 +17,7 @@ import (
 // every blob. Run by make realhosts, after make world.
 func TestPushToARealRegistry(t *testing.T) {
 	ctx := t.Context()
-	arts, err := world.Targets(world.E2E)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := world.New(world.DefaultCacheDir(), nil).Ensure(ctx, arts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := worldtest.E2E(t, nil)
 	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
 	base := worldtest.Registry(t, bin)
 

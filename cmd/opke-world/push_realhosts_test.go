@@ -16,14 +16,7 @@ import (
 // into a real registry under the mirror's layout, as a cluster's
 // registryMirror then reads it.
 func TestPushLoadsAMirror(t *testing.T) {
-	arts, err := world.Targets(world.E2E)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := world.New(world.DefaultCacheDir(), nil).Ensure(t.Context(), arts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := worldtest.E2E(t, nil)
 	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
 	base := worldtest.Registry(t, bin)
 	var out, errOut bytes.Buffer

@@ -1,11 +1,12 @@
-// Package worldtest serves tests with what make world built: a real
-// registry on loopback.
+// Package worldtest serves tests with what make world built: the e2e set
+// and a real registry on loopback.
 package worldtest
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,7 +14,24 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"opke.dev/opke/world"
 )
+
+// E2E is make world's e2e set, taken from its cache (or built, logging to
+// log, which may be nil).
+func E2E(t *testing.T, log *slog.Logger) *world.Built {
+	t.Helper()
+	arts, err := world.Targets(world.E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := world.New(world.DefaultCacheDir(), log).Ensure(t.Context(), arts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
+}
 
 // Registry runs distribution's registry (bin, built by make world) on a
 // free loopback port, plain HTTP, until the test ends, and returns its
