@@ -257,7 +257,7 @@ type writer interface {
 // the deletion of its Node object ([ForgetNode]).
 func ForgetHost(ctx context.Context, w writer, cluster, host string, keepVersion bool) error {
 	if keepVersion {
-		if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host, "files")); err != nil {
+		if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host, "files")+"/"); err != nil {
 			return err
 		}
 	} else if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/"); err != nil {
