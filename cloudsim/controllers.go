@@ -152,6 +152,10 @@ func (h *simHost) stopUnit(unit string) {
 	}
 }
 
+// down reports whether the host was shut down (without svcMu, which a
+// unit starting holds while it dials other hosts).
+func (h *simHost) down() bool { return h.off.Load() }
+
 // shutdown stops everything the host runs, for good.
 func (h *simHost) shutdown() {
 	h.svcMu.Lock()
@@ -160,6 +164,7 @@ func (h *simHost) shutdown() {
 		return
 	}
 	h.closed = true
+	h.off.Store(true)
 	// The connections go first, as when a machine stops: etcd would
 	// otherwise wait for its clients to leave.
 	h.connsMu.Lock()

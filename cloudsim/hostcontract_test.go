@@ -268,6 +268,53 @@ func hostContract(t *testing.T, e *env) {
 			t.Errorf("blocked for the wrong reason: %v", err)
 		}
 	})
+
+	// Last: the host goes away and comes back. Nova's reboot cuts every
+	// session, /run (a tmpfs) comes back empty, the disk stays, and the
+	// host answers again with the keys it had.
+	t.Run("reboot", func(t *testing.T) {
+		keys := hostKeys(h.id)
+		for _, f := range []string{"/run/contract-reboot", "/etc/contract-reboot"} {
+			cmd, _, err := sshx.Install("core", f, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := run(cmd, []byte("before\n")); err != nil {
+				t.Fatalf("install %s: %v", f, err)
+			}
+		}
+		if err := servers.Reboot(ctx, c.compute, h.id, servers.RebootOpts{Type: servers.HardReboot}).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan error, 1)
+		go func() { ended <- cl.Wait() }()
+		select {
+		case <-ended:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("a session outlived its host's reboot")
+		}
+		deadline := time.Now().Add(3 * time.Minute)
+		var again *ssh.Client
+		for again == nil {
+			if again, err = dial(h, keys); err != nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("the host does not answer after its reboot: %v", err)
+				}
+				time.Sleep(time.Second)
+			}
+		}
+		defer again.Close()
+		if out, err := sshx.Run(ctx, again, "cat /run/contract-reboot"); err == nil {
+			t.Errorf("/run kept a file across the reboot: %q", out)
+		}
+		if out, err := sshx.Run(ctx, again, "cat /etc/contract-reboot"); err != nil || string(out) != "before\n" {
+			t.Errorf("/etc after the reboot: %q %v", out, err)
+		}
+		// What the boot writes into /run is there again.
+		if out, err := sshx.Run(ctx, again, "cat /run/systemd/resolve/resolv.conf"); err != nil {
+			t.Errorf("no /run/systemd/resolve/resolv.conf after the reboot: %q %v", out, err)
+		}
+	})
 }
 
 // TestHostContract holds the in-process hosts to the host contract.

@@ -77,6 +77,7 @@ type simHost struct {
 	// stops; readers load the pointers.
 	svcMu  sync.Mutex
 	closed bool
+	off    atomic.Bool // closed, for readers without svcMu
 	etcd   atomic.Pointer[etcdMember]
 	api    atomic.Pointer[apiServer]
 
@@ -160,6 +161,38 @@ func (s *Sim) releaseHost(id string) {
 		h.shutdown()
 		h.root.Close()
 		_ = os.RemoveAll(filepath.Join(s.hostsDir, id))
+	})
+}
+
+// rebootHost restarts an in-process host as a machine reboots: its
+// connections are cut, what it runs stops, /run (a tmpfs) is emptied, and
+// the units that were active start again. Called under s.mu: it runs
+// apart. A host never started has nothing to restart.
+func (s *Sim) rebootHost(id string) {
+	s.hostsMu.Lock()
+	h := s.hosts[id]
+	s.hostsMu.Unlock()
+	if h == nil {
+		return
+	}
+	s.wg.Go(func() {
+		h.shutdown() // until it is forgotten, connections to it are refused
+		h.root.Close()
+		if err := firstboot.Boot(filepath.Join(h.dir, "root")); err != nil {
+			s.log.Error("host rebooted with its /run as it was", "server", h.name, "err", err)
+		}
+		s.hostsMu.Lock()
+		if s.hosts[id] == h {
+			delete(s.hosts, id)
+		}
+		s.hostsMu.Unlock()
+		up, err := s.host(id)
+		if err != nil {
+			s.log.Error("host not rebooted", "server", id, "err", err)
+			return
+		}
+		up.resume()
+		s.log.Debug("host rebooted", "server", h.name)
 	})
 }
 

@@ -1164,8 +1164,12 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 			novaError(rw, http.StatusConflict, "Cannot 'reboot' instance "+sv.ID+" while it is in vm_state "+strings.ToLower(sv.Status))
 			return
 		}
-		if s.real != nil && body["reboot"] != nil {
-			s.real.reboot(sv.ID)
+		if body["reboot"] != nil {
+			if s.real != nil {
+				s.real.reboot(sv.ID)
+			} else {
+				s.rebootHost(sv.ID)
+			}
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	default:

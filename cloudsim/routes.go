@@ -177,6 +177,9 @@ func (s *Sim) connectHost(ctx context.Context, serverID, ip string, port int) (n
 	if err != nil {
 		return nil, err
 	}
+	if h.down() {
+		return nil, fmt.Errorf("connect to %s port %d: the host is rebooting: %w", ip, port, errRefused)
+	}
 	if port == 22 {
 		// Tracked: a deleted server's SSH sessions are cut, as a dead
 		// machine's are.

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -271,6 +272,15 @@ func (s *Sim) Close() error {
 			err = errors.Join(err, s.real.close())
 		}
 		s.wg.Wait()
+		// A host a reboot started again meanwhile stops too.
+		s.hostsMu.Lock()
+		for _, h := range s.hosts {
+			if !slices.Contains(hosts, h) {
+				h.shutdown()
+				hosts = append(hosts, h)
+			}
+		}
+		s.hostsMu.Unlock()
 		for _, h := range hosts {
 			h.root.Close()
 		}

@@ -721,9 +721,11 @@ func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.C
 					t0 := time.Now()
 					err := j.step(stepCtx, c, StepStarted, nil)
 					if err == nil {
-						err = a.retry(stepCtx, func() error { return step(stepCtx, c) }, func(err error) {
+						retrying := func(err error) { report(Step{Change: c, State: StepRetrying, Err: err}) }
+						ctx := withWaitNote(stepCtx, retrying)
+						err = a.retry(ctx, func() error { return step(ctx, c) }, func(err error) {
 							a.log().Warn("step failed on a transient error; trying again", "cluster", c.Cluster, "address", c.Address, "err", err)
-							report(Step{Change: c, State: StepRetrying, Err: err})
+							retrying(err)
 						})
 					}
 					st := StepDone
@@ -754,6 +756,49 @@ func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.C
 	}
 }
 
+// waitedOut is the error of a step that waited its whole timeout for a
+// host or an API server: however transient its cause, the step is not
+// tried again (it would wait as long again), it fails.
+type waitedOut struct{ error }
+
+func (w waitedOut) Unwrap() error { return w.error }
+
+// waitNoteKey holds a step's [waitNote] in its context.
+type waitNoteKey struct{}
+
+// waitNote tells a step's progress why it is still waiting for a host or
+// an API server (a gate, a manifest's API server): the status says so
+// while the step waits, as it does for a step retrying.
+type waitNote struct {
+	report func(error)
+	mu     sync.Mutex
+	last   string
+	at     time.Time
+}
+
+func withWaitNote(ctx context.Context, report func(error)) context.Context {
+	return context.WithValue(ctx, waitNoteKey{}, &waitNote{report: report})
+}
+
+// waiting reports err as why the step of ctx waits: the first time, and
+// then when the reason changes or 10 s after the last report.
+func waiting(ctx context.Context, err error) {
+	w, _ := ctx.Value(waitNoteKey{}).(*waitNote)
+	if w == nil || err == nil {
+		return
+	}
+	w.mu.Lock()
+	why, now := err.Error(), time.Now()
+	due := why != w.last || now.Sub(w.at) >= 10*time.Second
+	if due {
+		w.last, w.at = why, now
+	}
+	w.mu.Unlock()
+	if due {
+		w.report(err)
+	}
+}
+
 // allDone reports whether every step of a run is done.
 func allDone(states map[string]StepState) bool {
 	for _, st := range states {
@@ -770,7 +815,8 @@ func (a *Applier) retry(ctx context.Context, fn func() error, retrying func(erro
 	wait := 100 * time.Millisecond
 	for i := 1; ; i++ {
 		err := fn()
-		if err == nil || i == attempts || !cloud.Transient(err) {
+		var waited waitedOut
+		if err == nil || i == attempts || !cloud.Transient(err) || errors.As(err, &waited) {
 			return err
 		}
 		retrying(err)

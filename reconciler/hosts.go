@@ -49,6 +49,11 @@ type HostSessions struct {
 	// contact (default 5m): a server just created boots for a while
 	// before its host keys are on its console and its sshd answers.
 	BootTimeout time.Duration
+	// KeepAlive is how often an idle connection is asked whether its
+	// peer is still there (default 15s); one that does not answer within
+	// as long is closed, so the next step dials afresh rather than wait on
+	// a machine that rebooted or a path that broke.
+	KeepAlive time.Duration
 
 	mu      sync.Mutex
 	signers map[string]ssh.Signer // by cluster
@@ -195,7 +200,9 @@ func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*ho
 		h.conns[key] = c
 		h.mu.Unlock()
 		c.ssh, c.err = h.dial(ctx, t, host, signer, gw)
-		if c.err != nil {
+		if c.err == nil {
+			go h.watch(key, c)
+		} else {
 			h.forget(key, c)
 			if gw != nil {
 				// The gateway's connection may be the one that broke.
@@ -211,6 +218,31 @@ func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*ho
 		return c, c.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// watch forgets a connection once it ends (its host rebooted, its path
+// broke, or it was closed), and closes it when its peer stops answering
+// keepalives: a step after that dials again instead of failing on it.
+func (h *HostSessions) watch(key string, c *hostConn) {
+	ended := make(chan struct{})
+	go func() {
+		_ = c.ssh.Wait()
+		close(ended)
+	}()
+	every := cmp.Or(h.KeepAlive, 15*time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ended:
+			h.forget(key, c)
+			return
+		case <-tick.C:
+			if !sshx.Alive(c.ssh, every) {
+				c.ssh.Close()
+			}
+		}
 	}
 }
 

@@ -207,9 +207,10 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 			return errors.Join(ctx.Err(), err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: no API server ready within %s: %w", name, timeout, err)
+			return waitedOut{fmt.Errorf("%s: no API server ready within %s: %w", name, timeout, err)}
 		}
 		a.log().Debug("no API server ready to apply to yet", "cluster", c.Cluster, "manifest", name, "why", err)
+		waiting(ctx, fmt.Errorf("no API server ready yet: %w", err))
 		select {
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), err)

@@ -17,6 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc"
 
 	"opke.dev/opke/diff"
@@ -49,6 +50,12 @@ func (h *HostSessions) Dial(ctx context.Context, t HostTarget, address string) (
 	}
 	c, err := gw.ssh.DialContext(ctx, "tcp", address)
 	if err != nil {
+		// A channel the gateway refused says it is there; anything else
+		// may be its connection broken: the next dial makes a new one.
+		var open *ssh.OpenChannelError
+		if !errors.As(err, &open) {
+			h.drop(t, t.Gateway.Name)
+		}
 		return nil, fmt.Errorf("through the gateway of %s to %s: %w", t.Cluster, address, err)
 	}
 	return c, nil
@@ -151,9 +158,10 @@ func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 			return errors.Join(ctx.Err(), err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s (%s) within %s: %w", ErrGate, g.host, g.role, timeout, err)
+			return waitedOut{fmt.Errorf("%w: %s (%s) within %s: %w", ErrGate, g.host, g.role, timeout, err)}
 		}
 		a.log().Debug("health gate not passed yet", "cluster", c.Cluster, "host", g.host, "why", err)
+		waiting(ctx, fmt.Errorf("health gate not passed yet: %w", err))
 		select {
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), err)

@@ -162,3 +162,23 @@ func RunInput(ctx context.Context, c *ssh.Client, command string, stdin []byte) 
 	}
 	return []byte(stdout.String()), nil
 }
+
+// Alive asks the peer of c whether it is still there, as OpenSSH's
+// ServerAliveInterval does (a keepalive@openssh.com request, which a
+// server answers even when it does not know it), and reports whether an
+// answer came within timeout.
+func Alive(c *ssh.Client, timeout time.Duration) bool {
+	answered := make(chan error, 1)
+	go func() {
+		_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+		answered <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-answered:
+		return err == nil
+	case <-t.C:
+		return false
+	}
+}

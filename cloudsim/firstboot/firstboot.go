@@ -97,9 +97,6 @@ var seedFiles = map[string]string{
 	"etc/gshadow": "root:*::\ncore:!::\n",
 	// As on Flatcar: Ignition reads it to decide whether to relabel.
 	"etc/selinux/config": "SELINUX=disabled\nSELINUXTYPE=mcs\n",
-	// What Flatcar's systemd-resolved writes at boot: the upstream servers
-	// (the kubelet hands pods this file, not the stub's /etc/resolv.conf).
-	"run/systemd/resolve/resolv.conf": "# systemd-resolved: no upstream server known\n",
 	// The OS's container runtime, as Flatcar's containerd sysext ships
 	// its unit: its configuration from $CONTAINERD_CONFIG.
 	"usr/lib/systemd/system/containerd.service": "[Unit]\nDescription=containerd container runtime\nAfter=network.target\n\n" +
@@ -107,16 +104,42 @@ var seedFiles = map[string]string{
 		"Delegate=yes\nKillMode=process\nRestart=always\n\n[Install]\nWantedBy=multi-user.target\n",
 }
 
+// bootFiles are what every boot writes into /run (a tmpfs): a reboot
+// finds them again, and nothing else there.
+var bootFiles = map[string]string{
+	// What Flatcar's systemd-resolved writes at boot: the upstream servers
+	// (the kubelet hands pods this file, not the stub's /etc/resolv.conf).
+	"run/systemd/resolve/resolv.conf": "# systemd-resolved: no upstream server known\n",
+}
+
+// Boot empties root's /run and writes what a boot writes there.
+func Boot(root string) error {
+	if err := os.RemoveAll(filepath.Join(root, "run")); err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	return writeFiles(root, bootFiles)
+}
+
+func writeFiles(root string, files map[string]string) error {
+	for p, body := range files {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			return fmt.Errorf("seed root: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(body), 0o644); err != nil {
+			return fmt.Errorf("seed root: %w", err)
+		}
+	}
+	return nil
+}
+
 // Seed creates dir/root with the core user (uid 500) and its home.
 func Seed(dir string) (string, error) {
 	root := filepath.Join(dir, "root")
-	for p, body := range seedFiles {
-		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
-			return "", fmt.Errorf("seed root: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(root, p), []byte(body), 0o644); err != nil {
-			return "", fmt.Errorf("seed root: %w", err)
-		}
+	if err := writeFiles(root, seedFiles); err != nil {
+		return "", err
+	}
+	if err := writeFiles(root, bootFiles); err != nil {
+		return "", err
 	}
 	home := filepath.Join(root, "home", "core")
 	if err := os.MkdirAll(home, 0o755); err != nil {

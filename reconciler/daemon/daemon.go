@@ -1072,8 +1072,9 @@ type ClusterStatus struct {
 	// ResyncError is why the last drift check could not look, if it could not.
 	ResyncError string `json:"resyncError,omitempty"`
 	// Retrying is the transient error the running apply last tried a step
-	// again after (the cloud or a host unreachable for now); cleared when
-	// the apply ends.
+	// again after (the cloud or a host unreachable for now), or why a step
+	// still waits (a health gate not passed yet, no API server ready to
+	// apply a manifest to); cleared when the apply ends.
 	Retrying string `json:"retrying,omitempty"`
 	// Rollout is where the hosts are: the version each runs, and the
 	// gate (or drain) that halted the last apply, if one did.

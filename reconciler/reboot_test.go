@@ -1,0 +1,137 @@
+package reconciler_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+
+	"opke.dev/opke/reconciler"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
+)
+
+// reboot hard-reboots the named servers through Nova, as an operator or a
+// hypervisor failure does.
+func (r *rig) reboot(t *testing.T, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range names {
+		pages, err := servers.List(r.clients.Compute, servers.ListOpts{Name: "^" + name + "$"}).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svs, err := servers.ExtractServers(pages)
+		if err != nil || len(svs) != 1 {
+			t.Fatalf("server %s: %d found, %v", name, len(svs), err)
+		}
+		if err := servers.Reboot(ctx, r.clients.Compute, svs[0].ID, servers.RebootOpts{Type: servers.HardReboot}).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestApplyAfterHostsRebooted: one applier (as opke serve keeps it) with
+// its SSH connections open; the gateway and the controller reboot under
+// it. The next apply dials afresh instead of failing on, or waiting out
+// its gate timeout on, connections that died with the machines. While
+// no API server answers, the manifest's step says so on its progress
+// (the status page's "retrying"), and fails at the gate timeout.
+func TestApplyAfterHostsRebooted(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	ctx := context.Background()
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	defer hosts.Close()
+	var mu sync.Mutex
+	var waits []reconciler.Step
+	a := &reconciler.Applier{Planner: r.planner, Hosts: hosts, GateTimeout: time.Minute, GateInterval: 200 * time.Millisecond,
+		Progress: func(s reconciler.Step) {
+			if s.State == reconciler.StepRetrying {
+				mu.Lock()
+				waits = append(waits, s)
+				mu.Unlock()
+			}
+		}}
+	apply := func(t *testing.T, c *schemas.Cluster) (*reconciler.Summary, error) {
+		t.Helper()
+		req := reconciler.Request{Clusters: map[string]*schemas.Cluster{c.Metadata.Name: c}, Commit: "0123456789abcdef0123456789abcdef01234567"}
+		res, err := r.planner.Plan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Apply(ctx, req, res.Plan)
+	}
+	if _, err := apply(t, demo); err != nil {
+		t.Fatal(err)
+	}
+	const manifest = "00-kube-proxy.yaml"
+	address := "kubernetes/demo/" + manifest
+	forget := func() {
+		t.Helper()
+		if err := r.store.Delete(ctx, r.store.Key("demo", "kubernetes", manifest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r.reboot(t, "demo-gateway-0", "demo-controller-0")
+	forget()
+	if sum, err := apply(t, demo); err != nil {
+		t.Fatalf("apply after the reboot: %v (%+v)", err, sum.Failed)
+	}
+
+	// No API server: the controller reboots without its static pod.
+	root, err := r.sim.HostRoot("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := filepath.Join(root, "etc/kubernetes/manifests/kube-apiserver.yaml")
+	aside := filepath.Join(t.TempDir(), "kube-apiserver.yaml")
+	if err := os.Rename(pod, aside); err != nil {
+		t.Fatal(err)
+	}
+	r.reboot(t, "demo-controller-0")
+	forget()
+	mu.Lock()
+	waits = nil
+	mu.Unlock()
+	a.GateTimeout = 2 * time.Second
+	sum, err := apply(t, demo)
+	if err == nil || len(sum.Failed) != 1 || sum.Failed[0].Change.Address != address || !strings.Contains(sum.Failed[0].Err.Error(), "no API server ready within 2s") {
+		t.Fatalf("apply without an API server: %v, failed %+v; want %s failed, no API server ready", err, sum.Failed, address)
+	}
+	mu.Lock()
+	var told bool
+	for _, w := range waits {
+		told = told || w.Change.Address == address && strings.Contains(w.Err.Error(), "no API server ready yet")
+		// A step that waited its whole timeout fails; it does not wait
+		// as long again as a transient error would be tried again.
+		if strings.Contains(w.Err.Error(), "no API server ready within") {
+			t.Errorf("the step was tried again after it waited its timeout out: %v", w.Err)
+		}
+	}
+	mu.Unlock()
+	if !told {
+		t.Errorf("the wait for an API server was not on the step's progress: %+v", waits)
+	}
+
+	// The static pod back, the apply finishes.
+	if err := os.Rename(aside, pod); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	r.reboot(t, "demo-controller-0")
+	a.GateTimeout = time.Minute
+	if sum, err := apply(t, demo); err != nil {
+		t.Fatalf("apply with the API server back: %v (%+v)", err, sum.Failed)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the last apply, plan: %v", addresses(next.Changes))
+	}
+}
