@@ -270,11 +270,11 @@ func hostContract(t *testing.T, e *env) {
 	})
 
 	// Last: the host goes away and comes back. Nova's reboot cuts every
-	// session, /run (a tmpfs) comes back empty, the disk stays, and the
+	// session, /run and /tmp (tmpfs) come back empty, the disk stays, and the
 	// host answers again with the keys it had.
 	t.Run("reboot", func(t *testing.T) {
 		keys := hostKeys(h.id)
-		for _, f := range []string{"/run/contract-reboot", "/etc/contract-reboot"} {
+		for _, f := range []string{"/run/contract-reboot", "/tmp/contract-reboot", "/etc/contract-reboot"} {
 			cmd, _, err := sshx.Install("core", f, 0o644)
 			if err != nil {
 				t.Fatal(err)
@@ -304,8 +304,10 @@ func hostContract(t *testing.T, e *env) {
 			}
 		}
 		defer again.Close()
-		if out, err := sshx.Run(ctx, again, "cat /run/contract-reboot"); err == nil {
-			t.Errorf("/run kept a file across the reboot: %q", out)
+		for _, f := range []string{"/run/contract-reboot", "/tmp/contract-reboot"} {
+			if out, err := sshx.Run(ctx, again, "cat "+f); err == nil {
+				t.Errorf("%s survived the reboot (a tmpfs): %q", f, out)
+			}
 		}
 		if out, err := sshx.Run(ctx, again, "cat /etc/contract-reboot"); err != nil || string(out) != "before\n" {
 			t.Errorf("/etc after the reboot: %q %v", out, err)

@@ -165,9 +165,9 @@ func (s *Sim) releaseHost(id string) {
 }
 
 // rebootHost restarts an in-process host as a machine reboots: its
-// connections are cut, what it runs stops, /run (a tmpfs) is emptied, and
-// the units that were active start again. Called under s.mu: it runs
-// apart. A host never started has nothing to restart.
+// connections are cut, what it runs stops, /run and /tmp (tmpfs) are
+// emptied, and the units that were active start again. Called under s.mu:
+// it runs apart. A host never started has nothing to restart.
 func (s *Sim) rebootHost(id string) {
 	s.hostsMu.Lock()
 	h := s.hosts[id]

@@ -42,7 +42,8 @@ func (r *rig) reboot(t *testing.T, names ...string) {
 // it. The next apply dials afresh instead of failing on, or waiting out
 // its gate timeout on, connections that died with the machines. While
 // no API server answers, the manifest's step says so on its progress
-// (the status page's "retrying"), and fails at the gate timeout.
+// (the status page's "retrying"), and fails at the gate timeout. A worker
+// deleted by hand is made again at its address through the same sessions.
 func TestApplyAfterHostsRebooted(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
@@ -132,6 +133,27 @@ func TestApplyAfterHostsRebooted(t *testing.T) {
 		t.Fatalf("apply with the API server back: %v (%+v)", err, sum.Failed)
 	}
 	if next := r.plan(t, demo); !next.Empty() {
-		t.Errorf("after the last apply, plan: %v", addresses(next.Changes))
+		t.Errorf("after the API server came back, plan: %v", addresses(next.Changes))
+	}
+
+	// A worker deleted by hand: the next apply makes it again at its
+	// address and pushes its files, through the same sessions (the one to
+	// the dead host ended with it, and is not reused for the new one).
+	pages, err := servers.List(r.clients.Compute, servers.ListOpts{Name: "^demo-default-0$"}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := servers.ExtractServers(pages)
+	if err != nil || len(gone) != 1 {
+		t.Fatalf("demo-default-0: %v %v", gone, err)
+	}
+	if err := servers.Delete(ctx, r.clients.Compute, gone[0].ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := apply(t, demo); err != nil {
+		t.Fatalf("apply after a worker was deleted: %v (%+v)", err, sum.Failed)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the worker was made again, plan: %v", addresses(next.Changes))
 	}
 }

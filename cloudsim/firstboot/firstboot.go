@@ -112,9 +112,15 @@ var bootFiles = map[string]string{
 	"run/systemd/resolve/resolv.conf": "# systemd-resolved: no upstream server known\n",
 }
 
-// Boot empties root's /run and writes what a boot writes there.
+// Boot empties root's /run and /tmp (tmpfs on Flatcar) and writes what a
+// boot writes into /run.
 func Boot(root string) error {
-	if err := os.RemoveAll(filepath.Join(root, "run")); err != nil {
+	for _, d := range []string{"run", "tmp"} {
+		if err := os.RemoveAll(filepath.Join(root, d)); err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "tmp"), 0o777|os.ModeSticky); err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
 	return writeFiles(root, bootFiles)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,8 +183,9 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 			return usagef("webhook secret: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: d.Handler(secret), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(listener) }()
+	var limits daemon.HTTPLimits
+	srv := limits.Server(d.Handler(secret))
+	go func() { _ = srv.Serve(limits.Listener(listener)) }()
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

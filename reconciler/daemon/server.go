@@ -27,6 +27,10 @@ import (
 // maxHookBody bounds a webhook's body: forges send a few hundred KiB at most.
 const maxHookBody = 4 << 20
 
+// maxHooksReading bounds the webhook bodies read at once (each up to
+// maxHookBody): a flood of signed-looking requests holds 16 MiB at most.
+const maxHooksReading = 4
+
 // Handler serves the daemon's HTTP endpoints: the status page (/), a
 // plan's page (/plans/<commit>/<cluster>), the JSON API (/api/v1/...),
 // the webhook (POST /hooks/git), /metrics, /healthz and /readyz. Every
@@ -45,7 +49,7 @@ func (d *Daemon) Handler(webhookSecret string) http.Handler {
 	mux.HandleFunc("GET /plans/{commit}/{cluster}", d.planPage)
 	mux.HandleFunc("GET /commits/{commit}", d.commitPage)
 	mux.HandleFunc("GET /{$}", d.statusPage)
-	return mux
+	return securityHeaders(mux)
 }
 
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
@@ -63,16 +67,37 @@ func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
 // webhook triggers a sync on a push from a forge that proves it knows the
 // secret: GitHub's and Gitea's X-Hub-Signature-256 (HMAC-SHA256 of the
 // body), or GitLab's X-Gitlab-Token. Anything else is 401 and triggers
-// nothing.
+// nothing. The headers are checked before any of the body is read: a
+// request without a well-formed signature, with a wrong GitLab token or
+// announcing a body past maxHookBody is refused unread, and at most
+// maxHooksReading bodies are read at once.
 func (d *Daemon) webhook(secret string) http.HandlerFunc {
+	reading := make(chan struct{}, maxHooksReading)
 	return func(w http.ResponseWriter, r *http.Request) {
 		if secret == "" {
 			http.Error(w, "the webhook is disabled: no secret is configured", http.StatusNotFound)
 			return
 		}
+		if !plausibleWebhook(secret, r.Header) {
+			d.log.Warn("webhook refused: bad or missing signature", "remote", r.RemoteAddr)
+			http.Error(w, "bad or missing signature", http.StatusUnauthorized)
+			return
+		}
+		if r.ContentLength > maxHookBody {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		select {
+		case reading <- struct{}{}:
+			defer func() { <-reading }()
+		default:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many webhooks at once", http.StatusServiceUnavailable)
+			return
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHookBody))
 		if err != nil {
-			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			http.Error(w, "body too large or cut short", http.StatusRequestEntityTooLarge)
 			return
 		}
 		if !VerifyWebhook(secret, r.Header, body) {
@@ -85,6 +110,20 @@ func (d *Daemon) webhook(secret string) http.HandlerFunc {
 		d.Trigger()
 		w.WriteHeader(http.StatusAccepted)
 	}
+}
+
+// plausibleWebhook checks what the headers alone can say: an HMAC header
+// of the right form (sha256= and 64 hex digits), or the right GitLab
+// token (in constant time).
+func plausibleWebhook(secret string, h http.Header) bool {
+	if sig, ok := strings.CutPrefix(h.Get("X-Hub-Signature-256"), "sha256="); ok {
+		_, err := hex.DecodeString(sig)
+		return err == nil && len(sig) == 2*sha256.Size
+	}
+	if tok := h.Get("X-Gitlab-Token"); tok != "" {
+		return subtle.ConstantTimeCompare([]byte(tok), []byte(secret)) == 1
+	}
+	return false
 }
 
 // VerifyWebhook checks a webhook's proof of the secret, in constant time.
