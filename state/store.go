@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,6 +62,36 @@ type Store struct {
 	lock   *os.File
 }
 
+// ErrPlainEndpoint is an external etcd endpoint that would carry the state
+// (the journal, pinned host keys, sealed keys) in the clear off the
+// machine, or whose TLS settings would go unused.
+var ErrPlainEndpoint = errors.New("plain http etcd endpoint")
+
+// checkEndpoints refuses an http:// endpoint that is not on a loopback
+// address, and any http:// endpoint when TLS is configured (its CA and
+// client certificate would silently not be used).
+func checkEndpoints(endpoints []string, withTLS bool) error {
+	for _, ep := range endpoints {
+		u, err := url.Parse(ep)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("etcd endpoint %q: not a URL (https://HOST:PORT)", ep)
+		}
+		switch u.Scheme {
+		case "https", "unix", "unixs":
+		case "http":
+			if withTLS {
+				return fmt.Errorf("%w: %s with a CA or client certificate configured: use https://", ErrPlainEndpoint, u.Host)
+			}
+			if ip, err := netip.ParseAddr(u.Hostname()); !(u.Hostname() == "localhost" || err == nil && ip.IsLoopback()) {
+				return fmt.Errorf("%w: %s is not on this machine: use https:// (with --etcd-ca, --etcd-cert, --etcd-key)", ErrPlainEndpoint, u.Host)
+			}
+		default:
+			return fmt.Errorf("etcd endpoint %q: scheme %q, want https:// (or http:// on a loopback address)", ep, u.Scheme)
+		}
+	}
+	return nil
+}
+
 // Open connects to the state: an embedded etcd in DataDir, started here,
 // or the external Endpoints.
 func Open(ctx context.Context, opts Options) (*Store, error) {
@@ -80,6 +111,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, err
 		}
 		s.seal = seal
+	}
+	if err := checkEndpoints(opts.Endpoints, opts.TLS != nil); err != nil {
+		return nil, err
 	}
 	endpoints := opts.Endpoints
 	if len(endpoints) == 0 {

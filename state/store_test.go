@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -286,5 +287,40 @@ func TestRevisionCountsWritesBelowThePrefixOnly(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPlainEndpoints: the state goes over plain http only to this
+// machine; a remote http endpoint, or one beside TLS settings it would not
+// use, is refused before anything is dialled.
+func TestPlainEndpoints(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		endpoint string
+		tls      bool
+		ok       bool
+	}{
+		{endpoint: "http://127.0.0.1:2379", ok: true},
+		{endpoint: "http://[::1]:2379", ok: true},
+		{endpoint: "http://localhost:2379", ok: true},
+		{endpoint: "https://etcd.example:2379", ok: true},
+		{endpoint: "https://etcd.example:2379", tls: true, ok: true},
+		{endpoint: "http://10.0.0.5:2379"},
+		{endpoint: "http://etcd.example:2379"},
+		{endpoint: "http://127.0.0.1:2379", tls: true},
+		{endpoint: "ftp://127.0.0.1:2379"},
+		{endpoint: "127.0.0.1:2379"},
+	} {
+		t.Run(tt.endpoint, func(t *testing.T) {
+			err := checkEndpoints([]string{tt.endpoint}, tt.tls)
+			if (err == nil) != tt.ok {
+				t.Fatalf("checkEndpoints(%s, tls %v) = %v, want ok %v", tt.endpoint, tt.tls, err, tt.ok)
+			}
+		})
+	}
+	// Through Open: refused at once, naming the endpoint.
+	_, err := Open(context.Background(), Options{Endpoints: []string{"http://192.0.2.1:2379"}})
+	if !errors.Is(err, ErrPlainEndpoint) || !strings.Contains(err.Error(), "192.0.2.1:2379") {
+		t.Errorf("Open with a remote http endpoint: %v", err)
 	}
 }

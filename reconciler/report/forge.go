@@ -196,10 +196,15 @@ func (f *Forge) post(ctx context.Context, n *Note, st status) error {
 		return fmt.Errorf("%s status %s: %w", f.Kind, st.Context, err)
 	}
 	req.Header = header
-	client := f.Client
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
+	client := &http.Client{Timeout: 30 * time.Second}
+	if f.Client != nil {
+		c := *f.Client
+		client = &c
 	}
+	// A redirect is never followed: the token headers (GitLab's
+	// PRIVATE-TOKEN is not one Go drops) would go where it points, and a
+	// status API does not move. The 3xx is the error.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s status %s of %s: %w", f.Kind, st.Context, n.Commit, err)

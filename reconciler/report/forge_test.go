@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -164,5 +165,33 @@ func TestForgeFleetFindingsAndRefusals(t *testing.T) {
 	}
 	if n.Overall() != report.Failure {
 		t.Errorf("Overall = %s, want failure", n.Overall())
+	}
+}
+
+// TestForgeFollowsNoRedirect: a forge API answering with a redirect to
+// another host gets an error; the other host never sees the token.
+func TestForgeFollowsNoRedirect(t *testing.T) {
+	t.Parallel()
+	var leaked atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer other.Close()
+	for _, kind := range report.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			forge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+			}))
+			defer forge.Close()
+			f := &report.Forge{Kind: kind, API: forge.URL, Repo: "acme/fleet", Token: "s3cret", Memo: &report.MemMemo{}}
+			err := f.Report(context.Background(), note())
+			if err == nil || !strings.Contains(err.Error(), "307") {
+				t.Errorf("a redirect was not an error: %v", err)
+			}
+		})
+	}
+	if n := leaked.Load(); n != 0 {
+		t.Errorf("the redirect's target got %d requests", n)
 	}
 }
