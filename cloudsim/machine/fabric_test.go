@@ -11,6 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -281,6 +284,17 @@ func TestDeleteNetNSKillsWhatRunsThere(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- left.Wait() }()
+	// Left there: ip netns exec has moved it in (Start returns before).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, _ := exec.Command("ip", "netns", "pids", name).Output()
+		if slices.Contains(strings.Fields(string(out)), strconv.Itoa(left.Process.Pid)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process never ran in %s", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := machine.DeleteNetNS(t.Context(), name); err != nil {
 		t.Fatal(err)
 	}
