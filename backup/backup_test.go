@@ -1,13 +1,18 @@
 package backup_test
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/internal/cloudtest"
@@ -60,6 +65,34 @@ func TestSnapshotLifecycle(t *testing.T) {
 	res, err := backup.Drill(ctx, path, last, base)
 	if err != nil || !res.Passed || res.Revision != last.Revision || res.Keys != last.Keys {
 		t.Fatalf("drill: %+v, %v (record: revision %d, %d keys)", res, err, last.Revision, last.Keys)
+	}
+	// The throwaway etcd holding the cluster's data answers only its own
+	// client: another local process gets nothing, over http or TLS.
+	if err := backup.Restored(ctx, path, func(cli *clientv3.Client) error {
+		ep := cli.Endpoints()[0]
+		if !strings.HasPrefix(ep, "https://127.0.0.1:") {
+			return fmt.Errorf("the drill's etcd answers on %s, want https on 127.0.0.1", ep)
+		}
+		for _, c := range []clientv3.Config{
+			{Endpoints: []string{"http://" + strings.TrimPrefix(ep, "https://")}},
+			{Endpoints: []string{ep}, TLS: &tls.Config{InsecureSkipVerify: true}},
+		} {
+			c.DialTimeout, c.Logger = time.Second, zap.NewNop()
+			stranger, err := clientv3.New(c)
+			if err != nil {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err = stranger.Get(rctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+			cancel()
+			stranger.Close()
+			if err == nil {
+				return fmt.Errorf("a client without the drill's certificate read it (%s)", c.Endpoints[0])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 	// A record that does not match what the file restores fails the drill.
 	wrong := *last

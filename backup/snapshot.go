@@ -20,6 +20,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"opke.dev/opke/internal/localtls"
 )
 
 // Source is an etcd cluster to snapshot: a client of OPKE's (its own
@@ -138,6 +140,16 @@ func Restored(ctx context.Context, path string, fn func(*clientv3.Client) error)
 		return err
 	}
 	defer os.RemoveAll(tmp)
+	// The cluster's data is in it: only clients with the certificates
+	// issued into the 0700 temporary folder get in.
+	certs, err := localtls.Issue(filepath.Join(tmp, "tls"))
+	if err != nil {
+		return err
+	}
+	clientTLS, err := localtls.ClientConfig(certs.Dir)
+	if err != nil {
+		return err
+	}
 	peer, err := freeURL()
 	if err != nil {
 		return err
@@ -150,8 +162,9 @@ func Restored(ctx context.Context, path string, fn func(*clientv3.Client) error)
 	cfg.Name, cfg.Dir = "drill", dir
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = "drill=" + peer.String()
-	local := []url.URL{{Scheme: "http", Host: "127.0.0.1:0"}}
+	local := []url.URL{{Scheme: "https", Host: "127.0.0.1:0"}}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = local, local
+	cfg.ClientTLSInfo, cfg.PeerTLSInfo = certs.TLSInfo(), certs.TLSInfo()
 	cfg.ListenMetricsUrls = nil
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
@@ -168,7 +181,8 @@ func Restored(ctx context.Context, path string, fn func(*clientv3.Client) error)
 	case <-time.After(60 * time.Second):
 		return errors.New("the restored etcd was not ready within 60s")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + e.Clients[0].Addr().String()}, TLS: clientTLS,
+		DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
@@ -207,14 +221,14 @@ func Drill(ctx context.Context, path string, want *Record, now time.Time) (*Dril
 	return res, nil
 }
 
-// freeURL is an http URL on a loopback port free now.
+// freeURL is an https URL on a loopback port free now.
 func freeURL() (url.URL, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return url.URL{}, err
 	}
 	defer ln.Close()
-	return url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}, nil
+	return url.URL{Scheme: "https", Host: "127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}, nil
 }
 
 // Record describes the snapshot as stored for cluster in container.

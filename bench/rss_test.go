@@ -17,6 +17,7 @@ import (
 	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/state"
 )
 
 // peakRSS is a process's peak resident set (VmHWM), in MiB.
@@ -80,8 +81,9 @@ func BenchmarkServeRSS(b *testing.B) {
 			head := gittest.Git(b, work, "rev-parse", "HEAD")
 			addr := proctest.FreeAddr(b)
 			started := time.Now()
+			ca, cert, certKey := state.LocalTLSFiles(filepath.Join(dir, "state"))
 			serve := proctest.Start(b, dir, "serve", exec.Command(bin, "serve", "--repo", work, "--etcd", strings.Join(store.Endpoints(), ","),
-				"--encryption-key-file", key, "--sim-state", filepath.Join(dir, "sim"),
+				"--etcd-ca", ca, "--etcd-cert", cert, "--etcd-key", certKey, "--encryption-key-file", key, "--sim-state", filepath.Join(dir, "sim"),
 				"--data-dir", filepath.Join(dir, "serve"), "--listen", addr, "--resync-interval", "24h", "--interval", "1h"))
 			for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 				serve.Alive(b)

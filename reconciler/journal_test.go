@@ -336,7 +336,7 @@ func TestApplierThatLostItsLeaseSendsTheCloudNothing(t *testing.T) {
 	a := r.applier(t)
 	// Another client revokes: the applier's own client would drop its
 	// keepalive at once, which a paused process's does not.
-	other, err := clientv3.New(clientv3.Config{Endpoints: r.store.Endpoints(), DialTimeout: 5 * time.Second})
+	other, err := clientv3.New(clientv3.Config{Endpoints: r.store.Endpoints(), TLS: r.store.TLS(), DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"opke.dev/opke/internal/localtls"
 )
 
 // DefaultPrefix is the prefix of every key OPKE writes.
@@ -55,6 +57,7 @@ type Options struct {
 // Store is the state store. It is safe for concurrent use.
 type Store struct {
 	cli    *clientv3.Client
+	tls    *tls.Config
 	prefix string
 	seal   *sealer
 	log    *slog.Logger
@@ -123,10 +126,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if err := s.startEmbedded(ctx, opts.DataDir); err != nil {
 			return nil, err
 		}
-		endpoints = []string{"http://" + s.etcd.Clients[0].Addr().String()}
+		endpoints = []string{"https://" + s.etcd.Clients[0].Addr().String()}
+	} else {
+		s.tls = opts.TLS
 	}
 	// ctx bounds the opening only: the client lives until Close.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: opts.TLS, DialTimeout: 5 * time.Second,
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: s.tls, DialTimeout: 5 * time.Second,
 		Logger: zap.NewNop()})
 	if err != nil {
 		s.Close()
@@ -156,10 +161,20 @@ func (s *Store) startEmbedded(ctx context.Context, dir string) error {
 		return fmt.Errorf("%s: %w", dir, ErrLocked)
 	}
 	s.lock = lock
+	// Certificates issued anew into the 0700 data dir: without them no
+	// other local user reads or writes the state (or joins as a peer).
+	certs, err := localtls.Issue(filepath.Join(dir, localTLSDir))
+	if err != nil {
+		return err
+	}
+	if s.tls, err = localtls.ClientConfig(certs.Dir); err != nil {
+		return err
+	}
 	cfg := embed.NewConfig()
 	cfg.Dir = filepath.Join(dir, "etcd")
 	cfg.Name = "opke"
-	local := func() []url.URL { return []url.URL{{Scheme: "http", Host: "127.0.0.1:0"}} }
+	cfg.ClientTLSInfo, cfg.PeerTLSInfo = certs.TLSInfo(), certs.TLSInfo()
+	local := func() []url.URL { return []url.URL{{Scheme: "https", Host: "127.0.0.1:0"}} }
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = local(), local()
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = local(), local()
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
@@ -196,6 +211,33 @@ func (s *Store) Close() error {
 		err = errors.Join(err, s.lock.Close())
 	}
 	return err
+}
+
+// localTLSDir is where, in the data dir, the embedded etcd's certificates
+// are (internal/localtls).
+const localTLSDir = "etcd-tls"
+
+// LocalTLS is the client TLS configuration for the embedded etcd of the
+// daemon running on dataDir (opke's commands attaching to it): readable
+// only by the user the data dir belongs to.
+func LocalTLS(dataDir string) (*tls.Config, error) {
+	return localtls.ClientConfig(filepath.Join(dataDir, localTLSDir))
+}
+
+// LocalTLSFiles are the paths of the embedded etcd's CA, client
+// certificate and client key in dataDir, as --etcd-ca, --etcd-cert and
+// --etcd-key take them.
+func LocalTLSFiles(dataDir string) (ca, cert, key string) {
+	f := localtls.Files{Dir: filepath.Join(dataDir, localTLSDir)}
+	return f.Path(localtls.CAFile), f.Path(localtls.ClientCertFile), f.Path(localtls.ClientKeyFile)
+}
+
+// TLS is the client TLS configuration of the etcd in use (nil: plain).
+func (s *Store) TLS() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Clone()
 }
 
 // Endpoints are the client URLs of the etcd in use.

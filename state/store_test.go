@@ -3,11 +3,19 @@ package state
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"opke.dev/opke/internal/localtls"
 )
 
 func testKey(b byte) []byte { return bytes.Repeat([]byte{b}, KeySize) }
@@ -51,7 +59,7 @@ func TestStoreEmbedded(t *testing.T) {
 		t.Fatalf("second open of the data dir: %v, want ErrLocked", err)
 	}
 	// External mode: a client of the same etcd sees the same state.
-	ext, err := Open(ctx, Options{Endpoints: s.Endpoints()})
+	ext, err := Open(ctx, Options{Endpoints: s.Endpoints(), TLS: s.TLS()})
 	if err != nil {
 		t.Fatalf("open external endpoints: %v", err)
 	}
@@ -322,5 +330,80 @@ func TestPlainEndpoints(t *testing.T) {
 	_, err := Open(context.Background(), Options{Endpoints: []string{"http://192.0.2.1:2379"}})
 	if !errors.Is(err, ErrPlainEndpoint) || !strings.Contains(err.Error(), "192.0.2.1:2379") {
 		t.Errorf("Open with a remote http endpoint: %v", err)
+	}
+}
+
+// TestEmbeddedEtcdRefusesStrangers: another local user's process reaches
+// the embedded etcd's port on 127.0.0.1 but, without the certificates in
+// the 0700 data dir, reads and writes nothing: not in plain http, not in
+// TLS without a client certificate, not with a certificate of its own CA.
+// The certificates are there for OPKE's own commands (LocalTLS).
+func TestEmbeddedEtcdRefusesStrangers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openStore(t, dir, testKey(1))
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Put(ctx, s.Key("demo", "journal"), []byte("resume me")); err != nil {
+		t.Fatal(err)
+	}
+	ep := s.Endpoints()[0]
+	if !strings.HasPrefix(ep, "https://127.0.0.1:") {
+		t.Fatalf("the embedded etcd answers on %s, want https on 127.0.0.1", ep)
+	}
+	// The certificates are OPKE's user's only, whatever the data dir's mode.
+	if st, err := os.Stat(filepath.Join(dir, "etcd-tls")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("etcd-tls: %v, want mode 0700", err)
+	}
+	other, err := localtls.Issue(t.TempDir()) // a CA of the stranger's own
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerTLS, err := localtls.ClientConfig(other.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerTLS.InsecureSkipVerify = true // it does not care whom it talks to
+	noCert := &tls.Config{InsecureSkipVerify: true}
+	plain := "http://" + strings.TrimPrefix(ep, "https://")
+	for _, tt := range []struct {
+		name     string
+		endpoint string
+		tls      *tls.Config
+	}{
+		{"plain http", plain, nil},
+		{"tls without a client certificate", ep, noCert},
+		{"a certificate of another CA", ep, strangerTLS},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{tt.endpoint}, TLS: tt.tls, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return // refused at the door
+			}
+			defer cli.Close()
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if r, err := cli.Get(rctx, s.Key("demo", "journal")); err == nil {
+				t.Errorf("read the journal: %q", r.Kvs)
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			if _, err := cli.Put(wctx, s.Key("demo", "journal"), "rewritten"); err == nil {
+				t.Error("rewrote the journal")
+			}
+		})
+	}
+	// OPKE's own command on the data dir, with the certificates there.
+	cfg, err := LocalTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := Open(ctx, Options{Endpoints: s.Endpoints(), TLS: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	if v, err := own.Get(ctx, own.Key("demo", "journal")); err != nil || string(v) != "resume me" {
+		t.Errorf("with the data dir's certificates: %q %v", v, err)
 	}
 }

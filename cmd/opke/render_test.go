@@ -233,15 +233,15 @@ func TestRenderRevision(t *testing.T) {
 // is not touched.
 func TestRenderExternalEtcd(t *testing.T) {
 	t.Parallel()
-	store := statetest.Open(t)
+	store, storeDir := statetest.OpenDir(t)
 	work := t.TempDir()
 	keyFile := filepath.Join(work, "key")
 	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(statetest.Key)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	dataDir, out := filepath.Join(work, "unused"), filepath.Join(work, "out")
-	code, stdout, stderr := opke(t, "render", "--repo", "../..", "--cluster", "demo", "--out", out, "--data-dir", dataDir,
-		"--etcd", strings.Join(store.Endpoints(), ","), "--encryption-key-file", keyFile, "--api-floating-ip", "203.0.113.20")
+	code, stdout, stderr := opke(t, append([]string{"render", "--repo", "../..", "--cluster", "demo", "--out", out, "--data-dir", dataDir,
+		"--encryption-key-file", keyFile, "--api-floating-ip", "203.0.113.20"}, etcdFlags(store, storeDir)...)...)
 	if code != exitOK {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}

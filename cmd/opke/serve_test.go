@@ -23,6 +23,7 @@ import (
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/state"
 )
 
 // TestMain lets the test binary be opke itself (OPKE_TEST_MAIN=1), so the
@@ -89,7 +90,7 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sim.Close()
-	store := statetest.Open(t)
+	store, storeDir := statetest.OpenDir(t)
 	keyFile := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(keyFile, statetest.Key, 0o600); err != nil {
 		t.Fatal(err)
@@ -112,9 +113,9 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	gittest.Git(t, work, "push", "-q", "origin", "main")
 
 	args := func(name string) []string {
-		return []string{"--repo", "file://" + bare, "--etcd", strings.Join(store.Endpoints(), ","), "--sim-state", simDir,
+		return append(etcdFlags(store, storeDir), "--repo", "file://"+bare, "--sim-state", simDir,
 			"--encryption-key-file", keyFile, "--data-dir", filepath.Join(base, name), "--listen", "127.0.0.1:0",
-			"--leader-ttl", "2s", "--interval", "1s", "--log-format", "json"}
+			"--leader-ttl", "2s", "--interval", "1s", "--log-format", "json")
 	}
 	first, _ := daemonProc(t, args("a")...)
 	waitFor(t, "the first daemon to lead", func() bool {
@@ -179,11 +180,18 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	}
 	// A command on the daemon's data dir finds its simulator: the
 	// kubeconfig reaches the API's floating IP through the edge.
-	code, kc, stderr := opke(t, "kubeconfig", "--cluster", "demo", "--data-dir", filepath.Join(base, "b"), "--etcd", strings.Join(store.Endpoints(), ","),
-		"--encryption-key-file", keyFile)
+	code, kc, stderr := opke(t, append([]string{"kubeconfig", "--cluster", "demo", "--data-dir", filepath.Join(base, "b"),
+		"--encryption-key-file", keyFile}, etcdFlags(store, storeDir)...)...)
 	if code != exitOK || !strings.Contains(kc, "proxy-url: socks5://"+sim.Edge()+"\n") {
 		t.Errorf("kubeconfig on the daemon's data dir: exit %d, %s, want the edge's proxy-url in\n%s", code, stderr, kc)
 	}
+}
+
+// etcdFlags point a command at the embedded etcd of a test store in
+// dataDir, with the certificates it asks for.
+func etcdFlags(store *state.Store, dataDir string) []string {
+	ca, cert, key := state.LocalTLSFiles(dataDir)
+	return []string{"--etcd", strings.Join(store.Endpoints(), ","), "--etcd-ca", ca, "--etcd-cert", cert, "--etcd-key", key}
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

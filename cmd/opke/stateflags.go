@@ -75,6 +75,12 @@ func (f *stateFlags) open(ctx context.Context, a *app) (*state.Store, error) {
 		}
 		a.logger.Debug("attached to the daemon's etcd", "pid", ep.PID, "etcd", ep.Etcd)
 		opts.Endpoints = ep.Etcd
+		if opts.TLS == nil {
+			// Its certificates are in the data dir: readable by its user only.
+			if opts.TLS, aerr = state.LocalTLS(f.dataDir); aerr != nil {
+				return nil, fmt.Errorf("attach to the daemon's etcd: %w", aerr)
+			}
+		}
 		s, err = state.Open(ctx, opts)
 	}
 	return s, err

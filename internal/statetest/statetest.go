@@ -18,12 +18,21 @@ var Key = bytes.Repeat([]byte{7}, state.KeySize)
 // Open starts an embedded store in tb.TempDir().
 func Open(tb testing.TB) *state.Store {
 	tb.Helper()
+	s, _ := OpenDir(tb)
+	return s
+}
+
+// OpenDir is Open, also naming the store's data dir (its etcd's
+// certificates are in it: a test dialling the etcd itself needs them).
+func OpenDir(tb testing.TB) (*state.Store, string) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := state.Open(ctx, state.Options{DataDir: tb.TempDir(), EncryptionKey: Key})
+	dir := tb.TempDir()
+	s, err := state.Open(ctx, state.Options{DataDir: dir, EncryptionKey: Key})
 	if err != nil {
 		tb.Fatalf("open state store: %v", err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return s, dir
 }
