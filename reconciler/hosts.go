@@ -65,6 +65,26 @@ type hostConn struct {
 	ready chan struct{} // closed once ssh or err is set
 	ssh   *ssh.Client
 	err   error
+	// sessions bounds the sessions open at once on the connection below
+	// OpenSSH's MaxSessions (10): a session closed here is freed on the
+	// server a moment later, so steps in parallel on one host would
+	// otherwise be refused ("open failed").
+	sessions chan struct{}
+}
+
+// maxSessions is how many sessions OPKE opens at once on one connection.
+const maxSessions = 5
+
+// runInput runs a command on the host in one of the connection's
+// session slots.
+func (c *hostConn) runInput(ctx context.Context, command string, stdin []byte) ([]byte, error) {
+	select {
+	case c.sessions <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.sessions }()
+	return sshx.RunInput(ctx, c.ssh, command, stdin)
 }
 
 func (c *hostConn) close() {
@@ -196,7 +216,7 @@ func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*ho
 	}
 	c := h.conns[key]
 	if c == nil {
-		c = &hostConn{ready: make(chan struct{})}
+		c = &hostConn{ready: make(chan struct{}), sessions: make(chan struct{}, maxSessions)}
 		h.conns[key] = c
 		h.mu.Unlock()
 		c.ssh, c.err = h.dial(ctx, t, host, signer, gw)
@@ -345,7 +365,7 @@ func (h *HostSessions) run(ctx context.Context, t HostTarget, host, command stri
 	if err != nil {
 		return nil, err
 	}
-	out, err := sshx.Run(ctx, c.ssh, command)
+	out, err := c.runInput(ctx, command, nil)
 	var exit *ssh.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		h.drop(t, host)
@@ -427,10 +447,10 @@ func (h *HostSessions) upload(ctx context.Context, t HostTarget, host string, f 
 	if err != nil {
 		return err
 	}
-	if _, err := sshx.RunInput(ctx, c.ssh, cmd, f.Data); err != nil {
+	if _, err := c.runInput(ctx, cmd, f.Data); err != nil {
 		var exit *ssh.ExitError
 		if errors.As(err, &exit) {
-			_, _ = sshx.Run(ctx, c.ssh, sshx.Sudo("rm -f -- "+tmp))
+			_, _ = c.runInput(ctx, sshx.Sudo("rm -f -- "+tmp), nil)
 		}
 		// The next try dials again: the host may not be the one this
 		// connection reached (a server replaced under the same name).

@@ -87,3 +87,84 @@ func TestAlive(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRetriesRefusedSession: a server refusing sessions for a moment
+// as OpenSSH does past MaxSessions ("open failed") gets the session
+// asked again; one refusing for another reason does not.
+func TestRunRetriesRefusedSession(t *testing.T) {
+	t.Parallel()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		reason ssh.RejectionReason
+		ok     bool
+	}{{"max sessions", ssh.ConnectionFailed, true}, {"prohibited", ssh.Prohibited, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			cfg := &ssh.ServerConfig{NoClientAuth: true}
+			cfg.AddHostKey(hostKey)
+			go func() {
+				nc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, chans, reqs, err := ssh.NewServerConn(nc, cfg)
+				if err != nil {
+					return
+				}
+				go ssh.DiscardRequests(reqs)
+				refused := 0
+				for nch := range chans {
+					if refused < 2 {
+						refused++
+						_ = nch.Reject(tc.reason, "open failed")
+						continue
+					}
+					ch, creqs, err := nch.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						for r := range creqs {
+							_ = r.Reply(r.Type == "exec", nil)
+							if r.Type == "exec" {
+								_, _ = ch.Write([]byte("ran\n"))
+								_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{0}))
+								_ = ch.Close()
+							}
+						}
+					}()
+				}
+			}()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc, chans, reqs, err := ssh.NewClientConn(c, "host", &ssh.ClientConfig{User: "core", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := ssh.NewClient(cc, chans, reqs)
+			defer client.Close()
+			out, err := Run(t.Context(), client, "true")
+			if tc.ok && (err != nil || string(out) != "ran\n") {
+				t.Errorf("after two refusals: %q %v, want the command run", out, err)
+			}
+			if !tc.ok && err == nil {
+				t.Error("a session refused as prohibited was asked again")
+			}
+		})
+	}
+}

@@ -145,7 +145,7 @@ func Run(ctx context.Context, c *ssh.Client, command string) ([]byte, error) {
 // RunInput is Run with stdin: secrets go to a command this way, never on
 // its command line (which other users of the host can read).
 func RunInput(ctx context.Context, c *ssh.Client, command string, stdin []byte) ([]byte, error) {
-	sess, err := c.NewSession()
+	sess, err := newSession(ctx, c)
 	if err != nil {
 		return nil, fmt.Errorf("ssh session: %w", err)
 	}
@@ -161,6 +161,29 @@ func RunInput(ctx context.Context, c *ssh.Client, command string, stdin []byte) 
 		return []byte(stdout.String()), fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(stderr.String()))
 	}
 	return []byte(stdout.String()), nil
+}
+
+// newSession opens a session on c. OpenSSH refuses one past its
+// MaxSessions (10 by default) with "open failed" (ConnectionFailed), also
+// for a moment after sessions closed on the client's side and not yet on
+// the server's: that refusal is tried again, a few times, backing off.
+func newSession(ctx context.Context, c *ssh.Client) (*ssh.Session, error) {
+	wait := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		sess, err := c.NewSession()
+		var open *ssh.OpenChannelError
+		if err == nil || try == 6 || !errors.As(err, &open) || open.Reason != ssh.ConnectionFailed {
+			return sess, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(ctx.Err(), err)
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // Alive asks the peer of c whether it is still there, as OpenSSH's
