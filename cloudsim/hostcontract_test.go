@@ -236,6 +236,45 @@ func hostContract(t *testing.T, e *env) {
 		}
 	})
 
+	t.Run("max sessions", func(t *testing.T) {
+		// OpenSSH's default MaxSessions: 10 open on one connection, the
+		// 11th refused ("open failed"), until one of them ends.
+		var open []*ssh.Session
+		defer func() {
+			for _, s := range open {
+				s.Close()
+			}
+		}()
+		for range 10 {
+			s, err := cl.NewSession()
+			if err != nil {
+				t.Fatalf("session %d: %v", len(open)+1, err)
+			}
+			open = append(open, s)
+		}
+		var refused *ssh.OpenChannelError
+		if s, err := cl.NewSession(); !errors.As(err, &refused) || refused.Reason != ssh.ConnectionFailed {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("an 11th session: %v, want refused (connect failed)", err)
+		}
+		open[0].Close()
+		open = open[1:]
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, err := cl.NewSession()
+			if err == nil {
+				open = append(open, s)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no session once one ended: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
 	t.Run("console", func(t *testing.T) {
 		// A host whose config has no unit printing them shows no host key.
 		deadline := time.Now().Add(3 * time.Minute)

@@ -376,6 +376,10 @@ func (h *simHost) authorizedKeys() []ssh.PublicKey {
 	return keys
 }
 
+// maxSessions is OpenSSH's default MaxSessions: the sessions one
+// connection may have open at once.
+const maxSessions = 10
+
 // serveSSH runs the host's SSH server on conn until the client leaves.
 func (h *simHost) serveSSH(conn net.Conn) {
 	defer conn.Close()
@@ -386,14 +390,25 @@ func (h *simHost) serveSSH(conn net.Conn) {
 	}
 	defer sc.Close()
 	go ssh.DiscardRequests(reqs)
+	var sessions atomic.Int32
 	for nc := range chans {
 		switch nc.ChannelType() {
 		case "session":
+			// OpenSSH's MaxSessions: past it a session is refused, until
+			// one the server still counts has ended.
+			if sessions.Load() >= maxSessions {
+				_ = nc.Reject(ssh.ConnectionFailed, "open failed")
+				continue
+			}
 			ch, reqs, err := nc.Accept()
 			if err != nil {
 				continue
 			}
-			go h.session(ch, reqs)
+			sessions.Add(1)
+			go func() {
+				defer sessions.Add(-1)
+				h.session(ch, reqs)
+			}()
 		case "direct-tcpip":
 			go h.directTCPIP(nc)
 		default:
