@@ -17,21 +17,26 @@ import (
 	"opke.dev/opke/sshx"
 )
 
+// serverID is the ID of the one server called name, from Nova.
+func (r *rig) serverID(t *testing.T, name string) string {
+	t.Helper()
+	pages, err := servers.List(r.clients.Compute, servers.ListOpts{Name: "^" + name + "$"}).AllPages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svs, err := servers.ExtractServers(pages)
+	if err != nil || len(svs) != 1 {
+		t.Fatalf("server %s: %d found, %v", name, len(svs), err)
+	}
+	return svs[0].ID
+}
+
 // reboot hard-reboots the named servers through Nova, as an operator or a
 // hypervisor failure does.
 func (r *rig) reboot(t *testing.T, names ...string) {
 	t.Helper()
-	ctx := context.Background()
 	for _, name := range names {
-		pages, err := servers.List(r.clients.Compute, servers.ListOpts{Name: "^" + name + "$"}).AllPages(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		svs, err := servers.ExtractServers(pages)
-		if err != nil || len(svs) != 1 {
-			t.Fatalf("server %s: %d found, %v", name, len(svs), err)
-		}
-		if err := servers.Reboot(ctx, r.clients.Compute, svs[0].ID, servers.RebootOpts{Type: servers.HardReboot}).ExtractErr(); err != nil {
+		if err := servers.Reboot(context.Background(), r.clients.Compute, r.serverID(t, name), servers.RebootOpts{Type: servers.HardReboot}).ExtractErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,15 +144,7 @@ func TestApplyAfterHostsRebooted(t *testing.T) {
 	// A worker deleted by hand: the next apply makes it again at its
 	// address and pushes its files, through the same sessions (the one to
 	// the dead host ended with it, and is not reused for the new one).
-	pages, err := servers.List(r.clients.Compute, servers.ListOpts{Name: "^demo-default-0$"}).AllPages(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone, err := servers.ExtractServers(pages)
-	if err != nil || len(gone) != 1 {
-		t.Fatalf("demo-default-0: %v %v", gone, err)
-	}
-	if err := servers.Delete(ctx, r.clients.Compute, gone[0].ID).ExtractErr(); err != nil {
+	if err := servers.Delete(ctx, r.clients.Compute, r.serverID(t, "demo-default-0")).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
 	if sum, err := apply(t, demo); err != nil {

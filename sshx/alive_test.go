@@ -10,11 +10,11 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// TestAlive: a server that answers global requests (as OpenSSH answers
-// keepalive@openssh.com, with a failure) is alive; one that stops
-// answering is not, within the timeout.
-func TestAlive(t *testing.T) {
-	t.Parallel()
+// testServer starts an SSH server on a loopback port (over TCP: both ends
+// of a handshake write first, which net.Pipe would deadlock), hands its
+// channels and global requests to serve, and returns a client of it.
+func testServer(t *testing.T, serve func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request)) *ssh.Client {
+	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -23,47 +23,52 @@ func TestAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(hostKey)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		t.Cleanup(func() { nc.Close() })
+		_, chans, reqs, err := ssh.NewServerConn(nc, cfg)
+		if err != nil {
+			return
+		}
+		serve(chans, reqs)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, chans, reqs, err := ssh.NewClientConn(c, "host", &ssh.ClientConfig{User: "core", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := ssh.NewClient(cc, chans, reqs)
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// TestAlive: a server that answers global requests (as OpenSSH answers
+// keepalive@openssh.com, with a failure) is alive; one that stops
+// answering is not, within the timeout.
+func TestAlive(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		answers bool
 	}{{"answers", true}, {"silent", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// Over TCP: both ends of an SSH handshake write first, which
-			// net.Pipe (unbuffered) would deadlock.
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					close(accepted)
-					return
-				}
-				accepted <- c
-			}()
-			cconn, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cconn.Close()
-			sconn, ok := <-accepted
-			if !ok {
-				t.Fatal("no connection accepted")
-			}
-			defer sconn.Close()
 			done := make(chan struct{})
 			defer close(done)
-			cfg := &ssh.ServerConfig{NoClientAuth: true}
-			cfg.AddHostKey(hostKey)
-			go func() {
-				_, chans, reqs, err := ssh.NewServerConn(sconn, cfg)
-				if err != nil {
-					return
-				}
+			client := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
 				go func() {
 					for c := range chans {
 						_ = c.Reject(ssh.Prohibited, "no")
@@ -74,13 +79,7 @@ func TestAlive(t *testing.T) {
 					return
 				}
 				<-done // a peer gone quiet: nothing answered
-			}()
-			c, chans, reqs, err := ssh.NewClientConn(cconn, "host", &ssh.ClientConfig{User: "core", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
-			if err != nil {
-				t.Fatal(err)
-			}
-			client := ssh.NewClient(c, chans, reqs)
-			defer client.Close()
+			})
 			if got := Alive(client, 500*time.Millisecond); got != tc.answers {
 				t.Errorf("Alive = %v, want %v", got, tc.answers)
 			}
@@ -93,14 +92,6 @@ func TestAlive(t *testing.T) {
 // asked again; one refusing for another reason does not.
 func TestRunRetriesRefusedSession(t *testing.T) {
 	t.Parallel()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostKey, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name   string
 		reason ssh.RejectionReason
@@ -108,22 +99,7 @@ func TestRunRetriesRefusedSession(t *testing.T) {
 	}{{"max sessions", ssh.ConnectionFailed, true}, {"prohibited", ssh.Prohibited, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			cfg := &ssh.ServerConfig{NoClientAuth: true}
-			cfg.AddHostKey(hostKey)
-			go func() {
-				nc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_, chans, reqs, err := ssh.NewServerConn(nc, cfg)
-				if err != nil {
-					return
-				}
+			client := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
 				go ssh.DiscardRequests(reqs)
 				refused := 0
 				for nch := range chans {
@@ -147,17 +123,7 @@ func TestRunRetriesRefusedSession(t *testing.T) {
 						}
 					}()
 				}
-			}()
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			cc, chans, reqs, err := ssh.NewClientConn(c, "host", &ssh.ClientConfig{User: "core", HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey())})
-			if err != nil {
-				t.Fatal(err)
-			}
-			client := ssh.NewClient(cc, chans, reqs)
-			defer client.Close()
+			})
 			out, err := Run(t.Context(), client, "true")
 			if tc.ok && (err != nil || string(out) != "ran\n") {
 				t.Errorf("after two refusals: %q %v, want the command run", out, err)

@@ -85,7 +85,7 @@ func checkEndpoints(endpoints []string, withTLS bool) error {
 			if withTLS {
 				return fmt.Errorf("%w: %s with a CA or client certificate configured: use https://", ErrPlainEndpoint, u.Host)
 			}
-			if ip, err := netip.ParseAddr(u.Hostname()); !(u.Hostname() == "localhost" || err == nil && ip.IsLoopback()) {
+			if !IsLoopbackHost(u.Hostname()) {
 				return fmt.Errorf("%w: %s is not on this machine: use https:// (with --etcd-ca, --etcd-cert, --etcd-key)", ErrPlainEndpoint, u.Host)
 			}
 		default:
@@ -93,6 +93,13 @@ func checkEndpoints(endpoints []string, withTLS bool) error {
 		}
 	}
 	return nil
+}
+
+// IsLoopbackHost reports whether a URL's host name is this machine's
+// loopback: where a secret may go over plain http.
+func IsLoopbackHost(h string) bool {
+	ip, err := netip.ParseAddr(h)
+	return h == "localhost" || err == nil && ip.IsLoopback()
 }
 
 // Open connects to the state: an embedded etcd in DataDir, started here,

@@ -226,7 +226,7 @@ func (c *serveConfig) Validate() error {
 		bad("git.tokenFile: a token is sent over https only (repo %s)", source.Redact(c.Repo))
 	}
 	for i, f := range c.Reporters.Forges {
-		if u, err := url.Parse(f.API); err == nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+		if u, err := url.Parse(f.API); err == nil && u.Scheme == "http" && !state.IsLoopbackHost(u.Hostname()) {
 			bad("reporters.forges[%d].api %s: a token is sent over https only (http is allowed to a loopback address)", i, f.API)
 		}
 	}
@@ -380,9 +380,4 @@ func (c *serveConfig) stateFlags() *stateFlags {
 
 func (c *serveConfig) cloudFlags() *cloudFlags {
 	return &cloudFlags{cloudConfig: c.CloudConfig, simState: c.SimState, socksProxy: c.SocksProxy}
-}
-
-func isLoopbackHost(h string) bool {
-	ip := net.ParseIP(h)
-	return h == "localhost" || ip != nil && ip.IsLoopback()
 }
