@@ -61,7 +61,7 @@ realhosts:
 
 # The real clusters: OPKE's apply on real machines, then what Kubernetes
 # itself says of the cluster.
-E2E = TestClusterComesUp
+E2E = TestClusterComesUp|TestControlPlaneOfThree
 
 ## e2e: a real cluster on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached); OPKE applies a controller and a worker, then Kubernetes must say both nodes are Ready at the spec's version with kube-proxy, flannel and CoreDNS running, and a pod on the worker must resolve kubernetes.default and reach a pod on the controller (OPKE_E2E_WAIT bounds the wait, 10m)
 e2e:

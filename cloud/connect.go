@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +52,10 @@ type Clients struct {
 	Image        *gophercloud.ServiceClient
 	LoadBalancer *gophercloud.ServiceClient
 	ObjectStore  *gophercloud.ServiceClient
-	// AuthURL and Region are the cloud's, for the clusters' cloud.conf.
+	// AuthURL is Keystone's URL as the clusters' hosts reach it, for their
+	// cloud.conf: clouds.yaml's auth_url, or, when OPKE reaches the cloud
+	// through its internal or admin endpoints (clouds.yaml's interface),
+	// the catalog's public identity endpoint. Region is the cloud's.
 	AuthURL, Region string
 }
 
@@ -95,6 +99,13 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 	}
 	pc.RetryFunc, pc.RetryBackoffFunc, pc.MaxBackoffRetries = retry, rateLimited, maxRetries
 	c := &Clients{Provider: pc, AuthURL: ao.IdentityEndpoint, Region: eo.Region}
+	if eo.Availability != "" && eo.Availability != gophercloud.AvailabilityPublic {
+		pub, err := openstack.NewIdentityV3(pc, gophercloud.EndpointOpts{Region: eo.Region, Availability: gophercloud.AvailabilityPublic})
+		if err != nil {
+			return nil, fmt.Errorf("cloud %s: the public identity endpoint, for the hosts: %w", t, err)
+		}
+		c.AuthURL = strings.TrimSuffix(pub.Endpoint, "/")
+	}
 	for _, s := range []struct {
 		dst **gophercloud.ServiceClient
 		new func(*gophercloud.ProviderClient, gophercloud.EndpointOpts) (*gophercloud.ServiceClient, error)

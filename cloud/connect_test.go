@@ -2,7 +2,12 @@ package cloud_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -182,5 +187,78 @@ func TestFenceRefusesWritesOfALostLease(t *testing.T) {
 	w := sim.Writes()
 	if len(w) != 1 || w[0].Route != "POST /network/v2.0/networks" || !strings.HasPrefix(w[0].Agent, "opke/test daemon/a-1 gophercloud/") {
 		t.Errorf("write log %+v, want one network create by opke/test daemon/a-1 (gophercloud)", w)
+	}
+}
+
+// TestAuthURLForHosts: cloud.conf's auth_url is where the cluster's hosts
+// reach Keystone: clouds.yaml's auth_url when OPKE uses the public
+// endpoints; the catalog's public identity endpoint (its v3) when OPKE
+// uses the internal or admin ones, as from a management network. Nothing
+// is sent to the public address.
+func TestAuthURLForHosts(t *testing.T) {
+	t.Parallel()
+	const elsewhere = "https://keystone.example.test:5000"
+	var (
+		srv *httptest.Server
+		mu  sync.Mutex
+		pub string // the catalog's public base
+	)
+	srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		if r.Method != http.MethodPost || r.URL.Path != "/identity/v3/auth/tokens" {
+			// A service's versions document, as gophercloud discovers it.
+			svc := strings.Trim(r.URL.Path, "/")
+			id, ok := map[string]string{"compute": "v2.1", "object-store": "v1.0"}[svc]
+			if !ok {
+				id = "v2.0"
+			}
+			_ = json.NewEncoder(rw).Encode(map[string]any{"versions": []any{map[string]any{"id": id, "status": "CURRENT",
+				"links": []any{map[string]any{"rel": "self", "href": srv.URL + r.URL.Path}}}}})
+			return
+		}
+		mu.Lock()
+		public := pub
+		mu.Unlock()
+		var catalog []any
+		for _, svc := range []string{"identity", "compute", "network", "image", "load-balancer", "object-store"} {
+			eps := []any{map[string]any{"interface": "public", "region": "RegionOne", "region_id": "RegionOne", "url": public + "/" + svc}}
+			if svc == "identity" {
+				eps[0].(map[string]any)["url"] = public // versionless, as Keystone's often is
+			}
+			for _, iface := range []string{"internal", "admin"} {
+				eps = append(eps, map[string]any{"interface": iface, "region": "RegionOne", "region_id": "RegionOne", "url": srv.URL + "/" + svc})
+			}
+			catalog = append(catalog, map[string]any{"type": svc, "name": svc, "endpoints": eps})
+		}
+		rw.Header().Set("X-Subject-Token", "t0ken")
+		rw.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(rw).Encode(map[string]any{"token": map[string]any{
+			"expires_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "catalog": catalog,
+			"user":    map[string]any{"id": "u1", "name": "demo", "domain": map[string]any{"id": "default", "name": "Default"}},
+			"project": map[string]any{"id": "p1", "name": "demo", "domain": map[string]any{"id": "default", "name": "Default"}}}})
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct{ iface, public, want string }{
+		{"public", srv.URL, srv.URL + "/identity/v3"},
+		{"internal", elsewhere, elsewhere + "/v3"},
+		{"admin", elsewhere, elsewhere + "/v3"},
+	} {
+		t.Run(tc.iface, func(t *testing.T) {
+			mu.Lock()
+			pub = tc.public
+			mu.Unlock()
+			file := filepath.Join(t.TempDir(), "clouds.yaml")
+			yaml := fmt.Sprintf("clouds:\n  c:\n    auth:\n      auth_url: %s/identity/v3\n      username: demo\n      password: secret\n      project_name: demo\n      user_domain_name: Default\n      project_domain_name: Default\n    region_name: RegionOne\n    interface: %s\n", srv.URL, tc.iface)
+			if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := cloud.Connect(t.Context(), cloud.Target{File: file, Cloud: "c"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.AuthURL != tc.want {
+				t.Errorf("AuthURL %q, want %q", c.AuthURL, tc.want)
+			}
+		})
 	}
 }

@@ -122,6 +122,12 @@ func (s *Sim) CloudsYAML() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	demo, admin := s.w.Users[s.w.DemoUser], s.w.Users[s.w.AdminUser]
+	// With real hosts the public endpoints are the machines' (PublicURL):
+	// clients on this machine take the internal ones.
+	iface := "public"
+	if s.real != nil {
+		iface = "internal"
+	}
 	cloud := func(name string, u *user, projectName string) string {
 		return fmt.Sprintf(`  %s:
     auth:
@@ -132,9 +138,9 @@ func (s *Sim) CloudsYAML() []byte {
       user_domain_name: Default
       project_domain_name: Default
     region_name: %s
-    interface: public
+    interface: %s
     identity_api_version: 3
-`, name, s.AuthURL(), u.Name, u.Password, projectName, RegionName)
+`, name, s.AuthURL(), u.Name, u.Password, projectName, RegionName, iface)
 	}
 	return []byte("# Written by opke sim: the simulated cloud's credentials.\nclouds:\n" +
 		cloud("sim", demo, DemoProjectName) + cloud("sim-admin", admin, AdminProjectName))

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/keypairs"
@@ -913,6 +914,50 @@ func TestContractOctavia(t *testing.T) {
 		l, _ := pools.ExtractMembers(pages)
 		if err != nil || len(l) != 1 || l[0].Address != "192.168.45.10" {
 			t.Errorf("members %+v %v", l, err)
+		}
+	})
+	// The batch update the cloud controller manager sets a Service's
+	// nodes with: members matched by address and port are updated, new
+	// ones made, the others deleted; 202 without a body.
+	t.Run("members in a batch", func(t *testing.T) {
+		if poolID == "" {
+			t.Fatal("no pool: the children were not made")
+		}
+		members := func() map[string]int { // address:port -> weight
+			pages, err := pools.ListMembers(lc, poolID, nil).AllPages(c.ctx)
+			l, _ := pools.ExtractMembers(pages)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]int{}
+			for _, m := range l {
+				out[fmt.Sprintf("%s:%d", m.Address, m.ProtocolPort)] = m.Weight
+			}
+			return out
+		}
+		weight, name := 5, c.name("lb-controller-1")
+		if err := pools.BatchUpdateMembers(c.ctx, lc, poolID, []pools.BatchUpdateMemberOpts{
+			{Address: "192.168.45.10", ProtocolPort: 6443, Weight: &weight},
+			{Address: "192.168.45.11", ProtocolPort: 6443, Name: &name},
+		}).ExtractErr(); err != nil {
+			t.Fatalf("batch update: %v", err)
+		}
+		active("batch update")
+		if d := cmp.Diff(map[string]int{"192.168.45.10:6443": 5, "192.168.45.11:6443": 1}, members()); d != "" {
+			t.Errorf("members after a batch that adds one (-want +got):\n%s", d)
+		}
+		if err := pools.BatchUpdateMembers(c.ctx, lc, poolID, []pools.BatchUpdateMemberOpts{
+			{Address: "192.168.45.11", ProtocolPort: 6443},
+		}).ExtractErr(); err != nil {
+			t.Fatalf("batch update: %v", err)
+		}
+		active("batch update")
+		if d := cmp.Diff(map[string]int{"192.168.45.11:6443": 1}, members()); d != "" {
+			t.Errorf("members after a batch that leaves one out (-want +got):\n%s", d)
+		}
+		if _, err := lc.Put(c.ctx, lc.ServiceURL("lbaas", "pools", poolID, "members"), map[string]any{"members": []any{map[string]any{"address": "192.168.45.12"}}},
+			nil, &gophercloud.RequestOpts{OkCodes: []int{202}}); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("a member without protocol_port: %v, want 400", err)
 		}
 	})
 	t.Run("cascade delete", func(t *testing.T) {

@@ -87,20 +87,20 @@ func (s *Sim) keystoneRoutes(mux *http.ServeMux) {
 	s.route(mux, "DELETE /identity/v3/users/{user_id}/application_credentials/{id}", s.deleteAppCred)
 }
 
-func (s *Sim) identityVersion() map[string]any {
+func (s *Sim) identityVersion(r *http.Request) map[string]any {
 	return map[string]any{
 		"id": "v3.14", "status": "stable", "updated": "2020-04-07T00:00:00Z",
-		"links":       []any{map[string]any{"rel": "self", "href": s.AuthURL() + "/"}},
+		"links":       []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/identity/v3/"}},
 		"media-types": []any{map[string]any{"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}},
 	}
 }
 
-func (s *Sim) identityVersions(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusMultipleChoices, map[string]any{"versions": map[string]any{"values": []any{s.identityVersion()}}})
+func (s *Sim) identityVersions(rw http.ResponseWriter, r *http.Request) {
+	writeJSON(rw, http.StatusMultipleChoices, map[string]any{"versions": map[string]any{"values": []any{s.identityVersion(r)}}})
 }
 
-func (s *Sim) identityV3(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"version": s.identityVersion()})
+func (s *Sim) identityV3(rw http.ResponseWriter, r *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"version": s.identityVersion(r)})
 }
 
 // authRequest is the body of POST /v3/auth/tokens, the parts the simulator reads.
@@ -260,23 +260,28 @@ func (s *Sim) tokenBody(w *world, t *token) map[string]any {
 	return body
 }
 
-// catalog lists the simulated services, all on the one API address.
+// catalog lists the simulated services: their public endpoints at
+// PublicURL, the internal and admin ones at URL (the same address but
+// with real hosts).
 func (s *Sim) catalog(projectID string) []any {
-	base := s.URL()
-	svc := func(typ, name, url string) map[string]any {
+	svc := func(typ, name, path string) map[string]any {
 		var eps []any
 		for _, iface := range []string{"public", "internal", "admin"} {
-			eps = append(eps, map[string]any{"id": newHex(), "interface": iface, "region": RegionName, "region_id": RegionName, "url": url})
+			base := s.URL()
+			if iface == "public" {
+				base = s.PublicURL()
+			}
+			eps = append(eps, map[string]any{"id": newHex(), "interface": iface, "region": RegionName, "region_id": RegionName, "url": base + path})
 		}
 		return map[string]any{"id": newHex(), "type": typ, "name": name, "endpoints": eps}
 	}
 	return []any{
-		svc("identity", "keystone", base+"/identity"),
-		svc("compute", "nova", base+"/compute/v2.1"),
-		svc("image", "glance", base+"/image"),
-		svc("network", "neutron", base+"/network"),
-		svc("load-balancer", "octavia", base+"/load-balancer"),
-		svc("object-store", "swift", base+"/object-store/v1/AUTH_"+projectID),
+		svc("identity", "keystone", "/identity"),
+		svc("compute", "nova", "/compute/v2.1"),
+		svc("image", "glance", "/image"),
+		svc("network", "neutron", "/network"),
+		svc("load-balancer", "octavia", "/load-balancer"),
+		svc("object-store", "swift", "/object-store/v1/AUTH_"+projectID),
 	}
 }
 
@@ -430,7 +435,7 @@ func (s *Sim) listAppCreds(rw http.ResponseWriter, r *request) {
 		}
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"application_credentials": orEmpty(out),
-		"links": map[string]any{"self": r.s.URL() + r.URL.Path, "next": nil, "previous": nil}})
+		"links": map[string]any{"self": requestBase(r.Request, r.s) + r.URL.Path, "next": nil, "previous": nil}})
 }
 
 func (s *Sim) getAppCred(rw http.ResponseWriter, r *request) {

@@ -400,7 +400,7 @@ func neutronList[T interface{ base() *common }](rw http.ResponseWriter, r *reque
 	}
 	body := map[string]any{k.plural: out}
 	if more {
-		body[k.plural+"_links"] = []any{map[string]any{"rel": "next", "href": nextHref(r.s.URL(), r.URL, page[len(page)-1].base().ID)}}
+		body[k.plural+"_links"] = []any{map[string]any{"rel": "next", "href": nextHref(requestBase(r.Request, r.s), r.URL, page[len(page)-1].base().ID)}}
 	}
 	writeJSON(rw, http.StatusOK, body)
 }
@@ -876,15 +876,15 @@ func (s *Sim) neutronRoutes(mux *http.ServeMux) {
 	})
 }
 
-func (s *Sim) networkVersions(rw http.ResponseWriter, _ *http.Request) {
+func (s *Sim) networkVersions(rw http.ResponseWriter, r *http.Request) {
 	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{map[string]any{"id": "v2.0", "status": "CURRENT",
-		"links": []any{map[string]any{"rel": "self", "href": s.URL() + "/network/v2.0/"}}}}})
+		"links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/network/v2.0/"}}}}})
 }
 
-func (s *Sim) networkV2(rw http.ResponseWriter, _ *http.Request) {
+func (s *Sim) networkV2(rw http.ResponseWriter, r *http.Request) {
 	var res []any
 	for _, p := range []string{"network", "subnet", "port", "router", "floatingip", "security_group", "security_group_rule"} {
-		res = append(res, map[string]any{"name": p, "collection": p + "s", "links": []any{map[string]any{"rel": "self", "href": s.URL() + "/network/v2.0/" + p + "s"}}})
+		res = append(res, map[string]any{"name": p, "collection": p + "s", "links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/network/v2.0/" + p + "s"}}})
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{"resources": res})
 }

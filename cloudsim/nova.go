@@ -212,18 +212,18 @@ func (s *Sim) novaRoutes(mux *http.ServeMux) {
 	s.route(mux, "GET /image/v2/images/{id}", s.getImage)
 }
 
-func (s *Sim) computeVersion() map[string]any {
+func (s *Sim) computeVersion(r *http.Request) map[string]any {
 	return map[string]any{"id": "v2.1", "status": "CURRENT", "version": "2." + strconv.Itoa(novaMaxMinor), "min_version": "2.1",
-		"updated": "2013-07-23T11:33:21Z", "links": []any{map[string]any{"rel": "self", "href": s.URL() + "/compute/v2.1/"}},
+		"updated": "2013-07-23T11:33:21Z", "links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/compute/v2.1/"}},
 		"media-types": []any{map[string]any{"base": "application/json", "type": "application/vnd.openstack.compute+json;version=2.1"}}}
 }
 
-func (s *Sim) computeVersions(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{s.computeVersion()}})
+func (s *Sim) computeVersions(rw http.ResponseWriter, r *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{s.computeVersion(r)}})
 }
 
-func (s *Sim) computeV21(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"version": s.computeVersion()})
+func (s *Sim) computeV21(rw http.ResponseWriter, r *http.Request) {
+	writeJSON(rw, http.StatusOK, map[string]any{"version": s.computeVersion(r)})
 }
 
 func (s *Sim) flavorView(f *flavor, mv int, detail bool) map[string]any {
@@ -657,7 +657,7 @@ func (s *Sim) listServers(rw http.ResponseWriter, r *request, mv int) {
 	}
 	body := map[string]any{"servers": out}
 	if more {
-		body["servers_links"] = []any{map[string]any{"rel": "next", "href": nextHref(s.URL(), r.URL, page[len(page)-1].ID)}}
+		body["servers_links"] = []any{map[string]any{"rel": "next", "href": nextHref(requestBase(r.Request, s), r.URL, page[len(page)-1].ID)}}
 	}
 	writeJSON(rw, http.StatusOK, body)
 }
@@ -768,7 +768,7 @@ func (s *Sim) createServer(rw http.ResponseWriter, r *request, mv int) {
 		sv.Host = host
 		w.schedule(r.now, s.opts.BootDelay, "server-active", sv.ID)
 	}
-	rw.Header().Set("Location", s.URL()+"/compute/v2.1/servers/"+sv.ID)
+	rw.Header().Set("Location", requestBase(r.Request, s)+"/compute/v2.1/servers/"+sv.ID)
 	sgs := []any{}
 	for _, n := range sgNames {
 		sgs = append(sgs, map[string]any{"name": n})
@@ -1287,7 +1287,7 @@ func (s *Sim) serverTag(rw http.ResponseWriter, r *request, mv int) {
 			return
 		}
 		sv.Tags, sv.Updated = append(sv.Tags, tag), r.now.UTC()
-		rw.Header().Set("Location", s.URL()+r.URL.Path)
+		rw.Header().Set("Location", requestBase(r.Request, s)+r.URL.Path)
 		rw.WriteHeader(http.StatusCreated)
 	case http.MethodDelete:
 		if !has {
@@ -1524,9 +1524,9 @@ func (s *Sim) listAZs(rw http.ResponseWriter, _ *request, _ int) {
 	writeJSON(rw, http.StatusOK, map[string]any{"availabilityZoneInfo": []any{map[string]any{"zoneName": "nova", "zoneState": map[string]any{"available": true}, "hosts": nil}}})
 }
 
-func (s *Sim) imageVersions(rw http.ResponseWriter, _ *http.Request) {
+func (s *Sim) imageVersions(rw http.ResponseWriter, r *http.Request) {
 	writeJSON(rw, http.StatusMultipleChoices, map[string]any{"versions": []any{map[string]any{"id": "v2.16", "status": "CURRENT",
-		"links": []any{map[string]any{"rel": "self", "href": s.URL() + "/image/v2/"}}}}})
+		"links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/image/v2/"}}}}})
 }
 
 func (s *Sim) imageView(img *image) map[string]any {

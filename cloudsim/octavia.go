@@ -189,6 +189,9 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 			s.route(mux, "DELETE "+base+c.path+"/{id}", s.deleteLBChild(c.kind))
 		}
 	}
+	for _, v := range []string{"v2", "v2.0"} {
+		s.route(mux, "PUT /load-balancer/"+v+"/lbaas/pools/{pool}/members", s.batchMembers)
+	}
 	mux.HandleFunc("GET /load-balancer", s.lbVersions)
 	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)
 }
@@ -266,9 +269,9 @@ type lbObject interface{ lbBase() *lbCommon }
 var lbKindNames = map[string]string{"loadbalancer": "Load Balancer", "listener": "Listener", "pool": "Pool",
 	"member": "Member", "healthmonitor": "Health Monitor"}
 
-func (s *Sim) lbVersions(rw http.ResponseWriter, _ *http.Request) {
+func (s *Sim) lbVersions(rw http.ResponseWriter, r *http.Request) {
 	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{map[string]any{"id": "v2.0", "status": "CURRENT",
-		"updated": "2022-09-01T00:00:00Z", "links": []any{map[string]any{"rel": "self", "href": s.URL() + "/load-balancer/v2/"}}}}})
+		"updated": "2022-09-01T00:00:00Z", "links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/load-balancer/v2/"}}}}})
 }
 
 func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {
@@ -321,7 +324,7 @@ func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {
 		}
 		links := []any{}
 		if more {
-			links = append(links, map[string]any{"rel": "next", "href": nextHref(r.s.URL(), r.URL, page[len(page)-1].lbBase().ID)})
+			links = append(links, map[string]any{"rel": "next", "href": nextHref(requestBase(r.Request, r.s), r.URL, page[len(page)-1].lbBase().ID)})
 		}
 		writeJSON(rw, http.StatusOK, map[string]any{plural: out, plural + "_links": links})
 	}
@@ -543,6 +546,99 @@ func (s *Sim) createMember(rw http.ResponseWriter, r *request) {
 	p.Members = append(p.Members, idRef{m.ID})
 	r.pendingUpdate(lb)
 	writeJSON(rw, http.StatusCreated, map[string]any{"member": m})
+}
+
+// batchMembers is Octavia's batch update of a pool's members (PUT
+// .../pools/{pool}/members, as the cloud controller manager sets a
+// Service's nodes): the members the body lists, matched by address and
+// protocol_port, are made or updated; the pool's others are deleted,
+// unless additive_only=true. All or nothing: 202 without a body.
+func (s *Sim) batchMembers(rw http.ResponseWriter, r *request) {
+	p := r.w.Pools[r.PathValue("pool")]
+	if p == nil || !r.visible(p.ProjectID, false) || p.ProvisioningStatus == "PENDING_DELETE" {
+		octaviaError(rw, http.StatusNotFound, "Pool "+r.PathValue("pool")+" not found.")
+		return
+	}
+	var body struct {
+		Members []map[string]any `json:"members"`
+	}
+	if err := decodeBody(r, &body); err != nil || body.Members == nil {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute members.")
+		return
+	}
+	additive, _ := strconv.ParseBool(r.URL.Query().Get("additive_only"))
+	lb, ok := mutableLB(rw, r, p.LB)
+	if !ok {
+		return
+	}
+	type key struct {
+		addr string
+		port int
+	}
+	existing := map[key]*member{}
+	for _, ref := range p.Members {
+		if m := r.w.Members[ref.ID]; m != nil && m.ProvisioningStatus != "PENDING_DELETE" {
+			existing[key{m.Address, m.ProtocolPort}] = m
+		}
+	}
+	// Checked whole before anything changes.
+	listed := map[key]bool{}
+	updated := map[*member]member{}
+	for _, b := range body.Members {
+		port, _ := b["protocol_port"].(float64)
+		k := key{str(b, "address"), int(port)}
+		if k.addr == "" || k.port < 1 || k.port > 65535 {
+			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute address or protocol_port.")
+			return
+		}
+		if listed[k] {
+			octaviaError(rw, http.StatusBadRequest, fmt.Sprintf("Duplicate member %s:%d in the request.", k.addr, k.port))
+			return
+		}
+		listed[k] = true
+		if m := existing[k]; m != nil {
+			upd := maps.Clone(b)
+			for _, f := range []string{"address", "protocol_port", "subnet_id"} {
+				delete(upd, f)
+			}
+			next := *m
+			if !updateLBFields(rw, "member", &next, upd) {
+				return
+			}
+			// What the request leaves unset stays as it was.
+			if _, set := b["name"]; set {
+				next.Name = str(b, "name")
+			}
+			next.AdminStateUp = boolOr(b, "admin_state_up", m.AdminStateUp)
+			updated[m] = next
+		}
+	}
+	for _, b := range body.Members {
+		port, _ := b["protocol_port"].(float64)
+		k := key{str(b, "address"), int(port)}
+		if m := existing[k]; m != nil {
+			*m = updated[m]
+			m.ProvisioningStatus, m.Updated = "PENDING_UPDATE", lbTime(r.now.UTC().Truncate(time.Second))
+			continue
+		}
+		weight := 1
+		if w, ok := b["weight"].(float64); ok {
+			weight = int(w)
+		}
+		m := &member{lbCommon: newLBCommon(r, b, lb.ID), PoolID: p.ID, Address: k.addr, ProtocolPort: k.port, SubnetID: str(b, "subnet_id"), Weight: weight,
+			Backup: boolOr(b, "backup", false), MonitorAddr: b["monitor_address"], MonitorPort: b["monitor_port"]}
+		r.w.Members[m.ID] = m
+		p.Members = append(p.Members, idRef{m.ID})
+	}
+	if !additive {
+		for k, m := range existing {
+			if !listed[k] {
+				m.ProvisioningStatus = "PENDING_DELETE"
+			}
+		}
+	}
+	r.pendingUpdate(lb)
+	rw.WriteHeader(http.StatusAccepted)
 }
 
 func (s *Sim) createMonitor(rw http.ResponseWriter, r *request) {

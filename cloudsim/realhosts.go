@@ -683,6 +683,15 @@ func (r *realHosts) converge(ctx context.Context) error {
 			continue
 		}
 		r.edges[id] = edge{ns: path, ip: d.edges[id].Addr()}
+		if d.edges[id].Addr() == fabricAPIAddr() {
+			// The APIs' public endpoints, for the machines.
+			ln, err := machine.ListenIn(path, "tcp", netip.AddrPortFrom(fabricAPIAddr(), FabricAPIPort).String())
+			if err != nil {
+				errs = append(errs, fmt.Errorf("the APIs on the edge: %w", err))
+				continue
+			}
+			r.s.serve(r.s.api, ln)
+		}
 	}
 	var boot []string
 	for _, id := range slices.Sorted(maps.Keys(d.servers)) {

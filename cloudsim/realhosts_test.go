@@ -317,6 +317,24 @@ func TestRealHosts(t *testing.T) {
 		}
 	})
 
+	// The catalog's public endpoints are where the machines reach the
+	// APIs (a cluster's cloud controller manager): port 80 of the public
+	// network's edge, through their router. OPKE and the CLI on this
+	// machine take the internal ones (clouds.yaml's interface).
+	t.Run("public endpoints", func(t *testing.T) {
+		pub := w.e.sim.PublicURL()
+		if pub != "http://203.0.113.254:80" {
+			t.Errorf("PublicURL %s", pub)
+		}
+		out := w.mustSSH("a", `exec 3<>/dev/tcp/203.0.113.254/80 && printf 'GET /identity/v3 HTTP/1.0\r\nHost: 203.0.113.254\r\n\r\n' >&3 && timeout 10 cat <&3`)
+		if !strings.HasPrefix(out, "HTTP/1.0 200") || !strings.Contains(out, `"id":"v3`) {
+			t.Errorf("Keystone from a machine, at the public endpoint:\n%s", out)
+		}
+		if !strings.Contains(out, "http://203.0.113.254/identity/v3") {
+			t.Errorf("Keystone's links, asked at the edge, are not the edge's:\n%s", out)
+		}
+	})
+
 	t.Run("sftp through a jump host", func(t *testing.T) {
 		local := filepath.Join(w.dir, "payload")
 		if err := os.WriteFile(local, []byte("over the jump\n"), 0o644); err != nil {

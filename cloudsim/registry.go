@@ -77,16 +77,23 @@ func (s *Sim) StartRegistry(ctx context.Context, network, binary, dir string) (*
 		}
 	}
 	addr := netip.AddrPortFrom(e.ip, RegistryPort)
-	caPEM, certPEM, keyPEM, err := registryTLS(e.ip)
-	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	for name, b := range map[string][]byte{"cert.pem": certPEM, "key.pem": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+	// A registry started again in the same dir keeps its CA: the specs
+	// that name it as their mirror keep working.
+	caPEM, errCA := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	_, errCert := os.Stat(filepath.Join(dir, "cert.pem"))
+	_, errKey := os.Stat(filepath.Join(dir, "key.pem"))
+	if errCA != nil || errCert != nil || errKey != nil {
+		var certPEM, keyPEM []byte
+		if caPEM, certPEM, keyPEM, err = registryTLS(e.ip); err != nil {
 			return nil, fmt.Errorf("registry: %w", err)
+		}
+		for name, b := range map[string][]byte{"cert.pem": certPEM, "key.pem": keyPEM, "ca.pem": caPEM} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				return nil, fmt.Errorf("registry: %w", err)
+			}
 		}
 	}
 	config := fmt.Sprintf(`version: 0.1

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -243,6 +244,39 @@ func (s *Sim) serve(srv *http.Server, ln net.Listener) {
 
 // URL is the base URL of the APIs, http://127.0.0.1:PORT.
 func (s *Sim) URL() string { return "http://" + s.apiLn.Addr().String() }
+
+// FabricAPIPort is where, on real hosts, the machines reach the APIs:
+// port 80 of the public network's edge, as devstack serves them.
+const FabricAPIPort = 80
+
+// PublicURL is the base URL of the catalog's public endpoints: with real
+// hosts, the APIs on the public network's edge (port FabricAPIPort),
+// where the machines reach them through their routers (a cluster's cloud
+// controller manager); else URL. The internal and admin endpoints are at
+// URL, where OPKE, its tests and the openstack CLI reach them
+// (clouds.yaml's interface: internal), as an operator's management
+// network reaches a cloud's internal endpoints.
+func (s *Sim) PublicURL() string {
+	if s.real == nil {
+		return s.URL()
+	}
+	return "http://" + netip.AddrPortFrom(fabricAPIAddr(), FabricAPIPort).String()
+}
+
+// fabricAPIAddr is the public network's edge address.
+func fabricAPIAddr() netip.Addr {
+	return lastAddr(netip.MustParsePrefix(publicCIDR)).Prev()
+}
+
+// requestBase is the base URL a request came in on (its Host), for the
+// links and Location headers of an answer: an API reached at the edge
+// answers with links there.
+func requestBase(r *http.Request, s *Sim) string {
+	if r.Host == "" {
+		return s.URL()
+	}
+	return "http://" + r.Host
+}
 
 // AuthURL is Keystone's v3 URL, the auth_url of clouds.yaml.
 func (s *Sim) AuthURL() string { return s.URL() + "/identity/v3" }

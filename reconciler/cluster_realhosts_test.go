@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"opke.dev/opke/backup"
@@ -45,7 +49,7 @@ func TestClusterComesUp(t *testing.T) {
 	reg, built := mirrorWorld(t, r)
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools[0].Count = 1
-	c.Spec.Addons = nil
+	c.Spec.Addons = []schemas.Addon{{Name: "openstack-cloud-controller-manager"}}
 	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
 	// Whatever fails, the hosts' own account of it.
 	t.Cleanup(func() {
@@ -59,110 +63,10 @@ func TestClusterComesUp(t *testing.T) {
 
 	res := r.observed(t)
 	api, base, _ := r.apiClient(t, res, "demo-controller-0")
-	get := func(path string, out any) error {
-		resp, err := api.Get(base + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s %.200s", path, resp.Status, b)
-		}
-		return json.Unmarshal(b, out)
-	}
-	logged := map[string]bool{}
-	check := func() string {
-		// Fresh each time: json.Unmarshal into a used value keeps the
-		// map keys of the last answer (a container's old state).
-		type condition struct{ Type, Status, Reason, Message string }
-		var nodes struct {
-			Items []struct {
-				Metadata struct{ Name string }
-				Status   struct {
-					Conditions []condition
-					NodeInfo   struct{ KubeletVersion string }
-				}
-			}
-		}
-		var pods struct {
-			Items []struct {
-				Metadata struct{ Namespace, Name string }
-				Spec     struct{ NodeName string }
-				Status   struct {
-					Phase             string
-					ContainerStatuses []struct {
-						Name  string
-						Ready bool
-						State map[string]struct{ Reason, Message string }
-					}
-				}
-			}
-		}
-		if err := get("/api/v1/nodes", &nodes); err != nil {
-			return err.Error()
-		}
-		if err := get("/api/v1/pods", &pods); err != nil {
-			return err.Error()
-		}
-		var why []string
-		ready := map[string]bool{}
-		for _, n := range nodes.Items {
-			for _, c := range n.Status.Conditions {
-				if c.Type == "Ready" && c.Status == "True" && n.Status.NodeInfo.KubeletVersion == "v1.35.1" {
-					ready[n.Metadata.Name] = true
-				} else if c.Type == "Ready" {
-					why = append(why, fmt.Sprintf("node %s: Ready=%s %s %s (kubelet %s)", n.Metadata.Name, c.Status, c.Reason, c.Message, n.Status.NodeInfo.KubeletVersion))
-				}
-			}
-		}
-		for _, n := range []string{"demo-controller-0", "demo-default-0"} {
-			if !ready[n] && !slices.ContainsFunc(why, func(s string) bool { return strings.HasPrefix(s, "node "+n+":") }) {
-				why = append(why, "node "+n+": not registered")
-			}
-		}
-		running := map[string]int{}
-		for _, p := range pods.Items {
-			allReady := len(p.Status.ContainerStatuses) > 0
-			for _, cs := range p.Status.ContainerStatuses {
-				allReady = allReady && cs.Ready
-				for state, d := range cs.State {
-					if state != "running" {
-						why = append(why, fmt.Sprintf("pod %s/%s on %s: %s %s %s %.160s", p.Metadata.Namespace, p.Metadata.Name, p.Spec.NodeName, cs.Name, state, d.Reason, d.Message))
-					}
-					// A crashing container's last words, once.
-					key := p.Metadata.Namespace + "/" + p.Metadata.Name + "/" + cs.Name
-					if d.Reason == "CrashLoopBackOff" && !logged[key] {
-						logged[key] = true
-						resp, err := api.Get(base + "/api/v1/namespaces/" + p.Metadata.Namespace + "/pods/" + p.Metadata.Name + "/log?previous=true&tailLines=30&container=" + cs.Name)
-						if err == nil {
-							b, _ := io.ReadAll(resp.Body)
-							resp.Body.Close()
-							t.Logf("%s crashed:\n%s", key, b)
-						}
-					}
-				}
-			}
-			if p.Status.Phase == "Running" && allReady {
-				app, _, _ := strings.Cut(p.Metadata.Name, "-")
-				running[app]++
-			} else if len(p.Status.ContainerStatuses) == 0 {
-				why = append(why, fmt.Sprintf("pod %s/%s on %q: %s", p.Metadata.Namespace, p.Metadata.Name, p.Spec.NodeName, p.Status.Phase))
-			}
-		}
-		// kube-proxy-*, kube-flannel-ds-*, coredns-*: by their names' first word.
-		for app, want := range map[string]int{"kube": 4, "coredns": 1} {
-			if running[app] < want {
-				why = append(why, fmt.Sprintf("%d %s pods running and ready, want %d", running[app], app, want))
-			}
-		}
-		return strings.Join(why, "\n")
-	}
-	wait := 10 * time.Minute
-	if d, err := time.ParseDuration(os.Getenv("OPKE_E2E_WAIT")); err == nil {
-		wait = d // for a quicker look while debugging
-	}
-	waitFor(t, wait, check)
+	get := getter(api, base)
+	check := upCheck(t, get, api, base, "v1.35.1", []string{"demo-controller-0", "demo-default-0"},
+		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1})
+	waitFor(t, e2eWait(), check)
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
 	// The user's own tool: kubectl (built from source by make world) with
@@ -256,6 +160,56 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	}
 	t.Logf("a pod on demo-default-0 resolved kubernetes.default and reached a pod on demo-controller-0 (%s):\n%s", server.Status.PodIP, out)
 
+	// A Service of type LoadBalancer: the cloud controller manager (on
+	// the controller, its cloud.conf pushed by OPKE) makes its Octavia
+	// load balancer through the cloud's public endpoints, as the hosts
+	// reach them, with the workers as members (the controller is
+	// excluded) and a floating IP; a DNS query over TCP to that address,
+	// through the edge as from the Internet, is answered by the pod
+	// behind it.
+	step := time.Now()
+	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-dns"},"spec":{
+		"replicas":1,"selector":{"matchLabels":{"app":"e2e-dns"}},"template":{"metadata":{"labels":{"app":"e2e-dns"}},"spec":{
+		"containers":[{"name":"coredns","image":"registry.k8s.io/coredns/coredns:v1.13.1","args":["-dns.port","5353"]}]}}}}`)
+	post("/api/v1/namespaces/default/services", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"e2e-dns"},"spec":{
+		"type":"LoadBalancer","selector":{"app":"e2e-dns"},"ports":[{"name":"dns","protocol":"TCP","port":53,"targetPort":5353}]}}`)
+	var lbIP string
+	var lb serviceLB
+	workerIP := res["openstack/port/demo-default-0"].Attrs["fixed_ip"].Value
+	waitFor(t, 5*time.Minute, func() string {
+		var svc struct {
+			Status struct {
+				LoadBalancer struct{ Ingress []struct{ IP string } }
+			}
+		}
+		if err := get("/api/v1/namespaces/default/services/e2e-dns", &svc); err != nil {
+			return err.Error()
+		}
+		if len(svc.Status.LoadBalancer.Ingress) == 0 {
+			return "the Service e2e-dns has no load balancer yet" + ccmEvents(get)
+		}
+		lbIP = svc.Status.LoadBalancer.Ingress[0].IP
+		// The worker alone: the controller is excluded from Services'
+		// load balancers by its label.
+		if lb = serviceLoadBalancer(t, r, "kube_service_demo_default_e2e-dns"); !slices.Equal(lb.members, []string{workerIP}) {
+			return fmt.Sprintf("the load balancer's members: %v, want the worker alone (%s)", lb.members, workerIP) + ccmEvents(get)
+		}
+		return ""
+	})
+	if lb.fip != lbIP {
+		t.Errorf("the Service's address %s is not the load balancer's floating IP %s", lbIP, lb.fip)
+	}
+	var answer string
+	waitFor(t, 2*time.Minute, func() string {
+		answer = dnsOverTCP(t, r.sim.Edge(), net.JoinHostPort(lbIP, "53"))
+		if answer != "12 34" {
+			return fmt.Sprintf("the load balancer %s answered %q", lbIP, answer)
+		}
+		return ""
+	})
+	t.Logf("the Service e2e-dns got its load balancer %s (members %v) from the cloud controller manager and answered through it, in %s",
+		lbIP, lb.members, time.Since(step).Round(time.Second))
+
 	// Step 3 of make e2e: scale out to two workers, and in again with a
 	// real drain. A Deployment keeps a pod on each worker (required
 	// anti-affinity; the controller is tainted) under a budget that lets
@@ -264,7 +218,7 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	// evicts it (its replacement finds no node), the DaemonSets' pods
 	// are left to go with the server, and the Node object goes after the
 	// server, as Kubernetes keeps it otherwise.
-	step := time.Now()
+	step = time.Now()
 	c.Spec.WorkerPools[0].Count = 2
 	r.apply(t, c)
 	waitFor(t, 5*time.Minute, func() string {
@@ -515,6 +469,20 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		}
 	}
 
+	// The Service goes first, and its load balancer with it (the cloud
+	// controller manager deletes it): OPKE deletes what it made.
+	resp, err = api.Do(mustRequest(t, http.MethodDelete, base+"/api/v1/namespaces/default/services/e2e-dns", "application/json", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitFor(t, 3*time.Minute, func() string {
+		if lbs := serviceLoadBalancers(t, r); len(lbs) > 0 {
+			return fmt.Sprintf("the cloud controller manager has not deleted %v", lbs)
+		}
+		return ""
+	})
+
 	// Step 5 of make e2e: the cluster taken out of the fleet, with
 	// deletionPolicy Delete: nothing of it is left in OpenStack, and its
 	// machines are gone.
@@ -593,8 +561,11 @@ func hostDiagnostics(t *testing.T, r *rig, hosts ...string) {
 	for _, h := range hosts {
 		host := dialHost(t, r, res, h, gw)
 		for _, cmd := range []string{
-			"sudo -n systemctl --no-pager status containerd kubelet",
+			"sudo -n systemctl --no-pager status containerd kubelet etcd-member",
 			"sudo -n journalctl --no-pager -n 60 -u kubelet -u containerd",
+			"sudo -n journalctl --no-pager -n 40 -u etcd-member",
+			"sudo -n ctr --namespace opke tasks ls; ps -eo pid,ppid,stat,wchan:32,etime,args | grep -E 'runc|ctr|etcd|shim' | grep -v grep",
+			"for p in $(pgrep -f 'runc.*delete'); do echo $p; sudo -n cat /proc/$p/stack /proc/$p/status | head -20; done",
 			"sudo -n ls -l /opt/cni/bin /etc/cni/net.d /etc/containerd/certs.d",
 			"ip -4 route; ip -4 addr",
 			"sudo -n iptables-save -t nat | head -40",
@@ -603,4 +574,119 @@ func hostDiagnostics(t *testing.T, r *rig, hosts ...string) {
 			t.Logf("%s: %s (%v):\n%s", h, cmd, err, out)
 		}
 	}
+}
+
+// serviceLB is a load balancer the cloud controller manager made: its
+// members' addresses and its floating IP.
+type serviceLB struct {
+	members []string
+	fip     string
+}
+
+// serviceLoadBalancer finds the load balancer named name in Octavia.
+func serviceLoadBalancer(t *testing.T, r *rig, name string) serviceLB {
+	t.Helper()
+	ctx := t.Context()
+	pages, err := loadbalancers.List(r.clients.LoadBalancer, loadbalancers.ListOpts{Name: name}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbs, err := loadbalancers.ExtractLoadBalancers(pages)
+	if err != nil || len(lbs) != 1 {
+		t.Fatalf("load balancers named %s: %d %v", name, len(lbs), err)
+	}
+	var out serviceLB
+	for _, p := range lbs[0].Pools {
+		mp, err := pools.ListMembers(r.clients.LoadBalancer, p.ID, pools.ListMembersOpts{}).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := pools.ExtractMembers(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			out.members = append(out.members, m.Address)
+		}
+	}
+	slices.Sort(out.members)
+	fp, err := floatingips.List(r.clients.Network, floatingips.ListOpts{PortID: lbs[0].VipPortID}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fips, err := floatingips.ExtractFloatingIPs(fp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fips) == 1 {
+		out.fip = fips[0].FloatingIP
+	}
+	return out
+}
+
+// serviceLoadBalancers names the load balancers the cloud controller
+// manager made (named kube_service_...).
+func serviceLoadBalancers(t *testing.T, r *rig) []string {
+	t.Helper()
+	pages, err := loadbalancers.List(r.clients.LoadBalancer, loadbalancers.ListOpts{}).AllPages(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbs, err := loadbalancers.ExtractLoadBalancers(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, lb := range lbs {
+		if strings.HasPrefix(lb.Name, "kube_service_") {
+			out = append(out, lb.Name+" ("+lb.ProvisioningStatus+")")
+		}
+	}
+	return out
+}
+
+// dnsOverTCP sends a DNS query over TCP (RFC 7766: its length first), id
+// 0x1234, for "a." IN A, to addr through the edge, and returns the
+// answer's id in hex ("12 34"), or why there is none.
+func dnsOverTCP(t *testing.T, edge, addr string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := sshx.Dialer{Proxy: edge}.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("\x00\x13\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x01\x00\x01")); err != nil {
+		return err.Error()
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("% x", b[2:])
+}
+
+// ccmEvents are the cloud controller manager's warnings on Services, for
+// a wait's message.
+func ccmEvents(get func(string, any) error) string {
+	var evs struct {
+		Items []struct {
+			Type, Reason, Message string
+		}
+	}
+	if err := get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind%3DService", &evs); err != nil {
+		return ""
+	}
+	var out []string
+	for _, e := range evs.Items {
+		if e.Type == "Warning" {
+			out = append(out, e.Reason+": "+e.Message)
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "\n" + strings.Join(out[max(0, len(out)-3):], "\n")
 }

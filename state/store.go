@@ -153,6 +153,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// lockWait is how long opening a data dir waits for its lock.
+const lockWait = 2 * time.Second
+
 // startEmbedded starts a single-member etcd in dir/etcd on 127.0.0.1, with
 // ports chosen by the kernel, after taking dir/lock.
 func (s *Store) startEmbedded(ctx context.Context, dir string) error {
@@ -163,9 +166,25 @@ func (s *Store) startEmbedded(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("data dir lock: %w", err)
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return fmt.Errorf("%s: %w", dir, ErrLocked)
+	// A lock just released may linger a moment: a child process another
+	// goroutine forked holds a copy of the descriptor until its exec
+	// closes it (O_CLOEXEC), and the lock goes with the last copy. A few
+	// tries over lockWait tell that from another opke holding it.
+	for deadline := time.Now().Add(lockWait); ; {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			lock.Close()
+			return fmt.Errorf("%s: %w", dir, ErrLocked)
+		}
+		select {
+		case <-ctx.Done():
+			lock.Close()
+			return fmt.Errorf("%s: %w", dir, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	s.lock = lock
 	// Certificates issued anew into the 0700 data dir: without them no

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -406,4 +407,32 @@ func TestEmbeddedEtcdRefusesStrangers(t *testing.T) {
 	if v, err := own.Get(ctx, own.Key("demo", "journal")); err != nil || string(v) != "resume me" {
 		t.Errorf("with the data dir's certificates: %q %v", v, err)
 	}
+}
+
+// TestOpenWaitsForALingeringLock: a data dir's lock outlives Close while a
+// child process another goroutine forked still holds a copy of its
+// descriptor (until its exec closes it); the next Open waits it out
+// rather than report another opke. Seen as "data dir is in use" between
+// two commands of one test process.
+func TestOpenWaitsForALingeringLock(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	s, err := Open(ctx, Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "0.5")
+	child.ExtraFiles = []*os.File{s.lock} // the lock's descriptor, copied
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Wait() })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(ctx, Options{DataDir: dir})
+	if err != nil {
+		t.Fatalf("open after close, the lock lingering in a child: %v", err)
+	}
+	again.Close()
 }

@@ -58,6 +58,7 @@ type ImageConfig struct {
 	Config       struct {
 		Env        []string `json:"Env,omitempty"`
 		Entrypoint []string `json:"Entrypoint,omitempty"`
+		Cmd        []string `json:"Cmd,omitempty"`
 	} `json:"config"`
 	RootFS struct {
 		Type    string   `json:"type"`
@@ -115,7 +116,7 @@ func WriteImage(dir string, spec ImageSpec, files map[string]string, created tim
 	var cfg ImageConfig
 	cfg.Created, cfg.Architecture, cfg.OS = created, "amd64", "linux"
 	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"}
-	cfg.Config.Entrypoint = spec.Entrypoint
+	cfg.Config.Entrypoint, cfg.Config.Cmd = spec.Entrypoint, spec.Cmd
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = diffIDs
 	for _, h := range history {

@@ -37,7 +37,8 @@ const (
 	// E2E is what the real-host suites use today: every Kubernetes
 	// version (make e2e upgrades the first to the patch release, then to
 	// the next minor) with its minor's etcd, pause, CoreDNS and flannel
-	// with the CNI plugins, the host runtime, the registry; no addon.
+	// with the CNI plugins and OpenStack's cloud controller manager, the
+	// host runtime, the registry; no other addon.
 	E2E Set = "e2e"
 )
 
@@ -65,6 +66,11 @@ type ImageSpec struct {
 	Ref        string
 	Files      []ImageFile
 	Entrypoint []string
+	// Cmd is the image's default command, for images whose upstream
+	// Dockerfile sets CMD rather than ENTRYPOINT: a manifest's args
+	// replace it whole (cloud-provider-openstack's manifests give the
+	// binary's path as their first arg).
+	Cmd []string `json:",omitempty"`
 	// Base, if set, is the Debian root filesystem under Files.
 	Base *Base `json:",omitempty"`
 }
@@ -178,6 +184,11 @@ func Targets(set Set) ([]Artifact, error) {
 		}
 		add(fc)
 		add(CNIPlugins(CNIPluginsVersion))
+		if set == E2E {
+			// make e2e's LoadBalancer Service: the cloud controller
+			// manager alone, not the Cinder CSI plugin beside it.
+			add(CloudControllerManager(im.CloudProvider))
+		}
 		if set == All {
 			ms, err := MetricsServer(im.MetricsServer)
 			if err != nil {
@@ -470,6 +481,16 @@ func FlannelCNI(ref string) (Artifact, error) {
 	}, nil
 }
 
+// CloudControllerManager is CloudProvider's OpenStack cloud controller
+// manager alone, its image the same.
+func CloudControllerManager(v string) Artifact {
+	a := CloudProvider(v)
+	a.Key = "openstack-cloud-controller-manager-" + v
+	a.Binaries = a.Binaries[:1]
+	a.Images = a.Images[:1]
+	return a
+}
+
 // CloudProvider is cloud-provider-openstack at the version a minor's
 // matrix row names: the OpenStack cloud controller manager and the Cinder
 // CSI plugin, at /bin as upstream's images have them, stamped as its
@@ -488,9 +509,9 @@ func CloudProvider(v string) Artifact {
 	}
 	for _, b := range a.Binaries {
 		im := ImageSpec{
-			Ref:        "registry.k8s.io/provider-os/" + b.Name + ":" + v,
-			Files:      []ImageFile{{Binary: b.Name, Path: "/bin/" + b.Name}},
-			Entrypoint: []string{"/bin/" + b.Name},
+			Ref:   "registry.k8s.io/provider-os/" + b.Name + ":" + v,
+			Files: []ImageFile{{Binary: b.Name, Path: "/bin/" + b.Name}},
+			Cmd:   []string{"/bin/" + b.Name}, // as upstream's Dockerfile
 		}
 		if b.Name == "cinder-csi-plugin" {
 			im.Base = StorageBase

@@ -27,7 +27,8 @@ func TestTargets(t *testing.T) {
 		keys []string
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
-			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
+			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "openstack-cloud-controller-manager-v1.35.0",
+			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion,
@@ -83,6 +84,7 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"registry.k8s.io/kube-scheduler:v1.35.4",
 		"registry.k8s.io/kube-scheduler:v1.36.1",
 		"registry.k8s.io/pause:3.10.1",
+		"registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0",
 	}
 	if d := cmp.Diff(want, imageRefs(arts)); d != "" {
 		t.Errorf("images (-want +got):\n%s", d)

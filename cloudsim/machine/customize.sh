@@ -90,6 +90,21 @@ cat > "$R"/usr/lib/opke/machine-init <<'INIT'
 #!/bin/sh
 set -eu
 cg="${OPKE_CGROUP:?}"
+# The v1 hierarchies the host has not mounted, which systemd mounts from
+# the kernel's one hierarchy of each: mounted here first, the machine moved
+# into its own cgroup in each, so that they are the machine's alone as a
+# VM's are. Else every machine's containerd shares them: three controllers'
+# etcd-member containers in one /opke/etcd-member, whose removal fails while
+# another machine's etcd is in it.
+for c in hugetlb net_cls,net_prio perf_event rdma misc; do
+  grep -q "^${c%%,*}[[:space:]].*1$" /proc/cgroups || continue
+  m=/sys/fs/cgroup/$c
+  findmnt -rn "$m" >/dev/null && continue
+  mkdir -p "$m" 2>/dev/null || continue
+  mount -t cgroup -o "$c" cgroup "$m" || continue
+  mkdir -p "$m$cg"
+  echo $$ > "$m$cg/cgroup.procs"
+done
 for m in $(findmnt -rn -t cgroup,cgroup2 -o TARGET); do
   [ -d "$m$cg" ] || continue
   mount --bind "$m$cg" "$m"

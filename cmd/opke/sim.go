@@ -1,18 +1,26 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/schemas"
+	worldbuild "opke.dev/opke/world"
 )
 
 func (a *app) simCommand() *cobra.Command {
 	opts := cloudsim.Options{}
 	var state string
+	var mirror bool
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the OpenStack simulator",
@@ -30,14 +38,25 @@ use, then cached), its user_data applied by Debian's Ignition, on networks,
 routers, security groups and load balancers made of network namespaces and
 nftables. They are reached as a cloud's are: through floating IPs, here by the
 edge. Stopping the simulator stops them (a restart boots them again) and
-removes every namespace.`,
+removes every namespace.
+
+With --mirror (real hosts only) a registry on the public network serves the images
+of make world's e2e set (taken from its cache, or built: half an hour the first
+time), as an air-gapped cloud's mirror: STATE/mirror.yaml holds the
+registryMirror a spec names to pull from it (its CA kept across restarts).`,
 		Example: `  opke sim --listen 127.0.0.1:5050 --state .opke/sim
   OS_CLIENT_CONFIG_FILE=.opke/sim/clouds.yaml OS_CLOUD=sim openstack server list
 
   sudo opke sim --hosts real --state .opke/sim
-  ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:5052 %h %p' core@FLOATING_IP`,
+  ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:5052 %h %p' core@FLOATING_IP
+
+  sudo opke sim --hosts real --mirror --state .opke/sim
+  cat .opke/sim/mirror.yaml   # the registryMirror for a spec`,
 		Args: argsAtMost(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if mirror && opts.Hosts != cloudsim.HostsReal {
+				return usagef("--mirror: only with --hosts real (the mirror serves real machines)")
+			}
 			opts.StateDir = state
 			opts.Logger = a.logger
 			sim, err := cloudsim.Start(cmd.Context(), opts)
@@ -46,6 +65,14 @@ removes every namespace.`,
 			}
 			fmt.Fprintf(a.stdout, "OpenStack simulator at %s (admin %s, SOCKS5 edge %s)\nclouds.yaml: %s (clouds sim, sim-admin)\n",
 				sim.URL(), sim.AdminURL(), sim.Edge(), filepath.Join(state, "clouds.yaml"))
+			if mirror {
+				m, err := startMirror(cmd.Context(), sim, state, a.logger)
+				if err != nil {
+					return errors.Join(fmt.Errorf("registry mirror: %w", err), sim.Close())
+				}
+				fmt.Fprintf(a.stdout, "Registry mirror at %s, serving make world's e2e set; a spec pulls from it with the registryMirror in %s\n",
+					m.Endpoint, filepath.Join(state, MirrorFile))
+			}
 			<-cmd.Context().Done()
 			if err := sim.Close(); err != nil {
 				return fmt.Errorf("stop simulator: %w", err)
@@ -64,5 +91,48 @@ removes every namespace.`,
 	f.IntVar(&opts.Hypervisors, "hypervisors", 8, "compute hosts that anti-affinity groups spread over")
 	f.StringVar(&opts.Hosts, "hosts", cloudsim.HostsInProcess, "what a server is: in-process (a simulated host) or real (a machine: root, runc, nftables)")
 	f.StringVar(&opts.ImageCache, "image-cache", "", "where the real hosts' image is cached (default $OPKE_CACHE/images or ~/.cache/opke/images)")
+	f.BoolVar(&mirror, "mirror", false, "with --hosts real: serve make world's e2e set from a registry on the public network (STATE/mirror.yaml names it for a spec)")
 	return cmd
+}
+
+// MirrorFile is the file in the simulator's state dir that holds the
+// registryMirror of its registry (opke sim --mirror).
+const MirrorFile = "mirror.yaml"
+
+// startMirror runs a registry on the simulator's public network, loads it
+// with make world's e2e set (from the cache, else built), and writes the
+// registryMirror that names it into STATE/mirror.yaml.
+func startMirror(ctx context.Context, sim *cloudsim.Sim, state string, log *slog.Logger) (*schemas.RegistryMirror, error) {
+	arts, err := worldbuild.Targets(worldbuild.E2E)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("registry mirror: taking make world's e2e set from its cache (building what is missing)", "cache", worldbuild.DefaultCacheDir())
+	built, err := worldbuild.New(worldbuild.DefaultCacheDir(), log).Ensure(ctx, arts)
+	if err != nil {
+		return nil, err
+	}
+	bin, ok := built.Binary("distribution-"+worldbuild.DistributionVersion, "registry")
+	if !ok {
+		return nil, errors.New("make world built no registry")
+	}
+	reg, err := sim.StartRegistry(ctx, cloudsim.PublicNetwork, bin, filepath.Join(state, "registry"))
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	if err := built.PushAll(ctx, reg.Client, reg.URL(), "", nil); err != nil {
+		return nil, err
+	}
+	log.Info("registry mirror loaded", "images", len(built.Images()), "took", time.Since(started).Round(time.Second))
+	m := &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
+	b, err := yaml.Marshal(map[string]any{"registryMirror": m})
+	if err != nil {
+		return nil, err
+	}
+	header := "# The simulator's registry mirror (opke sim --mirror): put under a cluster's spec.\n"
+	if err := os.WriteFile(filepath.Join(state, MirrorFile), append([]byte(header), b...), 0o644); err != nil {
+		return nil, err
+	}
+	return m, nil
 }

@@ -6,7 +6,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +28,19 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 
+	"sigs.k8s.io/yaml"
+
 	"opke.dev/opke/cloudsim/machine"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
 )
 
-// TestSimCommandRealHosts: `opke sim --hosts real` boots a server as a
-// machine (its console is what the machine printed) and, stopped, leaves
-// no container and no namespace behind.
+// TestSimCommandRealHosts: `opke sim --hosts real --mirror` boots a
+// server as a machine (its console is what the machine printed), serves
+// make world's e2e set from its registry mirror on the public network
+// (reached here through the edge, with the CA mirror.yaml names) and,
+// stopped, leaves no container and no namespace behind; started again, its
+// mirror keeps its CA, so the specs that name it keep working.
 func TestSimCommandRealHosts(t *testing.T) {
 	state := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -36,18 +48,42 @@ func TestSimCommandRealHosts(t *testing.T) {
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"sim", "--hosts", "real", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state,
+		done <- run(ctx, []string{"sim", "--hosts", "real", "--mirror", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state,
 			"--boot-delay", "0s", "--log-level", "warn"}, strings.NewReader(""), &out, &errOut)
 	}()
 	deadline := time.Now().Add(5 * time.Minute) // the image may be built first
 	for {
-		if _, err := os.Stat(filepath.Join(state, "sim.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(state, MirrorFile)); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no sim.json; stderr: %s", errOut.String())
+			t.Fatalf("no %s; stderr: %s", MirrorFile, errOut.String())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	mirrorYAML, _ := os.ReadFile(filepath.Join(state, MirrorFile))
+	var m struct{ RegistryMirror schemas.RegistryMirror }
+	if err := yaml.Unmarshal(mirrorYAML, &m); err != nil || m.RegistryMirror.Endpoint != "https://203.0.113.254:5000" || m.RegistryMirror.CACert == "" {
+		t.Fatalf("%s: %v\n%s", MirrorFile, err, mirrorYAML)
+	}
+	var info struct{ Edge string }
+	if b, err := os.ReadFile(filepath.Join(state, "sim.json")); err != nil || json.Unmarshal(b, &info) != nil {
+		t.Fatalf("sim.json: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM([]byte(m.RegistryMirror.CACert))
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		DialContext: sshx.Dialer{Proxy: info.Edge}.DialContext}}
+	resp, err := hc.Get(m.RegistryMirror.Endpoint + "/v2/_catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	catalog, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, repo := range []string{"pause", "kube-apiserver", "etcd", "openstack-cloud-controller-manager"} {
+		if !strings.Contains(string(catalog), repo) {
+			t.Errorf("the mirror's catalog lacks %s: %s", repo, catalog)
+		}
 	}
 	ao, eo, _, err := clouds.Parse(clouds.WithCloudName("sim"), clouds.WithLocations(filepath.Join(state, "clouds.yaml")))
 	if err != nil {
@@ -126,6 +162,33 @@ func TestSimCommandRealHosts(t *testing.T) {
 	}
 	if left := withPrefix(t, prefix); len(left) > 0 {
 		t.Errorf("namespaces left after opke sim stopped: %v", left)
+	}
+
+	// Started again: the same mirror, the same CA.
+	if err := os.Remove(filepath.Join(state, MirrorFile)); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	go func() {
+		done <- run(ctx2, []string{"sim", "--hosts", "real", "--mirror", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state,
+			"--boot-delay", "0s", "--log-level", "warn"}, strings.NewReader(""), &out, &errOut)
+	}()
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		again, err := os.ReadFile(filepath.Join(state, MirrorFile))
+		if err == nil {
+			if !bytes.Equal(again, mirrorYAML) {
+				t.Errorf("the mirror started again names another CA:\n%s\nwas\n%s", again, mirrorYAML)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after a restart; stderr: %s", MirrorFile, errOut.String())
+		}
+	}
+	cancel2()
+	if code := <-done; code != exitOK {
+		t.Fatalf("opke sim exited %d; stderr: %s", code, errOut.String())
 	}
 }
 

@@ -71,3 +71,16 @@ func TestSimRefusesNonLoopback(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestSimMirrorNeedsRealHosts: --mirror serves real machines; without them
+// it is a usage error, before anything starts.
+func TestSimMirrorNeedsRealHosts(t *testing.T) {
+	state := t.TempDir()
+	code, out, stderr := opke(t, "sim", "--mirror", "--listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--state", state)
+	if code != exitUsage || out != "" || !strings.Contains(stderr, "--mirror: only with --hosts real") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Errorf("the state dir got %d entries", len(entries))
+	}
+}
