@@ -98,7 +98,8 @@ func (s *Sim) edgeConn(conn net.Conn) {
 
 // edgeReal connects to a floating IP of real hosts: from the edge's
 // namespace on the floating IP's network, through its router, as the
-// internet would; what the security groups drop times out.
+// internet would; what the security groups drop times out. The edge's
+// own addresses are reached too.
 func (s *Sim) edgeReal(conn net.Conn, br *bufio.Reader, target netip.AddrPort) {
 	s.mu.Lock()
 	network := ""
@@ -108,6 +109,12 @@ func (s *Sim) edgeReal(conn net.Conn, br *bufio.Reader, target netip.AddrPort) {
 		}
 	}
 	s.mu.Unlock()
+	if network == "" {
+		// The edge's own address on an external network: what serves
+		// there (the APIs' public endpoints, a registry mirror), as the
+		// internet reaches a cloud's public endpoints.
+		network = s.real.edgeOf(target.Addr())
+	}
 	if network == "" {
 		socksReply(conn, socksHostUnreachable)
 		conn.Close()

@@ -248,6 +248,18 @@ func (r *realHosts) reboot(id string) {
 }
 
 // dial connects from an external network's edge to a floating IP.
+// edgeOf is the external network whose edge has addr, or "".
+func (r *realHosts) edgeOf(addr netip.Addr) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for network, e := range r.edges {
+		if e.ip == addr {
+			return network
+		}
+	}
+	return ""
+}
+
 func (r *realHosts) dial(ctx context.Context, network string, target netip.AddrPort) (net.Conn, error) {
 	r.mu.Lock()
 	ns := r.edges[network].ns
