@@ -63,7 +63,7 @@ realhosts:
 # itself says of the cluster.
 E2E = TestClusterComesUp|TestControlPlaneOfThree
 
-## e2e: a real cluster on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached); OPKE applies a controller and a worker, then Kubernetes must say both nodes are Ready at the spec's version with kube-proxy, flannel and CoreDNS running, and a pod on the worker must resolve kubernetes.default and reach a pod on the controller (OPKE_E2E_WAIT bounds the wait, 10m)
+## e2e: real clusters on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached): a controller and a worker with the cloud controller manager come up Ready with kube-proxy, flannel and CoreDNS; pod DNS and networking; a LoadBalancer Service through Octavia; scale out and in with real drains; patch and minor upgrades; deletion; then three controllers through a minor upgrade with etcd's quorum kept (OPKE_E2E_WAIT bounds each wait for a cluster to come up, 10m)
 e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(E2E)' -v ./reconciler/
