@@ -92,6 +92,7 @@ type Daemon struct {
 	fleet   map[string]*schemas.Cluster // its valid clusters
 	seen    map[string]string           // ref -> last dispatched commit
 	lastErr error                       // the last sync's error
+	missing string                      // the missing branch last warned of
 	synced  time.Time                   // the last sync that succeeded
 
 	pubMu sync.Mutex // one note published at a time
@@ -275,6 +276,7 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 	d.mu.Unlock()
 	switch head := refs[branch]; {
 	case head == "":
+		d.noBranch(branch)
 	case head != seen[branch]:
 		d.commit(ctx, branch, head)
 	case first:
@@ -284,6 +286,24 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 		if d.cfg.Source.IsPullRequest(ref) && refs[ref] != seen[ref] {
 			d.prs.add(ref, refs[ref]) // never blocks the tracked branch
 		}
+	}
+}
+
+// ErrNoBranch is the sync error of a repository without the tracked
+// branch (a fleet made with git init's master while the daemon tracks
+// main, or a typo in --branch).
+var ErrNoBranch = errors.New("the repository has no such branch")
+
+// noBranch says, on the status and once in the log, that the tracked
+// branch is not in the repository.
+func (d *Daemon) noBranch(branch string) {
+	err := fmt.Errorf("%w: %s (--branch names the one to apply)", ErrNoBranch, strings.TrimPrefix(branch, "refs/heads/"))
+	d.mu.Lock()
+	again := d.missing == err.Error()
+	d.lastErr, d.missing = err, err.Error()
+	d.mu.Unlock()
+	if !again {
+		d.log.Warn("the tracked branch is not in the fleet repository", "err", err)
 	}
 }
 

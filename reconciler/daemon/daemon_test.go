@@ -731,3 +731,33 @@ func TestDaemonRetriesAFailedCreate(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDaemonSaysTheBranchIsMissing: a fleet repository without the
+// tracked branch (made by git init with master, the daemon on main) is a
+// sync error on the status and the API, not silence; once the branch is pushed, the error goes and the commit is
+// applied.
+func TestDaemonSaysTheBranchIsMissing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0, "")
+	commitSpec(t, e.work, "demo", demoSpec(1), "add demo")
+	e.push(t, "master")
+	want := "the repository has no such branch: main (--branch names the one to apply)"
+	deadline := time.Now().Add(time.Minute)
+	for e.d.Health().SyncError != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("sync error %q, want %q", e.d.Health().SyncError, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := e.get(t, "/api/v1/clusters"); code != http.StatusOK || !strings.Contains(body, `"syncError": "`+want) {
+		t.Errorf("the API: %d %s", code, body)
+	}
+	e.push(t, main)
+	head := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	if n := e.waitNote(t, head, main); n.State != report.Success {
+		t.Errorf("the commit once on main: %+v", n)
+	}
+	if got := e.d.Health().SyncError; got != "" {
+		t.Errorf("the sync error stays after the branch came: %q", got)
+	}
+}
