@@ -679,7 +679,7 @@ func (b *builder) removed(o *Observed) {
 		}
 		return
 	}
-	deletes := b.deleteAll(o.Cluster, o.Cloud, "no longer in the fleet (deletionPolicy Delete)")
+	deletes := b.deleteAll(o.Cluster, slices.Concat(o.Cloud, o.Services), "no longer in the fleet (deletionPolicy Delete)")
 	forget := b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: "state/" + o.Cluster, Action: ActionForget,
 		Reason: "its resources are deleted"}})
 	for _, p := range deletes {

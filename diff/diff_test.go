@@ -385,6 +385,45 @@ func TestPlans(t *testing.T) {
 				t.Errorf("not in reverse order: subnet %v, lb %v", subnet.DependsOn, lb.DependsOn)
 			}
 		}},
+		// A cluster deleted with a Service of type LoadBalancer left: what
+		// its cloud controller manager made goes first, the floating IP
+		// before its load balancer, the load balancer before the subnet
+		// (its VIP port holds an address there) and the router interface.
+		{"removed-delete-services", nil, []*Observed{func() *Observed {
+			o := converged(base)
+			o.Applied.DeletionPolicy = "Delete"
+			o.Services = []Resource{
+				{Kind: KindLoadBalancer, Name: "kube_service_demo_default_web", ID: "lb-web", Attrs: Attrs{"subnet": Known("demo"),
+					"vip_address": Known("192.168.10.50"), "made_by": Known("cloud controller manager, Service default/web")}},
+				{Kind: KindFloatingIP, Name: "kube_service_demo_default_web", ID: "fip-web", Attrs: Attrs{"address": Known("203.0.113.40"),
+					"load_balancer": Known("kube_service_demo_default_web"), "made_by": Known("cloud controller manager")}},
+			}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			lb := find(t, p.Changes, "openstack/load-balancer/kube_service_demo_default_web", ActionDelete)
+			fip := find(t, p.Changes, "openstack/floating-ip/kube_service_demo_default_web", ActionDelete)
+			subnet := find(t, p.Changes, "openstack/subnet/demo", ActionDelete)
+			if !slices.Contains(lb.DependsOn, fip.ID) || !slices.Contains(subnet.DependsOn, lb.ID) {
+				t.Errorf("not in order: lb %v (want after %s), subnet %v (want after %s)", lb.DependsOn, fip.ID, subnet.DependsOn, lb.ID)
+			}
+			for _, c := range p.Changes {
+				if c.Address == "openstack/router-interface/demo" && !slices.Contains(c.DependsOn, lb.ID) {
+					t.Errorf("the router interface goes before the Service's load balancer: %v", c.DependsOn)
+				}
+			}
+		}},
+		// Never drift: a cluster in the fleet plans nothing of them (the
+		// planner observes them only for a cluster being deleted; set here,
+		// they are still left alone).
+		{"services-not-drift", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			o.Services = []Resource{{Kind: KindLoadBalancer, Name: "kube_service_demo_default_web", ID: "lb-web", Attrs: Attrs{"subnet": Known("demo")}}}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 || len(p.Drift) != 0 {
+				t.Errorf("a Service's load balancer of a cluster in the fleet: %+v", p)
+			}
+		}},
 		{"adopted", []*Desired{base}, []*Observed{func() *Observed {
 			o := converged(base)
 			o.Applied = nil // built by hand, found by its tags

@@ -120,6 +120,11 @@ type Observed struct {
 	Cluster string
 	// Cloud is every resource tagged for the cluster.
 	Cloud []Resource
+	// Services are what the cluster's cloud controller manager made for
+	// its Services of type LoadBalancer (load balancers on its subnet and
+	// their floating IPs): never desired, never drift, deleted only with
+	// the cluster (deletionPolicy Delete). Observed only then.
+	Services []Resource
 	// Applied is nil for a cluster this store never applied (a new one, or
 	// one adopted by its tags).
 	Applied *Applied

@@ -413,9 +413,21 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 	if err != nil {
 		return nil, err
 	}
-	ops := cloud.NewApplier(clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), obs.Clusters[name]))
+	found := obs.Clusters[name]
+	if slices.ContainsFunc(infra, func(c diff.Change) bool {
+		return c.Action == diff.ActionDelete && strings.Contains(c.Address, "/"+cloud.ServicePrefix(name))
+	}) {
+		// The plan deletes what the cluster's cloud controller manager
+		// made (with the cluster): their ids.
+		services, err := cloud.ServiceLoadBalancers(stepCtx, clients, name, found)
+		if err != nil {
+			return nil, err
+		}
+		found = slices.Concat(found, services)
+	}
+	ops := cloud.NewApplier(clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), found))
 	observed := map[string]diff.Resource{}
-	for _, r := range obs.Clusters[name] {
+	for _, r := range found {
 		observed[r.Address()] = r
 	}
 	var out *render.Output

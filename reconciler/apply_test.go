@@ -15,6 +15,9 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
@@ -295,13 +298,57 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 		t.Errorf("after the Node object's deletion, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
 
-	r.apply(t)
+	// A Service of type LoadBalancer, as the cloud controller manager
+	// makes it (untagged, named after the cluster, on its subnet, with a
+	// floating IP on its VIP): not drift while the cluster lives; deleted
+	// with it, before its subnet.
+	res := r.observed(t)
+	lb, err := loadbalancers.Create(ctx, r.clients.LoadBalancer, loadbalancers.CreateOpts{Name: cloud.ServicePrefix("demo") + "default_web",
+		VipSubnetID: res["openstack/subnet/demo"].ID}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lb.ProvisioningStatus != "ACTIVE" {
+		if lb, err = loadbalancers.Get(ctx, r.clients.LoadBalancer, lb.ID).Extract(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netPages, err := networks.List(r.clients.Network, networks.ListOpts{Name: res["openstack/floating-ip/demo-api"].Attrs["network"].Value}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	external, err := networks.ExtractNetworks(netPages)
+	if err != nil || len(external) != 1 {
+		t.Fatalf("the external network: %v %v", external, err)
+	}
+	if _, err := floatingips.Create(ctx, r.clients.Network, floatingips.CreateOpts{FloatingNetworkID: external[0].ID, PortID: lb.VipPortID}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("a Service's load balancer taken for drift: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+	}
+	plan, _ = r.apply(t)
+	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_web", "openstack/floating-ip/kube_service_demo_default_web"} {
+		if addresses(plan.Changes)[want] != diff.ActionDelete {
+			t.Errorf("the deletion does not delete %s: %v", want, addresses(plan.Changes))
+		}
+	}
 	obs, err = cloud.Observe(ctx, r.clients, r.owner, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if left := obs.Clusters["demo"]; len(left) != 0 {
 		t.Errorf("%d resources left after the cluster was deleted", len(left))
+	}
+	if _, err := loadbalancers.Get(ctx, r.clients.LoadBalancer, lb.ID).Extract(); !gophercloud.ResponseCodeIs(err, 404) {
+		t.Errorf("the Service's load balancer outlived the cluster: %v", err)
+	}
+	fipPages, err := floatingips.List(r.clients.Network, floatingips.ListOpts{}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fips, _ := floatingips.ExtractFloatingIPs(fipPages); len(fips) != 0 {
+		t.Errorf("%d floating IPs outlived the cluster", len(fips))
 	}
 	if keys, _ := r.store.List(ctx, r.store.Key("demo")+"/"); len(keys) != 0 {
 		t.Errorf("the store still holds %d keys of demo", len(keys))

@@ -469,27 +469,31 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		}
 	}
 
-	// The Service goes first, and its load balancer with it (the cloud
-	// controller manager deletes it): OPKE deletes what it made.
-	resp, err = api.Do(mustRequest(t, http.MethodDelete, base+"/api/v1/namespaces/default/services/e2e-dns", "application/json", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	waitFor(t, 3*time.Minute, func() string {
-		if lbs := serviceLoadBalancers(t, r); len(lbs) > 0 {
-			return fmt.Sprintf("the cloud controller manager has not deleted %v", lbs)
-		}
-		return ""
-	})
-
 	// Step 5 of make e2e: the cluster taken out of the fleet, with
 	// deletionPolicy Delete: nothing of it is left in OpenStack, and its
 	// machines are gone.
+	// The Service e2e-dns is still there: the load balancer and floating
+	// IP its cloud controller manager made go with the cluster, before
+	// its subnet.
 	step = time.Now()
-	r.apply(t)
+	plan, _ = r.apply(t)
+	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_e2e-dns", "openstack/floating-ip/kube_service_demo_default_e2e-dns"} {
+		if addresses(plan.Changes)[want] != diff.ActionDelete {
+			t.Errorf("the deletion's plan does not delete %s: %v", want, addresses(plan.Changes))
+		}
+	}
 	if left := r.observed(t); len(left) != 0 {
 		t.Errorf("%d resources left after the cluster was deleted: %v", len(left), slices.Sorted(maps.Keys(left)))
+	}
+	if lbs := serviceLoadBalancers(t, r); len(lbs) != 0 {
+		t.Errorf("the cloud controller manager's load balancers outlived the cluster: %v", lbs)
+	}
+	fipPages, err := floatingips.List(r.clients.Network, floatingips.ListOpts{}).AllPages(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fips, _ := floatingips.ExtractFloatingIPs(fipPages); len(fips) != 0 {
+		t.Errorf("%d floating IPs outlived the cluster", len(fips))
 	}
 	for _, h := range []string{"demo-controller-0", "demo-default-0", "demo-gateway-0"} {
 		if _, err := r.sim.HostRoot(h); err == nil {

@@ -208,6 +208,12 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		observations = append(observations, pl.Observed)
 		c := req.Clusters[name]
 		if c == nil {
+			if deleting(pl.Ledger) && clientsOf[name] != nil {
+				// What its cloud controller manager made goes with it.
+				if pl.Observed.Services, err = cloud.ServiceLoadBalancers(ctx, clientsOf[name], name, observed[name]); err != nil {
+					return nil, fmt.Errorf("observe %s's Service load balancers: %w", name, err)
+				}
+			}
 			continue
 		}
 		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name], req.Issue); err != nil {
@@ -237,6 +243,12 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	plan.Commit, plan.StateRevision = req.Commit, rev
 	res.Plan = plan
 	return res, nil
+}
+
+// deleting says a cluster out of the fleet is to be deleted: its last
+// applied spec said deletionPolicy Delete.
+func deleting(l *Ledger) bool {
+	return l.Applied != nil && l.Applied.DeletionPolicy == string(schemas.DeletionDelete)
 }
 
 // desire renders c and lists what it asks for. On a read-only view of

@@ -274,6 +274,11 @@ func (d *Daemon) poll(ctx context.Context, first bool) {
 	d.mu.Lock()
 	seen := maps.Clone(d.seen)
 	d.mu.Unlock()
+	if refs[branch] != "" {
+		d.mu.Lock()
+		d.missing = "" // gone again later, it is warned of again
+		d.mu.Unlock()
+	}
 	switch head := refs[branch]; {
 	case head == "":
 		d.noBranch(branch)
