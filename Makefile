@@ -61,9 +61,9 @@ realhosts:
 
 # The real clusters: OPKE's apply on real machines, then what Kubernetes
 # itself says of the cluster.
-E2E = TestClusterComesUp|TestControlPlaneOfThree
+E2E = TestClusterComesUp|TestControlPlaneOfThree|TestClusterFromGit
 
-## e2e: real clusters on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached): a controller and a worker with the cloud controller manager come up Ready with kube-proxy, flannel and CoreDNS; pod DNS and networking; a LoadBalancer Service through Octavia; scale out and in with real drains; patch and minor upgrades; deletion; then three controllers through a minor upgrade with etcd's quorum kept (OPKE_E2E_WAIT bounds each wait for a cluster to come up, 10m)
+## e2e: real clusters on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached): a controller and a worker with the cloud controller manager come up Ready with kube-proxy, flannel and CoreDNS; pod DNS and networking; a LoadBalancer Service through Octavia; scale out and in with real drains; patch and minor upgrades; deletion; then three controllers through a minor upgrade with etcd's quorum kept; then a cluster driven only by git commits to the opke binary serving a fleet, kubectl and the daemon's API (OPKE_E2E_WAIT bounds each wait for a cluster to come up, 10m)
 e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(E2E)' -v ./reconciler/

@@ -420,6 +420,12 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	}
 	fleet, err := d.fleetAt(ctx, commit, applied)
 	if err != nil {
+		if errors.Is(err, schemas.ErrNotFleet) && len(applied) > 0 {
+			// git keeps no empty folder: the last cluster's file removed,
+			// clusters/ went with it. Taking that for an empty fleet would
+			// let any commit without the folder delete every cluster.
+			err = fmt.Errorf("%w; nothing is deleted: to remove the last cluster, keep the folder (clusters/.gitkeep)", err)
+		}
 		log.Warn("the commit holds no readable fleet", "err", err)
 		n.Message = "no fleet at this commit: " + err.Error()
 		d.publish(ctx, n)

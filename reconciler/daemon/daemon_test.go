@@ -761,3 +761,45 @@ func TestDaemonSaysTheBranchIsMissing(t *testing.T) {
 		t.Errorf("the sync error stays after the branch came: %q", got)
 	}
 }
+
+// TestDaemonDeletesTheLastCluster: removing the last cluster's file takes
+// clusters/ with it (git keeps no empty folder). That commit deletes
+// nothing, and its note says how to remove the last cluster; with the
+// folder kept (clusters/.gitkeep), the cluster is deleted as its spec
+// asks (deletionPolicy Delete).
+func TestDaemonDeletesTheLastCluster(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0, "")
+	created := commitSpec(t, e.work, "demo", demoSpec(1)+"  deletionPolicy: Delete\n", "demo")
+	e.push(t, main)
+	if n := e.waitNote(t, created, main); n.State != report.Success {
+		t.Fatalf("create: %+v", n)
+	}
+	gittest.Git(t, e.work, "rm", "-q", "-r", "clusters/demo")
+	gittest.Git(t, e.work, "commit", "-qm", "remove demo")
+	e.push(t, main)
+	gone := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	n := e.waitNote(t, gone, main)
+	if !strings.Contains(n.Message, "to remove the last cluster, keep the folder (clusters/.gitkeep)") || len(n.Clusters) != 0 {
+		t.Errorf("the commit without clusters/: %+v", n)
+	}
+	if got := e.servers(t); len(got) == 0 {
+		t.Fatal("a commit without clusters/ deleted the cluster")
+	}
+	if err := os.MkdirAll(filepath.Join(e.work, "clusters"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.work, "clusters", ".gitkeep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, e.work, "add", "-A")
+	gittest.Git(t, e.work, "commit", "-qm", "keep clusters/")
+	e.push(t, main)
+	kept := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	if n := e.waitNote(t, kept, main); n.State != report.Success || n.Clusters["demo"] == nil {
+		t.Errorf("the commit with clusters/ kept: %+v", n)
+	}
+	if got := e.servers(t); len(got) != 0 {
+		t.Errorf("servers left: %v", got)
+	}
+}

@@ -1,0 +1,186 @@
+//go:build realhosts
+
+package reconciler_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+
+	"opke.dev/opke/internal/proctest"
+	"opke.dev/opke/reconciler/daemon"
+	"opke.dev/opke/reconciler/report"
+)
+
+// TestClusterFromGit is make e2e driven as a user drives OPKE: the opke
+// binary serving a fleet repository on the simulator's real machines,
+// and nothing but git commits, the daemon's API, opke kubeconfig and
+// kubectl. A commit adds a cluster (a controller, a worker, the
+// simulator's mirror): the daemon applies it and kubectl sees both nodes
+// Ready; a commit upgrades it to the patch release: kubectl sees every
+// kubelet and the API server at it; a commit removes its file (its last
+// spec said deletionPolicy Delete): its servers and network are gone.
+func TestClusterFromGit(t *testing.T) {
+	if !realHosts {
+		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
+	}
+	r := newRig(t)
+	reg, built := mirrorWorld(t, r)
+	kubectlBin, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
+	if !ok {
+		t.Fatal("make world built no kubectl")
+	}
+	opke := proctest.Opke(t)
+	work := t.TempDir()
+	fleet, data := filepath.Join(work, "fleet"), filepath.Join(work, "data")
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", fleet, "-c", "user.name=operator", "-c", "user.email=op@example.com"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	base, err := os.ReadFile(filepath.Join("..", "clusters", "demo", "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := "      " + strings.ReplaceAll(strings.TrimSpace(string(reg.CACert)), "\n", "\n      ")
+	specAt := func(version string) string {
+		return strings.NewReplacer("count: 2", "count: 1", "    - name: metrics-server\n", "    - name: openstack-cloud-controller-manager\n",
+			"version: v1.35.1", "version: "+version).Replace(string(base)) +
+			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n"
+	}
+	if err := os.MkdirAll(filepath.Join(fleet, "clusters", "demo"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(version, msg string) string {
+		t.Helper()
+		if version == "" {
+			// The last cluster: clusters/ kept (git keeps no empty folder).
+			if err := os.WriteFile(filepath.Join(fleet, "clusters", ".gitkeep"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			git("rm", "-q", "clusters/demo/cluster.yaml")
+			git("add", ".")
+		} else {
+			if err := os.WriteFile(filepath.Join(fleet, "clusters", "demo", "cluster.yaml"), []byte(specAt(version)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			git("add", ".")
+		}
+		git("commit", "-q", "-m", msg)
+		return git("rev-parse", "HEAD")
+	}
+	git("init", "-q", "-b", "main")
+	first := commit("v1.35.1", "demo: a controller and a worker")
+
+	listen := proctest.FreeAddr(t)
+	serve := proctest.Start(t, work, "serve", exec.Command(opke, "serve", "--sim-state", r.dir, "--repo", fleet,
+		"--data-dir", data, "--listen", listen, "--interval", "5s", "--log-level", "info"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := os.ReadFile(serve.Log)
+			t.Logf("opke serve's log (last 4 KiB):\n%s", out[max(0, len(out)-4096):])
+		}
+	})
+	// applied waits until the daemon's API says commit is applied to demo.
+	applied := func(commit string, d time.Duration) {
+		t.Helper()
+		waitFor(t, d, func() string {
+			serve.Alive(t)
+			resp, err := http.Get("http://" + listen + "/api/v1/clusters")
+			if err != nil {
+				return err.Error()
+			}
+			defer resp.Body.Close()
+			var st struct{ Clusters []daemon.ClusterStatus }
+			if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+				return err.Error()
+			}
+			for _, c := range st.Clusters {
+				if c.Name != "demo" {
+					continue
+				}
+				if c.Commit == commit && c.State == report.Failure {
+					t.Fatalf("demo at %.12s: %s", commit, c.Summary)
+				}
+				if c.Commit == commit && c.State == report.Success {
+					return ""
+				}
+				return fmt.Sprintf("demo at %.12s: %s %s %s", c.Commit, c.State, c.Summary, c.Retrying)
+			}
+			return "no status of demo yet"
+		})
+	}
+	step := time.Now()
+	applied(first, 10*time.Minute)
+	t.Logf("the daemon applied the first commit in %s", time.Since(step).Round(time.Second))
+
+	kc := filepath.Join(work, "demo.kubeconfig")
+	if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
+		t.Fatalf("opke kubeconfig: %v\n%s", err, out)
+	}
+	kubectl := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", kc, "--request-timeout", "10s"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	nodesAt := func(version string) func() string {
+		return func() string {
+			out, err := kubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+			if err != nil {
+				return fmt.Sprintf("kubectl get nodes: %v: %s", err, out)
+			}
+			if want := "demo-controller-0 " + version + " True\ndemo-default-0 " + version + " True"; out != want {
+				return fmt.Sprintf("nodes (name, kubelet, Ready): %q, want %q", out, want)
+			}
+			return ""
+		}
+	}
+	waitFor(t, e2eWait(), nodesAt("v1.35.1"))
+	out, _ := kubectl("get", "nodes", "-o", "wide")
+	t.Logf("kubectl get nodes -o wide, %s after the first commit:\n%s", time.Since(step).Round(time.Second), out)
+
+	step = time.Now()
+	applied(commit("v1.35.4", "demo: patch upgrade"), 10*time.Minute)
+	waitFor(t, 3*time.Minute, nodesAt("v1.35.4"))
+	if out, err := kubectl("version", "-o", "json"); err != nil || !strings.Contains(out, `"gitVersion": "v1.35.4"`) {
+		t.Errorf("kubectl version after the upgrade: %v\n%s", err, out)
+	}
+	t.Logf("the patch upgrade, committed, ran in %s", time.Since(step).Round(time.Second))
+
+	step = time.Now()
+	commit("", "demo: delete")
+	waitFor(t, 5*time.Minute, func() string {
+		serve.Alive(t)
+		pages, err := servers.List(r.clients.Compute, servers.ListOpts{}).AllPages(t.Context())
+		if err != nil {
+			return err.Error()
+		}
+		list, _ := servers.ExtractServers(pages)
+		netPages, err := networks.List(r.clients.Network, networks.ListOpts{Name: "demo"}).AllPages(t.Context())
+		if err != nil {
+			return err.Error()
+		}
+		nets, _ := networks.ExtractNetworks(netPages)
+		if len(list) != 0 || len(nets) != 0 {
+			return fmt.Sprintf("%d servers and %d networks named demo left", len(list), len(nets))
+		}
+		return ""
+	})
+	t.Logf("the cluster's deletion, committed, ran in %s", time.Since(step).Round(time.Second))
+	// The audit trail: each commit's note, pushed to the fleet repository.
+	if note := git("notes", "--ref=opke", "show", first); !strings.Contains(note, `"success"`) {
+		t.Errorf("the first commit's note: %.300s", note)
+	}
+}
