@@ -42,11 +42,7 @@ import (
 // across flannel's VXLAN. These are the first two steps of make e2e
 // (issue "A real cluster comes up").
 func TestClusterComesUp(t *testing.T) {
-	if !realHosts {
-		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
-	}
-	r := newRig(t)
-	reg, built := mirrorWorld(t, r)
+	r, reg, built := e2eRig(t)
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools[0].Count = 1
 	c.Spec.Addons = []schemas.Addon{{Name: "openstack-cloud-controller-manager"}}

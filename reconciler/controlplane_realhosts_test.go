@@ -21,9 +21,11 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/world"
 )
 
 // TestControlPlaneOfThree is make e2e's second stage: a cluster of three
@@ -36,11 +38,7 @@ import (
 // members stay the same members (none removed and added again), each at
 // the new etcd version.
 func TestControlPlaneOfThree(t *testing.T) {
-	if !realHosts {
-		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
-	}
-	r := newRig(t)
-	reg, _ := mirrorWorld(t, r)
+	r, reg, _ := e2eRig(t)
 	c := spec(t, "demo", "", 0)
 	c.Spec.Controllers.Count = 3
 	c.Spec.WorkerPools[0].Count = 1
@@ -120,6 +118,18 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Errorf("%d resources left after the cluster was deleted: %v", len(left), slices.Sorted(maps.Keys(left)))
 	}
 	t.Logf("deleted in %s", time.Since(step).Round(time.Second))
+}
+
+// e2eRig is make e2e's start: real machines (refused otherwise), and the
+// simulator's registry mirror loaded with make world's e2e set.
+func e2eRig(t *testing.T) (*rig, *cloudsim.Registry, *world.Built) {
+	t.Helper()
+	if !realHosts {
+		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
+	}
+	r := newRig(t)
+	reg, built := mirrorWorld(t, r)
+	return r, reg, built
 }
 
 // getter GETs a path of the API into out, failing on any status but 200.

@@ -30,11 +30,7 @@ import (
 // kubelet and the API server at it; a commit removes its file (its last
 // spec said deletionPolicy Delete): its servers and network are gone.
 func TestClusterFromGit(t *testing.T) {
-	if !realHosts {
-		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
-	}
-	r := newRig(t)
-	reg, built := mirrorWorld(t, r)
+	r, reg, built := e2eRig(t)
 	kubectlBin, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
 	if !ok {
 		t.Fatal("make world built no kubectl")
