@@ -3,6 +3,7 @@
 package reconciler_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -155,6 +156,22 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			end.Status.Phase, server.Status.PodIP, out)
 	}
 	t.Logf("a pod on demo-default-0 resolved kubernetes.default and reached a pod on demo-controller-0 (%s):\n%s", server.Status.PodIP, out)
+
+	// Secrets are encrypted at rest: etcd holds the Secret sealed with
+	// the cluster's key (secretbox), the API gives it back in the clear.
+	post("/api/v1/namespaces/default/secrets", `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"e2e-secret"},"stringData":{"password":"e2e-plain-value"}}`)
+	raw, err := r.etcdClient(t, res, []string{"demo-controller-0"}).Get(t.Context(), "/registry/secrets/default/e2e-secret")
+	if err != nil || len(raw.Kvs) != 1 {
+		t.Fatalf("the Secret in etcd: %v %v", raw, err)
+	}
+	if v := raw.Kvs[0].Value; !bytes.HasPrefix(v, []byte("k8s:enc:secretbox:v1:key1:")) || bytes.Contains(v, []byte("e2e-plain-value")) {
+		t.Errorf("the Secret is not encrypted in etcd: %.60q", v)
+	}
+	var secret struct{ Data map[string][]byte }
+	if err := get("/api/v1/namespaces/default/secrets/e2e-secret", &secret); err != nil || string(secret.Data["password"]) != "e2e-plain-value" {
+		t.Errorf("the Secret through the API: %q %v", secret.Data["password"], err)
+	}
+	t.Logf("a Secret is encrypted in etcd (%.26s...) and read back through the API", raw.Kvs[0].Value)
 
 	// A Service of type LoadBalancer: the cloud controller manager (on
 	// the controller, its cloud.conf pushed by OPKE) makes its Octavia

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -164,8 +165,11 @@ func redactSums(s *assets.Set) *assets.Set {
 
 func carriesPKI(f assets.File) bool {
 	return bytes.Contains(f.Data, []byte("-----BEGIN")) || bytes.Contains(f.Data, []byte("certificate-authority-data")) ||
-		inputsSum.Match(f.Data)
+		inputsSum.Match(f.Data) || encryptionSecret.Match(f.Data)
 }
+
+// encryptionSecret is a key of the API server's encryption configuration.
+var encryptionSecret = regexp.MustCompile(`secret: (\S+)`)
 
 // inputsSum is a static pod's annotation of its inputs' sha256, which
 // changes with the (random) keys of each test's PKI.
@@ -175,6 +179,15 @@ var inputsSum = regexp.MustCompile(`opke.dev/inputs-sha256: "[0-9a-f]{64}"`)
 func describe(t testing.TB, f assets.File) []byte {
 	t.Helper()
 	switch {
+	case encryptionSecret.Match(f.Data):
+		// The key's random bytes: checked to be 32, not shown.
+		return encryptionSecret.ReplaceAllFunc(f.Data, func(m []byte) []byte {
+			raw, err := base64.StdEncoding.DecodeString(string(encryptionSecret.FindSubmatch(m)[1]))
+			if err != nil || len(raw) != 32 {
+				t.Fatalf("%s: the key is not 32 bytes of base64: %v", f.Path, err)
+			}
+			return []byte("secret: (32 random bytes, base64)")
+		})
 	case inputsSum.Match(f.Data):
 		return inputsSum.ReplaceAll(f.Data, []byte(`opke.dev/inputs-sha256: "(sha256 of its PKI files)"`))
 	case bytes.HasPrefix(f.Data, []byte("-----BEGIN")):

@@ -11,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
@@ -46,6 +47,7 @@ var kinds = map[string]func() any{
 	"apiregistration.k8s.io/v1/APIService":                    func() any { return &apiregistrationv1.APIService{} },
 	"kubelet.config.k8s.io/v1beta1/KubeletConfiguration":      func() any { return &kubeletv1beta1.KubeletConfiguration{} },
 	"kubeproxy.config.k8s.io/v1alpha1/KubeProxyConfiguration": func() any { return &kubeproxyv1alpha1.KubeProxyConfiguration{} },
+	"apiserver.config.k8s.io/v1/EncryptionConfiguration":      func() any { return &apiserverv1.EncryptionConfiguration{} },
 }
 
 // decodeStrict decodes every YAML document of b into its k8s.io type,

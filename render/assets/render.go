@@ -238,6 +238,11 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		return nil, err
 	}
 	files = append(files, secretFile(PathPKI+"/sa.key", sa.Key), newFile(PathPKI+"/sa.pub", 0o600, sa.Cert))
+	enc, err := r.material(pki.SecretsEncryption)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, secretFile(PathEncryptionConfig, encryptionConfig(enc)))
 	etcdTLS, err := r.tlsFiles(PathPKI+"/etcd", [][2]string{
 		{pki.EtcdCA, "ca.crt"}, {pki.EtcdServer(h.Name), "server"}, {pki.EtcdPeer(h.Name), "peer"},
 	}, UnitEtcd)
@@ -268,6 +273,30 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		files = append(files, r.cloudConf())
 	}
 	return files, nil
+}
+
+// PathEncryptionConfig is the API server's encryption configuration, in
+// the folder its static pod mounts.
+const PathEncryptionConfig = PathPKI + "/encryption-config.yaml"
+
+// encryptionConfig encrypts Secrets in etcd with the cluster's key
+// (secretbox: XSalsa20 and Poly1305), and still reads those written in
+// the clear before (identity), as the API server's documentation has it.
+// A secret itself: pushed over SSH, 0600, never in user_data.
+func encryptionConfig(key pki.Material) []byte {
+	return []byte(`# Encryption of Secrets at rest; rendered and pushed by OPKE.
+apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+  - resources:
+      - secrets
+    providers:
+      - secretbox:
+          keys:
+            - name: ` + string(key.Cert) + `
+              secret: ` + string(key.Key) + `
+      - identity: {}
+`)
 }
 
 // etcdEnv is the etcd member's environment: etcd's own ETCD_* settings,
@@ -345,6 +374,7 @@ func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 			"service-account-issuer":   "https://kubernetes.default.svc." + pki.ClusterDomain,
 			"service-account-key-file": p + "sa.pub", "service-account-signing-key-file": p + "sa.key",
 			"service-cluster-ip-range": r.data.ServiceCIDR, "tls-cert-file": p + "apiserver.crt", "tls-private-key-file": p + "apiserver.key",
+			"encryption-provider-config": PathEncryptionConfig,
 		},
 		"kube-controller-manager": {
 			"allocate-node-cidrs": "true", "authentication-kubeconfig": "/etc/kubernetes/controller-manager.conf",

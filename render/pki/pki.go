@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ const (
 	EtcdOPKEClient      = "etcd-opke-client"
 	EtcdBackupClient    = "etcd-backup-client"
 	ServiceAccount      = "sa"
+	// SecretsEncryption is the key the API servers encrypt Secrets in
+	// etcd with (secretbox): Key is its 32 bytes, base64; Cert its name
+	// in the encryption configuration.
+	SecretsEncryption = "secrets-encryption"
 )
 
 // Host is a server that gets its own certs.
@@ -212,6 +217,15 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	if newSA {
 		writes = append(writes, entries(kv, r.Cluster, ServiceAccount, ".pub", sa)...)
 		issued = append(issued, ServiceAccount)
+	}
+	enc, newEnc, err := secretsKey(kv, held, r.Cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.m[SecretsEncryption] = enc
+	if newEnc {
+		writes = append(writes, entries(kv, r.Cluster, SecretsEncryption, ".name", enc)...)
+		issued = append(issued, SecretsEncryption)
 	}
 	// Keys before certs: a crash between two transactions leaves a key
 	// without its cert, which the next Issue replaces, never a cert
@@ -434,6 +448,26 @@ func serviceAccountKey(kv state.KV, held map[string][]byte, cluster string) (Mat
 	m := Material{Cert: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}),
 		Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})}
 	return m, true, nil
+}
+
+// secretsKey returns the key Secrets are encrypted with in etcd: 32 random
+// bytes (base64, as the encryption configuration takes them) named key1.
+func secretsKey(kv state.KV, held map[string][]byte, cluster string) (Material, bool, error) {
+	nameKey, keyKey := kv.Key(cluster, "pki", SecretsEncryption+".name"), kv.Key(cluster, "pki", SecretsEncryption+".key")
+	name, okName := held[nameKey]
+	sealed, okKey := held[keyKey]
+	if okName && okKey {
+		key, err := kv.Open(keyKey, sealed)
+		if err != nil {
+			return Material{}, false, fmt.Errorf("load %s.key: %w", SecretsEncryption, err)
+		}
+		return Material{Cert: name, Key: key}, false, nil
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return Material{}, false, fmt.Errorf("generate the Secrets' encryption key: %w", err)
+	}
+	return Material{Cert: []byte("key1"), Key: []byte(base64.StdEncoding.EncodeToString(raw))}, true, nil
 }
 
 func parseCert(b []byte) (*x509.Certificate, error) {
