@@ -525,10 +525,8 @@ func (s *Sim) createMember(rw http.ResponseWriter, r *request) {
 	if !ok {
 		return
 	}
-	port, _ := b["protocol_port"].(float64)
-	addr := str(b, "address")
-	if addr == "" || port < 1 || port > 65535 {
-		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute address or protocol_port.")
+	addr, port, ok := memberAt(rw, b)
+	if !ok {
 		return
 	}
 	for _, m := range r.w.Members {
@@ -537,15 +535,34 @@ func (s *Sim) createMember(rw http.ResponseWriter, r *request) {
 			return
 		}
 	}
+	m := r.addMember(p, lb, b, addr, port)
+	r.pendingUpdate(lb)
+	writeJSON(rw, http.StatusCreated, map[string]any{"member": m})
+}
+
+// memberAt reads the address and protocol_port a member's body gives,
+// answering 400 when either is missing or out of range.
+func memberAt(rw http.ResponseWriter, b map[string]any) (addr string, port int, ok bool) {
+	p, _ := b["protocol_port"].(float64)
+	addr, port = str(b, "address"), int(p)
+	if addr == "" || port < 1 || port > 65535 {
+		octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute address or protocol_port.")
+		return "", 0, false
+	}
+	return addr, port, true
+}
+
+// addMember makes a member of pool p (of lb) from its body, PENDING_CREATE.
+func (r *request) addMember(p *lbPool, lb *loadBalancer, b map[string]any, addr string, port int) *member {
 	weight := 1
 	if w, ok := b["weight"].(float64); ok {
 		weight = int(w)
 	}
-	m := &member{lbCommon: newLBCommon(r, b, lb.ID), PoolID: p.ID, Address: addr, ProtocolPort: int(port), SubnetID: str(b, "subnet_id"), Weight: weight}
+	m := &member{lbCommon: newLBCommon(r, b, lb.ID), PoolID: p.ID, Address: addr, ProtocolPort: port, SubnetID: str(b, "subnet_id"), Weight: weight,
+		Backup: boolOr(b, "backup", false), MonitorAddr: b["monitor_address"], MonitorPort: b["monitor_port"]}
 	r.w.Members[m.ID] = m
 	p.Members = append(p.Members, idRef{m.ID})
-	r.pendingUpdate(lb)
-	writeJSON(rw, http.StatusCreated, map[string]any{"member": m})
+	return m
 }
 
 // batchMembers is Octavia's batch update of a pool's members (PUT
@@ -584,13 +601,14 @@ func (s *Sim) batchMembers(rw http.ResponseWriter, r *request) {
 	// Checked whole before anything changes.
 	listed := map[key]bool{}
 	updated := map[*member]member{}
-	for _, b := range body.Members {
-		port, _ := b["protocol_port"].(float64)
-		k := key{str(b, "address"), int(port)}
-		if k.addr == "" || k.port < 1 || k.port > 65535 {
-			octaviaError(rw, http.StatusBadRequest, "Invalid input for field/attribute address or protocol_port.")
+	keys := make([]key, len(body.Members))
+	for i, b := range body.Members {
+		addr, port, ok := memberAt(rw, b)
+		if !ok {
 			return
 		}
+		k := key{addr, port}
+		keys[i] = k
 		if listed[k] {
 			octaviaError(rw, http.StatusBadRequest, fmt.Sprintf("Duplicate member %s:%d in the request.", k.addr, k.port))
 			return
@@ -613,22 +631,14 @@ func (s *Sim) batchMembers(rw http.ResponseWriter, r *request) {
 			updated[m] = next
 		}
 	}
-	for _, b := range body.Members {
-		port, _ := b["protocol_port"].(float64)
-		k := key{str(b, "address"), int(port)}
+	for i, b := range body.Members {
+		k := keys[i]
 		if m := existing[k]; m != nil {
 			*m = updated[m]
 			m.ProvisioningStatus, m.Updated = "PENDING_UPDATE", lbTime(r.now.UTC().Truncate(time.Second))
 			continue
 		}
-		weight := 1
-		if w, ok := b["weight"].(float64); ok {
-			weight = int(w)
-		}
-		m := &member{lbCommon: newLBCommon(r, b, lb.ID), PoolID: p.ID, Address: k.addr, ProtocolPort: k.port, SubnetID: str(b, "subnet_id"), Weight: weight,
-			Backup: boolOr(b, "backup", false), MonitorAddr: b["monitor_address"], MonitorPort: b["monitor_port"]}
-		r.w.Members[m.ID] = m
-		p.Members = append(p.Members, idRef{m.ID})
+		r.addMember(p, lb, b, k.addr, k.port)
 	}
 	if !additive {
 		for k, m := range existing {

@@ -4,28 +4,16 @@ package reconciler_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"net/http"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 
-	"opke.dev/opke/cloudsim"
-	"opke.dev/opke/diff"
-	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
-	"opke.dev/opke/world"
 )
 
 // TestControlPlaneOfThree is make e2e's second stage: a cluster of three
@@ -57,8 +45,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 
 	res := r.observed(t)
 	api, base, _ := r.apiClient(t, res, "demo-controller-1")
-	get := getter(api, base)
-	waitFor(t, e2eWait(), upCheck(t, get, api, base, "v1.35.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, e2eWait(), upCheck(t, api, base, "v1.35.1", append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "coredns-": 1}))
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
@@ -109,7 +96,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 			t.Errorf("%s's API server after the upgrade: %q %v", ctl, v.GitVersion, err)
 		}
 	}
-	waitFor(t, 3*time.Minute, upCheck(t, get, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "coredns-": 1}))
 
 	step = time.Now()
@@ -118,167 +105,6 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Errorf("%d resources left after the cluster was deleted: %v", len(left), slices.Sorted(maps.Keys(left)))
 	}
 	t.Logf("deleted in %s", time.Since(step).Round(time.Second))
-}
-
-// e2eRig is make e2e's start: real machines (refused otherwise), and the
-// simulator's registry mirror loaded with make world's e2e set.
-func e2eRig(t *testing.T) (*rig, *cloudsim.Registry, *world.Built) {
-	t.Helper()
-	if !realHosts {
-		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
-	}
-	r := newRig(t)
-	reg, built := mirrorWorld(t, r)
-	return r, reg, built
-}
-
-// getter GETs a path of the API into out, failing on any status but 200.
-func getter(api *http.Client, base string) func(path string, out any) error {
-	return func(path string, out any) error {
-		resp, err := api.Get(base + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s %.200s", path, resp.Status, b)
-		}
-		return json.Unmarshal(b, out)
-	}
-}
-
-// upCheck says what keeps a cluster from being up, as Kubernetes says it:
-// the nodes Ready at version, and at least want[prefix] pods whose name
-// begins with prefix running with every container ready. It logs a
-// crashing container's last words once.
-func upCheck(t *testing.T, get func(string, any) error, api *http.Client, base, version string, nodeNames []string, want map[string]int) func() string {
-	logged := map[string]bool{}
-	return func() string {
-		// Fresh each time: json.Unmarshal into a used value keeps the
-		// map keys of the last answer (a container's old state).
-		type condition struct{ Type, Status, Reason, Message string }
-		var nodes struct {
-			Items []struct {
-				Metadata struct{ Name string }
-				Status   struct {
-					Conditions []condition
-					NodeInfo   struct{ KubeletVersion string }
-				}
-			}
-		}
-		var pods struct {
-			Items []struct {
-				Metadata struct{ Namespace, Name string }
-				Spec     struct{ NodeName string }
-				Status   struct {
-					Phase             string
-					ContainerStatuses []struct {
-						Name  string
-						Ready bool
-						State map[string]struct{ Reason, Message string }
-					}
-				}
-			}
-		}
-		if err := get("/api/v1/nodes", &nodes); err != nil {
-			return err.Error()
-		}
-		if err := get("/api/v1/pods", &pods); err != nil {
-			return err.Error()
-		}
-		var why []string
-		ready := map[string]bool{}
-		for _, n := range nodes.Items {
-			for _, c := range n.Status.Conditions {
-				if c.Type == "Ready" && c.Status == "True" && n.Status.NodeInfo.KubeletVersion == version {
-					ready[n.Metadata.Name] = true
-				} else if c.Type == "Ready" {
-					why = append(why, fmt.Sprintf("node %s: Ready=%s %s %s (kubelet %s)", n.Metadata.Name, c.Status, c.Reason, c.Message, n.Status.NodeInfo.KubeletVersion))
-				}
-			}
-		}
-		for _, n := range nodeNames {
-			if !ready[n] && !slices.ContainsFunc(why, func(s string) bool { return strings.HasPrefix(s, "node "+n+":") }) {
-				why = append(why, "node "+n+": not registered")
-			}
-		}
-		running := map[string]int{}
-		for _, p := range pods.Items {
-			allReady := len(p.Status.ContainerStatuses) > 0
-			for _, cs := range p.Status.ContainerStatuses {
-				allReady = allReady && cs.Ready
-				for state, d := range cs.State {
-					if state != "running" {
-						why = append(why, fmt.Sprintf("pod %s/%s on %s: %s %s %s %.160s", p.Metadata.Namespace, p.Metadata.Name, p.Spec.NodeName, cs.Name, state, d.Reason, d.Message))
-					}
-					// A crashing container's last words, once.
-					key := p.Metadata.Namespace + "/" + p.Metadata.Name + "/" + cs.Name
-					if d.Reason == "CrashLoopBackOff" && !logged[key] {
-						logged[key] = true
-						resp, err := api.Get(base + "/api/v1/namespaces/" + p.Metadata.Namespace + "/pods/" + p.Metadata.Name + "/log?previous=true&tailLines=30&container=" + cs.Name)
-						if err == nil {
-							b, _ := io.ReadAll(resp.Body)
-							resp.Body.Close()
-							t.Logf("%s crashed:\n%s", key, b)
-						}
-					}
-				}
-			}
-			if p.Status.Phase == "Running" && allReady {
-				for prefix := range want {
-					if strings.HasPrefix(p.Metadata.Name, prefix) {
-						running[prefix]++
-					}
-				}
-			} else if len(p.Status.ContainerStatuses) == 0 {
-				why = append(why, fmt.Sprintf("pod %s/%s on %q: %s", p.Metadata.Namespace, p.Metadata.Name, p.Spec.NodeName, p.Status.Phase))
-			}
-		}
-		for _, prefix := range slices.Sorted(maps.Keys(want)) {
-			if running[prefix] < want[prefix] {
-				why = append(why, fmt.Sprintf("%d %s* pods running and ready, want %d", running[prefix], prefix, want[prefix]))
-			}
-		}
-		return strings.Join(why, "\n")
-	}
-}
-
-// e2eWait bounds the wait for a cluster to come up: 10 minutes, or
-// OPKE_E2E_WAIT for a quicker look while debugging.
-func e2eWait() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("OPKE_E2E_WAIT")); err == nil {
-		return d
-	}
-	return 10 * time.Minute
-}
-
-// etcdClient is a client of the cluster's etcd members through the
-// gateway, as OPKE's health gates reach them.
-func (r *rig) etcdClient(t *testing.T, res map[string]diff.Resource, controllers []string) *clientv3.Client {
-	t.Helper()
-	gw := dialHost(t, r, res, "demo-gateway-0", nil)
-	b, err := pki.Load(t.Context(), r.store, "demo", pki.EtcdCA, pki.EtcdOPKEClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := b.TLS(pki.EtcdCA, pki.EtcdOPKEClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var endpoints []string
-	for _, ctl := range controllers {
-		endpoints = append(endpoints, "https://"+net.JoinHostPort(res["openstack/port/"+ctl].Attrs["fixed_ip"].Value, "2379"))
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: cfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return gw.DialContext(ctx, "tcp", addr)
-		})}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
 }
 
 type etcdMember struct{ name, version string }
