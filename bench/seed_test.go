@@ -33,7 +33,6 @@ import (
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -495,7 +494,7 @@ func (t *template) fresh(mu *sync.Mutex, s *snapshot) (ids, addrs map[string]str
 
 // clone is the template's objects as cluster name's: the name, the ids and
 // the addresses replaced, and each server given its role's user_data.
-func (t *template) clone(name string, ids, addrs map[string]string, userData map[ignition.Role][]byte) map[string]map[string]map[string]any {
+func (t *template) clone(name string, ids, addrs map[string]string, userData map[schemas.Role][]byte) map[string]map[string]map[string]any {
 	pairs := []string{t.name, name}
 	for old, id := range ids {
 		pairs = append(pairs, old, id)
@@ -528,13 +527,13 @@ func (t *template) clone(name string, ids, addrs map[string]string, userData map
 }
 
 // roleOf is a server's role, by its name.
-func roleOf(server, cluster string) ignition.Role {
-	for _, role := range []ignition.Role{ignition.RoleController, ignition.RoleGateway} {
+func roleOf(server, cluster string) schemas.Role {
+	for _, role := range []schemas.Role{schemas.RoleController, schemas.RoleGateway} {
 		if strings.HasPrefix(server, cluster+"-"+string(role)+"-") {
 			return role
 		}
 	}
-	return ignition.RoleWorker
+	return schemas.RoleWorker
 }
 
 // openStore opens the store of a seed (or a copy of one) in dir.

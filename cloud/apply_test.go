@@ -16,7 +16,7 @@ import (
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/internal/cloudtest"
-	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
 )
 
 // retrying runs a step until it passes or fails for good, as the applier
@@ -159,12 +159,12 @@ func allNames(t *testing.T, c *cloud.Clients) []string {
 }
 
 // roleOf is the role of a server by its name.
-func roleOf(r diff.Resource) ignition.Role {
+func roleOf(r diff.Resource) schemas.Role {
 	switch {
 	case strings.Contains(r.Name, "-controller-"):
-		return ignition.RoleController
+		return schemas.RoleController
 	case strings.Contains(r.Name, "-gateway-"):
-		return ignition.RoleGateway
+		return schemas.RoleGateway
 	}
-	return ignition.RoleWorker
+	return schemas.RoleWorker
 }

@@ -18,7 +18,6 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/internal/cloudtest"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 )
 
@@ -44,7 +43,7 @@ func cluster(t testing.TB, name string, i int, workers int) *schemas.Cluster {
 
 // userData are small Ignition configs, one per role: the simulator boots
 // them.
-var userData = map[ignition.Role][]byte{ignition.RoleController: roleConfig("c"), ignition.RoleWorker: roleConfig("w"), ignition.RoleGateway: roleConfig("g")}
+var userData = map[schemas.Role][]byte{schemas.RoleController: roleConfig("c"), schemas.RoleWorker: roleConfig("w"), schemas.RoleGateway: roleConfig("g")}
 
 func roleConfig(role string) []byte {
 	return []byte(`{"ignition":{"version":"3.3.0"},"storage":{"files":[{"path":"/etc/opke-role","contents":{"source":"data:,` + role + `"}}]}}`)

@@ -36,7 +36,6 @@ import (
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
@@ -90,7 +89,7 @@ func makeControlPlane(t *testing.T, e *env) *controlPlane {
 		t.Fatal(err)
 	}
 	image := imageID(t, c, "flatcar")
-	server := func(name, ip string, role ignition.Role, sgs []string) (string, string) {
+	server := func(name, ip string, role schemas.Role, sgs []string) (string, string) {
 		t.Helper()
 		p, err := ports.Create(ctx, c.network, ports.CreateOpts{NetworkID: net.network, Name: name,
 			FixedIPs: []ports.IP{{SubnetID: net.subnet, IPAddress: ip}}, SecurityGroups: &sgs}).Extract()
@@ -109,7 +108,7 @@ func makeControlPlane(t *testing.T, e *env) *controlPlane {
 	}
 	cp := &controlPlane{out: out, signer: signer, controllers: map[string]string{}, ips: map[string]string{}}
 	var gwPort string
-	cp.gatewayID, gwPort = server("prod-gateway-0", prefix+"6", ignition.RoleGateway, []string{sg.ID})
+	cp.gatewayID, gwPort = server("prod-gateway-0", prefix+"6", schemas.RoleGateway, []string{sg.ID})
 	fip, err := floatingips.Create(ctx, c.network, floatingips.CreateOpts{FloatingNetworkID: net.publicID, PortID: gwPort}).Extract()
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +116,7 @@ func makeControlPlane(t *testing.T, e *env) *controlPlane {
 	cp.gatewayFIP = fip.FloatingIP
 	for i := range 3 {
 		name, ip := fmt.Sprintf("prod-controller-%d", i), fmt.Sprintf("%s%d", prefix, 10+i)
-		cp.controllers[name], _ = server(name, ip, ignition.RoleController, []string{})
+		cp.controllers[name], _ = server(name, ip, schemas.RoleController, []string{})
 		cp.ips[name] = ip
 	}
 	// The API load balancer: VIP .5, TCP 6443 to the three controllers.

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
 
@@ -43,7 +44,7 @@ ExecStart=/bin/sleep infinity
 // enabled); without keysUnit, the unit printing the host keys is left out.
 func contractConfig(t *testing.T, key ssh.Signer, keysUnit bool) []byte {
 	t.Helper()
-	cfg, err := ignition.Render(ignition.Input{Role: ignition.RoleGateway, OPKEPublicKey: string(ssh.MarshalAuthorizedKey(key.PublicKey()))})
+	cfg, err := ignition.Render(ignition.Input{Role: schemas.RoleGateway, OPKEPublicKey: string(ssh.MarshalAuthorizedKey(key.PublicKey()))})
 	if err != nil {
 		t.Fatal(err)
 	}

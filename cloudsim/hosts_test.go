@@ -26,6 +26,7 @@ import (
 
 	"opke.dev/opke/cloudsim/firstboot"
 	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
 
@@ -57,7 +58,7 @@ func newRawKey(t *testing.T) (ssh.Signer, ed25519.PrivateKey) {
 	return s, priv
 }
 
-func userData(t *testing.T, role ignition.Role, key ssh.Signer) string {
+func userData(t *testing.T, role schemas.Role, key ssh.Signer) string {
 	t.Helper()
 	cfg, err := ignition.Render(ignition.Input{Role: role, OPKEPublicKey: string(ssh.MarshalAuthorizedKey(key.PublicKey()))})
 	if err != nil {
@@ -88,12 +89,12 @@ func makeCluster(t *testing.T, e *env, name, cidr string) cluster {
 	}
 	image := imageID(t, c, "flatcar")
 	gw, err := servers.Create(ctx, c.compute, servers.CreateOpts{Name: name + "-gateway-0", FlavorRef: "2", ImageRef: image,
-		Networks: []servers.Network{{Port: gp.ID}}, UserData: []byte(userData(t, ignition.RoleGateway, key))}, nil).Extract()
+		Networks: []servers.Network{{Port: gp.ID}}, UserData: []byte(userData(t, schemas.RoleGateway, key))}, nil).Extract()
 	if err != nil {
 		t.Fatal(err)
 	}
 	wk, err := servers.Create(ctx, c.compute, servers.CreateOpts{Name: name + "-default-0", FlavorRef: "2", ImageRef: image,
-		Networks: []servers.Network{{UUID: net.network}}, UserData: []byte(userData(t, ignition.RoleWorker, key))}, nil).Extract()
+		Networks: []servers.Network{{UUID: net.network}}, UserData: []byte(userData(t, schemas.RoleWorker, key))}, nil).Extract()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 
 	"opke.dev/opke/cloudsim/machine"
 	"opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
 
@@ -112,7 +113,7 @@ func (w *realWorld) allow(group string, port int, from string) {
 // a floating IP if asked.
 func (w *realWorld) server(name, fixed, group string, floating bool) machineServer {
 	w.t.Helper()
-	cfg, err := ignition.Render(ignition.Input{Role: ignition.RoleGateway, OPKEPublicKey: string(ssh.MarshalAuthorizedKey(w.signer.PublicKey()))})
+	cfg, err := ignition.Render(ignition.Input{Role: schemas.RoleGateway, OPKEPublicKey: string(ssh.MarshalAuthorizedKey(w.signer.PublicKey()))})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 )
 
@@ -23,7 +22,7 @@ const APIIdleTimeout = 4 * 3600 * 1000
 // Inputs are what Desire needs besides the spec: the rendered output.
 type Inputs struct {
 	// UserData is each role's Ignition config.
-	UserData map[ignition.Role][]byte
+	UserData map[schemas.Role][]byte
 	// Assets are the hosts' files; nil plans no host phase.
 	Assets *assets.Set
 	// APIFloatingIP is false while the API's floating IP does not exist:
@@ -35,7 +34,7 @@ type Inputs struct {
 	// that depend on keys and certificates not issued yet: a plan renders
 	// without persisting anything, so a new cluster's or host's material
 	// is issued again, differently, at apply. They are known after apply.
-	UnsettledUserData map[ignition.Role]bool
+	UnsettledUserData map[schemas.Role]bool
 	UnsettledFiles    map[string]map[string]bool
 }
 
@@ -125,7 +124,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	sgName := n + "-controllers"
 	add(KindServerGroup, sgName, Attrs{"policy": Known(policyAntiA)}, []string{"policy"})
 
-	userData := func(role ignition.Role) Value {
+	userData := func(role schemas.Role) Value {
 		if in.UnsettledUserData[role] {
 			return Value{Unknown: true}
 		}
@@ -142,7 +141,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	// balancer (its VIP), so that it never takes one of them (the
 	// seeded fleet's third worker took the VIP).
 	portsAfter := []string{addr(KindLoadBalancer, api)}
-	server := func(name string, role ignition.Role, flavor, fixedIP, group string, sgs string, zone string) {
+	server := func(name string, role schemas.Role, flavor, fixedIP, group string, sgs string, zone string) {
 		portAttrs := Attrs{"network": Known(n), "security_groups": Known(sgs), "fixed_ip": Known(fixedIP)}
 		portDeps := []string{subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0])}
 		if fixedIP == "" {
@@ -176,23 +175,23 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		}
 		return zones[i%len(zones)]
 	}
-	gwName := schemas.ServerName(n, schemas.RoleGateway, 0)
-	server(gwName, ignition.RoleGateway, s.Gateway.Flavor, gwIP.String(), "", gwSG, "")
+	gwName := schemas.GatewayName(n)
+	server(gwName, schemas.RoleGateway, s.Gateway.Flavor, gwIP.String(), "", gwSG, "")
 	add(KindFloatingIP, gwName, Attrs{"network": Known(s.Network.ExternalNetwork), "port": Known(gwName), "address": {Unknown: true}},
 		[]string{"network", "port"}, addr(KindServer, gwName), addr(KindInterface, n))
 	var controllers []string
 	for i := range s.Controllers.Count {
-		name := schemas.ServerName(n, schemas.RoleController, i)
+		name := schemas.ControllerName(n, i)
 		cip, err := c.ControllerIP(i)
 		if err != nil {
 			return nil, fmt.Errorf("desire %s: %w", n, err)
 		}
-		server(name, ignition.RoleController, s.Controllers.Flavor, cip.String(), sgName, nodesSG, zone(s.Controllers.AvailabilityZones, i))
+		server(name, schemas.RoleController, s.Controllers.Flavor, cip.String(), sgName, nodesSG, zone(s.Controllers.AvailabilityZones, i))
 		controllers = append(controllers, name)
 	}
 	for _, p := range s.WorkerPools {
 		for i := range p.Count {
-			server(schemas.ServerName(n, p.Name, i), ignition.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
+			server(schemas.ServerName(n, p.Name, i), schemas.RoleWorker, p.Flavor, "", "", nodesSG, zone(p.AvailabilityZones, i))
 		}
 	}
 
@@ -220,12 +219,12 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 			host := Host{Name: h.Name, Role: h.Role, Version: in.Assets.Version}
 			for _, f := range h.Files {
 				df := File{Path: f.Path, SHA256: f.SHA256, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())), Secret: f.Secret, Restart: f.Restart}
-				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == assets.RoleController
+				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == schemas.RoleController
 				df.Unknown = df.NeedsAPIFloatingIP || in.UnsettledFiles[h.Name][f.Path]
 				host.Files = append(host.Files, df)
 				// Every controller keeps the cluster's manifests; they are
 				// applied once, from the first.
-				if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == assets.RoleController && !manifests[name] {
+				if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == schemas.RoleController && !manifests[name] {
 					manifests[name] = true
 					d.Manifests = append(d.Manifests, Manifest{Name: name, SHA256: f.SHA256})
 				}

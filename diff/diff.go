@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"opke.dev/opke/schemas"
 )
 
 // Diff plans each desired cluster against what is observed of it, and
@@ -181,12 +183,12 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 	deleted := map[string]bool{}
 	for _, p := range deletes {
 		name, ok := strings.CutPrefix(p.Address, "openstack/server/")
-		if !ok || o.Applied.Versions[name] == "" || strings.HasPrefix(name, d.Cluster+"-"+RoleGateway+"-") {
+		if !ok || o.Applied.Versions[name] == "" || schemas.RoleOf(d.Cluster, name) == schemas.RoleGateway {
 			continue
 		}
 		deleted[name] = true
 		node(name, "delete the Node object of the deleted server").deps = []string{p.key}
-		if strings.HasPrefix(name, d.Cluster+"-"+RoleController+"-") {
+		if schemas.RoleOf(d.Cluster, name) == schemas.RoleController {
 			continue
 		}
 		drain := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
@@ -208,7 +210,7 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.Applied.Versions)) {
-		if !desired[name] && !servers[name] && !deleted[name] && !strings.HasPrefix(name, d.Cluster+"-"+RoleGateway+"-") {
+		if !desired[name] && !servers[name] && !deleted[name] && schemas.RoleOf(d.Cluster, name) != schemas.RoleGateway {
 			node(name, "its server is gone and its Node object is left")
 		}
 	}
@@ -461,7 +463,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		switch {
 		case !runs:
 			fresh = append(fresh, hc)
-		case len(hc.restarts) > 0 || versions[h.Name] != h.Version && h.Role != RoleGateway:
+		case len(hc.restarts) > 0 || versions[h.Name] != h.Version && h.Role != schemas.RoleGateway:
 			// A host that runs gets a gate when it restarts, and a node
 			// when it does not run the desired version yet (its gate
 			// failed). The gateway runs no Kubernetes.
@@ -490,9 +492,9 @@ func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
 	h := hc.host
 	what := "restarted units active"
 	switch h.Role {
-	case RoleController:
+	case schemas.RoleController:
 		what = "kubelet active, every etcd member healthy, API /readyz and /version " + h.Version
-	case RoleWorker:
+	case schemas.RoleWorker:
 		what = "kubelet active, node Ready"
 	}
 	// The units that must be active: those restarted, and a node's kubelet.
@@ -500,12 +502,12 @@ func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
 	for _, r := range hc.restarts {
 		units = append(units, r.Address[strings.LastIndex(r.Address, "/")+1:])
 	}
-	if h.Role != RoleGateway && !slices.Contains(units, "kubelet.service") {
+	if h.Role != schemas.RoleGateway && !slices.Contains(units, "kubelet.service") {
 		units = append(units, "kubelet.service")
 	}
 	slices.Sort(units)
 	p := &pending{Change: Change{Cluster: cluster, Phase: PhaseHosts, Address: GateAddress(h.Name), Action: ActionCheck,
-		After: Attrs{"version": Known(h.Version), "role": Known(h.Role), "units": Known(strings.Join(units, ","))}, Reason: what + note}}
+		After: Attrs{"version": Known(h.Version), "role": Known(string(h.Role)), "units": Known(strings.Join(units, ","))}, Reason: what + note}}
 	p.drift = len(hc.restarts) > 0
 	for _, r := range hc.restarts {
 		p.drift = p.drift && r.drift
@@ -526,9 +528,9 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 	var gateway []*hostChanges
 	for _, hc := range hosts {
 		switch hc.host.Role {
-		case RoleController:
+		case schemas.RoleController:
 			batches = append(batches, []*hostChanges{hc})
-		case RoleGateway:
+		case schemas.RoleGateway:
 			gateway = append(gateway, hc)
 		default:
 			workers = append(workers, hc)
@@ -542,7 +544,7 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 	}
 	var snapshot *pending
 	for _, hc := range hosts {
-		if hc.host.Role == RoleController && slices.ContainsFunc(hc.restarts, func(p *pending) bool { return !p.drift }) {
+		if hc.host.Role == schemas.RoleController && slices.ContainsFunc(hc.restarts, func(p *pending) bool { return !p.drift }) {
 			snapshot = b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: SnapshotAddress(d.Cluster),
 				Action: ActionBackup, Reason: "etcd snapshot before the first control-plane restart, to restore if the rollout must be undone"}})
 			break
@@ -619,7 +621,7 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 func (b *builder) isController(d *Desired, host string) bool {
 	for _, h := range d.Hosts {
 		if h.Name == host {
-			return h.Role == RoleController
+			return h.Role == schemas.RoleController
 		}
 	}
 	return false

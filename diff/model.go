@@ -1,5 +1,7 @@
 package diff
 
+import "opke.dev/opke/schemas"
+
 // Kind is an OpenStack resource type as OPKE manages it.
 type Kind string
 
@@ -74,17 +76,10 @@ type Host struct {
 	Name string
 	// Role is controller, worker or gateway: it orders a rollout and says
 	// what the host's health gate checks.
-	Role    string
+	Role    schemas.Role
 	Version string
 	Files   []File
 }
-
-// The roles of hosts, as the assets name them.
-const (
-	RoleController = "controller"
-	RoleWorker     = "worker"
-	RoleGateway    = "gateway"
-)
 
 // Desired is a cluster as its spec and the rendered assets say.
 type Desired struct {

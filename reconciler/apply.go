@@ -19,7 +19,6 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
@@ -612,7 +611,7 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 		// A server deleted, or made (again, after one deleted by hand), is
 		// a host the ledger knows nothing of; a deleted node's version
 		// stays until its Node object is deleted.
-		keep := c.Action == diff.ActionDelete && roleOfServer(r.Name, c.Cluster) != ignition.RoleGateway
+		keep := c.Action == diff.ActionDelete && schemas.RoleOf(c.Cluster, r.Name) != schemas.RoleGateway
 		if err := ForgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
 			return err
 		}
@@ -639,7 +638,7 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 			if out == nil {
 				return fmt.Errorf("%s: no render for its user_data", c.Address)
 			}
-			userData = out.UserData[roleOfServer(r.Name, c.Cluster)]
+			userData = out.UserData[schemas.RoleOf(c.Cluster, r.Name)]
 			sum := sha256.Sum256(userData)
 			r.Attrs["user_data"] = diff.Known(hex.EncodeToString(sum[:]))
 		}
@@ -657,17 +656,6 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 		return err
 	}
 	return RecordResource(ctx, store, c.Cluster, r)
-}
-
-// roleOfServer tells a server's role from its name: <cluster>-<role>-<i>.
-func roleOfServer(server, cluster string) ignition.Role {
-	switch {
-	case strings.HasPrefix(server, cluster+"-"+schemas.RoleController+"-"):
-		return ignition.RoleController
-	case strings.HasPrefix(server, cluster+"-"+schemas.RoleGateway+"-"):
-		return ignition.RoleGateway
-	}
-	return ignition.RoleWorker
 }
 
 // run executes changes in dependency order, Parallel at once, each

@@ -10,7 +10,6 @@ import (
 	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -206,7 +205,7 @@ func RecordRendered(ctx context.Context, kv ledgerKV, cluster string, set *asset
 			if err := RecordFile(ctx, kv, cluster, h.Name, f.Path, f.SHA256); err != nil {
 				return err
 			}
-			if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == assets.RoleController && !manifests[name] {
+			if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == schemas.RoleController && !manifests[name] {
 				manifests[name] = true
 				if err := RecordManifest(ctx, kv, cluster, name, f.SHA256); err != nil {
 					return err
@@ -313,7 +312,7 @@ func Facts(ctx context.Context, kv ledgerKV, clusters []string) (map[string]*sch
 			return nil, err
 		}
 		for host, v := range versions {
-			if roleOfServer(host, name) != ignition.RoleController {
+			if schemas.RoleOf(name, host) != schemas.RoleController {
 				continue
 			}
 			if ver, err := schemas.ParseVersion(v); err == nil && ver.Compare(f.NewestControllerVersion) > 0 {
@@ -345,7 +344,7 @@ func HostVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]
 	out := map[string]string{}
 	for k, v := range hosts {
 		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
-		if rest == "version" && roleOfServer(host, cluster) != ignition.RoleGateway {
+		if rest == "version" && schemas.RoleOf(cluster, host) != schemas.RoleGateway {
 			out[host] = string(v)
 		}
 	}

@@ -264,7 +264,7 @@ func (h hostStep) applyOnce(ctx context.Context, objs []object) error {
 func controllerNames(t HostTarget) []string {
 	var out []string
 	for i := range len(t.Hosts) {
-		n := schemas.ServerName(t.Cluster, schemas.RoleController, i)
+		n := schemas.ControllerName(t.Cluster, i)
 		if _, ok := t.Hosts[n]; ok {
 			out = append(out, n)
 		}

@@ -16,7 +16,6 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -314,8 +313,8 @@ func apiFloatingIP(cluster string, observed []diff.Resource) netip.Addr {
 }
 
 // unsettled lists the user_data and files two renders disagree on.
-func unsettled(a, b *render.Output) (map[ignition.Role]bool, map[string]map[string]bool) {
-	userData := map[ignition.Role]bool{}
+func unsettled(a, b *render.Output) (map[schemas.Role]bool, map[string]map[string]bool) {
+	userData := map[schemas.Role]bool{}
 	for role, u := range a.UserData {
 		if !bytes.Equal(u, b.UserData[role]) {
 			userData[role] = true

@@ -65,7 +65,7 @@ func (h *HostSessions) Dial(ctx context.Context, t HostTarget, address string) (
 func controllerIPs(t HostTarget) []netip.Addr {
 	var out []netip.Addr
 	for i := range len(t.Hosts) {
-		if h, ok := t.Hosts[schemas.ServerName(t.Cluster, schemas.RoleController, i)]; ok {
+		if h, ok := t.Hosts[schemas.ControllerName(t.Cluster, i)]; ok {
 			out = append(out, h.IP)
 		}
 	}
@@ -129,12 +129,13 @@ func (k *kubeClient) do(ctx context.Context, method, path, contentType string, b
 
 // gateSpec is what a host's gate checks, from its change.
 type gateSpec struct {
-	host, role, version string
-	units               []string
+	host, version string
+	role          schemas.Role
+	units         []string
 }
 
 func gateOf(c diff.Change) gateSpec {
-	g := gateSpec{host: hostOf(c.Address), role: c.After["role"].Value, version: c.After["version"].Value}
+	g := gateSpec{host: hostOf(c.Address), role: schemas.Role(c.After["role"].Value), version: c.After["version"].Value}
 	if u := c.After["units"].Value; u != "" {
 		g.units = strings.Split(u, ",")
 	}
@@ -220,13 +221,13 @@ func (p *prober) run(ctx context.Context) error {
 		}
 	}
 	switch p.g.role {
-	case diff.RoleController:
+	case schemas.RoleController:
 		ip := p.t.Hosts[p.g.host].IP
 		if err := p.etcdHealthy(ctx, ip); err != nil {
 			return err
 		}
 		return p.apiServes(ctx, ip)
-	case diff.RoleWorker:
+	case schemas.RoleWorker:
 		return p.nodeReady(ctx)
 	}
 	return nil

@@ -7,7 +7,7 @@
 // byte-identical, and a render on [state.Store.ReadOnly] persists nothing.
 //
 //	out, err := render.Cluster(ctx, store, spec, render.Options{Now: time.Now()})
-//	// out.UserData[ignition.RoleWorker] is the workers' user_data;
+//	// out.UserData[schemas.RoleWorker] is the workers' user_data;
 //	// out.Assets.Hosts[i].Files the files of a host.
 //
 // [pki]: opke.dev/opke/render/pki

@@ -38,7 +38,7 @@ type Options struct {
 type Output struct {
 	Cluster string
 	// UserData is each role's Ignition config, by role.
-	UserData map[ignition.Role][]byte
+	UserData map[schemas.Role][]byte
 	Assets   *assets.Set
 	// PKI is the cluster's certificates and keys, for OPKE's own clients
 	// (etcd-opke-client, admin). Never logged or printed.
@@ -70,9 +70,9 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 	req := pki.Request{Cluster: name, APIVIP: vip, APIFloatingIP: o.APIFloatingIP, ServiceCIDR: svc, Now: o.Now, RenewWithin: o.RenewWithin}
 	for _, h := range hosts {
 		switch h.Role {
-		case assets.RoleController:
+		case schemas.RoleController:
 			req.Controllers = append(req.Controllers, pki.Host{Name: h.Name, IP: h.IP})
-		case assets.RoleWorker:
+		case schemas.RoleWorker:
 			req.Workers = append(req.Workers, pki.Host{Name: h.Name, IP: h.IP})
 		}
 	}
@@ -84,8 +84,8 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	out := &Output{Cluster: name, UserData: map[ignition.Role][]byte{}, PKI: bundle, Issued: issued, SSHPublicKey: pub}
-	for _, role := range ignition.Roles {
+	out := &Output{Cluster: name, UserData: map[schemas.Role][]byte{}, PKI: bundle, Issued: issued, SSHPublicKey: pub}
+	for _, role := range schemas.Roles {
 		if out.UserData[role], err = ignition.Render(ignition.Input{Role: role, OPKEPublicKey: pub}); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}

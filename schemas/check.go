@@ -25,7 +25,7 @@ const (
 )
 
 // reservedPoolNames would make worker names clash with other roles' names.
-var reservedPoolNames = map[string]bool{RoleController: true, RoleGateway: true}
+var reservedPoolNames = map[string]bool{string(RoleController): true, string(RoleGateway): true}
 
 var (
 	labelNameRE  = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)

@@ -3,13 +3,24 @@ package schemas
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
-// Roles of the servers OPKE creates; a worker's role is its pool's name.
+// Role is what a host is to its cluster: it picks the host's Ignition
+// config and files, orders a rollout, and says what its health gate
+// checks. Every package names roles by this type.
+type Role string
+
+// The roles. A controller runs etcd and the control plane, a worker the
+// cluster's pods, the gateway only sshd (the hosts' jump host).
 const (
-	RoleController = "controller"
-	RoleGateway    = "gateway"
+	RoleController Role = "controller"
+	RoleWorker     Role = "worker"
+	RoleGateway    Role = "gateway"
 )
+
+// Roles lists every role, in the order they are rendered.
+var Roles = [...]Role{RoleController, RoleWorker, RoleGateway}
 
 // Tags OPKE puts on every OpenStack resource it creates. The owner tag holds
 // the installation id, so two installations never touch each other's resources.
@@ -34,9 +45,37 @@ const (
 	MaxHostnameLen = 63
 )
 
-// ServerName is the name of the index-th server of a role: <cluster>-<role>-<index>.
-func ServerName(cluster, role string, index int) string {
-	return fmt.Sprintf("%s-%s-%d", cluster, role, index)
+// ServerName is the name of the index-th server of a pool:
+// <cluster>-<pool>-<index>. A worker pool is named in the spec; the
+// controllers' pool is "controller" and the gateway's "gateway".
+func ServerName(cluster, pool string, index int) string {
+	return fmt.Sprintf("%s-%s-%d", cluster, pool, index)
+}
+
+// ControllerName is the name of the cluster's index-th controller.
+func ControllerName(cluster string, index int) string {
+	return ServerName(cluster, string(RoleController), index)
+}
+
+// GatewayName is the name of the cluster's gateway.
+func GatewayName(cluster string) string { return ServerName(cluster, string(RoleGateway), 0) }
+
+// RoleOf tells a server's role from its name, <cluster>-<pool>-<index>:
+// the controllers' and the gateway's pools are named after their roles
+// (Check refuses a worker pool named so); every other server is a worker,
+// including one of a pool whose name only starts like a role's
+// ("controller-a").
+func RoleOf(cluster, server string) Role {
+	rest, _ := strings.CutPrefix(server, cluster+"-")
+	i := strings.LastIndex(rest, "-")
+	if i < 0 {
+		return RoleWorker
+	}
+	switch pool := Role(rest[:i]); pool {
+	case RoleController, RoleGateway:
+		return pool
+	}
+	return RoleWorker
 }
 
 // HostPrefix parses network.hostCIDR.

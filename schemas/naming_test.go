@@ -50,3 +50,36 @@ func TestAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestServerNamesAndRoles: a server's name says its role, whatever the
+// cluster's or the pool's name holds (a cluster named like a role, a
+// pool whose name starts like one).
+func TestServerNamesAndRoles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cluster, server string
+		want            Role
+	}{
+		{"prod", ControllerName("prod", 2), RoleController},
+		{"prod", GatewayName("prod"), RoleGateway},
+		{"prod", ServerName("prod", "general", 0), RoleWorker},
+		{"prod", ServerName("prod", "controllers", 0), RoleWorker},
+		{"prod", ServerName("prod", "gateways", 1), RoleWorker},
+		{"prod", ServerName("prod", "controller-a", 0), RoleWorker},
+		{"prod", ServerName("prod", "gateway-b", 0), RoleWorker},
+		{"controller", ServerName("controller", "general", 3), RoleWorker},
+		{"controller", ControllerName("controller", 0), RoleController},
+		{"gateway", GatewayName("gateway"), RoleGateway},
+		{"prod", ControllerName("other", 0), RoleWorker},
+	} {
+		if got := RoleOf(tc.cluster, tc.server); got != tc.want {
+			t.Errorf("RoleOf(%q, %q) = %s, want %s", tc.cluster, tc.server, got, tc.want)
+		}
+	}
+	if got, want := ControllerName("prod", 1), "prod-controller-1"; got != want {
+		t.Errorf("ControllerName = %s, want %s", got, want)
+	}
+	if got, want := GatewayName("prod"), "prod-gateway-0"; got != want {
+		t.Errorf("GatewayName = %s, want %s", got, want)
+	}
+}

@@ -284,7 +284,7 @@ touched; the command prints how to put the data dir in place.`,
 			}
 			member, peer := "opke", "http://127.0.0.1:2380"
 			if !f.store {
-				member = schemas.ServerName(t.name, schemas.RoleController, 0)
+				member = schemas.ControllerName(t.name, 0)
 				peer = "https://127.0.0.1:2380"
 			}
 			if err := backup.Restore(path, to, member, peer); err != nil {

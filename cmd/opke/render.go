@@ -22,7 +22,6 @@ import (
 	"opke.dev/opke/reconciler/source"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/ignition"
 	"opke.dev/opke/schemas"
 )
 
@@ -37,10 +36,10 @@ type renderManifest struct {
 }
 
 type renderUserData struct {
-	Role   ignition.Role `json:"role"`
-	Path   string        `json:"path"`
-	SHA256 string        `json:"sha256"`
-	Size   int           `json:"size"`
+	Role   schemas.Role `json:"role"`
+	Path   string       `json:"path"`
+	SHA256 string       `json:"sha256"`
+	Size   int          `json:"size"`
 }
 
 func (a *app) renderCommand() *cobra.Command {
@@ -289,7 +288,7 @@ func writeRender(out string, r *render.Output) (*renderManifest, error) {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
 	m := &renderManifest{Cluster: r.Cluster, Version: r.Assets.Version, Hosts: r.Assets.Hosts}
-	for _, role := range ignition.Roles {
+	for _, role := range schemas.Roles {
 		ud := r.UserData[role]
 		rel := filepath.Join("userdata", string(role)+".ign")
 		if err := writeFile(filepath.Join(tmp, rel), ud, 0o644); err != nil {

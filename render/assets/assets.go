@@ -17,13 +17,6 @@ import (
 	"opke.dev/opke/schemas"
 )
 
-// Roles of hosts. A worker's pool is in [Host].Pool.
-const (
-	RoleController = "controller"
-	RoleWorker     = "worker"
-	RoleGateway    = "gateway"
-)
-
 // Units a pushed file can ask to restart.
 const (
 	UnitKubelet    = "kubelet.service"
@@ -40,9 +33,9 @@ var (
 
 // Host is a server that receives files.
 type Host struct {
-	Name string `json:"name"`
-	Role string `json:"role"`
-	Pool string `json:"pool,omitempty"`
+	Name string       `json:"name"`
+	Role schemas.Role `json:"role"`
+	Pool string       `json:"pool,omitempty"`
 	// IP is the host's fixed IP; zero for a worker not created yet (its
 	// address comes from DHCP), which no rendered file needs.
 	IP netip.Addr `json:"ip,omitzero"`
@@ -59,18 +52,18 @@ func PlannedHosts(c *schemas.Cluster) ([]Host, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 		}
-		hosts = append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, schemas.RoleController, i), Role: RoleController, IP: ip})
+		hosts = append(hosts, Host{Name: schemas.ControllerName(c.Metadata.Name, i), Role: schemas.RoleController, IP: ip})
 	}
 	for _, p := range c.Spec.WorkerPools {
 		for i := range p.Count {
-			hosts = append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, p.Name, i), Role: RoleWorker, Pool: p.Name})
+			hosts = append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, p.Name, i), Role: schemas.RoleWorker, Pool: p.Name})
 		}
 	}
 	gw, err := c.GatewayIP()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
-	return append(hosts, Host{Name: schemas.ServerName(c.Metadata.Name, schemas.RoleGateway, 0), Role: RoleGateway, IP: gw}), nil
+	return append(hosts, Host{Name: schemas.GatewayName(c.Metadata.Name), Role: schemas.RoleGateway, IP: gw}), nil
 }
 
 // CloudCredential is the OpenStack application credential the cluster's
@@ -217,7 +210,7 @@ func Render(in Input) (*Set, error) {
 	for _, h := range in.Hosts {
 		var files []File
 		switch h.Role {
-		case RoleController:
+		case schemas.RoleController:
 			if clusterManifests == nil {
 				if clusterManifests, err = r.clusterManifests(); err != nil {
 					return nil, err
@@ -225,9 +218,9 @@ func Render(in Input) (*Set, error) {
 			}
 			files, err = r.controller(h)
 			files = append(files, clusterManifests...)
-		case RoleWorker:
+		case schemas.RoleWorker:
 			files, err = r.worker(h)
-		case RoleGateway:
+		case schemas.RoleGateway:
 			files = nil
 		default:
 			err = fmt.Errorf("%w: host %s has unknown role %q", ErrBadInput, h.Name, h.Role)

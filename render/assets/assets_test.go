@@ -306,7 +306,7 @@ func TestVersionBump(t *testing.T) {
 			var want, may []string
 			for _, h := range after.Assets.Hosts {
 				switch h.Role {
-				case assets.RoleController:
+				case schemas.RoleController:
 					want = append(want, h.Name+":"+assets.PathKubeletEnv, h.Name+":"+assets.PathAddons+"/00-kube-proxy.yaml")
 					for _, p := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 						want = append(want, h.Name+":"+assets.PathManifests+"/"+p+".yaml")
@@ -319,7 +319,7 @@ func TestVersionBump(t *testing.T) {
 							}
 						}
 					}
-				case assets.RoleWorker:
+				case schemas.RoleWorker:
 					want = append(want, h.Name+":"+assets.PathKubeletEnv)
 				}
 			}
@@ -578,7 +578,7 @@ func TestRenderErrors(t *testing.T) {
 		{name: "unsupported minor", in: assets.Input{Cluster: &old, PKI: bundle, Hosts: hosts}, want: assets.ErrUnsupportedVersion},
 		{name: "material of another host set", in: assets.Input{Cluster: c, PKI: bundle, Hosts: hosts}, want: assets.ErrMissingMaterial},
 		{name: "unknown role", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-x-0", Role: "bastion"}}}, want: assets.ErrBadInput},
-		{name: "controller without IP", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-controller-0", Role: assets.RoleController}}}, want: assets.ErrBadInput},
+		{name: "controller without IP", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-controller-0", Role: schemas.RoleController}}}, want: assets.ErrBadInput},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := assets.Render(tc.in)
@@ -660,7 +660,7 @@ func TestRegistryMirror(t *testing.T) {
 			}
 			out := renderWith(t, statetest.Open(t), &c, render.Options{Now: now, MirrorAuth: tc.auth})
 			for _, h := range out.Assets.Hosts {
-				if h.Role == assets.RoleGateway {
+				if h.Role == schemas.RoleGateway {
 					continue
 				}
 				pulled := map[string]bool{}

@@ -91,7 +91,7 @@ func newRenderer(in Input) (*renderer, error) {
 		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],
 	}
 	for i := range c.Spec.Controllers.Count {
-		r.data.Controllers = append(r.data.Controllers, schemas.ServerName(c.Metadata.Name, schemas.RoleController, i))
+		r.data.Controllers = append(r.data.Controllers, schemas.ControllerName(c.Metadata.Name, i))
 	}
 	if r.data.PodCIDR == "" {
 		return nil, fmt.Errorf("%w: the spec is not defaulted (podCIDR empty)", ErrBadInput)
@@ -220,7 +220,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 	local := "https://" + netip.AddrPortFrom(h.IP, 6443).String()
 	// As kubeadm labels its control-plane nodes: no Service load balancer
 	// sends traffic to them (the label is one a kubelet may set).
-	files, err := r.kubeletFiles(h, local, map[string]string{"opke.dev/role": RoleController, "node.kubernetes.io/exclude-from-external-load-balancers": ""}, true)
+	files, err := r.kubeletFiles(h, local, map[string]string{"opke.dev/role": string(schemas.RoleController), "node.kubernetes.io/exclude-from-external-load-balancers": ""}, true)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (r *renderer) etcdEnv(h Host) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 		}
-		initial = append(initial, schemas.ServerName(r.c.Metadata.Name, schemas.RoleController, i)+"=https://"+netip.AddrPortFrom(ip, 2380).String())
+		initial = append(initial, schemas.ControllerName(r.c.Metadata.Name, i)+"=https://"+netip.AddrPortFrom(ip, 2380).String())
 	}
 	ip := h.IP.String()
 	const dir = PathPKI + "/etcd/"

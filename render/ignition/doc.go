@@ -9,6 +9,6 @@
 // it never recreates a server, and nothing secret rides in the
 // unencrypted metadata service.
 //
-//	cfg, err := ignition.Render(ignition.Input{Role: ignition.RoleWorker, OPKEPublicKey: pub})
+//	cfg, err := ignition.Render(ignition.Input{Role: schemas.RoleWorker, OPKEPublicKey: pub})
 //	// cfg is JSON, checked with Ignition's own parser, under MaxUserData bytes.
 package ignition

@@ -12,29 +12,18 @@ import (
 	v33 "github.com/coreos/ignition/v2/config/v3_3"
 	"github.com/coreos/ignition/v2/config/v3_3/types"
 	"golang.org/x/crypto/ssh"
+
+	"opke.dev/opke/schemas"
 )
 
 // MaxUserData is the most raw user_data may hold: Nova accepts 65,535 bytes
 // once base64-encoded, which is 49,149 raw bytes; we keep a margin.
 const MaxUserData = 49_000
 
-// Role is the kind of host a config is for.
-type Role string
-
-// The roles.
-const (
-	RoleController Role = "controller"
-	RoleWorker     Role = "worker"
-	RoleGateway    Role = "gateway"
-)
-
-// Roles lists every role, in render order.
-var Roles = []Role{RoleController, RoleWorker, RoleGateway}
-
 // Input is what a role's config depends on. It deliberately has no version
 // and no secret.
 type Input struct {
-	Role Role
+	Role schemas.Role
 	// OPKEPublicKey is OPKE's SSH public key, authorized_keys form.
 	OPKEPublicKey string
 }
@@ -92,9 +81,9 @@ func build(in Input) ([]byte, error) {
 	add("/etc/ssh/sshd_config.d/50-opke.conf", 0o600, sshdConfig(in.Role))
 	unit("opke-host-keys.service", hostKeysUnit)
 	switch in.Role {
-	case RoleGateway:
+	case schemas.RoleGateway:
 		// The gateway only forwards SSH to the cluster's hosts.
-	case RoleController, RoleWorker:
+	case schemas.RoleController, schemas.RoleWorker:
 		add("/etc/sysctl.d/80-opke.conf", 0o644, sysctls)
 		add("/etc/modules-load.d/opke.conf", 0o644, "overlay\nbr_netfilter\n")
 		for _, d := range []struct {
@@ -108,7 +97,7 @@ func build(in Input) ([]byte, error) {
 		}
 		add("/opt/opke/bin/install-kubelet", 0o755, installKubelet)
 		unit("kubelet.service", kubeletUnit)
-		if in.Role == RoleController {
+		if in.Role == schemas.RoleController {
 			dir("/etc/kubernetes/pki/etcd", 0o700)
 			dir("/var/lib/etcd", 0o700)
 			unit("etcd-member.service", etcdUnit)
@@ -139,12 +128,12 @@ func file(path string, mode int, content string) types.File {
 	}
 }
 
-func sshdConfig(role Role) string {
+func sshdConfig(role schemas.Role) string {
 	// Ignition writes core's keys to authorized_keys.d/ignition; OPKE pushes
 	// the operators' keys (spec.sshAuthorizedKeys) to .../opke-operators.
 	c := "AuthorizedKeysFile .ssh/authorized_keys .ssh/authorized_keys.d/ignition .ssh/authorized_keys.d/opke-operators\n" +
 		"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin no\n"
-	if role == RoleGateway {
+	if role == schemas.RoleGateway {
 		return c + "AllowTcpForwarding yes\nAllowAgentForwarding no\nX11Forwarding no\n"
 	}
 	return c + "AllowTcpForwarding local\n"

@@ -16,13 +16,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"opke.dev/opke/cloudsim/firstboot"
+	"opke.dev/opke/schemas"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 const opkeKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG opke@prod"
 
-func render(t *testing.T, role Role) []byte {
+func render(t *testing.T, role schemas.Role) []byte {
 	t.Helper()
 	out, err := Render(Input{Role: role, OPKEPublicKey: opkeKey})
 	if err != nil {
@@ -35,7 +36,7 @@ func render(t *testing.T, role Role) []byte {
 // for review; regenerate with go test -update.
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	for _, role := range Roles {
+	for _, role := range schemas.Roles {
 		t.Run(string(role), func(t *testing.T) {
 			var pretty bytes.Buffer
 			if err := json.Indent(&pretty, render(t, role), "", "  "); err != nil {
@@ -67,7 +68,7 @@ var secretOrVersion = regexp.MustCompile(`PRIVATE KEY|BEGIN CERTIFICATE|[a-z0-9]
 
 func TestUserDataHoldsNoSecretNorVersion(t *testing.T) {
 	t.Parallel()
-	for _, role := range Roles {
+	for _, role := range schemas.Roles {
 		raw := render(t, role)
 		if len(raw) > MaxUserData {
 			t.Errorf("%s: %d bytes, over %d", role, len(raw), MaxUserData)
@@ -100,7 +101,7 @@ func decodedContents(t *testing.T, raw []byte) string {
 
 func TestRenderRefuses(t *testing.T) {
 	t.Parallel()
-	if _, err := Render(Input{Role: RoleWorker, OPKEPublicKey: "not a key"}); err == nil {
+	if _, err := Render(Input{Role: schemas.RoleWorker, OPKEPublicKey: "not a key"}); err == nil {
 		t.Error("a bad public key is refused")
 	}
 	if _, err := Render(Input{Role: "bastion", OPKEPublicKey: opkeKey}); err == nil {
@@ -119,7 +120,7 @@ func TestDebianIgnitionAppliesEachRole(t *testing.T) {
 		}
 		t.Skip("needs root and Debian's ignition package; .ci/run has both")
 	}
-	for _, role := range Roles {
+	for _, role := range schemas.Roles {
 		t.Run(string(role), func(t *testing.T) {
 			dir := t.TempDir()
 			// uid 500 must reach core's home: open the test's own folder.
@@ -147,7 +148,7 @@ func TestDebianIgnitionAppliesEachRole(t *testing.T) {
 			if !strings.Contains(read("/home/core/.ssh/authorized_keys.d/ignition"), opkeKey) {
 				t.Error("OPKE's key is not authorized for core")
 			}
-			if role == RoleGateway {
+			if role == schemas.RoleGateway {
 				if !strings.Contains(read("/etc/ssh/sshd_config.d/50-opke.conf"), "AllowTcpForwarding yes") {
 					t.Error("the gateway does not forward")
 				}
@@ -165,7 +166,7 @@ func TestDebianIgnitionAppliesEachRole(t *testing.T) {
 			if err != nil || st.Mode().Perm() != 0o700 {
 				t.Errorf("/etc/kubernetes/pki: %v %v, want mode 0700", st, err)
 			}
-			if role == RoleController && !strings.Contains(preset, "enable etcd-member.service") {
+			if role == schemas.RoleController && !strings.Contains(preset, "enable etcd-member.service") {
 				t.Error("the etcd member unit is not enabled on a controller")
 			}
 		})
