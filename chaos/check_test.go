@@ -167,7 +167,7 @@ func (w *world) verify(o *outcome, ref *reference, version string, faultEnded ti
 		o.Converged = false
 		var want []string
 		for _, c := range slices.Concat(res.Plan.Changes, res.Plan.Drift) {
-			want = append(want, c.Action.String()+" "+c.Address)
+			want = append(want, c.Action.String()+" "+c.Address.String())
 		}
 		w.t.Errorf("after the run, a plan still wants: %s", strings.Join(want, ", "))
 	}
@@ -216,11 +216,11 @@ func (w *world) lostRecords() int {
 	}
 	observed := map[string]diff.Resource{}
 	for _, r := range obs.Clusters[cluster] {
-		if prev, ok := observed[r.Address()]; ok {
+		if prev, ok := observed[r.Address().String()]; ok {
 			lost++
 			w.t.Errorf("lost record: %s is in the cloud twice (%s, %s); the ledger can name one", r.Address(), prev.ID, r.ID)
 		}
-		observed[r.Address()] = r
+		observed[r.Address().String()] = r
 	}
 	for _, addr := range slices.Sorted(maps.Keys(ledger.Resources)) {
 		rec := ledger.Resources[addr]

@@ -59,7 +59,7 @@ type Applier struct {
 	tags    []string
 
 	mu  sync.Mutex
-	ids map[string]string // address -> id
+	ids map[diff.Address]string
 
 	// Name lookups made once: external networks, images, flavors.
 	cacheMu  sync.Mutex
@@ -74,7 +74,7 @@ type Applier struct {
 // resources observed.
 func NewApplier(c *Clients, owner, cluster string, observed []diff.Resource) *Applier {
 	a := &Applier{c: c, owner: owner, cluster: cluster, tags: []string{Tag(schemas.TagCluster, cluster), Tag(schemas.TagOwner, owner)},
-		ids: map[string]string{}, LBWait: 100 * time.Millisecond}
+		ids: map[diff.Address]string{}, LBWait: 100 * time.Millisecond}
 	for _, r := range observed {
 		a.ids[r.Address()] = r.ID
 	}
@@ -85,13 +85,13 @@ func NewApplier(c *Clients, owner, cluster string, observed []diff.Resource) *Ap
 func (a *Applier) ID(kind diff.Kind, name string) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.ids[diff.Resource{Kind: kind, Name: name}.Address()]
+	return a.ids[diff.ResourceAddress(kind, name)]
 }
 
 func (a *Applier) setID(kind diff.Kind, name, id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ids[diff.Resource{Kind: kind, Name: name}.Address()] = id
+	a.ids[diff.ResourceAddress(kind, name)] = id
 }
 
 // need returns the id of a resource a create refers to, or an error.

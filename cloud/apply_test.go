@@ -54,7 +54,7 @@ func TestApplierCreatesOnceDespiteLostAnswers(t *testing.T) {
 	sim.SetFaults(faults...)
 	a := cloud.NewApplier(c, owner, "prod", nil)
 	for _, r := range d.Infra {
-		retrying(t, "create "+r.Address(), func() error {
+		retrying(t, "create "+r.Address().String(), func() error {
 			if r.Kind == diff.KindAppCredential {
 				_, err := a.CreateAppCredential(ctx, r, "the-secret-opke-chose", false)
 				return err
@@ -91,12 +91,12 @@ func TestApplierCreatesOnceDespiteLostAnswers(t *testing.T) {
 
 	sim.SetFaults(faults...)
 	rs := slices.Clone(obs.Clusters["prod"])
-	byAddr := map[string]diff.Resource{}
+	byAddr := map[diff.Address]diff.Resource{}
 	for _, r := range rs {
 		byAddr[r.Address()] = r
 	}
 	for _, r := range slices.Backward(d.Infra) {
-		retrying(t, "delete "+r.Address(), func() error { return a.Delete(ctx, byAddr[r.Address()]) })
+		retrying(t, "delete "+r.Address().String(), func() error { return a.Delete(ctx, byAddr[r.Address()]) })
 	}
 	sim.SetFaults()
 	obs, err = cloud.Observe(ctx, c, owner, nil)

@@ -81,7 +81,7 @@ func ObserveCluster(ctx context.Context, c *Clients, owner, cluster string, know
 		return nil, err
 	}
 	for _, rs := range o.out.Clusters {
-		slices.SortFunc(rs, func(a, b diff.Resource) int { return strings.Compare(a.Address(), b.Address()) })
+		slices.SortFunc(rs, func(a, b diff.Resource) int { return a.Address().Compare(b.Address()) })
 	}
 	return o.out, nil
 }

@@ -104,11 +104,11 @@ func TestContractObserveAdoptsAClusterBuiltByHand(t *testing.T) {
 		}
 	})
 	// Applied as observed; then drift by hand.
-	applied := &diff.Applied{Infra: map[string]diff.Attrs{}}
+	applied := &diff.Applied{Infra: map[diff.Address]diff.Attrs{}}
 	byAddr := map[string]diff.Resource{}
 	for _, r := range obs.Clusters[name] {
 		applied.Infra[r.Address()] = r.Attrs
-		byAddr[r.Address()] = r
+		byAddr[r.Address().String()] = r
 	}
 	gone := byAddr["openstack/server/"+name+"-default-1"].ID
 	if err := servers.Delete(ctx, c.Compute, gone).ExtractErr(); err != nil {
@@ -142,7 +142,7 @@ func TestContractObserveAdoptsAClusterBuiltByHand(t *testing.T) {
 	plan = diff.Diff([]*diff.Desired{d}, []*diff.Observed{{Cluster: name, Cloud: obs.Clusters[name], Applied: applied}})
 	got := map[string]diff.Action{}
 	for _, ch := range plan.Drift {
-		got[ch.Address] = ch.Action
+		got[ch.Address.String()] = ch.Action
 	}
 	want := map[string]diff.Action{
 		"openstack/server/" + name + "-default-1":                                     diff.ActionCreate,

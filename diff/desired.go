@@ -61,10 +61,10 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	n := c.Metadata.Name
 	s := c.Spec
 	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue, MaxUnavailable: s.Upgrade.MaxUnavailable}
-	add := func(kind Kind, name string, attrs Attrs, forceNew []string, deps ...string) {
+	add := func(kind Kind, name string, attrs Attrs, forceNew []string, deps ...Address) {
 		d.Infra = append(d.Infra, Resource{Kind: kind, Name: name, Attrs: attrs, ForceNew: forceNew, DependsOn: deps})
 	}
-	addr := func(kind Kind, name string) string { return Resource{Kind: kind, Name: name}.Address() }
+	addr := ResourceAddress
 
 	vip, err := c.APIVIP()
 	if err != nil {
@@ -96,7 +96,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 			remote = "group:" + remoteGroup
 		}
 		name := fmt.Sprintf("%s/ingress-%s-%s-%s", sg, proto, ports, strings.ReplaceAll(remote, "/", "_"))
-		deps := []string{addr(KindSecurityGroup, sg)}
+		deps := []Address{addr(KindSecurityGroup, sg)}
 		if remoteGroup != "" && remoteGroup != sg {
 			deps = append(deps, addr(KindSecurityGroup, remoteGroup))
 		}
@@ -140,10 +140,10 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	// portsAfter, the ports whose addresses are fixed and the load
 	// balancer (its VIP), so that it never takes one of them (the
 	// seeded fleet's third worker took the VIP).
-	portsAfter := []string{addr(KindLoadBalancer, api)}
+	portsAfter := []Address{addr(KindLoadBalancer, api)}
 	server := func(name string, role schemas.Role, flavor, fixedIP, group string, sgs string, zone string) {
 		portAttrs := Attrs{"network": Known(n), "security_groups": Known(sgs), "fixed_ip": Known(fixedIP)}
-		portDeps := []string{subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0])}
+		portDeps := []Address{subnet, addr(KindSecurityGroup, strings.Split(sgs, ",")[0])}
 		if fixedIP == "" {
 			portAttrs["fixed_ip"] = Value{Unknown: true}
 			portDeps = append(portDeps, portsAfter...)
@@ -153,7 +153,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 		add(KindPort, name, portAttrs, []string{"network", "fixed_ip"}, portDeps...)
 		attrs := Attrs{"flavor": Known(flavor), "image": Known(s.Image), "port": Known(name), "user_data": userData(role)}
 		force := []string{"flavor", "image", "port", "user_data"}
-		deps := []string{addr(KindPort, name)}
+		deps := []Address{addr(KindPort, name)}
 		if group != "" {
 			attrs["server_group"] = Known(group)
 			force = append(force, "server_group")

@@ -54,7 +54,9 @@ type builder struct {
 	warnings []Warning
 }
 
-func key(cluster, address string, a Action) string { return cluster + " " + address + " " + a.String() }
+func key(cluster string, address Address, a Action) string {
+	return cluster + " " + address.String() + " " + a.String()
+}
 
 func (b *builder) add(p *pending) *pending {
 	p.key = key(p.Cluster, p.Address, p.Action)
@@ -67,7 +69,7 @@ func (b *builder) add(p *pending) *pending {
 }
 
 // find returns the change of the cluster at address with one of actions.
-func (b *builder) find(cluster, address string, actions ...Action) *pending {
+func (b *builder) find(cluster string, address Address, actions ...Action) *pending {
 	for _, a := range actions {
 		if p := b.byKey[key(cluster, address, a)]; p != nil {
 			return p
@@ -78,15 +80,15 @@ func (b *builder) find(cluster, address string, actions ...Action) *pending {
 
 // cluster plans one desired cluster.
 func (b *builder) cluster(d *Desired, o *Observed) {
-	var applied map[string]Attrs
+	var applied map[Address]Attrs
 	if o.Applied != nil {
 		applied = o.Applied.Infra
 	}
-	cloud := map[string]Resource{}
+	cloud := map[Address]Resource{}
 	for _, r := range o.Cloud {
 		cloud[r.Address()] = r
 	}
-	desired := map[string]bool{}
+	desired := map[Address]bool{}
 	var infra []*pending
 	for _, r := range d.Infra {
 		a := r.Address()
@@ -132,7 +134,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 		infra = append(infra, b.add(p))
 	}
 	// Creation order: what a resource needs comes first.
-	byAddr := map[string]Resource{}
+	byAddr := map[Address]Resource{}
 	for _, r := range d.Infra {
 		byAddr[r.Address()] = r
 	}
@@ -182,8 +184,8 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 	}
 	deleted := map[string]bool{}
 	for _, p := range deletes {
-		name, ok := strings.CutPrefix(p.Address, "openstack/server/")
-		if !ok || o.Applied.Versions[name] == "" || schemas.RoleOf(d.Cluster, name) == schemas.RoleGateway {
+		name := p.Address.Name
+		if p.Address.Kind != KindServer || o.Applied.Versions[name] == "" || schemas.RoleOf(d.Cluster, name) == schemas.RoleGateway {
 			continue
 		}
 		deleted[name] = true
@@ -194,7 +196,7 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 		drain := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
 			Reason: "cordon the node and evict its pods before its server is deleted"}})
 		drain.deps, p.deps = p.deps, []string{drain.key}
-		if m := b.find(d.Cluster, Resource{Kind: KindMember, Name: name}.Address(), ActionDelete); m != nil {
+		if m := b.find(d.Cluster, ResourceAddress(KindMember, name), ActionDelete); m != nil {
 			m.deps = append(m.deps, drain.key)
 			p.deps = append(p.deps, m.key)
 		}
@@ -239,15 +241,15 @@ func index(name string) (string, int) {
 func rolling(ps []*pending, a Action, highestFirst bool) {
 	pools := map[string][]*pending{}
 	for _, p := range ps {
-		if p.Action == a && strings.HasPrefix(p.Address, "openstack/server/") {
-			pool, _ := index(p.Address)
+		if p.Action == a && p.Address.Kind == KindServer {
+			pool, _ := index(p.Address.Name)
 			pools[pool] = append(pools[pool], p)
 		}
 	}
 	for _, list := range pools {
 		slices.SortFunc(list, func(x, y *pending) int {
-			_, i := index(x.Address)
-			_, j := index(y.Address)
+			_, i := index(x.Address.Name)
+			_, j := index(y.Address.Name)
 			if highestFirst {
 				return cmp.Compare(j, i)
 			}
@@ -275,13 +277,13 @@ var refs = map[Kind]map[string]Kind{
 }
 
 // referenced returns the addresses a resource names.
-func referenced(r Resource) []string {
-	var out []string
+func referenced(r Resource) []Address {
+	var out []Address
 	for attr, kind := range refs[r.Kind] {
 		for _, name := range strings.Split(r.Attrs[attr].Value, ",") {
 			name = strings.TrimPrefix(name, "group:")
 			if name != "" {
-				out = append(out, Resource{Kind: kind, Name: name}.Address())
+				out = append(out, ResourceAddress(kind, name))
 			}
 		}
 	}
@@ -334,34 +336,6 @@ type hostChanges struct {
 	gate     *pending // nil for a new host
 }
 
-// Addresses of the changes that are not about a file or a unit.
-const (
-	gateSuffix  = "/health"
-	drainSuffix = "/drain"
-	nodeSuffix  = "/node"
-)
-
-// GateAddress is the address of a host's health gate.
-func GateAddress(host string) string { return "host/" + host + gateSuffix }
-
-// DrainAddress is the address of a worker's drain.
-func DrainAddress(host string) string { return "host/" + host + drainSuffix }
-
-// NodeAddress is the address of a host's Node object in Kubernetes.
-func NodeAddress(host string) string { return "host/" + host + nodeSuffix }
-
-// IsNodeAddress reports whether address is a host's Node object.
-func IsNodeAddress(address string) bool {
-	return strings.HasPrefix(address, "host/") && strings.HasSuffix(address, nodeSuffix) && strings.Count(address, "/") == 2
-}
-
-// SnapshotAddress is the address of the etcd snapshot taken before a
-// rollout's first control-plane restart; BackupAddress a scheduled one's.
-func SnapshotAddress(cluster string) string { return "backup/" + cluster + "/before-rollout" }
-
-// BackupAddress is the address of a cluster's scheduled etcd snapshot.
-func BackupAddress(cluster string) string { return "backup/" + cluster }
-
 // hosts plans the host phase of a cluster: uploads where the file differs
 // from what was applied (or, after a resync, from what the host has), and
 // restarts of the units whose files changed.
@@ -378,10 +352,10 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 	if o.Applied != nil {
 		appliedFiles, versions = o.Applied.Files, o.Applied.Versions
 	}
-	apiFIP := b.find(d.Cluster, Resource{Kind: KindFloatingIP, Name: d.Cluster + "-api"}.Address(), ActionCreate, ActionReplace)
+	apiFIP := b.find(d.Cluster, ResourceAddress(KindFloatingIP, d.Cluster+"-api"), ActionCreate, ActionReplace)
 	var fresh, rolling []*hostChanges
 	for _, h := range d.Hosts {
-		server := b.find(d.Cluster, Resource{Kind: KindServer, Name: h.Name}.Address(), ActionCreate, ActionReplace)
+		server := b.find(d.Cluster, ResourceAddress(KindServer, h.Name), ActionCreate, ActionReplace)
 		applied, actual := appliedFiles[h.Name], o.HostFiles[h.Name]
 		var note string
 		if v := versions[h.Name]; v != "" && v != h.Version {
@@ -391,7 +365,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		units := map[string][]*pending{}
 		for _, f := range h.Files {
 			had := applied[f.Path]
-			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + f.Path, Action: ActionUpload}}
+			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: FileAddress(h.Name, f.Path), Action: ActionUpload}}
 			onHost, checked := actual[f.Path]
 			switch {
 			case server != nil:
@@ -438,7 +412,7 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 			}
 		}
 		for _, u := range slices.Sorted(maps.Keys(units)) {
-			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "host/" + h.Name + "/units/" + u, Action: ActionRestart,
+			p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: UnitAddress(h.Name, u), Action: ActionRestart,
 				Reason: fmt.Sprintf("%d file(s) changed%s", len(units[u]), note)}}
 			p.drift = true
 			for _, up := range units[u] {
@@ -500,7 +474,7 @@ func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
 	// The units that must be active: those restarted, and a node's kubelet.
 	var units []string
 	for _, r := range hc.restarts {
-		units = append(units, r.Address[strings.LastIndex(r.Address, "/")+1:])
+		units = append(units, r.Address.Name)
 	}
 	if h.Role != schemas.RoleGateway && !slices.Contains(units, "kubelet.service") {
 		units = append(units, "kubelet.service")
@@ -567,9 +541,6 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 	}
 }
 
-// ManifestAddress is the address of a manifest's apply.
-func ManifestAddress(cluster, name string) string { return "kubernetes/" + cluster + "/" + name }
-
 // manifests plans the applies of the manifests that differ from what was
 // applied, in their names' order, each after every change of the
 // controllers (their files, restarts and gates): the objects go to an API
@@ -583,7 +554,7 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 	}
 	var controllers []string
 	for _, p := range b.list {
-		if p.Cluster == d.Cluster && p.Phase == PhaseHosts && strings.HasPrefix(p.Address, "host/") && b.isController(d, hostOfAddress(p.Address)) {
+		if p.Cluster == d.Cluster && p.Phase == PhaseHosts && p.Address.OnHost() && b.isController(d, p.Address.Host) {
 			controllers = append(controllers, p.key)
 		}
 	}
@@ -627,20 +598,13 @@ func (b *builder) isController(d *Desired, host string) bool {
 	return false
 }
 
-// hostOfAddress is the host of a host/<host>/... address.
-func hostOfAddress(address string) string {
-	rest, _ := strings.CutPrefix(address, "host/")
-	h, _, _ := strings.Cut(rest, "/")
-	return h
-}
-
 // stateChanges plans what only the store keeps, and a scheduled backup.
 func (b *builder) stateChanges(d *Desired, o *Observed) {
 	// The deletion policy lives in the state store only (the applied
 	// spec): changing it is a change of its own, or removing the file
 	// after a plan with nothing else would still go by the old one.
 	if o.Applied != nil && o.Applied.DeletionPolicy != "" && o.Applied.DeletionPolicy != d.DeletionPolicy {
-		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: "state/" + d.Cluster, Action: ActionUpdate,
+		b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: StateAddress(d.Cluster), Action: ActionUpdate,
 			Before: Attrs{"deletion_policy": Known(o.Applied.DeletionPolicy)}, After: Attrs{"deletion_policy": Known(d.DeletionPolicy)},
 			Reason: "deletionPolicy changed"}})
 	}
@@ -676,13 +640,13 @@ func (b *builder) removed(o *Observed) {
 			"no longer in the fleet; deletionPolicy %s keeps its %d OpenStack resources: OPKE forgets the cluster and adopts it again by its tags if its file returns",
 			cmp.Or(policy, "Retain"), len(o.Cloud))})
 		if o.Applied != nil {
-			b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: "state/" + o.Cluster, Action: ActionForget,
+			b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: StateAddress(o.Cluster), Action: ActionForget,
 				Reason: "no longer in the fleet (deletionPolicy Retain)"}})
 		}
 		return
 	}
 	deletes := b.deleteAll(o.Cluster, slices.Concat(o.Cloud, o.Services), "no longer in the fleet (deletionPolicy Delete)")
-	forget := b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: "state/" + o.Cluster, Action: ActionForget,
+	forget := b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: StateAddress(o.Cluster), Action: ActionForget,
 		Reason: "its resources are deleted"}})
 	for _, p := range deletes {
 		forget.deps = append(forget.deps, p.key)
@@ -720,7 +684,7 @@ func (b *builder) plan() *Plan {
 	}
 	order := func(x, y Change) int {
 		return cmp.Or(cmp.Compare(x.Cluster, y.Cluster), cmp.Compare(phaseRank(x.Phase), phaseRank(y.Phase)),
-			cmp.Compare(x.Address, y.Address), cmp.Compare(x.Action, y.Action))
+			x.Address.Compare(y.Address), cmp.Compare(x.Action, y.Action))
 	}
 	slices.SortFunc(plan.Changes, order)
 	slices.SortFunc(plan.Drift, order)

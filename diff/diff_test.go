@@ -63,7 +63,7 @@ func desire(t testing.TB, kv state.KV, c *schemas.Cluster, apiFIP bool) *Desired
 // resource with the desired attributes (unknown ones filled in), applied
 // as is, every file pushed.
 func converged(d *Desired) *Observed {
-	o := &Observed{Cluster: d.Cluster, Applied: &Applied{DeletionPolicy: d.DeletionPolicy, Infra: map[string]Attrs{},
+	o := &Observed{Cluster: d.Cluster, Applied: &Applied{DeletionPolicy: d.DeletionPolicy, Infra: map[Address]Attrs{},
 		Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}}
 	for _, m := range d.Manifests {
 		o.Applied.Manifests[m.Name] = m.SHA256
@@ -93,7 +93,7 @@ func converged(d *Desired) *Observed {
 // without returns o without the cloud resource at address.
 func without(o *Observed, address string) *Observed {
 	c := *o
-	c.Cloud = slices.DeleteFunc(slices.Clone(o.Cloud), func(r Resource) bool { return r.Address() == address })
+	c.Cloud = slices.DeleteFunc(slices.Clone(o.Cloud), func(r Resource) bool { return r.Address().String() == address })
 	return &c
 }
 
@@ -224,7 +224,7 @@ func TestPlans(t *testing.T) {
 				// Each Node object goes once its server is gone (a kubelet
 				// still running could register it again).
 				for _, server := range []Change{first, second} {
-					host := strings.TrimPrefix(server.Address, "openstack/server/")
+					host := server.Address.Name
 					if node := find(t, p.Changes, NodeAddress(host), ActionDelete); !slices.Equal(node.DependsOn, []string{server.ID}) {
 						t.Errorf("%s's Node object goes before its server, or after more: %v", host, node.DependsOn)
 					}
@@ -236,7 +236,7 @@ func TestPlans(t *testing.T) {
 			o := converged(base)
 			for _, a := range []string{"openstack/server/demo-default-1", "openstack/port/demo-default-1"} {
 				o = without(o, a)
-				delete(o.Applied.Infra, a)
+				delete(o.Applied.Infra, mustAddress(a))
 			}
 			delete(o.Applied.Files, "demo-default-1")
 			return o
@@ -326,7 +326,7 @@ func TestPlans(t *testing.T) {
 		{"drift-server-resized", []*Desired{base}, []*Observed{func() *Observed {
 			o := converged(base)
 			for i, r := range o.Cloud {
-				if r.Address() == "openstack/server/demo-default-0" {
+				if r.Address() == ResourceAddress(KindServer, "demo-default-0") {
 					o.Cloud[i].Attrs = Attrs{}
 					for k, v := range r.Attrs {
 						o.Cloud[i].Attrs[k] = v
@@ -407,7 +407,7 @@ func TestPlans(t *testing.T) {
 				t.Errorf("not in order: lb %v (want after %s), subnet %v (want after %s)", lb.DependsOn, fip.ID, subnet.DependsOn, lb.ID)
 			}
 			for _, c := range p.Changes {
-				if c.Address == "openstack/router-interface/demo" && !slices.Contains(c.DependsOn, lb.ID) {
+				if c.Address == ResourceAddress(KindInterface, "demo") && !slices.Contains(c.DependsOn, lb.ID) {
 					t.Errorf("the router interface goes before the Service's load balancer: %v", c.DependsOn)
 				}
 			}
@@ -518,10 +518,12 @@ func after(p *Plan, c, d Change) bool {
 	return false
 }
 
-func find(t *testing.T, cs []Change, address string, a Action) Change {
+// find is the change of an address, given as an Address or its string
+// form.
+func find(t *testing.T, cs []Change, address any, a Action) Change {
 	t.Helper()
 	for _, c := range cs {
-		if c.Address == address && c.Action == a {
+		if c.Address.String() == fmt.Sprint(address) && c.Action == a {
 			return c
 		}
 	}
@@ -536,11 +538,20 @@ func wantCreate(t *testing.T, p *Plan, addresses ...string) {
 	}
 }
 
+// mustAddress parses an address a test names.
+func mustAddress(s string) Address {
+	a, err := ParseAddress(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
 // onlyAbout fails on a change whose address does not name host.
 func onlyAbout(t *testing.T, p *Plan, host string) {
 	t.Helper()
 	for _, c := range slices.Concat(p.Changes, p.Drift) {
-		if !strings.Contains(c.Address, host) {
+		if !strings.Contains(c.Address.String(), host) {
 			t.Errorf("a change outside %s: %s %s", host, c.Action, c.Address)
 		}
 	}
@@ -637,8 +648,8 @@ func FuzzDiff(f *testing.F) {
 func TestPlanOf(t *testing.T) {
 	t.Parallel()
 	p := &Plan{FormatVersion: FormatVersion, Commit: "c0ffee", StateRevision: 7,
-		Changes:  []Change{{Cluster: "a", Address: "openstack/network/a", Action: ActionCreate}, {Cluster: "b", Address: "openstack/network/b", Action: ActionCreate}},
-		Drift:    []Change{{Cluster: "b", Address: "openstack/server/b-worker-0", Action: ActionCreate}},
+		Changes:  []Change{{Cluster: "a", Address: mustAddress("openstack/network/a"), Action: ActionCreate}, {Cluster: "b", Address: mustAddress("openstack/network/b"), Action: ActionCreate}},
+		Drift:    []Change{{Cluster: "b", Address: mustAddress("openstack/server/b-worker-0"), Action: ActionCreate}},
 		Warnings: []Warning{{Cluster: "a", Message: "a's"}, {Cluster: "b", Message: "b's"}}}
 	for _, tc := range []struct {
 		name string

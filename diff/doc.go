@@ -5,7 +5,8 @@
 // A Plan is a value. Its changes come in two phases, the infrastructure
 // (OpenStack resources) and then the hosts (files pushed over SSH, unit
 // restarts, backups); each has a stable id, the ids it depends on, an
-// address (openstack/server/prod-general-3,
+// [Address] (a typed value: what it names, its host or resource; its
+// string form is openstack/server/prod-general-3,
 // host/prod-controller-0/etc/kubernetes/kubelet.env), a closed Action,
 // before and after values, and a reason that is for people only. Values
 // not known until an earlier change is applied (a floating IP, the bytes of

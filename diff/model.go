@@ -1,5 +1,7 @@
 package diff
 
+import "slices"
+
 import "opke.dev/opke/schemas"
 
 // Kind is an OpenStack resource type as OPKE manages it.
@@ -28,6 +30,13 @@ const (
 	KindAppCredential Kind = "application-credential"
 )
 
+// kinds are the kinds, in creation order.
+var kinds = []Kind{KindAppCredential, KindNetwork, KindSecurityGroup, KindServerGroup, KindSubnet, KindRouter, KindRule, KindInterface,
+	KindPort, KindLoadBalancer, KindServer, KindListener, KindFloatingIP, KindPool, KindMember, KindMonitor}
+
+// Known reports whether k is one of the kinds OPKE manages.
+func (k Kind) Known() bool { return slices.Contains(kinds, k) }
+
 // Resource is an OpenStack resource flattened to what the diff compares.
 // Attributes refer to other resources by name, never by id, so a desired
 // resource and an observed one compare directly.
@@ -39,13 +48,13 @@ type Resource struct {
 	// Desired only: the attributes whose change replaces the resource, and
 	// the addresses of the resources it needs.
 	ForceNew  []string
-	DependsOn []string
+	DependsOn []Address
 	// Observed only: the cloud's id.
 	ID string
 }
 
-// Address is the resource's stable address: openstack/<kind>/<name>.
-func (r Resource) Address() string { return "openstack/" + string(r.Kind) + "/" + r.Name }
+// Address is the resource's address: openstack/<kind>/<name>.
+func (r Resource) Address() Address { return ResourceAddress(r.Kind, r.Name) }
 
 // File is a file a host should have, as the diff sees it.
 type File struct {
@@ -101,7 +110,7 @@ type Applied struct {
 	// DeletionPolicy is the last applied spec's.
 	DeletionPolicy string
 	// Infra holds the attributes of each resource as applied, by address.
-	Infra map[string]Attrs
+	Infra map[Address]Attrs
 	// Files holds the sha256 of each file as pushed, by host and path.
 	Files map[string]map[string]string
 	// Versions holds the Kubernetes version each host runs.

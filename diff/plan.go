@@ -57,7 +57,7 @@ type Change struct {
 	DependsOn []string `json:"depends_on"`
 	Cluster   string   `json:"cluster"`
 	Phase     Phase    `json:"phase"`
-	Address   string   `json:"address"`
+	Address   Address  `json:"address"`
 	Action    Action   `json:"action"`
 	Before    Attrs    `json:"before,omitempty"`
 	After     Attrs    `json:"after,omitempty"`

@@ -44,7 +44,7 @@ func Read(data []byte) (*Plan, error) {
 	// A change names what it does to what (a change of neither, found by
 	// fuzzing, was read and could not be written back).
 	for i, c := range slices.Concat(p.Changes, p.Drift) {
-		if c.Address == "" || c.Action < ActionCreate || c.Action > Actions[len(Actions)-1] {
+		if c.Address.IsZero() || c.Action < ActionCreate || c.Action > Actions[len(Actions)-1] {
 			return nil, fmt.Errorf("%w: change %d has no address or no action", ErrFormat, i)
 		}
 	}
@@ -85,15 +85,15 @@ func Text(w io.Writer, data []byte) error {
 		}
 		cs = slices.Clone(cs)
 		slices.SortFunc(cs, func(x, y Change) int {
-			return cmp.Or(cmp.Compare(x.Address, y.Address), cmp.Compare(x.Action, y.Action))
+			return cmp.Or(x.Address.Compare(y.Address), cmp.Compare(x.Action, y.Action))
 		})
 		width := 0
 		for _, c := range cs {
-			width = max(width, len(symbols[c.Action])+1+len(c.Address)+len(marker(c)))
+			width = max(width, len(symbols[c.Action])+1+len(c.Address.String())+len(marker(c)))
 		}
 		fmt.Fprintf(&b, "\n%s\n", title)
 		for _, c := range cs {
-			head := symbols[c.Action] + " " + c.Address + marker(c)
+			head := symbols[c.Action] + " " + c.Address.String() + marker(c)
 			fmt.Fprintf(&b, "  %-*s  # %s\n", width, head, c.Reason)
 		}
 	}

@@ -324,14 +324,13 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 		if c.Phase != diff.PhaseHosts {
 			continue
 		}
-		if strings.HasPrefix(c.Address, "state/") {
+		if c.Address.Target == diff.TargetState {
 			stateChanges = append(stateChanges, c)
 			continue
 		}
 		hostChanges = append(hostChanges, c)
 		if c.Action == diff.ActionUpload {
-			host := hostOf(c.Address)
-			uploads[host] = append(uploads[host], strings.TrimPrefix(c.Address, "host/"+host))
+			uploads[c.Address.Host] = append(uploads[c.Address.Host], c.Address.Name)
 		}
 	}
 	states := map[string]StepState{}
@@ -369,7 +368,7 @@ func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas
 	notDone := map[string]bool{} // hosts with a step not done
 	for _, c := range hostChanges {
 		if states[c.ID] != StepDone {
-			notDone[hostOf(c.Address)] = true
+			notDone[c.Address.Host] = true
 		}
 	}
 	var versions map[string]string
@@ -414,7 +413,7 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 	}
 	found := obs.Clusters[name]
 	if slices.ContainsFunc(infra, func(c diff.Change) bool {
-		return c.Action == diff.ActionDelete && strings.Contains(c.Address, "/"+cloud.ServicePrefix(name))
+		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
 	}) {
 		// The plan deletes what the cluster's cloud controller manager
 		// made (with the cluster): their ids.
@@ -425,7 +424,7 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 		found = slices.Concat(found, services)
 	}
 	ops := cloud.NewApplier(clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), found))
-	observed := map[string]diff.Resource{}
+	observed := map[diff.Address]diff.Resource{}
 	for _, r := range found {
 		observed[r.Address()] = r
 	}
@@ -439,7 +438,7 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 		}
 	}
 	return a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
-		if c.Action == diff.ActionDrain || diff.IsNodeAddress(c.Address) {
+		if c.Address.Target == diff.TargetDrain || c.Address.Target == diff.TargetNode {
 			if out == nil {
 				return fmt.Errorf("%s: no render for the API's credentials", c.Address)
 			}
@@ -448,12 +447,12 @@ func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *sch
 				return err
 			}
 			if c.Action == diff.ActionDrain {
-				return a.drain(ctx, t, out.PKI, spec, hostOf(c.Address))
+				return a.drain(ctx, t, out.PKI, spec, c.Address.Host)
 			}
-			if err := a.deleteNode(ctx, t, out.PKI, hostOf(c.Address)); err != nil {
+			if err := a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
 				return err
 			}
-			return ForgetNode(ctx, j.w, name, hostOf(c.Address))
+			return ForgetNode(ctx, j.w, name, c.Address.Host)
 		}
 		return a.infraStep(ctx, j, ops, out, observed, c)
 	}), nil
@@ -509,8 +508,7 @@ type hostStep struct {
 // the check runs) and restarts its units.
 func (h hostStep) do(ctx context.Context, c diff.Change) error {
 	store := h.j.w
-	host := hostOf(c.Address)
-	rest := strings.TrimPrefix(c.Address, "host/"+host)
+	host, path := c.Address.Host, c.Address.Name
 	switch c.Action {
 	case diff.ActionCheck:
 		return h.gate(ctx, c)
@@ -519,11 +517,11 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 	case diff.ActionApply:
 		return h.applyManifest(ctx, c)
 	case diff.ActionUpload:
-		f, ok := h.files[host][rest]
+		f, ok := h.files[host][path]
 		if !ok {
 			return fmt.Errorf("%s: not in the render", c.Address)
 		}
-		if h.have[host][rest] != f.SHA256 {
+		if h.have[host][path] != f.SHA256 {
 			if err := h.a.Hosts.upload(ctx, h.t, host, f); err != nil {
 				return err
 			}
@@ -531,15 +529,15 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if len(f.Restart) > 0 {
 			return nil
 		}
-		if err := h.j.hook("uploaded " + c.Address); err != nil {
+		if err := h.j.hook("uploaded " + c.Address.String()); err != nil {
 			return err
 		}
-		return RecordFile(ctx, store, c.Cluster, host, rest, f.SHA256)
+		return RecordFile(ctx, store, c.Cluster, host, path, f.SHA256)
 	case diff.ActionRestart:
-		unit, ok := strings.CutPrefix(rest, "/units/")
-		if !ok {
+		if c.Address.Target != diff.TargetUnit {
 			return fmt.Errorf("%s: not a unit", c.Address)
 		}
+		unit := c.Address.Name
 		for _, path := range h.uploads[host] {
 			// A unit file or drop-in among the files: systemd reads it
 			// again before the restart, or restarts the unit as it was.
@@ -553,7 +551,7 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if _, err := h.a.Hosts.run(ctx, h.t, host, sshx.Sudo("systemctl restart "+unit)); err != nil {
 			return err
 		}
-		if err := h.j.hook("restarted " + c.Address); err != nil {
+		if err := h.j.hook("restarted " + c.Address.String()); err != nil {
 			return err
 		}
 		for _, path := range h.uploads[host] {
@@ -568,29 +566,20 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 	return fmt.Errorf("%w: %s on a host", errors.ErrUnsupported, c.Action)
 }
 
-// hostOf is the host of a host-phase address: host/<host>/<path>.
-func hostOf(address string) string {
-	rest, _ := strings.CutPrefix(address, "host/")
-	h, _, _ := strings.Cut(rest, "/")
-	return h
-}
-
 // resourceOf turns an infrastructure change back into the resource it
 // is about.
 func resourceOf(c diff.Change) (diff.Resource, error) {
-	rest, ok := strings.CutPrefix(c.Address, "openstack/")
-	kind, name, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 {
+	if c.Address.Target != diff.TargetResource {
 		return diff.Resource{}, fmt.Errorf("%s: not an OpenStack address", c.Address)
 	}
 	attrs := c.After
 	if c.Action == diff.ActionDelete {
 		attrs = c.Before
 	}
-	return diff.Resource{Kind: diff.Kind(kind), Name: name, Attrs: attrs}, nil
+	return diff.Resource{Kind: c.Address.Kind, Name: c.Address.Name, Attrs: attrs}, nil
 }
 
-func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier, out *render.Output, observed map[string]diff.Resource, c diff.Change) error {
+func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier, out *render.Output, observed map[diff.Address]diff.Resource, c diff.Change) error {
 	store := j.w
 	r, err := resourceOf(c)
 	if err != nil {
@@ -603,7 +592,7 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 		if err := ops.Delete(ctx, r); err != nil {
 			return err
 		}
-		if err := j.hook("deleted " + c.Address); err != nil {
+		if err := j.hook("deleted " + c.Address.String()); err != nil {
 			return err
 		}
 	}
@@ -652,7 +641,7 @@ func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier,
 	default:
 		return fmt.Errorf("%w: %s in the infrastructure phase", errors.ErrUnsupported, c.Action)
 	}
-	if err := j.hook("applied " + c.Address); err != nil {
+	if err := j.hook("applied " + c.Address.String()); err != nil {
 		return err
 	}
 	return RecordResource(ctx, store, c.Cluster, r)

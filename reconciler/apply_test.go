@@ -171,7 +171,7 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	var applies []string
 	for _, c := range plan.Changes {
 		if c.Action == diff.ActionApply {
-			applies = append(applies, c.Address)
+			applies = append(applies, c.Address.String())
 		}
 	}
 	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-control-plane.yaml", "kubernetes/demo/04-metrics-server.yaml"}, applies); d != "" {
@@ -256,7 +256,7 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range obs.Clusters["demo"] {
-		if x.Address() == "openstack/server/demo-default-1" {
+		if x.Address().String() == "openstack/server/demo-default-1" {
 			if err := servers.Delete(ctx, r.clients.Compute, x.ID).ExtractErr(); err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +281,7 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	// drain (nothing runs there), and its Node object, which Kubernetes
 	// keeps, is deleted.
 	for _, x := range r.observed(t) {
-		if x.Address() == "openstack/server/demo-default-1" {
+		if x.Address().String() == "openstack/server/demo-default-1" {
 			if err := servers.Delete(ctx, r.clients.Compute, x.ID).ExtractErr(); err != nil {
 				t.Fatal(err)
 			}
@@ -289,7 +289,7 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	}
 	demo.Spec.WorkerPools[0].Count = 1
 	plan, _ = r.apply(t, demo)
-	if got := addresses(plan.Changes); got[diff.NodeAddress("demo-default-1")] != diff.ActionDelete || got[diff.DrainAddress("demo-default-1")] != 0 {
+	if got := addresses(plan.Changes); got[diff.NodeAddress("demo-default-1").String()] != diff.ActionDelete || got[diff.DrainAddress("demo-default-1").String()] != 0 {
 		t.Errorf("a worker gone by hand and from the spec: %v, want its Node object deleted and no drain", got)
 	}
 	if got := nodeNames(t, r); !slices.Equal(got, []string{"demo-controller-0", "demo-default-0"}) {

@@ -242,9 +242,9 @@ func transformFile(path string, fn func([]byte) ([]byte, error)) error {
 
 // backupStep runs a plan's backup change: a scheduled snapshot, or the
 // one before a rollout's first control-plane restart.
-func (h hostStep) backup(ctx context.Context, address string) error {
+func (h hostStep) backup(ctx context.Context, address diff.Address) error {
 	reason := backup.ReasonScheduled
-	if address == diff.SnapshotAddress(h.j.cluster) {
+	if address.Target == diff.TargetSnapshot {
 		reason = backup.ReasonBeforeRollout
 	}
 	src, err := h.a.Hosts.ClusterSource(h.t, h.pki)

@@ -101,7 +101,7 @@ func TestContractCreateScaleUpgradeBackup(t *testing.T) {
 	t.Run("create", func(t *testing.T) {
 		r.mustApply(t, a, c)
 		// Once etcd runs, its first scheduled snapshot is due.
-		if got := addresses(r.plan(t, c).Changes); !maps.Equal(got, map[string]diff.Action{diff.BackupAddress(name): diff.ActionBackup}) {
+		if got := addresses(r.plan(t, c).Changes); !maps.Equal(got, map[string]diff.Action{diff.BackupAddress(name).String(): diff.ActionBackup}) {
 			t.Errorf("after the create, the plan is not the first snapshot: %v", got)
 		}
 		r.mustApply(t, a, c)

@@ -125,7 +125,7 @@ func (r *rig) observedOf(t *testing.T, cluster string) map[string]diff.Resource 
 	}
 	out := map[string]diff.Resource{}
 	for _, x := range obs.Clusters[cluster] {
-		out[x.Address()] = x
+		out[x.Address().String()] = x
 	}
 	return out
 }
@@ -326,7 +326,7 @@ func TestDayTwo(t *testing.T) {
 		}{
 			{"host/demo-controller-2/etc/kubernetes/pki/apiserver.crt", diff.ActionUpload},
 			{"host/demo-controller-2/units/kubelet.service", diff.ActionRestart},
-			{diff.GateAddress("demo-controller-2"), diff.ActionCheck},
+			{diff.GateAddress("demo-controller-2").String(), diff.ActionCheck},
 		} {
 			if byAddr[want.address] != want.action {
 				t.Errorf("the rotation does not plan %s %s: %v", want.action, want.address, byAddr)
@@ -457,7 +457,7 @@ func TestDayTwo(t *testing.T) {
 		for range 5 {
 			clk.advance(time.Hour)
 			plan := r.mustApply(t, a, demo)
-			if addresses(plan.Changes)[diff.BackupAddress("demo")] != diff.ActionBackup {
+			if addresses(plan.Changes)[diff.BackupAddress("demo").String()] != diff.ActionBackup {
 				t.Fatalf("no backup planned an interval later: %v", addresses(plan.Changes))
 			}
 			recs, err := reconciler.Backups(ctx, r.store, "demo")
@@ -507,7 +507,7 @@ func TestDayTwo(t *testing.T) {
 
 // onlyFailure returns the error of the one step that failed (the others
 // were skipped), failing the test if another step failed.
-func onlyFailure(t *testing.T, sum *reconciler.Summary, address string) error {
+func onlyFailure(t *testing.T, sum *reconciler.Summary, address diff.Address) error {
 	t.Helper()
 	var err error
 	for _, f := range sum.Failed {

@@ -22,6 +22,7 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
 )
@@ -112,13 +113,13 @@ var errNoGateway = errors.New("no gateway with a floating IP to reach the hosts 
 
 // hostTarget says how to reach a cluster's hosts, from what is observed.
 func hostTarget(cluster string, clients *cloud.Clients, observed []diff.Resource, kv state.KV) (HostTarget, error) {
-	byAddr := map[string]diff.Resource{}
+	byAddr := map[diff.Address]diff.Resource{}
 	for _, r := range observed {
 		byAddr[r.Address()] = r
 	}
-	gwName := cluster + "-gateway-0"
-	gw, okGW := byAddr[diff.Resource{Kind: diff.KindServer, Name: gwName}.Address()]
-	fip := byAddr[diff.Resource{Kind: diff.KindFloatingIP, Name: gwName}.Address()]
+	gwName := schemas.GatewayName(cluster)
+	gw, okGW := byAddr[diff.ResourceAddress(diff.KindServer, gwName)]
+	fip := byAddr[diff.ResourceAddress(diff.KindFloatingIP, gwName)]
 	address, err := netip.ParseAddr(fip.Attrs["address"].Value)
 	if !okGW || err != nil {
 		return HostTarget{}, fmt.Errorf("%s: %w", cluster, errNoGateway)
@@ -128,7 +129,7 @@ func hostTarget(cluster string, clients *cloud.Clients, observed []diff.Resource
 		if r.Kind != diff.KindServer {
 			continue
 		}
-		port := byAddr[diff.Resource{Kind: diff.KindPort, Name: r.Name}.Address()]
+		port := byAddr[diff.ResourceAddress(diff.KindPort, r.Name)]
 		if ip, err := netip.ParseAddr(port.Attrs["fixed_ip"].Value); err == nil {
 			t.Hosts[r.Name] = HostAddr{ServerID: r.ID, IP: ip}
 		}

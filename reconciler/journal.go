@@ -47,11 +47,11 @@ type JournalPlan struct {
 
 // JournalEntry is one step of a journal as it was last written.
 type JournalEntry struct {
-	Plan    string    `json:"plan"`
-	Commit  string    `json:"commit,omitempty"`
-	Address string    `json:"address"`
-	Action  string    `json:"action"`
-	State   StepState `json:"state"`
+	Plan    string       `json:"plan"`
+	Commit  string       `json:"commit,omitempty"`
+	Address diff.Address `json:"address"`
+	Action  string       `json:"action"`
+	State   StepState    `json:"state"`
 	// Fingerprint is the hash of the whole change: a step of a host phase
 	// planned again is done only if it is the very same change.
 	Fingerprint string    `json:"fingerprint"`
@@ -177,7 +177,7 @@ func (j *journal) step(ctx context.Context, c diff.Change, st StepState, stepErr
 	if err := j.w.Put(ctx, j.key(j.id, c.ID), b); err != nil {
 		return err
 	}
-	return j.hook(string(st) + " " + c.Address)
+	return j.hook(string(st) + " " + c.Address.String())
 }
 
 func (j *journal) hook(what string) error {

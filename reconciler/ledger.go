@@ -62,7 +62,7 @@ type Ledger struct {
 	// Applied is nil when the store holds nothing of the cluster.
 	Applied *diff.Applied
 	// Resources are the applied resources with their cloud ids, by address.
-	Resources map[string]diff.Resource
+	Resources map[diff.Address]diff.Resource
 }
 
 // AppliedSpecs lists every cluster's last applied spec, by name: the
@@ -113,8 +113,8 @@ func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, erro
 // readLedger reads a cluster's resources and files; spec is its applied
 // spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
-	l := &Ledger{Spec: spec, Resources: map[string]diff.Resource{}}
-	applied := &diff.Applied{Infra: map[string]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}
+	l := &Ledger{Spec: spec, Resources: map[diff.Address]diff.Resource{}}
+	applied := &diff.Applied{Infra: map[diff.Address]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}
 	if spec != nil {
 		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
 	}

@@ -177,7 +177,7 @@ func statusMessage(body []byte) string {
 // server-side apply of the same objects changes nothing.
 func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 	a := h.a
-	name := strings.TrimPrefix(c.Address, diff.ManifestAddress(c.Cluster, ""))
+	name := c.Address.Name
 	var data []byte
 	var found bool
 	for _, host := range controllerNames(h.t) {
@@ -220,7 +220,7 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if err := h.j.hook("applied " + c.Address); err != nil {
+	if err := h.j.hook("applied " + c.Address.String()); err != nil {
 		return err
 	}
 	a.log().Info("manifest applied", "cluster", c.Cluster, "manifest", name, "objects", len(objs))

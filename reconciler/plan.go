@@ -194,7 +194,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			observed[name] = rs
 			clientsOf[name] = clients
 			if res.Clusters[name] == nil {
-				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[string]diff.Resource{}}}
+				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[diff.Address]diff.Resource{}}}
 			}
 		}
 	}

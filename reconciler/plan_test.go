@@ -99,7 +99,7 @@ func (r *rig) converge(t testing.TB, cs ...*schemas.Cluster) {
 func addresses(cs []diff.Change) map[string]diff.Action {
 	out := map[string]diff.Action{}
 	for _, c := range cs {
-		out[c.Address] = c.Action
+		out[c.Address.String()] = c.Action
 	}
 	return out
 }
@@ -145,7 +145,7 @@ func TestPlanHasNoSideEffects(t *testing.T) {
 	}
 	byAddr := map[string]diff.Change{}
 	for _, c := range plan.Changes {
-		byAddr[c.Address] = c
+		byAddr[c.Address.String()] = c
 	}
 	if v := byAddr["openstack/server/demo-controller-0"].After["user_data"]; !v.Unknown {
 		t.Errorf("user_data of a new cluster (it carries a CA issued at apply) is %v, want unknown", v)
@@ -300,7 +300,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	plan := resync()
 	drift := map[string]string{}
 	for _, c := range plan.Drift {
-		drift[c.Address] = c.Reason
+		drift[c.Address.String()] = c.Reason
 	}
 	const good, bad = "host/demo-default-0/etc/kubernetes/kubelet.env", "host/demo-controller-0/etc/kubernetes/kubelet.env"
 	if drift[good] != "missing on the host" || drift[bad] != "missing on the host" {
@@ -317,7 +317,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	}
 	res := map[string]diff.Resource{}
 	for _, x := range obs.Clusters["demo"] {
-		res[x.Address()] = x
+		res[x.Address().String()] = x
 	}
 	out, err := render.Cluster(ctx, r.store, demo, render.Options{Now: now,
 		APIFloatingIP: netip.MustParseAddr(res["openstack/floating-ip/demo-api"].Attrs["address"].Value)})
@@ -339,7 +339,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	plan = resync()
 	drift = map[string]string{}
 	for _, c := range plan.Drift {
-		drift[c.Address] = c.Reason
+		drift[c.Address.String()] = c.Reason
 	}
 	if reason, ok := drift[good]; ok {
 		t.Errorf("%s matches the ledger, yet is drift: %s", good, reason)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
+	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
@@ -79,7 +80,7 @@ func TestApplyAfterHostsRebooted(t *testing.T) {
 		t.Fatal(err)
 	}
 	const manifest = "00-kube-proxy.yaml"
-	address := "kubernetes/demo/" + manifest
+	address := diff.ManifestAddress("demo", manifest)
 	forget := func() {
 		t.Helper()
 		if err := r.store.Delete(ctx, r.store.Key("demo", "kubernetes", manifest)); err != nil {

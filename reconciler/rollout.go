@@ -135,7 +135,7 @@ type gateSpec struct {
 }
 
 func gateOf(c diff.Change) gateSpec {
-	g := gateSpec{host: hostOf(c.Address), role: schemas.Role(c.After["role"].Value), version: c.After["version"].Value}
+	g := gateSpec{host: c.Address.Host, role: schemas.Role(c.After["role"].Value), version: c.After["version"].Value}
 	if u := c.After["units"].Value; u != "" {
 		g.units = strings.Split(u, ",")
 	}
@@ -169,7 +169,7 @@ func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 		case <-time.After(cmp.Or(a.GateInterval, time.Second)):
 		}
 	}
-	if err := h.j.hook("gate passed " + c.Address); err != nil {
+	if err := h.j.hook("gate passed " + c.Address.String()); err != nil {
 		return err
 	}
 	a.log().Info("health gate passed", "cluster", c.Cluster, "host", g.host, "version", g.version)

@@ -85,7 +85,7 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	out := &Output{Cluster: name, UserData: map[schemas.Role][]byte{}, PKI: bundle, Issued: issued, SSHPublicKey: pub}
-	for _, role := range schemas.Roles {
+	for _, role := range schemas.Roles() {
 		if out.UserData[role], err = ignition.Render(ignition.Input{Role: role, OPKEPublicKey: pub}); err != nil {
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}

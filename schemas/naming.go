@@ -20,7 +20,7 @@ const (
 )
 
 // Roles lists every role, in the order they are rendered.
-var Roles = [...]Role{RoleController, RoleWorker, RoleGateway}
+func Roles() []Role { return []Role{RoleController, RoleWorker, RoleGateway} }
 
 // Tags OPKE puts on every OpenStack resource it creates. The owner tag holds
 // the installation id, so two installations never touch each other's resources.

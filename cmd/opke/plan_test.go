@@ -125,7 +125,7 @@ func TestPlanNewCluster(t *testing.T) {
 		t.Errorf("saved plan: commit %q, state revision %d", p.Commit, p.StateRevision)
 	}
 	for _, c := range append(p.Changes, p.Drift...) {
-		if c.ID == "" || c.DependsOn == nil || c.Cluster != "demo" || c.Address == "" || c.Reason == "" {
+		if c.ID == "" || c.DependsOn == nil || c.Cluster != "demo" || c.Address.IsZero() || c.Reason == "" {
 			t.Errorf("change lacks a field: %+v", c)
 		}
 	}

@@ -288,7 +288,7 @@ func writeRender(out string, r *render.Output) (*renderManifest, error) {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
 	m := &renderManifest{Cluster: r.Cluster, Version: r.Assets.Version, Hosts: r.Assets.Hosts}
-	for _, role := range schemas.Roles {
+	for _, role := range schemas.Roles() {
 		ud := r.UserData[role]
 		rel := filepath.Join("userdata", string(role)+".ign")
 		if err := writeFile(filepath.Join(tmp, rel), ud, 0o644); err != nil {

@@ -217,14 +217,14 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 		switch r.Kind {
 		case diff.KindAppCredential:
 			user, err := c.UserID()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			ac, err := applicationcredentials.Create(ctx, c.Identity, user, applicationcredentials.CreateOpts{
 				Name: cloud.AppCredentialName(owner, d.Cluster), Secret: AppCredentialSecret(d.Cluster)}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = ac.ID
 		case diff.KindNetwork:
 			n, err := networks.Create(ctx, c.Network, networks.CreateOpts{Name: r.Name}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = n.ID
 			tag("networks", n.ID)
 		case diff.KindSubnet:
@@ -234,20 +234,20 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			}
 			s, err := subnets.Create(ctx, c.Network, subnets.CreateOpts{Name: r.Name, NetworkID: id(diff.KindNetwork, a("network")), CIDR: a("cidr"),
 				IPVersion: 4, DNSNameservers: dns}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = s.ID
 			tag("subnets", s.ID)
 		case diff.KindRouter:
 			rt, err := routers.Create(ctx, c.Network, routers.CreateOpts{Name: r.Name, GatewayInfo: &routers.GatewayInfo{NetworkID: ext[a("external_network")]}}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = rt.ID
 			tag("routers", rt.ID)
 		case diff.KindInterface:
 			_, err := routers.AddInterface(ctx, c.Network, id(diff.KindRouter, a("router")), routers.AddInterfaceOpts{SubnetID: id(diff.KindSubnet, a("subnet"))}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 		case diff.KindSecurityGroup:
 			g, err := groups.Create(ctx, c.Network, groups.CreateOpts{Name: r.Name}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = g.ID
 			tag("security-groups", g.ID)
 		case diff.KindRule:
@@ -271,10 +271,10 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 				opts.RemoteIPPrefix = a("remote")
 			}
 			_, err := rules.Create(ctx, c.Network, opts).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 		case diff.KindServerGroup:
 			g, err := servergroups.Create(ctx, c.Compute, servergroups.CreateOpts{Name: r.Name, Policy: a("policy")}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = g.ID
 		case diff.KindPort:
 			opts := ports.CreateOpts{Name: r.Name, NetworkID: id(diff.KindNetwork, a("network")), SecurityGroups: &[]string{id(diff.KindSecurityGroup, a("security_groups"))}}
@@ -282,7 +282,7 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 				opts.FixedIPs = []ports.IP{{SubnetID: id(diff.KindSubnet, d.Cluster), IPAddress: ip.Value}}
 			}
 			p, err := ports.Create(ctx, c.Network, opts).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = p.ID
 			tag("ports", p.ID)
 		case diff.KindServer:
@@ -293,7 +293,7 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 				hints = servers.SchedulerHintOpts{Group: id(diff.KindServerGroup, g)}
 			}
 			s, err := servers.Create(ctx, c.Compute, opts, hints).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = s.ID
 		case diff.KindFloatingIP:
 			opts := floatingips.CreateOpts{FloatingNetworkID: ext[a("network")], Description: r.Name}
@@ -303,16 +303,16 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 				opts.PortID = ids["vip/"+a("load_balancer")]
 			}
 			f, err := floatingips.Create(ctx, c.Network, opts).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = f.ID
 			tag("floatingips", f.ID)
 		case diff.KindLoadBalancer:
 			lb, err := loadbalancers.Create(ctx, c.LoadBalancer, loadbalancers.CreateOpts{Name: r.Name, VipSubnetID: id(diff.KindSubnet, a("subnet")),
 				VipAddress: a("vip_address"), Tags: tags}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID, lbID = lb.ID, lb.ID
 			ids["vip/"+r.Name] = lb.VipPortID
-			settle(r.Address())
+			settle(r.Address().String())
 		case diff.KindListener:
 			port, _ := strconv.Atoi(a("port"))
 			client, _ := strconv.Atoi(a("timeout_client_data"))
@@ -320,29 +320,29 @@ func Build(t testing.TB, c *cloud.Clients, owner string, d *diff.Desired, userDa
 			l, err := listeners.Create(ctx, c.LoadBalancer, listeners.CreateOpts{Name: r.Name, LoadbalancerID: id(diff.KindLoadBalancer, a("load_balancer")),
 				Protocol: listeners.Protocol(a("protocol")), ProtocolPort: port, Tags: tags,
 				TimeoutClientData: &client, TimeoutMemberData: &member}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = l.ID
-			settle(r.Address())
+			settle(r.Address().String())
 		case diff.KindPool:
 			p, err := pools.Create(ctx, c.LoadBalancer, pools.CreateOpts{Name: r.Name, ListenerID: id(diff.KindListener, a("listener")),
 				Protocol: pools.Protocol(a("protocol")), LBMethod: pools.LBMethod(a("algorithm")), Tags: tags}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = p.ID
-			settle(r.Address())
+			settle(r.Address().String())
 		case diff.KindMember:
 			port, _ := strconv.Atoi(a("port"))
 			m, err := pools.CreateMember(ctx, c.LoadBalancer, id(diff.KindPool, a("pool")), pools.CreateMemberOpts{Name: r.Name, Address: a("address"),
 				ProtocolPort: port, SubnetID: id(diff.KindSubnet, d.Cluster), Tags: tags}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = m.ID
-			settle(r.Address())
+			settle(r.Address().String())
 		case diff.KindMonitor:
 			n := func(k string) int { v, _ := strconv.Atoi(a(k)); return v }
 			m, err := monitors.Create(ctx, c.LoadBalancer, monitors.CreateOpts{Name: r.Name, PoolID: id(diff.KindPool, a("pool")), Type: a("type"),
 				Delay: n("delay"), Timeout: n("timeout"), MaxRetries: n("max_retries"), Tags: tags}).Extract()
-			must(r.Address(), err)
+			must(r.Address().String(), err)
 			newID = m.ID
-			settle(r.Address())
+			settle(r.Address().String())
 		default:
 			t.Fatalf("no builder for %s", r.Kind)
 		}

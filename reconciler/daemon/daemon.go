@@ -692,7 +692,7 @@ func (d *Daemon) progress(s reconciler.Step) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		d.setStatus(ctx, s.Change.Cluster, func(cs *ClusterStatus) {
-			cs.Retrying, cs.Updated = s.Change.Address+": "+s.Err.Error(), time.Now()
+			cs.Retrying, cs.Updated = s.Change.Address.String()+": "+s.Err.Error(), time.Now()
 		})
 		return
 	}
@@ -701,7 +701,7 @@ func (d *Daemon) progress(s reconciler.Step) {
 		return
 	}
 	l := v.(*stepLog)
-	st := report.Step{ID: s.Change.ID, Address: s.Change.Address, Action: s.Change.Action, State: string(s.State),
+	st := report.Step{ID: s.Change.ID, Address: s.Change.Address.String(), Action: s.Change.Action, State: string(s.State),
 		Seconds: s.Duration.Round(time.Millisecond).Seconds()}
 	if s.Err != nil {
 		st.Error = s.Err.Error()
@@ -720,7 +720,7 @@ func (d *Daemon) progress(s reconciler.Step) {
 			if cs.Rollout == nil {
 				cs.Rollout = &Rollout{Version: s.Change.After["version"].Value}
 			}
-			host := strings.TrimSuffix(strings.TrimPrefix(s.Change.Address, "host/"), "/health")
+			host := s.Change.Address.Host
 			i := slices.IndexFunc(cs.Rollout.Hosts, func(h HostVersion) bool { return h.Name == host })
 			if i < 0 {
 				cs.Rollout.Hosts = append(cs.Rollout.Hosts, HostVersion{Name: host})
@@ -731,7 +731,7 @@ func (d *Daemon) progress(s reconciler.Step) {
 				cs.Rollout.Hosts[i].Version = s.Change.After["version"].Value
 				cs.Rollout.Halted = ""
 			case reconciler.StepFailed:
-				cs.Rollout.Halted = s.Change.Address + ": " + st.Error
+				cs.Rollout.Halted = s.Change.Address.String() + ": " + st.Error
 			}
 			cs.Rollout.Version = s.Change.After["version"].Value
 			cs.Rollout.tally()

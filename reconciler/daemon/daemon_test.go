@@ -333,7 +333,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 	planned := false
 	for _, c := range pr.Plan.Changes {
-		planned = planned || c.Address == "openstack/server/demo-default-2"
+		planned = planned || c.Address.String() == "openstack/server/demo-default-2"
 	}
 	if !planned {
 		t.Errorf("the pull request's plan does not create demo-default-2: %s", pr.Summary)

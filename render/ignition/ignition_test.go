@@ -36,7 +36,7 @@ func render(t *testing.T, role schemas.Role) []byte {
 // for review; regenerate with go test -update.
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	for _, role := range schemas.Roles {
+	for _, role := range schemas.Roles() {
 		t.Run(string(role), func(t *testing.T) {
 			var pretty bytes.Buffer
 			if err := json.Indent(&pretty, render(t, role), "", "  "); err != nil {
@@ -68,7 +68,7 @@ var secretOrVersion = regexp.MustCompile(`PRIVATE KEY|BEGIN CERTIFICATE|[a-z0-9]
 
 func TestUserDataHoldsNoSecretNorVersion(t *testing.T) {
 	t.Parallel()
-	for _, role := range schemas.Roles {
+	for _, role := range schemas.Roles() {
 		raw := render(t, role)
 		if len(raw) > MaxUserData {
 			t.Errorf("%s: %d bytes, over %d", role, len(raw), MaxUserData)
@@ -120,7 +120,7 @@ func TestDebianIgnitionAppliesEachRole(t *testing.T) {
 		}
 		t.Skip("needs root and Debian's ignition package; .ci/run has both")
 	}
-	for _, role := range schemas.Roles {
+	for _, role := range schemas.Roles() {
 		t.Run(string(role), func(t *testing.T) {
 			dir := t.TempDir()
 			// uid 500 must reach core's home: open the test's own folder.
