@@ -69,8 +69,10 @@ type Applier struct {
 	Logger  *slog.Logger
 	// Parallel bounds the steps run at once (default 8).
 	Parallel int
-	// Progress, if set, is told of every step as it starts and ends.
-	Progress func(Step)
+	// Progress, if set, is told of every step as it starts and ends, with
+	// the step's context (its values; it is cancelled when the step is
+	// cut short). It is called from the steps' goroutines.
+	Progress func(context.Context, Step)
 	// Attempts bounds the tries of a step on transient errors (default 8).
 	Attempts int
 	// LeaseTTL is how long a cluster's lease outlives an applier that
@@ -88,6 +90,23 @@ type Applier struct {
 	// point, if set (by tests), is called after each journal write; an
 	// error kills the applier there, as if its process died.
 	point func(what string) error
+}
+
+// WithProgress returns a copy of the applier whose Progress tells
+// progress of every step after the applier's own Progress, if any: a
+// caller that watches the steps (the daemon) does not rewrite the hook of
+// an applier it was given.
+func (a *Applier) WithProgress(progress func(context.Context, Step)) *Applier {
+	b := *a
+	if prev := a.Progress; prev != nil {
+		b.Progress = func(ctx context.Context, s Step) {
+			prev(ctx, s)
+			progress(ctx, s)
+		}
+	} else {
+		b.Progress = progress
+	}
+	return &b
 }
 
 // Apply executes plan, made from req: each cluster's infrastructure
@@ -672,7 +691,7 @@ func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.C
 			sum.Failed = append(sum.Failed, s)
 		}
 		if a.Progress != nil {
-			a.Progress(s)
+			a.Progress(stepCtx, s)
 		}
 	}
 	results := make(chan Step)

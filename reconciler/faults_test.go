@@ -67,7 +67,7 @@ func (r *rig) convergeUnderFaults(t *testing.T, hits map[string]int, fleet ...*s
 		a := r.applier(t)
 		a.Parallel = 8
 		var mu sync.Mutex
-		a.Progress = func(s reconciler.Step) {
+		a.Progress = func(_ context.Context, s reconciler.Step) {
 			if s.State != reconciler.StepRetrying {
 				return
 			}

@@ -60,7 +60,7 @@ func TestApplyAfterHostsRebooted(t *testing.T) {
 	var mu sync.Mutex
 	var waits []reconciler.Step
 	a := &reconciler.Applier{Planner: r.planner, Hosts: hosts, GateTimeout: time.Minute, GateInterval: 200 * time.Millisecond,
-		Progress: func(s reconciler.Step) {
+		Progress: func(_ context.Context, s reconciler.Step) {
 			if s.State == reconciler.StepRetrying {
 				mu.Lock()
 				waits = append(waits, s)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -158,7 +159,7 @@ type progress struct {
 	n   int
 }
 
-func (p *progress) step(s reconciler.Step) {
+func (p *progress) step(_ context.Context, s reconciler.Step) {
 	if s.State == reconciler.StepStarted {
 		return
 	}

@@ -14,6 +14,17 @@
 //	go http.Serve(listener, d.Handler(webhookSecret))
 //	err := d.Run(ctx)
 //
+// The files follow the data: daemon.go the election and the loop;
+// commits.go a new commit of the tracked branch (sync, policy, the fleet
+// judged, the whole fleet settled in one plan); queues.go the per-cluster
+// queues; reconcile.go one cluster's plan and apply, reported through one
+// exit (finish); status.go the cluster's status, changed only by
+// statusAfter, a pure function of what happened (an event), reached
+// through record; notes.go the notes and the writes through the
+// leadership; policy.go the signature and ancestry checks;
+// pullrequests.go the pull request planner; server.go the status page
+// and the API.
+//
 // What the daemon keeps in the store (besides the engine's keys, see
 // package state): _reports/<commit> (each commit's note),
 // _status/<cluster> (each cluster's last state), _daemon/seen/<ref> (the
