@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"net/url"
@@ -472,15 +473,35 @@ func (s *Sim) peerPort(nets []string, addr netip.AddrPort) (int, error) {
 	if p, ok := s.w.PeerPorts[key]; ok {
 		return p, nil
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := fixedPort(s.w.PeerPorts)
 	if err != nil {
 		return 0, fmt.Errorf("a loopback port for %s: %w", addr, err)
 	}
-	p := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	s.w.PeerPorts[key] = p
 	s.dirty = true
 	return p, nil
+}
+
+// fixedPort chooses a free loopback port a member binds again at every
+// start, below Linux's ephemeral range (32768 up): a port the kernel
+// gave out for a listener on :0 or an outgoing connection could be taken
+// by then (parallel tests' simulators, their clients), and the member's
+// restart failed with "address already in use".
+func fixedPort(taken map[string]int) (int, error) {
+	const lo, hi = 20000, 32767
+	for range 200 {
+		p := lo + rand.IntN(hi-lo)
+		if slices.Contains(slices.Collect(maps.Values(taken)), p) {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return p, nil
+	}
+	return 0, errors.New("no free port between 20000 and 32767")
 }
 
 // kubeletSeen notes the cluster the host's kubelet belongs to (by its CA)

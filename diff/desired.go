@@ -226,7 +226,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 				// applied once, from the first.
 				if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == schemas.RoleController && !manifests[name] {
 					manifests[name] = true
-					d.Manifests = append(d.Manifests, Manifest{Name: name, SHA256: f.SHA256})
+					d.Manifests = append(d.Manifests, Manifest{Name: name, SHA256: f.SHA256, Unknown: in.UnsettledFiles[h.Name][f.Path]})
 				}
 			}
 			d.Hosts = append(d.Hosts, host)

@@ -563,14 +563,21 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 	for _, m := range d.Manifests {
 		desired[m.Name] = true
 		had := applied[m.Name]
-		if had == m.SHA256 {
+		if had == m.SHA256 && !m.Unknown {
 			continue
 		}
 		p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: ManifestAddress(d.Cluster, m.Name), Action: ActionApply,
 			After: Attrs{"sha256": Known(m.SHA256)}, Reason: "content changed"}}
-		if had == "" {
+		switch {
+		case had == "":
 			p.Reason = "new manifest"
-		} else {
+		case m.Unknown:
+			p.Reason = "carries keys or certificates issued at apply"
+		}
+		if m.Unknown {
+			p.After["sha256"] = Value{Unknown: true}
+		}
+		if had != "" {
 			p.Before = Attrs{"sha256": Known(had)}
 		}
 		p = b.add(p)

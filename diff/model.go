@@ -78,6 +78,9 @@ type Manifest struct {
 	// ("00-kube-proxy.yaml"); it orders the applies.
 	Name   string
 	SHA256 string
+	// Unknown marks a manifest whose bytes carry keys or certificates
+	// issued at apply.
+	Unknown bool
 }
 
 // Host is a host's desired files.

@@ -3,13 +3,10 @@ package reconciler
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +14,6 @@ import (
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
-	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
@@ -56,6 +52,12 @@ type Summary struct {
 	// Resumed lists the clusters whose interrupted apply was resumed.
 	Resumed  []string
 	Duration time.Duration
+	// Renders and Observations count the renders of a cluster and the
+	// observations of its cloud the apply made: per cluster, one of each,
+	// and one more observation when the infrastructure phase changed the
+	// cloud, one more render when it made what the files carry (the API's
+	// floating IP, the cloud credential).
+	Renders, Observations int
 }
 
 // ErrFailed is an apply with failed steps; the Summary lists them.
@@ -110,9 +112,9 @@ func (a *Applier) WithProgress(progress func(context.Context, Step)) *Applier {
 }
 
 // Apply executes plan, made from req: each cluster's infrastructure
-// changes, then (with the real addresses observed) its hosts' changes,
-// re-planned from what the infrastructure phase made. Each cluster is
-// applied under its lease and journaled step by step.
+// changes, then its host changes, their values known only after apply
+// filled from a render made from the real addresses (see clusterApply).
+// Each cluster is applied under its lease and journaled step by step.
 //
 // Cancelling ctx stops the apply gracefully: the running steps finish,
 // no other starts, and the journal is closed as interrupted.
@@ -237,7 +239,12 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 	} else if err := j.start(ctx, plan, spec); err != nil {
 		return err
 	}
-	result, err := a.phases(ctx, stepCtx, j, spec, plan, done, sum)
+	result := resultFailed
+	clients, err := a.clients(stepCtx, spec, name)
+	if err == nil {
+		ca := &clusterApply{a: a, j: j, name: name, spec: spec, plan: plan, done: done, sum: sum, ctx: ctx, stepCtx: stepCtx, clients: clients}
+		result, err = ca.phases()
+	}
 	if cause := context.Cause(stepCtx); cause != nil {
 		// Killed, or the lease is lost: the journal stays open for whoever
 		// holds the lease next.
@@ -292,203 +299,6 @@ func (a *Applier) admit(ctx context.Context, name string, plan *diff.Plan) (resu
 	return false, nil
 }
 
-// phases runs the infrastructure phase, then plans and runs the host
-// phase. It returns how the apply ended: done or failed.
-func (a *Applier) phases(ctx, stepCtx context.Context, j *journal, spec *schemas.Cluster, plan *diff.Plan, done map[string]string, sum *Summary) (string, error) {
-	w := j.w
-	name := j.cluster
-	var infra, hostsPhase []diff.Change
-	for _, c := range slices.Concat(plan.Changes, plan.Drift) {
-		if c.Phase == diff.PhaseInfrastructure {
-			infra = append(infra, c)
-		} else {
-			hostsPhase = append(hostsPhase, c)
-		}
-	}
-	clients, err := a.clients(stepCtx, spec, name)
-	if err != nil {
-		return resultFailed, err
-	}
-	if len(infra) > 0 {
-		states, err := a.infraPhase(ctx, stepCtx, j, spec, clients, infra, done, sum)
-		if err != nil || !allDone(states) {
-			return resultFailed, err // the failed steps are in the summary
-		}
-	}
-	if spec == nil {
-		// A cluster that left the fleet: its forget step, if any.
-		states := a.run(ctx, stepCtx, j, hostsPhase, done, sum, func(ctx context.Context, c diff.Change) error {
-			if c.Action != diff.ActionForget {
-				return fmt.Errorf("%w: %s of a cluster no longer in the fleet", errors.ErrUnsupported, c.Action)
-			}
-			return forget(ctx, w, name)
-		})
-		if !allDone(states) {
-			return resultFailed, nil
-		}
-		return resultDone, nil
-	}
-
-	// The host phase is planned again from what the infrastructure phase
-	// made: the real addresses, and the certificates that carry them,
-	// issued for good by rendering through the lease.
-	res, err := a.Planner.Plan(stepCtx, Request{Clusters: map[string]*schemas.Cluster{name: spec}, Only: name, Commit: plan.Commit, Issue: w})
-	if err != nil {
-		return resultFailed, err
-	}
-	pl := res.Clusters[name]
-	var hostChanges, stateChanges []diff.Change
-	uploads := map[string][]string{}
-	for _, c := range slices.Concat(res.Plan.Changes, res.Plan.Drift) {
-		if c.Phase != diff.PhaseHosts {
-			continue
-		}
-		if c.Address.Target == diff.TargetState {
-			stateChanges = append(stateChanges, c)
-			continue
-		}
-		hostChanges = append(hostChanges, c)
-		if c.Action == diff.ActionUpload {
-			uploads[c.Address.Host] = append(uploads[c.Address.Host], c.Address.Name)
-		}
-	}
-	states := map[string]StepState{}
-	if len(hostChanges) > 0 {
-		target, err := hostTarget(name, clients, pl.Observed.Cloud, w)
-		if err != nil {
-			return resultFailed, err
-		}
-		files := map[string]map[string]assets.File{}
-		for _, h := range pl.Rendered.Assets.Hosts {
-			files[h.Name] = map[string]assets.File{}
-			for _, f := range h.Files {
-				files[h.Name][f.Path] = f
-			}
-		}
-		// A host that already has a file's bytes (a step that ran before a
-		// crash) is not sent them again: one sha256sum per host says.
-		have, err := a.Hosts.Checksums(stepCtx, target, uploads)
-		if err != nil {
-			a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
-		}
-		hs := hostStep{a: a, j: j, t: target, files: files, have: have, uploads: uploads, pki: pl.Rendered.PKI, spec: spec}
-		// A resumed apply plans its host phase again: a step the journal
-		// has done is skipped if it is the same change (the same bytes).
-		states = a.run(ctx, stepCtx, j, hostChanges, done, sum, hs.do)
-	}
-	// A change of what only the store keeps (the deletion policy) is made
-	// by recording the spec, below.
-	stateDone := allDone(a.run(ctx, stepCtx, j, stateChanges, done, sum, func(_ context.Context, c diff.Change) error {
-		if c.Action != diff.ActionUpdate {
-			return fmt.Errorf("%w: %s of %s", errors.ErrUnsupported, c.Action, c.Address)
-		}
-		return nil
-	}))
-	notDone := map[string]bool{} // hosts with a step not done
-	for _, c := range hostChanges {
-		if states[c.ID] != StepDone {
-			notDone[c.Address.Host] = true
-		}
-	}
-	var versions map[string]string
-	if pl.Ledger.Applied != nil {
-		versions = pl.Ledger.Applied.Versions
-	}
-	for _, h := range pl.Desired.Hosts {
-		if !notDone[h.Name] && versions[h.Name] != h.Version {
-			if err := RecordVersion(stepCtx, w, name, h.Name, h.Version); err != nil {
-				return resultFailed, err
-			}
-		}
-	}
-	if len(notDone) > 0 || !stateDone {
-		return resultFailed, nil
-	}
-	if err := storeKubeconfig(stepCtx, w, pl); err != nil {
-		return resultFailed, err
-	}
-	return resultDone, RecordSpec(stepCtx, w, spec, plan.Commit)
-}
-
-// infraPhase runs a cluster's infrastructure changes, with the ids of
-// what the cloud and the ledger hold and, for servers, the user_data of a
-// render that issues the cluster's material for good.
-func (a *Applier) infraPhase(ctx, stepCtx context.Context, j *journal, spec *schemas.Cluster, clients *cloud.Clients, infra []diff.Change, done map[string]string, sum *Summary) (map[string]StepState, error) {
-	store, name := a.Planner.Store, j.cluster
-	owner, err := store.InstallationID(stepCtx)
-	if err != nil {
-		return nil, err
-	}
-	obs, err := cloud.ObserveCluster(stepCtx, clients, owner, name, nil)
-	if err != nil {
-		return nil, err
-	}
-	// What the ledger knows comes first: a resource the cloud does not
-	// list by tags (a server group before its servers) made by a step
-	// done before a crash.
-	ledger, err := readLedger(stepCtx, store, name, nil)
-	if err != nil {
-		return nil, err
-	}
-	found := obs.Clusters[name]
-	if slices.ContainsFunc(infra, func(c diff.Change) bool {
-		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
-	}) {
-		// The plan deletes what the cluster's cloud controller manager
-		// made (with the cluster): their ids.
-		services, err := cloud.ServiceLoadBalancers(stepCtx, clients, name, found)
-		if err != nil {
-			return nil, err
-		}
-		found = slices.Concat(found, services)
-	}
-	ops := cloud.NewApplier(clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), found))
-	observed := map[diff.Address]diff.Resource{}
-	for _, r := range found {
-		observed[r.Address()] = r
-	}
-	var out *render.Output
-	if spec != nil {
-		// Only user_data is used: the files are rendered again in the
-		// host phase, with cloud.conf's credential.
-		opts := render.Options{Now: a.Planner.now(), KubeletImage: a.Planner.KubeletImage, MirrorAuth: a.Planner.MirrorAuth, RenewWithin: a.Planner.RenewWithin, APIFloatingIP: apiFloatingIP(name, obs.Clusters[name])}
-		if out, err = render.Cluster(stepCtx, j.w, spec, opts); err != nil {
-			return nil, err
-		}
-	}
-	return a.run(ctx, stepCtx, j, infra, done, sum, func(ctx context.Context, c diff.Change) error {
-		if c.Address.Target == diff.TargetDrain || c.Address.Target == diff.TargetNode {
-			if out == nil {
-				return fmt.Errorf("%s: no render for the API's credentials", c.Address)
-			}
-			t, err := hostTarget(name, clients, obs.Clusters[name], j.w)
-			if err != nil {
-				return err
-			}
-			if c.Action == diff.ActionDrain {
-				return a.drain(ctx, t, out.PKI, spec, c.Address.Host)
-			}
-			if err := a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
-				return err
-			}
-			return ForgetNode(ctx, j.w, name, c.Address.Host)
-		}
-		return a.infraStep(ctx, j, ops, out, observed, c)
-	}), nil
-}
-
-// storeKubeconfig keeps the cluster's admin kubeconfig, for the API's
-// floating IP, sealed in the store (opke kubeconfig prints it); it is
-// written when it changed.
-func storeKubeconfig(ctx context.Context, w writer, pl *Planned) error {
-	name := pl.Observed.Cluster
-	fip := apiFloatingIP(name, pl.Observed.Cloud)
-	if !fip.IsValid() {
-		return nil
-	}
-	return pl.Rendered.PKI.StoreAdminKubeconfig(ctx, w, name, "https://"+netip.AddrPortFrom(fip, 6443).String())
-}
-
 // clients connects to the cloud of a cluster: its spec's, or for one no
 // longer in the fleet, its last applied spec's.
 func (a *Applier) clients(ctx context.Context, spec *schemas.Cluster, name string) (*cloud.Clients, error) {
@@ -540,6 +350,9 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if !ok {
 			return fmt.Errorf("%s: not in the render", c.Address)
 		}
+		if want := c.After["sha256"]; !want.Unknown && !want.Sensitive && want.Value != f.SHA256 {
+			return fmt.Errorf("%s: %w: the plan's sha256 is %s, the render's %s", c.Address, ErrInconsistent, want.Value, f.SHA256)
+		}
 		if h.have[host][path] != f.SHA256 {
 			if err := h.a.Hosts.upload(ctx, h.t, host, f); err != nil {
 				return err
@@ -583,185 +396,6 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s on a host", errors.ErrUnsupported, c.Action)
-}
-
-// resourceOf turns an infrastructure change back into the resource it
-// is about.
-func resourceOf(c diff.Change) (diff.Resource, error) {
-	if c.Address.Target != diff.TargetResource {
-		return diff.Resource{}, fmt.Errorf("%s: not an OpenStack address", c.Address)
-	}
-	attrs := c.After
-	if c.Action == diff.ActionDelete {
-		attrs = c.Before
-	}
-	return diff.Resource{Kind: c.Address.Kind, Name: c.Address.Name, Attrs: attrs}, nil
-}
-
-func (a *Applier) infraStep(ctx context.Context, j *journal, ops *cloud.Applier, out *render.Output, observed map[diff.Address]diff.Resource, c diff.Change) error {
-	store := j.w
-	r, err := resourceOf(c)
-	if err != nil {
-		return err
-	}
-	if o, ok := observed[c.Address]; ok {
-		r.ID = o.ID
-	}
-	if c.Action == diff.ActionDelete || c.Action == diff.ActionReplace {
-		if err := ops.Delete(ctx, r); err != nil {
-			return err
-		}
-		if err := j.hook("deleted " + c.Address.String()); err != nil {
-			return err
-		}
-	}
-	if r.Kind == diff.KindServer {
-		// A server deleted, or made (again, after one deleted by hand), is
-		// a host the ledger knows nothing of; a deleted node's version
-		// stays until its Node object is deleted.
-		keep := c.Action == diff.ActionDelete && schemas.RoleOf(c.Cluster, r.Name) != schemas.RoleGateway
-		if err := ForgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
-			return err
-		}
-	}
-	if c.Action == diff.ActionDelete {
-		if r.Kind == diff.KindAppCredential {
-			if err := store.Delete(ctx, appCredKey(store, c.Cluster)); err != nil {
-				return err
-			}
-		}
-		return store.Delete(ctx, store.Key(c.Cluster, "infra", string(r.Kind), r.Name))
-	}
-	switch {
-	case r.Kind == diff.KindAppCredential && c.Action == diff.ActionCreate:
-		if r.ID, err = createAppCred(ctx, store, ops, r, c.Cluster); err != nil {
-			return err
-		}
-	case c.Action == diff.ActionCreate, c.Action == diff.ActionReplace:
-		// What is known after apply is the cloud's to choose.
-		r.Attrs = maps.Clone(r.Attrs)
-		maps.DeleteFunc(r.Attrs, func(_ string, v diff.Value) bool { return v.Unknown })
-		var userData []byte
-		if r.Kind == diff.KindServer {
-			if out == nil {
-				return fmt.Errorf("%s: no render for its user_data", c.Address)
-			}
-			userData = out.UserData[schemas.RoleOf(c.Cluster, r.Name)]
-			sum := sha256.Sum256(userData)
-			r.Attrs["user_data"] = diff.Known(hex.EncodeToString(sum[:]))
-		}
-		if r.ID, err = ops.Create(ctx, r, userData); err != nil {
-			return err
-		}
-	case c.Action == diff.ActionUpdate:
-		if err := ops.Update(ctx, r); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("%w: %s in the infrastructure phase", errors.ErrUnsupported, c.Action)
-	}
-	if err := j.hook("applied " + c.Address.String()); err != nil {
-		return err
-	}
-	return RecordResource(ctx, store, c.Cluster, r)
-}
-
-// run executes changes in dependency order, Parallel at once, each
-// journaled before and after; a change whose dependency did not pass is
-// skipped, and one the journal says is done is not run again. No step
-// starts once ctx is done; steps run on stepCtx. It returns each
-// change's end state by id.
-func (a *Applier) run(ctx, stepCtx context.Context, j *journal, changes []diff.Change, done map[string]string, sum *Summary, step func(context.Context, diff.Change) error) map[string]StepState {
-	state := make(map[string]StepState, len(changes))
-	inPhase := map[string]bool{}
-	for _, c := range changes {
-		inPhase[c.ID] = true
-		if f, ok := done[c.ID]; ok && f == fingerprint(c) {
-			state[c.ID] = StepDone
-		}
-	}
-	var reportMu sync.Mutex
-	report := func(s Step) {
-		reportMu.Lock()
-		defer reportMu.Unlock()
-		if s.State != StepStarted && s.State != StepRetrying {
-			sum.Counts[s.State]++
-		}
-		if s.State == StepFailed || s.State == StepSkipped {
-			sum.Failed = append(sum.Failed, s)
-		}
-		if a.Progress != nil {
-			a.Progress(stepCtx, s)
-		}
-	}
-	results := make(chan Step)
-	sem := make(chan struct{}, cmp.Or(a.Parallel, 8))
-	running := 0
-	for {
-		stopping := ctx.Err() != nil || stepCtx.Err() != nil
-		for _, c := range changes {
-			if state[c.ID] != "" || stopping {
-				continue
-			}
-			ready, blocked := true, false
-			for _, d := range c.DependsOn {
-				// Another phase's or cluster's changes ran before this phase.
-				switch st := state[d]; {
-				case !inPhase[d] || st == StepDone:
-				case st == StepFailed || st == StepSkipped:
-					blocked = true
-				default:
-					ready = false
-				}
-			}
-			switch {
-			case blocked:
-				state[c.ID] = StepSkipped
-				_ = j.step(stepCtx, c, StepSkipped, nil)
-				report(Step{Change: c, State: StepSkipped})
-			case ready:
-				state[c.ID] = StepStarted
-				running++
-				go func() {
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					report(Step{Change: c, State: StepStarted})
-					t0 := time.Now()
-					err := j.step(stepCtx, c, StepStarted, nil)
-					if err == nil {
-						retrying := func(err error) { report(Step{Change: c, State: StepRetrying, Err: err}) }
-						ctx := withWaitNote(stepCtx, retrying)
-						err = a.retry(ctx, func() error { return step(ctx, c) }, func(err error) {
-							a.log().Warn("step failed on a transient error; trying again", "cluster", c.Cluster, "address", c.Address, "err", err)
-							retrying(err)
-						})
-					}
-					st := StepDone
-					if err != nil {
-						st = StepFailed
-						a.log().Error("step failed", "cluster", c.Cluster, "address", c.Address, "action", c.Action.String(), "err", err)
-					}
-					if jerr := j.step(stepCtx, c, st, err); jerr != nil && err == nil {
-						st, err = StepFailed, jerr
-					}
-					results <- Step{Change: c, State: st, Err: err, Duration: time.Since(t0)}
-				}()
-			}
-		}
-		if running == 0 {
-			for _, c := range changes {
-				if state[c.ID] == "" {
-					state[c.ID] = StepPending
-					sum.Counts[StepPending]++
-				}
-			}
-			return state
-		}
-		r := <-results
-		running--
-		state[r.Change.ID] = r.State
-		report(r)
-	}
 }
 
 // waitedOut is the error of a step that waited its whole timeout for a

@@ -450,3 +450,86 @@ func TestApplyRegistryMirror(t *testing.T) {
 		t.Errorf("want daemon-reload before the restart of containerd: %q", cmds)
 	}
 }
+
+// TestApplyCorrectsHostFileDrift: a file edited on a host by hand is
+// drift a resync finds; applying the resync's plan puts the rendered
+// bytes back and restarts the unit, so the next resync finds nothing.
+func TestApplyCorrectsHostFileDrift(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	r.planner.Hosts = hosts
+	req := request(demo)
+	req.Resync = true
+	resync := func() *diff.Plan {
+		t.Helper()
+		res, err := r.planner.Plan(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Plan
+	}
+	if p := resync(); !p.Empty() {
+		t.Fatalf("a converged cluster's resync plans %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+	}
+	res := r.observed(t)
+	gw := dialHost(t, r, res, "demo-gateway-0", nil)
+	controller := dialHost(t, r, res, "demo-controller-0", gw)
+	put(t, controller, "/etc/kubernetes/kubelet.env", []byte("KUBELET_IMAGE=edited-by-hand\n"))
+
+	plan := resync()
+	const file = "host/demo-controller-0/etc/kubernetes/kubelet.env"
+	if addresses(plan.Drift)[file] != diff.ActionUpload {
+		t.Fatalf("the edited file is not drift: %v", addresses(plan.Drift))
+	}
+	a := &reconciler.Applier{Planner: r.planner, Hosts: hosts}
+	sum, err := a.Apply(ctx, req, plan)
+	if err != nil {
+		t.Fatalf("apply the resync's plan: %v (%+v)", err, sum.Failed)
+	}
+	if sum.Counts[reconciler.StepDone] != len(plan.Changes)+len(plan.Drift) {
+		t.Errorf("%d steps done of %d: %v", sum.Counts[reconciler.StepDone], len(plan.Changes)+len(plan.Drift), sum.Counts)
+	}
+	out, err := sshx.Run(ctx, controller, "cat /etc/kubernetes/kubelet.env")
+	if err != nil || strings.Contains(string(out), "edited-by-hand") {
+		t.Errorf("kubelet.env after the correction: %q %v", out, err)
+	}
+	if p := resync(); !p.Empty() {
+		t.Errorf("drift is back after its correction: %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+	}
+}
+
+// TestApplyRendersOnce: an apply executes the plan it is given with one
+// render of the cluster and one observation of its cloud, and one more of
+// each only when the infrastructure phase moved what they read: the API's
+// floating IP (a new cluster's files carry it), the cloud (the host phase
+// reaches the hosts by their real addresses).
+func TestApplyRendersOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	demo.Spec.Kubernetes.Version = "v1.35.1"
+	for _, step := range []struct {
+		name                  string
+		change                func(*schemas.Cluster)
+		renders, observations int
+	}{
+		{"a new cluster", func(*schemas.Cluster) {}, 2, 2},
+		{"a worker more", func(c *schemas.Cluster) { c.Spec.WorkerPools[0].Count++ }, 1, 2},
+		{"a patch upgrade", func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.35.4" }, 1, 1},
+		{"a worker less", func(c *schemas.Cluster) { c.Spec.WorkerPools[0].Count-- }, 1, 2},
+	} {
+		step.change(demo)
+		_, sum := r.apply(t, demo)
+		if sum.Renders != step.renders || sum.Observations != step.observations {
+			t.Errorf("%s: %d renders and %d observations, want %d and %d", step.name, sum.Renders, sum.Observations, step.renders, step.observations)
+		}
+	}
+	if p := r.plan(t, demo); !p.Empty() {
+		t.Errorf("after the applies, plan: %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+	}
+}

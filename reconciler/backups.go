@@ -109,11 +109,27 @@ func (h *HostSessions) ClusterSource(t HostTarget, b *pki.Bundle) (backup.Source
 	return backup.Source{Endpoints: eps, TLS: cfg, Dial: func(ctx context.Context, addr string) (net.Conn, error) { return h.Dial(ctx, t, addr) }}, nil
 }
 
-// Backup takes a snapshot of src for cluster and stores it under the
-// policy: uploaded, recorded, older ones pruned, and drilled if the
-// policy says so (or drill). The store's records follow the container:
-// the snapshots it holds are the ones recorded.
-func Backup(ctx context.Context, kv writer, objects *cloud.Clients, src backup.Source, cluster, reason string, pol BackupPolicy, now time.Time, seal func([]byte) ([]byte, error)) (*backup.Record, error) {
+// Snapshot is a backup to take: of which cluster's etcd and why, from
+// where, and where it goes.
+type Snapshot struct {
+	Cluster, Reason string
+	Source          backup.Source
+	// Objects reach the policy's container.
+	Objects *cloud.Clients
+	Policy  BackupPolicy
+	Now     time.Time
+	// Seal, if set, seals the file before it is stored (OPKE's own
+	// store's snapshots, which hold its keys).
+	Seal func([]byte) ([]byte, error)
+}
+
+// Backup takes the snapshot and stores it under its policy: uploaded,
+// recorded, older ones pruned, and drilled if the policy says so. The
+// store's records follow the container: the snapshots it holds are the
+// ones recorded.
+func Backup(ctx context.Context, kv writer, s Snapshot) (*backup.Record, error) {
+	cluster, reason, pol, now, seal := s.Cluster, s.Reason, s.Policy, s.Now, s.Seal
+	src, objects := s.Source, s.Objects
 	tmp, err := os.MkdirTemp("", "opke-backup-")
 	if err != nil {
 		return nil, err
@@ -251,7 +267,8 @@ func (h hostStep) backup(ctx context.Context, address diff.Address) error {
 	if err != nil {
 		return err
 	}
-	rec, err := Backup(ctx, h.j.w, h.t.Clients, src, h.j.cluster, reason, PolicyOf(h.spec), h.a.Planner.now(), nil)
+	rec, err := Backup(ctx, h.j.w, Snapshot{Cluster: h.j.cluster, Reason: reason, Source: src, Objects: h.t.Clients,
+		Policy: PolicyOf(h.spec), Now: h.a.Planner.now()})
 	if err != nil {
 		return err
 	}
@@ -316,8 +333,8 @@ const storeLabel = "opke-store-snapshot"
 // store's encryption key, and keeps it like a cluster's, under
 // StoreBackups in the policy's container.
 func BackupStore(ctx context.Context, store *state.Store, clients *cloud.Clients, pol BackupPolicy, reason string, now time.Time) (*backup.Record, error) {
-	return Backup(ctx, store, clients, backup.Source{Client: store.Client()}, StoreBackups, reason, pol, now,
-		func(b []byte) ([]byte, error) { return store.SealBlob(storeLabel, b) })
+	return Backup(ctx, store, Snapshot{Cluster: StoreBackups, Reason: reason, Source: backup.Source{Client: store.Client()}, Objects: clients,
+		Policy: pol, Now: now, Seal: func(b []byte) ([]byte, error) { return store.SealBlob(storeLabel, b) }})
 }
 
 // OpenStoreSnapshot is the opener of OPKE's sealed store snapshots.
@@ -361,5 +378,5 @@ func BackupCluster(ctx context.Context, p *Planner, hosts *HostSessions, cluster
 	if err != nil {
 		return nil, err
 	}
-	return Backup(ctx, p.Store, clients, src, cluster, reason, PolicyOf(a.Spec), p.now(), nil)
+	return Backup(ctx, p.Store, Snapshot{Cluster: cluster, Reason: reason, Source: src, Objects: clients, Policy: PolicyOf(a.Spec), Now: p.now()})
 }

@@ -10,10 +10,16 @@
 // resync asks, one sha256sum per host over SSH through the cluster's
 // gateway ([HostSessions]). [diff.Diff] turns the two sides into the plan.
 //
-// [Applier] executes a plan: a cluster's infrastructure steps in
-// dependency order ([cloud.Applier]), then its host phase planned again
-// from what they made (rendering on the store, so the material it needs
-// is issued for good): uploads and restarts over [HostSessions]. Every
-// step is journaled before and after it runs, and the ledger is written
-// by the step that made it true.
+// [Applier] executes the plan it is given, nothing planned again: a
+// cluster's infrastructure steps in dependency order ([cloud.Applier]),
+// then its host steps (uploads, restarts, gates, backups, manifests over
+// [HostSessions]). What the plan could only mark known after apply comes
+// from one render through the cluster's lease, which issues the material
+// it needs for good, made again only if the infrastructure phase made
+// what the files carry (the API's floating IP, the cloud credential); a
+// known value that renders otherwise fails its step ([ErrInconsistent]),
+// as Terraform refuses an inconsistent final plan. The per-cluster state
+// of an apply is one value (clusterApply, clusterapply.go). Every step is
+// journaled before and after it runs, and the ledger is written by the
+// step that made it true.
 package reconciler

@@ -52,8 +52,8 @@ type JournalEntry struct {
 	Address diff.Address `json:"address"`
 	Action  string       `json:"action"`
 	State   StepState    `json:"state"`
-	// Fingerprint is the hash of the whole change: a step of a host phase
-	// planned again is done only if it is the very same change.
+	// Fingerprint is the hash of the whole change: a resumed plan's step
+	// is done only if it is the very same change.
 	Fingerprint string    `json:"fingerprint"`
 	Error       string    `json:"error,omitempty"`
 	At          time.Time `json:"at"`

@@ -118,12 +118,16 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 		}
 		killed[died] = true
 		if run == 0 {
-			// Another plan is refused while this one is unfinished.
-			again, err := r.planner.Plan(ctx, req)
+			// Another plan is refused while this one is unfinished (the
+			// same plan made again would be this one, and resume it).
+			bigger := spec(t, "demo", "", 0)
+			bigger.Spec.WorkerPools[0].Count++
+			other := request(bigger)
+			again, err := r.planner.Plan(ctx, other)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.applier(t).Apply(ctx, req, again.Plan); !errors.Is(err, reconciler.ErrUnfinished) {
+			if _, err := r.applier(t).Apply(ctx, other, again.Plan); !errors.Is(err, reconciler.ErrUnfinished) {
 				t.Fatalf("a new plan while one is interrupted: %v, want ErrUnfinished", err)
 			}
 		}

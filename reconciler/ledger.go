@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"opke.dev/opke/backup"
@@ -336,6 +337,14 @@ func Facts(ctx context.Context, kv ledgerKV, clusters []string) (map[string]*sch
 // HostVersions returns the Kubernetes version each host of a cluster
 // runs, as recorded when its gate passed (the gateway aside).
 func HostVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]string, error) {
+	out, err := recordedVersions(ctx, kv, cluster)
+	maps.DeleteFunc(out, func(host, _ string) bool { return schemas.RoleOf(cluster, host) == schemas.RoleGateway })
+	return out, err
+}
+
+// recordedVersions returns the version recorded of each host, the
+// gateway's too (it is recorded once its files are in place).
+func recordedVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]string, error) {
 	prefix := kv.Key(cluster, "hosts") + "/"
 	hosts, err := kv.List(ctx, prefix)
 	if err != nil {
@@ -343,8 +352,7 @@ func HostVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]
 	}
 	out := map[string]string{}
 	for k, v := range hosts {
-		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
-		if rest == "version" && schemas.RoleOf(cluster, host) != schemas.RoleGateway {
+		if host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/"); rest == "version" {
 			out[host] = string(v)
 		}
 	}

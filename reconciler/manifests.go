@@ -179,12 +179,13 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 	a := h.a
 	name := c.Address.Name
 	var data []byte
+	var sum string
 	var found bool
 	for _, host := range controllerNames(h.t) {
 		if f, ok := h.files[host][assets.PathAddons+"/"+name]; ok {
-			data, found = f.Data, true
-			if c.After["sha256"].Value != "" && f.SHA256 != c.After["sha256"].Value {
-				return fmt.Errorf("%s: the render's sha256 is %s, the plan's %s", c.Address, f.SHA256, c.After["sha256"].Value)
+			data, sum, found = f.Data, f.SHA256, true
+			if want := c.After["sha256"]; !want.Unknown && want.Value != f.SHA256 {
+				return fmt.Errorf("%s: %w: the plan's sha256 is %s, the render's %s", c.Address, ErrInconsistent, want.Value, f.SHA256)
 			}
 			break
 		}
@@ -224,7 +225,7 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 		return err
 	}
 	a.log().Info("manifest applied", "cluster", c.Cluster, "manifest", name, "objects", len(objs))
-	return RecordManifest(ctx, h.j.w, c.Cluster, name, c.After["sha256"].Value)
+	return RecordManifest(ctx, h.j.w, c.Cluster, name, sum)
 }
 
 // applyOnce applies objs through the first controller whose API server

@@ -85,19 +85,10 @@ type Request struct {
 	Resync bool
 	// Commit is the fleet's commit, recorded in the plan.
 	Commit string
-	// Issue, if set, is where rendering issues missing keys and
-	// certificates for good: apply plans its host phase so, through its
-	// lease. A plan otherwise renders on a read-only view of the store and
-	// persists nothing.
-	Issue state.KV
 }
 
 // Planned is one cluster as the planner saw it.
 type Planned struct {
-	// Rendered is what was rendered, kept for a request that issues
-	// (apply's host phase); nil otherwise, and for a cluster no longer in
-	// the fleet.
-	Rendered *render.Output
 	Desired  *diff.Desired
 	Observed *diff.Observed
 	Ledger   *Ledger
@@ -215,15 +206,11 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			}
 			continue
 		}
-		if pl.Rendered, pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name], req.Issue); err != nil {
+		// A fleet's renders are let go one by one (1,000 clusters' files
+		// and material held to the end of a plan were most of opke
+		// serve's peak memory): only what the diff needs is kept.
+		if pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name]); err != nil {
 			return nil, err
-		}
-		if req.Issue == nil {
-			// Only apply's host phase pushes what was rendered: a fleet's
-			// renders are let go one by one (1,000 clusters' files and
-			// material held to the end of a plan were most of opke serve's
-			// peak memory).
-			pl.Rendered = nil
 		}
 		if pl.Ledger.Spec != nil {
 			// A scheduled backup of a cluster that exists.
@@ -250,29 +237,22 @@ func deleting(l *Ledger) bool {
 	return l.Applied != nil && l.Applied.DeletionPolicy == string(schemas.DeletionDelete)
 }
 
-// desire renders c and lists what it asks for. On a read-only view of
-// the store (unless issue), a render that had to issue material is made
-// again on another view, which tells the bytes that depend on it: those
-// are unknown until apply issues it for good.
-func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource, issue state.KV) (*render.Output, *diff.Desired, error) {
-	kv := issue
-	if kv == nil {
-		kv = p.Store.ReadOnly()
-	}
+// desire renders c on a read-only view of the store and lists what it
+// asks for. A render that had to issue material (in memory) is made again
+// on another view, which tells the bytes that depend on it: those are
+// unknown until apply issues it for good.
+func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (*diff.Desired, error) {
+	kv := p.Store.ReadOnly()
 	opts, placeholder, err := p.renderOptions(ctx, kv, c, clients, observed)
 	if err != nil {
-		return nil, nil, err
-	}
-	if placeholder && issue != nil {
-		// Never pushed: cloud.conf waits for the credential.
-		opts.Cloud = nil
+		return nil, err
 	}
 	out, err := render.Cluster(ctx, kv, c, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	in := diff.Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: opts.APIFloatingIP.IsValid()}
-	if (len(out.Issued) > 0 || placeholder) && issue == nil {
+	if len(out.Issued) > 0 || placeholder {
 		opts2 := opts
 		if placeholder {
 			cred := *opts.Cloud
@@ -281,15 +261,15 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud
 		}
 		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts2)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		in.UnsettledUserData, in.UnsettledFiles = unsettled(out, again)
 	}
 	d, err := diff.Desire(c, in)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return out, d, nil
+	return d, nil
 }
 
 // renderOptions are the options c renders with on kv: the API's floating

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/schemas"
 )
@@ -31,6 +32,11 @@ type work struct {
 	commit, ref string
 	clusters    map[string]*schemas.Cluster
 	resync      bool
+}
+
+// request is what to plan and apply of a cluster for the work.
+func (w *work) request(name string) reconciler.Request {
+	return reconciler.Request{Clusters: w.clusters, Only: name, Commit: w.commit, Resync: w.resync}
 }
 
 // version is the Kubernetes version the work's spec of a cluster asks

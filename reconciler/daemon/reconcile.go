@@ -94,8 +94,7 @@ func (w *work) kind() string {
 // reconcileOnce does the reconcile's work, setting o as it goes.
 func (d *Daemon) reconcileOnce(ctx context.Context, log *slog.Logger, name string, w *work, o *outcome) {
 	entry := o.entry
-	req := reconciler.Request{Clusters: w.clusters, Only: name, Commit: w.commit, Resync: w.resync}
-	res, err := d.cfg.Planner.Plan(ctx, req)
+	res, err := d.cfg.Planner.Plan(ctx, w.request(name))
 	if err != nil {
 		if ctx.Err() != nil {
 			o.quiet = true // the leadership ended: the next leader plans again
@@ -143,7 +142,7 @@ func (d *Daemon) reconcileOnce(ctx context.Context, log *slog.Logger, name strin
 		}
 		entry.State, entry.Summary = report.Pending, "applying: "+report.PlanSummary(plan)
 		d.update(ctx, w, name, entry)
-		d.apply(ctx, log, name, w, req, plan, entry)
+		d.apply(ctx, log, name, w, entry)
 		if entry.State == report.Pending {
 			o.quiet = true // interrupted: the next leader resumes the journal
 			return
@@ -229,12 +228,13 @@ func warningsOf(p *diff.Plan) string {
 	return strings.Join(ws, "; ")
 }
 
-// apply applies a cluster's plan, recording its steps in entry.
-func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *work, req reconciler.Request, plan *diff.Plan, entry *report.Cluster) {
+// apply applies a cluster's plan (entry's), recording its steps in entry.
+func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *work, entry *report.Cluster) {
+	plan := entry.Plan
 	steps := &stepLog{}
 	d.steps.Store(name, steps)
 	defer d.steps.Delete(name)
-	sum, err := d.applier.Apply(ctx, req, plan)
+	sum, err := d.applier.Apply(ctx, w.request(name), plan)
 	steps.mu.Lock()
 	entry.Steps = slices.Clone(steps.steps)
 	steps.mu.Unlock()

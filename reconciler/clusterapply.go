@@ -1,0 +1,490 @@
+package reconciler
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"opke.dev/opke/cloud"
+	"opke.dev/opke/diff"
+	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/schemas"
+)
+
+// clusterApply is one cluster's apply: what its phases share. The plan
+// it is given is what it executes, the infrastructure phase then the host
+// phase, nothing planned again. Its values known only after apply (the
+// API's floating IP, the bytes that carry keys and certificates issued
+// now) come from one render made through the lease, which issues what
+// the cluster lacks for good; it is made again only when what it was
+// made from moved in the infrastructure phase (the API's floating IP or
+// the cloud credential created). The cloud is observed once for the
+// infrastructure phase and once more, for the real addresses, only if
+// that phase changed something.
+type clusterApply struct {
+	a       *Applier
+	j       *journal
+	name    string
+	spec    *schemas.Cluster // nil: the cluster left the fleet
+	plan    *diff.Plan       // the cluster's part of the plan
+	done    map[string]string
+	sum     *Summary
+	ctx     context.Context // no step starts once it is done
+	stepCtx context.Context // the steps run on it
+	clients *cloud.Clients
+
+	// observed is the cloud as last observed; stale once the
+	// infrastructure phase ran a step.
+	observed []diff.Resource
+	stale    bool
+	// out is the render the steps use, made with the options in key;
+	// renderMu makes the steps that run at once share one (two renders
+	// at once would each issue the material a new cluster lacks).
+	renderMu sync.Mutex
+	out      *render.Output
+	key      renderKey
+}
+
+// renderKey is what a render's bytes depend on that the infrastructure
+// phase can change: the API's floating IP and cloud.conf's credential.
+type renderKey struct {
+	apiFIP netip.Addr
+	cloud  assets.CloudCredential
+}
+
+// ErrInconsistent is a plan whose known values the apply finds otherwise:
+// a file or manifest the plan says has some bytes renders as others (the
+// plan was made from another state; plan again).
+var ErrInconsistent = errors.New("the plan does not match what apply renders")
+
+// phases runs the infrastructure phase, then the host phase. It returns
+// how the apply ended: done or failed.
+func (ca *clusterApply) phases() (string, error) {
+	var infra, hosts []diff.Change
+	for _, c := range slices.Concat(ca.plan.Changes, ca.plan.Drift) {
+		if c.Phase == diff.PhaseInfrastructure {
+			infra = append(infra, c)
+		} else {
+			hosts = append(hosts, c)
+		}
+	}
+	if len(infra) > 0 {
+		states, err := ca.infra(infra)
+		if err != nil || !allDone(states) {
+			return resultFailed, err // the failed steps are in the summary
+		}
+	}
+	if ca.spec == nil {
+		// A cluster that left the fleet: its forget step, if any.
+		states := ca.run(hosts, func(ctx context.Context, c diff.Change) error {
+			if c.Action != diff.ActionForget {
+				return fmt.Errorf("%w: %s of a cluster no longer in the fleet", errors.ErrUnsupported, c.Action)
+			}
+			return forget(ctx, ca.j.w, ca.name)
+		})
+		if !allDone(states) {
+			return resultFailed, nil
+		}
+		return resultDone, nil
+	}
+	return ca.hosts(hosts)
+}
+
+// observe returns the cloud's resources of the cluster, observed again
+// when the infrastructure phase changed them.
+func (ca *clusterApply) observe() ([]diff.Resource, error) {
+	if ca.observed != nil && !ca.stale {
+		return ca.observed, nil
+	}
+	owner, err := ca.a.Planner.Store.InstallationID(ca.stepCtx)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, owner, ca.name, nil)
+	if err != nil {
+		return nil, err
+	}
+	ca.sum.Observations++
+	ca.observed, ca.stale = obs.Clusters[ca.name], false
+	if ca.observed == nil {
+		ca.observed = []diff.Resource{}
+	}
+	return ca.observed, nil
+}
+
+// render returns the cluster rendered through the lease from what was
+// last observed, rendering again only when the API's floating IP or the
+// cloud credential moved since. cloud.conf waits for the credential: it
+// is not rendered while there is none.
+func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error) {
+	ca.renderMu.Lock()
+	defer ca.renderMu.Unlock()
+	opts, placeholder, err := ca.a.Planner.renderOptions(ca.stepCtx, ca.j.w, ca.spec, ca.clients, observed)
+	if err != nil {
+		return nil, err
+	}
+	if placeholder {
+		opts.Cloud = nil
+	}
+	key := renderKey{apiFIP: opts.APIFloatingIP}
+	if opts.Cloud != nil {
+		key.cloud = *opts.Cloud
+	}
+	if ca.out != nil && key == ca.key {
+		return ca.out, nil
+	}
+	out, err := render.Cluster(ca.stepCtx, ca.j.w, ca.spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	ca.sum.Renders++
+	ca.out, ca.key = out, key
+	return out, nil
+}
+
+// infra runs the cluster's infrastructure changes, with the ids of what
+// the cloud and the ledger hold and, for servers, the user_data of the
+// render.
+func (ca *clusterApply) infra(changes []diff.Change) (map[string]StepState, error) {
+	store, name := ca.a.Planner.Store, ca.name
+	found, err := ca.observe()
+	if err != nil {
+		return nil, err
+	}
+	// What the ledger knows comes first: a resource the cloud does not
+	// list by tags (a server group before its servers) made by a step
+	// done before a crash.
+	ledger, err := readLedger(ca.stepCtx, store, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(changes, func(c diff.Change) bool {
+		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
+	}) {
+		// The plan deletes what the cluster's cloud controller manager
+		// made (with the cluster): their ids.
+		services, err := cloud.ServiceLoadBalancers(ca.stepCtx, ca.clients, name, found)
+		if err != nil {
+			return nil, err
+		}
+		found = slices.Concat(found, services)
+	}
+	owner, err := store.InstallationID(ca.stepCtx)
+	if err != nil {
+		return nil, err
+	}
+	ops := cloud.NewApplier(ca.clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), found))
+	byAddr := map[diff.Address]diff.Resource{}
+	for _, r := range found {
+		byAddr[r.Address()] = r
+	}
+	ca.stale = true
+	return ca.run(changes, func(ctx context.Context, c diff.Change) error {
+		if c.Address.Target == diff.TargetDrain || c.Address.Target == diff.TargetNode {
+			return ca.nodeStep(ctx, c)
+		}
+		return ca.infraStep(ctx, ops, byAddr[c.Address], c)
+	}), nil
+}
+
+// nodeStep drains a worker or deletes a Node object, through the API
+// with the render's credentials.
+func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
+	if ca.spec == nil {
+		return fmt.Errorf("%s: no spec to reach the cluster's API with", c.Address)
+	}
+	out, err := ca.render(ca.observed)
+	if err != nil {
+		return err
+	}
+	t, err := hostTarget(ca.name, ca.clients, ca.observed, ca.j.w)
+	if err != nil {
+		return err
+	}
+	if c.Address.Target == diff.TargetDrain {
+		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host)
+	}
+	if err := ca.a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
+		return err
+	}
+	return ForgetNode(ctx, ca.j.w, ca.name, c.Address.Host)
+}
+
+// resourceOf turns an infrastructure change back into the resource it
+// is about, with the id observed of it.
+func resourceOf(c diff.Change, observed diff.Resource) (diff.Resource, error) {
+	if c.Address.Target != diff.TargetResource {
+		return diff.Resource{}, fmt.Errorf("%s: not an OpenStack address", c.Address)
+	}
+	attrs := c.After
+	if c.Action == diff.ActionDelete {
+		attrs = c.Before
+	}
+	return diff.Resource{Kind: c.Address.Kind, Name: c.Address.Name, Attrs: attrs, ID: observed.ID}, nil
+}
+
+// infraStep creates, updates, replaces or deletes one resource, and
+// records it in the ledger.
+func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, observed diff.Resource, c diff.Change) error {
+	j, store := ca.j, ca.j.w
+	r, err := resourceOf(c, observed)
+	if err != nil {
+		return err
+	}
+	if c.Action == diff.ActionDelete || c.Action == diff.ActionReplace {
+		if err := ops.Delete(ctx, r); err != nil {
+			return err
+		}
+		if err := j.hook("deleted " + c.Address.String()); err != nil {
+			return err
+		}
+	}
+	if r.Kind == diff.KindServer {
+		// A server deleted, or made (again, after one deleted by hand), is
+		// a host the ledger knows nothing of; a deleted node's version
+		// stays until its Node object is deleted.
+		keep := c.Action == diff.ActionDelete && schemas.RoleOf(c.Cluster, r.Name) != schemas.RoleGateway
+		if err := ForgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
+			return err
+		}
+	}
+	if c.Action == diff.ActionDelete {
+		if r.Kind == diff.KindAppCredential {
+			if err := store.Delete(ctx, appCredKey(store, c.Cluster)); err != nil {
+				return err
+			}
+		}
+		return store.Delete(ctx, store.Key(c.Cluster, "infra", string(r.Kind), r.Name))
+	}
+	switch {
+	case r.Kind == diff.KindAppCredential && c.Action == diff.ActionCreate:
+		if r.ID, err = createAppCred(ctx, store, ops, r, c.Cluster); err != nil {
+			return err
+		}
+	case c.Action == diff.ActionCreate, c.Action == diff.ActionReplace:
+		// What is known after apply is the cloud's to choose.
+		r.Attrs = maps.Clone(r.Attrs)
+		maps.DeleteFunc(r.Attrs, func(_ string, v diff.Value) bool { return v.Unknown })
+		var userData []byte
+		if r.Kind == diff.KindServer {
+			if ca.spec == nil {
+				return fmt.Errorf("%s: no spec to render its user_data from", c.Address)
+			}
+			out, err := ca.render(ca.observed)
+			if err != nil {
+				return err
+			}
+			userData = out.UserData[schemas.RoleOf(c.Cluster, r.Name)]
+			sum := sha256.Sum256(userData)
+			r.Attrs["user_data"] = diff.Known(hex.EncodeToString(sum[:]))
+		}
+		if r.ID, err = ops.Create(ctx, r, userData); err != nil {
+			return err
+		}
+	case c.Action == diff.ActionUpdate:
+		if err := ops.Update(ctx, r); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: %s in the infrastructure phase", errors.ErrUnsupported, c.Action)
+	}
+	if err := j.hook("applied " + c.Address.String()); err != nil {
+		return err
+	}
+	return RecordResource(ctx, store, c.Cluster, r)
+}
+
+// hosts runs the plan's host phase: its uploads, restarts, gates,
+// backups and manifests, with the bytes of the render made from the real
+// addresses; then records the hosts' versions, the kubeconfig and the
+// spec.
+func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
+	name, w := ca.name, ca.j.w
+	var hostChanges, stateChanges []diff.Change
+	uploads := map[string][]string{}
+	for _, c := range changes {
+		if c.Address.Target == diff.TargetState {
+			stateChanges = append(stateChanges, c)
+			continue
+		}
+		hostChanges = append(hostChanges, c)
+		if c.Action == diff.ActionUpload {
+			uploads[c.Address.Host] = append(uploads[c.Address.Host], c.Address.Name)
+		}
+	}
+	observed, err := ca.observe()
+	if err != nil {
+		return resultFailed, err
+	}
+	out, err := ca.render(observed)
+	if err != nil {
+		return resultFailed, err
+	}
+	states := map[string]StepState{}
+	if len(hostChanges) > 0 {
+		target, err := hostTarget(name, ca.clients, observed, w)
+		if err != nil {
+			return resultFailed, err
+		}
+		files := map[string]map[string]assets.File{}
+		for _, h := range out.Assets.Hosts {
+			files[h.Name] = map[string]assets.File{}
+			for _, f := range h.Files {
+				files[h.Name][f.Path] = f
+			}
+		}
+		// A host that already has a file's bytes (a step that ran before a
+		// crash) is not sent them again: one sha256sum per host says.
+		have, err := ca.a.Hosts.Checksums(ca.stepCtx, target, uploads)
+		if err != nil {
+			ca.a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
+		}
+		hs := hostStep{a: ca.a, j: ca.j, t: target, files: files, have: have, uploads: uploads, pki: out.PKI, spec: ca.spec}
+		states = ca.run(hostChanges, hs.do)
+	}
+	// A change of what only the store keeps (the deletion policy) is made
+	// by recording the spec, below.
+	stateDone := allDone(ca.run(stateChanges, func(_ context.Context, c diff.Change) error {
+		if c.Action != diff.ActionUpdate {
+			return fmt.Errorf("%w: %s of %s", errors.ErrUnsupported, c.Action, c.Address)
+		}
+		return nil
+	}))
+	notDone := map[string]bool{} // hosts with a step not done
+	for _, c := range hostChanges {
+		if states[c.ID] != StepDone {
+			notDone[c.Address.Host] = true
+		}
+	}
+	versions, err := recordedVersions(ca.stepCtx, w, name)
+	if err != nil {
+		return resultFailed, err
+	}
+	for _, h := range out.Assets.Hosts {
+		if !notDone[h.Name] && versions[h.Name] != out.Assets.Version {
+			if err := RecordVersion(ca.stepCtx, w, name, h.Name, out.Assets.Version); err != nil {
+				return resultFailed, err
+			}
+		}
+	}
+	if len(notDone) > 0 || !stateDone {
+		return resultFailed, nil
+	}
+	if fip := apiFloatingIP(name, observed); fip.IsValid() {
+		// The admin kubeconfig, for the API's floating IP, sealed in the
+		// store (opke kubeconfig prints it); written when it changed.
+		if err := out.PKI.StoreAdminKubeconfig(ca.stepCtx, w, name, "https://"+netip.AddrPortFrom(fip, 6443).String()); err != nil {
+			return resultFailed, err
+		}
+	}
+	return resultDone, RecordSpec(ca.stepCtx, w, ca.spec, ca.plan.Commit)
+}
+
+// run executes changes in dependency order, Parallel at once, each
+// journaled before and after; a change whose dependency did not pass is
+// skipped, and one the journal says is done is not run again. No step
+// starts once ctx is done; steps run on stepCtx. It returns each
+// change's end state by id.
+func (ca *clusterApply) run(changes []diff.Change, step func(context.Context, diff.Change) error) map[string]StepState {
+	a, j, done, sum, ctx, stepCtx := ca.a, ca.j, ca.done, ca.sum, ca.ctx, ca.stepCtx
+	state := make(map[string]StepState, len(changes))
+	inPhase := map[string]bool{}
+	for _, c := range changes {
+		inPhase[c.ID] = true
+		if f, ok := done[c.ID]; ok && f == fingerprint(c) {
+			state[c.ID] = StepDone
+		}
+	}
+	var reportMu sync.Mutex
+	report := func(s Step) {
+		reportMu.Lock()
+		defer reportMu.Unlock()
+		if s.State != StepStarted && s.State != StepRetrying {
+			sum.Counts[s.State]++
+		}
+		if s.State == StepFailed || s.State == StepSkipped {
+			sum.Failed = append(sum.Failed, s)
+		}
+		if a.Progress != nil {
+			a.Progress(stepCtx, s)
+		}
+	}
+	results := make(chan Step)
+	sem := make(chan struct{}, cmp.Or(a.Parallel, 8))
+	running := 0
+	for {
+		stopping := ctx.Err() != nil || stepCtx.Err() != nil
+		for _, c := range changes {
+			if state[c.ID] != "" || stopping {
+				continue
+			}
+			ready, blocked := true, false
+			for _, d := range c.DependsOn {
+				// Another phase's or cluster's changes ran before this phase.
+				switch st := state[d]; {
+				case !inPhase[d] || st == StepDone:
+				case st == StepFailed || st == StepSkipped:
+					blocked = true
+				default:
+					ready = false
+				}
+			}
+			switch {
+			case blocked:
+				state[c.ID] = StepSkipped
+				_ = j.step(stepCtx, c, StepSkipped, nil)
+				report(Step{Change: c, State: StepSkipped})
+			case ready:
+				state[c.ID] = StepStarted
+				running++
+				go func() {
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					report(Step{Change: c, State: StepStarted})
+					t0 := time.Now()
+					err := j.step(stepCtx, c, StepStarted, nil)
+					if err == nil {
+						retrying := func(err error) { report(Step{Change: c, State: StepRetrying, Err: err}) }
+						ctx := withWaitNote(stepCtx, retrying)
+						err = a.retry(ctx, func() error { return step(ctx, c) }, func(err error) {
+							a.log().Warn("step failed on a transient error; trying again", "cluster", c.Cluster, "address", c.Address, "err", err)
+							retrying(err)
+						})
+					}
+					st := StepDone
+					if err != nil {
+						st = StepFailed
+						a.log().Error("step failed", "cluster", c.Cluster, "address", c.Address, "action", c.Action.String(), "err", err)
+					}
+					if jerr := j.step(stepCtx, c, st, err); jerr != nil && err == nil {
+						st, err = StepFailed, jerr
+					}
+					results <- Step{Change: c, State: st, Err: err, Duration: time.Since(t0)}
+				}()
+			}
+		}
+		if running == 0 {
+			for _, c := range changes {
+				if state[c.ID] == "" {
+					state[c.ID] = StepPending
+					sum.Counts[StepPending]++
+				}
+			}
+			return state
+		}
+		r := <-results
+		running--
+		state[r.Change.ID] = r.State
+		report(r)
+	}
+}
