@@ -15,6 +15,14 @@
 //	obs, err := cloud.Observe(ctx, clients, installationID, previous)
 //	resources := obs.Clusters["prod"] // []diff.Resource
 //
+// What the package does with each kind is in one file per kind
+// (kind_network.go, kind_server.go, kind_loadbalancer.go, ...): how a
+// resource is created (found by name and tags first, so a lost answer
+// never makes a second), updated in place, deleted and observed, and its
+// entry in kinds.go's table, which Create, Update, Delete and the
+// observation dispatch on. Adding a kind (Cinder volumes) is its file,
+// its entry, and its row in package diff's kinds.go (its references).
+//
 // Three kinds carry no tags in OpenStack and are found otherwise: server
 // groups by name (<cluster>-controllers), router interfaces by their
 // router, load balancer members through their pool, by the ids a previous

@@ -261,38 +261,9 @@ func rolling(ps []*pending, a Action, highestFirst bool) {
 	}
 }
 
-// refs are the attributes by which a resource of a kind names others.
-var refs = map[Kind]map[string]Kind{
-	KindSubnet:       {"network": KindNetwork},
-	KindInterface:    {"router": KindRouter, "subnet": KindSubnet},
-	KindRule:         {"security_group": KindSecurityGroup, "remote": KindSecurityGroup},
-	KindPort:         {"network": KindNetwork, "security_groups": KindSecurityGroup},
-	KindServer:       {"port": KindPort, "server_group": KindServerGroup},
-	KindFloatingIP:   {"port": KindPort, "load_balancer": KindLoadBalancer},
-	KindLoadBalancer: {"subnet": KindSubnet},
-	KindListener:     {"load_balancer": KindLoadBalancer},
-	KindPool:         {"listener": KindListener},
-	KindMember:       {"pool": KindPool},
-	KindMonitor:      {"pool": KindPool},
-}
-
-// referenced returns the addresses a resource names.
-func referenced(r Resource) []Address {
-	var out []Address
-	for attr, kind := range refs[r.Kind] {
-		for _, name := range strings.Split(r.Attrs[attr].Value, ",") {
-			name = strings.TrimPrefix(name, "group:")
-			if name != "" {
-				out = append(out, ResourceAddress(kind, name))
-			}
-		}
-	}
-	return out
-}
-
 // deleteAll plans the deletion of resources: each after the deletions of
-// the resources that name it, floating IPs before the router interface
-// that routes them.
+// the resources that name it and of those that hold it (its kind's
+// schema).
 func (b *builder) deleteAll(cluster string, rs []Resource, reason string) []*pending {
 	var out []*pending
 	for _, r := range rs {
@@ -306,22 +277,10 @@ func (b *builder) deleteAll(cluster string, rs []Resource, reason string) []*pen
 				q.deps = append(q.deps, p.key)
 			}
 		}
-		if r.Kind == KindFloatingIP || r.Kind == KindLoadBalancer {
-			for _, s := range rs {
-				if s.Kind == KindInterface {
-					q := b.find(cluster, s.Address(), ActionDelete)
-					q.deps = append(q.deps, p.key)
-				}
-			}
-		}
-		// A port holds an address of the subnet (it names only its
-		// network): Neutron refuses to delete a subnet while one exists.
-		if r.Kind == KindPort {
-			for _, s := range rs {
-				if s.Kind == KindSubnet {
-					q := b.find(cluster, s.Address(), ActionDelete)
-					q.deps = append(q.deps, p.key)
-				}
+		for _, s := range rs {
+			if holds(r.Kind, s.Kind) {
+				q := b.find(cluster, s.Address(), ActionDelete)
+				q.deps = append(q.deps, p.key)
 			}
 		}
 	}

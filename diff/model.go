@@ -1,41 +1,6 @@
 package diff
 
-import "slices"
-
 import "opke.dev/opke/schemas"
-
-// Kind is an OpenStack resource type as OPKE manages it.
-type Kind string
-
-// The kinds. Creation follows each resource's DependsOn; deletion goes
-// the other way, by the attributes that name other resources (refs).
-const (
-	KindNetwork       Kind = "network"
-	KindSecurityGroup Kind = "security-group"
-	KindServerGroup   Kind = "server-group"
-	KindSubnet        Kind = "subnet"
-	KindRouter        Kind = "router"
-	KindRule          Kind = "security-group-rule"
-	KindInterface     Kind = "router-interface"
-	KindPort          Kind = "port"
-	KindLoadBalancer  Kind = "load-balancer"
-	KindServer        Kind = "server"
-	KindListener      Kind = "listener"
-	KindFloatingIP    Kind = "floating-ip"
-	KindPool          Kind = "pool"
-	KindMember        Kind = "member"
-	KindMonitor       Kind = "health-monitor"
-	// KindAppCredential is the cluster's Keystone application credential
-	// (its cloud provider's and CSI driver's); named after the cluster.
-	KindAppCredential Kind = "application-credential"
-)
-
-// kinds are the kinds, in creation order.
-var kinds = []Kind{KindAppCredential, KindNetwork, KindSecurityGroup, KindServerGroup, KindSubnet, KindRouter, KindRule, KindInterface,
-	KindPort, KindLoadBalancer, KindServer, KindListener, KindFloatingIP, KindPool, KindMember, KindMonitor}
-
-// Known reports whether k is one of the kinds OPKE manages.
-func (k Kind) Known() bool { return slices.Contains(kinds, k) }
 
 // Resource is an OpenStack resource flattened to what the diff compares.
 // Attributes refer to other resources by name, never by id, so a desired
