@@ -214,22 +214,22 @@ func (w *world) lostRecords() int {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	observed := map[string]diff.Resource{}
+	observed := map[diff.Address]diff.Resource{}
 	for _, r := range obs.Clusters[cluster] {
-		if prev, ok := observed[r.Address().String()]; ok {
+		if prev, ok := observed[r.Address()]; ok {
 			lost++
 			w.t.Errorf("lost record: %s is in the cloud twice (%s, %s); the ledger can name one", r.Address(), prev.ID, r.ID)
 		}
-		observed[r.Address().String()] = r
+		observed[r.Address()] = r
 	}
-	for _, addr := range slices.Sorted(maps.Keys(ledger.Resources)) {
+	for _, addr := range slices.SortedFunc(maps.Keys(ledger.Resources), diff.Address.Compare) {
 		rec := ledger.Resources[addr]
 		if o, ok := observed[addr]; !ok || o.ID != rec.ID {
 			lost++
 			w.t.Errorf("lost record: the ledger says %s is %s; the cloud has %q", addr, rec.ID, o.ID)
 		}
 	}
-	for _, addr := range slices.Sorted(maps.Keys(observed)) {
+	for _, addr := range slices.SortedFunc(maps.Keys(observed), diff.Address.Compare) {
 		if _, ok := ledger.Resources[addr]; !ok {
 			lost++
 			w.t.Errorf("lost record: %s (%s) is in the cloud, not in the ledger", addr, observed[addr].ID)

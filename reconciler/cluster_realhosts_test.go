@@ -352,7 +352,7 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	})
 	step = time.Now()
 	plan, _ = r.apply(t, c)
-	for _, want := range []string{diff.DrainAddress("demo-default-1"), diff.NodeAddress("demo-default-1"), "openstack/server/demo-default-1"} {
+	for _, want := range []string{diff.DrainAddress("demo-default-1").String(), diff.NodeAddress("demo-default-1").String(), "openstack/server/demo-default-1"} {
 		if addresses(plan.Changes)[want] == 0 {
 			t.Errorf("the scale-in's plan lacks %s: %v", want, addresses(plan.Changes))
 		}
