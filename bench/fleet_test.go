@@ -48,7 +48,7 @@ func loadFleet(tb testing.TB, s *seed) *fleet {
 	store := openStore(tb, filepath.Join(dir, "state"))
 	tb.Cleanup(func() { store.Close() })
 	f := &fleet{dir: dir, sim: sim, store: store, clusters: map[string]*schemas.Cluster{},
-		pool: &cloud.Pool{File: filepath.Join(dir, "sim", "clouds.yaml"), Budget: cloud.Unlimited}}
+		pool: &cloud.Pool{File: filepath.Join(dir, "sim", "clouds.yaml"), Budget: cloud.Unlimited()}}
 	f.planner = &reconciler.Planner{Store: store, Clouds: f.pool, Now: func() time.Time { return seedNow }}
 	for i := range s.n {
 		c, _, err := parse(clusterName(i))

@@ -71,7 +71,7 @@ func BenchmarkServeRSS(b *testing.B) {
 			store := openStore(b, filepath.Join(dir, "state"))
 			b.Cleanup(func() { store.Close() })
 			key := filepath.Join(dir, "key")
-			if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key), 0o600); err != nil {
+			if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key()), 0o600); err != nil {
 				b.Fatal(err)
 			}
 			work := filepath.Join(dir, "fleet")

@@ -175,7 +175,7 @@ func makeSeed(tb testing.TB, dir string, n int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	clients, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(simDir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited})
+	clients, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(simDir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func makeSeed(tb testing.TB, dir string, n int) {
 		tb.Fatal(err)
 	}
 	defer sim.Close()
-	clients, err = cloud.Connect(ctx, cloud.Target{File: filepath.Join(simDir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited})
+	clients, err = cloud.Connect(ctx, cloud.Target{File: filepath.Join(simDir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -539,7 +539,7 @@ func roleOf(server, cluster string) schemas.Role {
 // openStore opens the store of a seed (or a copy of one) in dir.
 func openStore(tb testing.TB, dir string) *state.Store {
 	tb.Helper()
-	store, err := state.Open(context.Background(), state.Options{DataDir: dir, EncryptionKey: statetest.Key})
+	store, err := state.Open(context.Background(), state.Options{DataDir: dir, EncryptionKey: statetest.Key()})
 	if err != nil {
 		tb.Fatalf("open the seed's store: %v", err)
 	}

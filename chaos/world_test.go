@@ -112,14 +112,14 @@ func newWorld(t *testing.T, opts worldOptions) *world {
 	w.startEtcd()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := state.Open(ctx, state.Options{Endpoints: []string{"http://" + w.etcdClient}, EncryptionKey: statetest.Key})
+	store, err := state.Open(ctx, state.Options{Endpoints: []string{"http://" + w.etcdClient}, EncryptionKey: statetest.Key()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
 	w.store = store
 	w.key = filepath.Join(w.dir, "key")
-	if err := os.WriteFile(w.key, fmt.Appendf(nil, "%x\n", statetest.Key), 0o600); err != nil {
+	if err := os.WriteFile(w.key, fmt.Appendf(nil, "%x\n", statetest.Key()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	w.bare, w.work = gittest.Remote(t)

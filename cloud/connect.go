@@ -80,7 +80,7 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 	ao.AllowReauth = true
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = tlsConfig
-	budget := cmp.Or(t.Budget, DefaultBudget)
+	budget := cmp.Or(t.Budget, defaultBudget)
 	meter := &meter{on: onRequest}
 	hc := http.Client{Transport: budgetTransport{base: transport, lim: rate.NewLimiter(rate.Limit(budget.Rate), budget.Burst), meter: meter, agent: t.UserAgent}}
 	// Authenticating twice is harmless: a transient failure is tried again.

@@ -27,11 +27,16 @@ type Budget struct {
 	Burst int
 }
 
-// DefaultBudget keeps a reconcile of a large fleet polite.
-var DefaultBudget = Budget{Rate: 20, Burst: 40}
+// defaultBudget keeps a reconcile of a large fleet polite.
+var defaultBudget = Budget{Rate: 20, Burst: 40}
 
-// Unlimited is no budget at all, for tests that build fleets by hand.
-var Unlimited = Budget{Rate: math.Inf(1), Burst: 1}
+// unlimited is no budget at all, for tests that build fleets by hand.
+var unlimited = Budget{Rate: math.Inf(1), Burst: 1}
+
+// Unlimited returns a copy of unlimited: no caller can rewrite the package's own.
+func Unlimited() Budget {
+	return unlimited
+}
 
 // budgetTransport waits for the bucket before each request, checks a
 // write's fence, and names the sender in the User-Agent.

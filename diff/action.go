@@ -2,6 +2,7 @@ package diff
 
 import (
 	"fmt"
+	"slices"
 )
 
 //go:generate go tool stringer -type=Action -linecomment
@@ -25,12 +26,17 @@ const (
 	ActionApply                     // apply
 )
 
-// Actions lists every action.
-var Actions = []Action{ActionCreate, ActionUpdate, ActionReplace, ActionDelete, ActionUpload, ActionRestart, ActionBackup, ActionForget, ActionDrain, ActionCheck, ActionApply}
+// allActions lists every action.
+var allActions = []Action{ActionCreate, ActionUpdate, ActionReplace, ActionDelete, ActionUpload, ActionRestart, ActionBackup, ActionForget, ActionDrain, ActionCheck, ActionApply}
+
+// Actions returns a copy of allActions: no caller can rewrite the package's own.
+func Actions() []Action {
+	return slices.Clone(allActions)
+}
 
 // MarshalText writes the action's name.
 func (a Action) MarshalText() ([]byte, error) {
-	if a < ActionCreate || a > Actions[len(Actions)-1] {
+	if a < ActionCreate || a > allActions[len(allActions)-1] {
 		return nil, fmt.Errorf("action %d: %w", int(a), errUnknownAction)
 	}
 	return []byte(a.String()), nil
@@ -38,7 +44,7 @@ func (a Action) MarshalText() ([]byte, error) {
 
 // UnmarshalText reads an action's name.
 func (a *Action) UnmarshalText(b []byte) error {
-	for _, x := range Actions {
+	for _, x := range allActions {
 		if x.String() == string(b) {
 			*a = x
 			return nil

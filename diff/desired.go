@@ -49,10 +49,10 @@ const (
 	nodePorts = "30000-32767"
 )
 
-// FilesWithAPIFloatingIP are the files whose bytes carry the API's
+// filesWithAPIFloatingIP are the files whose bytes carry the API's
 // floating IP: unknown until it exists (the API server's certificate, and
 // its static pod, which carries the certificate's sha256).
-var FilesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt", "/etc/kubernetes/manifests/kube-apiserver.yaml"}
+var filesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt", "/etc/kubernetes/manifests/kube-apiserver.yaml"}
 
 // Desire lists what a valid, defaulted cluster spec asks for: every
 // OpenStack resource, named and tagged deterministically, and every host's
@@ -219,7 +219,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 			host := Host{Name: h.Name, Role: h.Role, Version: in.Assets.Version}
 			for _, f := range h.Files {
 				df := File{Path: f.Path, SHA256: f.SHA256, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())), Secret: f.Secret, Restart: f.Restart}
-				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(FilesWithAPIFloatingIP, f.Path) && h.Role == schemas.RoleController
+				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(filesWithAPIFloatingIP, f.Path) && h.Role == schemas.RoleController
 				df.Unknown = df.NeedsAPIFloatingIP || in.UnsettledFiles[h.Name][f.Path]
 				host.Files = append(host.Files, df)
 				// Every controller keeps the cluster's manifests; they are

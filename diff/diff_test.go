@@ -558,7 +558,7 @@ func onlyAbout(t *testing.T, p *Plan, host string) {
 }
 
 func TestActionsAreExhaustive(t *testing.T) {
-	for _, a := range Actions {
+	for _, a := range allActions {
 		if symbols[a] == "" {
 			t.Errorf("%s has no symbol in the view", a)
 		}
@@ -574,7 +574,7 @@ func TestActionsAreExhaustive(t *testing.T) {
 	if _, err := Action(0).MarshalText(); err == nil {
 		t.Error("the zero action marshals")
 	}
-	if n := len(Actions); Action(n) != ActionApply {
+	if n := len(allActions); Action(n) != ActionApply {
 		t.Errorf("Actions lists %d actions; the last constant is %d", n, ActionApply)
 	}
 }

@@ -44,7 +44,7 @@ func Read(data []byte) (*Plan, error) {
 	// A change names what it does to what (a change of neither, found by
 	// fuzzing, was read and could not be written back).
 	for i, c := range slices.Concat(p.Changes, p.Drift) {
-		if c.Address.IsZero() || c.Action < ActionCreate || c.Action > Actions[len(Actions)-1] {
+		if c.Address.IsZero() || c.Action < ActionCreate || c.Action > allActions[len(allActions)-1] {
 			return nil, fmt.Errorf("%w: change %d has no address or no action", ErrFormat, i)
 		}
 	}
@@ -73,7 +73,7 @@ func Text(w io.Writer, data []byte) error {
 	}
 	counts := p.Counts()
 	var legend []string
-	for _, a := range Actions {
+	for _, a := range allActions {
 		if counts[a] > 0 {
 			legend = append(legend, symbols[a]+" "+a.String())
 		}

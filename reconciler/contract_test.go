@@ -54,7 +54,7 @@ func contractRig(t *testing.T) (*rig, *cloudtest.Target, *reconciler.Applier) {
 	}
 	hosts.Dialer = sshx.Dialer{Proxy: hostsSim.Edge()}
 	t.Cleanup(hosts.Close)
-	pool := &cloud.Pool{File: tgt.File, Budget: cloud.Unlimited}
+	pool := &cloud.Pool{File: tgt.File, Budget: cloud.Unlimited()}
 	r := &rig{sim: hostsSim, clients: tgt.Clients, store: store, owner: owner,
 		// The wall clock: two snapshots at one instant and revision would
 		// share an id.

@@ -73,7 +73,7 @@ func newRig(t testing.TB) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), Budget: cloud.Unlimited}
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), Budget: cloud.Unlimited()}
 	return &rig{sim: sim, clients: clients, dir: dir, store: store, owner: owner,
 		planner: &reconciler.Planner{Store: store, Clouds: pool, Now: func() time.Time { return now }}}
 }

@@ -65,10 +65,15 @@ type Limits struct {
 	MaxBytes int64
 }
 
-// DefaultLimits are LoadFleet's: twice the 10,000 clusters a fleet is
+// defaultLimits are LoadFleet's: twice the 10,000 clusters a fleet is
 // meant to reach, in specs of 1.6 KiB on average (the examples' are 0.6
 // and 1.1 KiB).
-var DefaultLimits = Limits{MaxClusters: 20_000, MaxBytes: 32 << 20}
+var defaultLimits = Limits{MaxClusters: 20_000, MaxBytes: 32 << 20}
+
+// DefaultLimits returns a copy of defaultLimits: no caller can rewrite the package's own.
+func DefaultLimits() Limits {
+	return defaultLimits
+}
 
 // ErrFleetTooLarge is a fleet over its Limits; nothing of it was parsed.
 var ErrFleetTooLarge = errors.New("the fleet is over its limits")
@@ -79,7 +84,7 @@ var ErrFleetTooLarge = errors.New("the fleet is over its limits")
 // cannot be read at all (or is over its limits); problems in specs are
 // findings.
 func LoadFleet(fsys fs.FS, prefix string) (*Fleet, error) {
-	return LoadFleetWithin(fsys, prefix, DefaultLimits)
+	return LoadFleetWithin(fsys, prefix, defaultLimits)
 }
 
 // LoadFleetWithin is LoadFleet within lim: the folders are counted and

@@ -17,18 +17,18 @@ import (
 	"golang.org/x/text/message"
 )
 
-// SchemaJSON is cluster.schema.json, the contract of a cluster spec (JSON
+// schemaJSON is cluster.schema.json, the contract of a cluster spec (JSON
 // Schema 2020-12), as editors and other tools read it.
 //
 //go:embed cluster.schema.json
-var SchemaJSON []byte
+var schemaJSON []byte
 
 // SchemaID is the $id of SchemaJSON.
 const SchemaID = "https://opke.dev/schemas/cluster.schema.json"
 
 // schemaDoc is SchemaJSON as plain values, for reading keywords back.
 var schemaDoc = sync.OnceValue(func() map[string]any {
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(SchemaJSON))
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemaJSON))
 	if err != nil {
 		panic(fmt.Sprintf("embedded cluster.schema.json: %v", err)) // a test guards this
 	}
@@ -48,7 +48,7 @@ var patternMessages = map[string]string{
 	"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$":           "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit",
 	`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`: "must be a duration such as 90s, 10m or 24h",
 	`^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$`:  "must be an IPv4 CIDR such as 192.168.10.0/24",
-	`^v[0-9]+\.[0-9]+\.[0-9]+$`:                 "must be vMAJOR.MINOR.PATCH, such as v" + SupportedMinors[len(SupportedMinors)-1] + ".0",
+	`^v[0-9]+\.[0-9]+\.[0-9]+$`:                 "must be vMAJOR.MINOR.PATCH, such as v" + supportedMinors[len(supportedMinors)-1] + ".0",
 	"^[^/]+$":                                   "must not contain '/'",
 	`^https?://[^/@?#\s]+(/[^?#\s]*)?$`:         "must be https://host[:port][/path] (or http://), with no credentials, query or spaces",
 }

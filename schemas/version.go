@@ -3,12 +3,18 @@ package schemas
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// SupportedMinors are the Kubernetes minors OPKE renders assets for, oldest first.
-var SupportedMinors = []string{"1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36"}
+// supportedMinors are the Kubernetes minors OPKE renders assets for, oldest first.
+var supportedMinors = []string{"1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36"}
+
+// SupportedMinors returns a copy of supportedMinors: no caller can rewrite the package's own.
+func SupportedMinors() []string {
+	return slices.Clone(supportedMinors)
+}
 
 // Version is a Kubernetes release, vMAJOR.MINOR.PATCH.
 type Version struct{ Major, Minor, Patch int }
@@ -36,7 +42,7 @@ func (v Version) MinorString() string { return fmt.Sprintf("%d.%d", v.Major, v.M
 
 // Supported reports whether v's minor is in SupportedMinors.
 func (v Version) Supported() bool {
-	for _, m := range SupportedMinors {
+	for _, m := range supportedMinors {
 		if m == v.MinorString() {
 			return true
 		}
@@ -60,4 +66,4 @@ func (v Version) Compare(w Version) int {
 // minorsBetween counts the minor releases from v up to w, both of one major.
 func minorsBetween(v, w Version) int { return w.Minor - v.Minor }
 
-func supportedList() string { return "v" + strings.Join(SupportedMinors, ", v") }
+func supportedList() string { return "v" + strings.Join(supportedMinors, ", v") }

@@ -14,8 +14,8 @@ import (
 // ErrForbiddenAddress is a dial to an address outside the allow list.
 var ErrForbiddenAddress = errors.New("address not allowed")
 
-// Loopback is the default allow list.
-var Loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+// loopback is the default allow list.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
 // Dialer opens TCP connections under the allow list, directly or through a
 // SOCKS5 proxy. The zero value dials loopback addresses only, directly.
@@ -33,7 +33,7 @@ type Dialer struct {
 func (d Dialer) allowed(a netip.Addr) bool {
 	allow := d.Allow
 	if allow == nil {
-		allow = Loopback
+		allow = loopback
 	}
 	for _, p := range allow {
 		if p.Contains(a.Unmap()) {

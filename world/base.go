@@ -33,16 +33,16 @@ type Base struct {
 // (SOURCE_DATE_EPOCH): the time has no meaning, only its being fixed.
 var baseEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// NetBase is the base of the images that program the host's packet
+// netBase is the base of the images that program the host's packet
 // filter (kube-proxy, flannel) or install files with cp (the flannel CNI
 // plugin): iptables and nftables with their tools, conntrack and ipset,
 // as distroless-iptables has them, and iproute2, as flannel's has it.
-var NetBase = &Base{Suite: "bookworm", Packages: []string{"iptables", "nftables", "ipset", "conntrack", "kmod", "iproute2", "ca-certificates"}}
+var netBase = &Base{Suite: "bookworm", Packages: []string{"iptables", "nftables", "ipset", "conntrack", "kmod", "iproute2", "ca-certificates"}}
 
-// StorageBase is the Cinder CSI plugin's: the file system tools it runs
+// storageBase is the Cinder CSI plugin's: the file system tools it runs
 // to format and mount volumes (upstream's image: e2fsprogs, xfsprogs,
 // mount, udev).
-var StorageBase = &Base{Suite: "bookworm", Packages: []string{"ca-certificates", "e2fsprogs", "xfsprogs", "mount", "udev"}}
+var storageBase = &Base{Suite: "bookworm", Packages: []string{"ca-certificates", "e2fsprogs", "xfsprogs", "mount", "udev"}}
 
 // Layer is a built gzip layer on disk.
 type Layer struct {

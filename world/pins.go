@@ -2,17 +2,24 @@ package world
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 )
 
-// KubernetesVersions are the Kubernetes releases the test world runs:
+// kubernetesVersions are the Kubernetes releases the test world runs:
 // two patch releases of one minor and one release of the next, so that a
 // patch and a minor upgrade both run real binaries. The first is the one
 // a single-version suite (E2E) uses.
-var KubernetesVersions = []string{"v1.35.1", "v1.35.4", "v1.36.1"}
+var kubernetesVersions = []string{"v1.35.1", "v1.35.4", "v1.36.1"}
+
+// KubernetesVersions returns a copy of kubernetesVersions: no caller can rewrite the package's own.
+func KubernetesVersions() []string {
+	return slices.Clone(kubernetesVersions)
+}
 
 // Host runtime and registry versions: what a Flatcar host ships (a
 // containerd of the 2.x line with runc) and the registry the simulator
@@ -42,8 +49,8 @@ const (
 	E2E Set = "e2e"
 )
 
-// Sets lists the sets, for flags and messages.
-var Sets = []Set{All, E2E}
+// sets lists the sets, for flags and messages.
+var sets = []Set{All, E2E}
 
 // Binary is one program of an artifact.
 type Binary struct {
@@ -125,9 +132,9 @@ func Targets(set Set) ([]Artifact, error) {
 	var versions []string
 	switch set {
 	case All:
-		versions = KubernetesVersions
+		versions = kubernetesVersions
 	case E2E:
-		versions = KubernetesVersions
+		versions = kubernetesVersions
 	default:
 		return nil, fmt.Errorf("world: unknown set %q (one of %s)", set, strings.Join(setNames(), ", "))
 	}
@@ -196,7 +203,7 @@ func Targets(set Set) ([]Artifact, error) {
 			}
 			add(ms)
 			add(CloudProvider(im.CloudProvider))
-			for _, c := range CSISidecars {
+			for _, c := range csiSidecars {
 				add(c.Artifact())
 			}
 		}
@@ -205,8 +212,8 @@ func Targets(set Set) ([]Artifact, error) {
 }
 
 func setNames() []string {
-	s := make([]string, len(Sets))
-	for i, x := range Sets {
+	s := make([]string, len(sets))
+	for i, x := range sets {
 		s[i] = string(x)
 	}
 	return s
@@ -241,7 +248,7 @@ func Kubernetes(v string) (Artifact, error) {
 		if name == "kube-proxy" {
 			// Upstream's kube-proxy image is distroless-iptables: the
 			// iptables, nft and conntrack tools it programs the host with.
-			im.Base = NetBase
+			im.Base = netBase
 		}
 		a.Images = append(a.Images, im)
 	}
@@ -397,7 +404,7 @@ func CNIPlugins(v string) Artifact {
 		// The flannel DaemonSet's init container copies them to the host
 		// from this image (assets.CNIPluginsImage), with the base's cp.
 		Images: []ImageSpec{{
-			Ref: "ghcr.io/opke-dev/cni-plugins:" + v, Base: NetBase,
+			Ref: "ghcr.io/opke-dev/cni-plugins:" + v, Base: netBase,
 			Files: []ImageFile{
 				{Binary: "bridge", Path: "/opt/cni/bin/bridge"}, {Binary: "host-local", Path: "/opt/cni/bin/host-local"},
 				{Binary: "loopback", Path: "/opt/cni/bin/loopback"}, {Binary: "portmap", Path: "/opt/cni/bin/portmap"},
@@ -445,7 +452,7 @@ func Flannel(ref string) (Artifact, error) {
 		Binaries: []Binary{{Name: "flanneld", Package: m}},
 		Stamp:    map[string]string{m + "/pkg/version.Version": v},
 		Images: []ImageSpec{{
-			Ref: ref, Base: NetBase,
+			Ref: ref, Base: netBase,
 			Files:      []ImageFile{{Binary: "flanneld", Path: "/opt/bin/flanneld"}},
 			Entrypoint: []string{"/opt/bin/flanneld"},
 		}},
@@ -474,7 +481,7 @@ func FlannelCNI(ref string) (Artifact, error) {
 		Binaries: []Binary{{Name: "flannel", Package: m + "/plugins/meta/flannel"}},
 		Stamp:    map[string]string{m + "/pkg/utils/buildversion.BuildVersion": FlannelCNIPluginsVersion},
 		Images: []ImageSpec{{
-			Ref: ref, Base: NetBase,
+			Ref: ref, Base: netBase,
 			Files:      []ImageFile{{Binary: "flannel", Path: "/flannel"}},
 			Entrypoint: []string{"/flannel"},
 		}},
@@ -514,7 +521,7 @@ func CloudProvider(v string) Artifact {
 			Cmd:   []string{"/bin/" + b.Name}, // as upstream's Dockerfile
 		}
 		if b.Name == "cinder-csi-plugin" {
-			im.Base = StorageBase
+			im.Base = storageBase
 		}
 		a.Images = append(a.Images, im)
 	}
@@ -530,12 +537,12 @@ type CSISidecar struct {
 	NoSumDB bool
 }
 
-// CSISidecars are the sidecars the rendered Cinder CSI controller runs
-// (assets.CSI), with their modules.
-var CSISidecars = []CSISidecar{
-	{Ref: assets.CSI.Attacher, Module: "github.com/kubernetes-csi/external-attacher/v4"},
-	{Ref: assets.CSI.Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v5", NoSumDB: true},
-	{Ref: assets.CSI.Resizer, Module: "github.com/kubernetes-csi/external-resizer"},
+// csiSidecars are the sidecars the rendered Cinder CSI controller runs
+// (assets.CSI()), with their modules.
+var csiSidecars = []CSISidecar{
+	{Ref: assets.CSI().Attacher, Module: "github.com/kubernetes-csi/external-attacher/v4"},
+	{Ref: assets.CSI().Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v5", NoSumDB: true},
+	{Ref: assets.CSI().Resizer, Module: "github.com/kubernetes-csi/external-resizer"},
 }
 
 // Artifact is a CSI sidecar's image, its binary at /<name> as upstream's
@@ -552,14 +559,19 @@ func (c CSISidecar) Artifact() Artifact {
 	}
 }
 
-// NotBuilt are the images a rendered cluster may name that make world
+// notBuilt are the images a rendered cluster may name that make world
 // does not build, each with why. A test holds every image the renderer
 // names, for every version of the test matrix, to being built or listed
 // here.
-var NotBuilt = map[string]string{
-	assets.CSI.NodeDriverRegistrar:                     "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
+var notBuilt = map[string]string{
+	assets.CSI().NodeDriverRegistrar:                   "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
 	"registry.k8s.io/ingress-nginx/controller:v1.14.0": "ingress-nginx addon: nginx and its Lua modules are C, not on the module proxy",
 	"docker.io/kubernetesui/dashboard:v2.7.0":          "dashboard addon: its web front end is built with npm",
 	"quay.io/prometheus/prometheus:v3.7.3":             "monitoring addon: its web UI is built with npm",
 	"quay.io/prometheus/node-exporter:v1.10.2":         "monitoring addon: not built yet",
+}
+
+// NotBuilt returns a copy of notBuilt: no caller can rewrite the package's own.
+func NotBuilt() map[string]string {
+	return maps.Clone(notBuilt)
 }

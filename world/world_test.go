@@ -376,7 +376,7 @@ func TestImageOnABase(t *testing.T) {
 	dir := t.TempDir()
 	fg := &fakeGo{}
 	w := &World{Dir: dir, Run: fg.run}
-	l1, err := w.baseLayer(t.Context(), NetBase)
+	l1, err := w.baseLayer(t.Context(), netBase)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestImageOnABase(t *testing.T) {
 		}
 	}
 	fg.calls = nil
-	l2, err := w.baseLayer(t.Context(), NetBase)
+	l2, err := w.baseLayer(t.Context(), netBase)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestImageOnABase(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("flanneld"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec := ImageSpec{Ref: "ghcr.io/flannel-io/flannel:v0.27.4", Base: NetBase, Files: []ImageFile{{Binary: "flanneld", Path: "/opt/bin/flanneld"}}}
+	spec := ImageSpec{Ref: "ghcr.io/flannel-io/flannel:v0.27.4", Base: netBase, Files: []ImageFile{{Binary: "flanneld", Path: "/opt/bin/flanneld"}}}
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	if _, err := WriteImage(filepath.Join(dir, "img"), spec, map[string]string{"flanneld": bin}, created, "flannel", l1); err != nil {
 		t.Fatal(err)
@@ -459,7 +459,7 @@ func TestImageOnABase(t *testing.T) {
 
 	fg.fail = "mmdebstrap"
 	w2 := &World{Dir: t.TempDir(), Run: fg.run}
-	if _, err := w2.baseLayer(t.Context(), StorageBase); err == nil || !strings.Contains(err.Error(), "compile error") {
+	if _, err := w2.baseLayer(t.Context(), storageBase); err == nil || !strings.Contains(err.Error(), "compile error") {
 		t.Errorf("failed mmdebstrap: %v, want its output", err)
 	}
 }

@@ -17,9 +17,9 @@ import (
 	"opke.dev/opke/world"
 )
 
-// Packages are the Debian packages of the image, besides minbase: what a
+// packages are the Debian packages of the image, besides minbase: what a
 // Flatcar host has that OPKE relies on.
-var Packages = []string{
+var packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server", "sudo",
 	"iproute2", "iptables", "conntrack", "kmod", "procps",
 	"ca-certificates", "libseccomp2",
@@ -104,7 +104,7 @@ type Image struct {
 // the customize hook.
 func RecipeHash() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n", Suite, strings.Join(Packages, ","))
+	fmt.Fprintf(h, "%s\n%s\n", Suite, strings.Join(packages, ","))
 	h.Write(customize)
 	for _, a := range runtimeArtifacts() {
 		fmt.Fprintf(h, "%s %s\n", a.Key, a.Hash())
@@ -164,7 +164,7 @@ func EnsureImage(ctx context.Context, cacheDir string, log *slog.Logger) (*Image
 	started := time.Now()
 	log.Info("building the host image from Debian's packages (a few minutes, once per recipe)", "image", img.Hash, "suite", Suite)
 	cmd := exec.CommandContext(ctx, "mmdebstrap", "--mode=root", "--variant=minbase",
-		"--include="+strings.Join(Packages, ","), "--customize-hook="+hook+` "$1"`, Suite, img.Root)
+		"--include="+strings.Join(packages, ","), "--customize-hook="+hook+` "$1"`, Suite, img.Root)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

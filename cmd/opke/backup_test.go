@@ -90,7 +90,7 @@ func TestBackupCommands(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "mv DATA/etcd DATA/etcd.old") {
 		t.Fatalf("restore --store: exit %d\n%s\n%s", code, out, stderr)
 	}
-	restored, err := state.Open(ctx, state.Options{DataDir: data, EncryptionKey: statetest.Key})
+	restored, err := state.Open(ctx, state.Options{DataDir: data, EncryptionKey: statetest.Key()})
 	if err != nil {
 		t.Fatalf("the restored store does not open: %v", err)
 	}

@@ -49,7 +49,7 @@ func newPlanEnv(t *testing.T) *planEnv {
 	e.git = gittest.Init(t, e.repo)
 	e.first = gittest.Commit(t, e.git, "demo", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": e.demo}))
 	e.keyFile = filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(e.keyFile, []byte(hex.EncodeToString(statetest.Key)), 0o600); err != nil {
+	if err := os.WriteFile(e.keyFile, []byte(hex.EncodeToString(statetest.Key())), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -67,7 +67,7 @@ func (e *planEnv) plan(t *testing.T, args ...string) (int, string, string) {
 func (e *planEnv) converge(t *testing.T, names ...string) {
 	t.Helper()
 	ctx := context.Background()
-	store, err := state.Open(ctx, state.Options{DataDir: e.dataDir, EncryptionKey: statetest.Key})
+	store, err := state.Open(ctx, state.Options{DataDir: e.dataDir, EncryptionKey: statetest.Key()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -236,7 +236,7 @@ func TestRenderExternalEtcd(t *testing.T) {
 	store, storeDir := statetest.OpenDir(t)
 	work := t.TempDir()
 	keyFile := filepath.Join(work, "key")
-	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(statetest.Key)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(statetest.Key())+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	dataDir, out := filepath.Join(work, "unused"), filepath.Join(work, "out")

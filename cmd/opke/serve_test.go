@@ -92,7 +92,7 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	defer sim.Close()
 	store, storeDir := statetest.OpenDir(t)
 	keyFile := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(keyFile, statetest.Key, 0o600); err != nil {
+	if err := os.WriteFile(keyFile, statetest.Key(), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bare, work := gittest.Remote(t)

@@ -113,8 +113,8 @@ var fullHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
 func newServeConfig() *serveConfig {
 	c := &serveConfig{Branch: "main", Interval: daemon.DefaultInterval, ResyncInterval: daemon.DefaultResyncInterval,
 		LeaderTTL: state.DefaultLeaseTTL, DataDir: ".opke", Listen: "127.0.0.1:8080"}
-	c.Limits.MaxClusters = schemas.DefaultLimits.MaxClusters
-	c.Limits.MaxFleetMiB = int(schemas.DefaultLimits.MaxBytes >> 20)
+	c.Limits.MaxClusters = schemas.DefaultLimits().MaxClusters
+	c.Limits.MaxFleetMiB = int(schemas.DefaultLimits().MaxBytes >> 20)
 	c.Limits.MaxFetchMiB = source.DefaultMaxFetchBytes >> 20
 	return c
 }
@@ -298,8 +298,8 @@ func (c *serveConfig) Validate() error {
 		}
 	}
 	for i, f := range c.Reporters.Forges {
-		if !slices.Contains(report.Kinds, f.Kind) {
-			bad("reporters.forges[%d].kind %q: want one of %s", i, f.Kind, strings.Join(report.Kinds, ", "))
+		if !slices.Contains(report.Kinds(), f.Kind) {
+			bad("reporters.forges[%d].kind %q: want one of %s", i, f.Kind, strings.Join(report.Kinds(), ", "))
 		}
 		if u, err := url.Parse(f.API); err != nil || u.Host == "" {
 			bad("reporters.forges[%d].api %q: want the API's base URL", i, f.API)

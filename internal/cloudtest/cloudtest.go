@@ -75,7 +75,7 @@ func StartWith(tb testing.TB, opts cloudsim.Options) (*cloudsim.Sim, *cloud.Clie
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { sim.Close() })
-	c, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited})
+	c, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim", Budget: cloud.Unlimited()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func AppCredentialSecret(cluster string) string { return "cloudtest-secret-of-" 
 func RoomFor(t testing.TB, dir string, user *cloud.Clients) {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim-admin", Budget: cloud.Unlimited})
+	admin, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim-admin", Budget: cloud.Unlimited()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,11 +74,11 @@ func Contract(tb testing.TB) *Target {
 	}
 	var err error
 	if t.Clients == nil {
-		if t.Clients, err = cloud.Connect(ctx, cloud.Target{File: t.File, Cloud: t.Cloud, Budget: cloud.Unlimited}); err != nil {
+		if t.Clients, err = cloud.Connect(ctx, cloud.Target{File: t.File, Cloud: t.Cloud, Budget: cloud.Unlimited()}); err != nil {
 			tb.Fatalf("connect to %s: %v", t.Cloud, err)
 		}
 	}
-	if t.Admin, err = cloud.Connect(ctx, cloud.Target{File: t.File, Cloud: t.AdminCloud, Budget: cloud.Unlimited}); err != nil {
+	if t.Admin, err = cloud.Connect(ctx, cloud.Target{File: t.File, Cloud: t.AdminCloud, Budget: cloud.Unlimited()}); err != nil {
 		tb.Fatalf("connect to %s: %v", t.AdminCloud, err)
 	}
 	tb.Logf("contract target: %s (owner %s)", t.Name(), t.Owner)

@@ -6,14 +6,20 @@ package statetest
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"opke.dev/opke/state"
 )
 
-// Key is the encryption key of the stores Open returns.
-var Key = bytes.Repeat([]byte{7}, state.KeySize)
+// key is the encryption key of the stores Open returns.
+var key = bytes.Repeat([]byte{7}, state.KeySize)
+
+// Key returns a copy of key: no caller can rewrite the package's own.
+func Key() []byte {
+	return slices.Clone(key)
+}
 
 // Open starts an embedded store in tb.TempDir().
 func Open(tb testing.TB) *state.Store {
@@ -29,7 +35,7 @@ func OpenDir(tb testing.TB) (*state.Store, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := tb.TempDir()
-	s, err := state.Open(ctx, state.Options{DataDir: dir, EncryptionKey: Key})
+	s, err := state.Open(ctx, state.Options{DataDir: dir, EncryptionKey: key})
 	if err != nil {
 		tb.Fatalf("open state store: %v", err)
 	}

@@ -61,7 +61,7 @@ type Config struct {
 	// does not descend from the last commit applied (the operator's
 	// consent to a force push); every other such head is refused.
 	AllowRewrite string
-	// Limits bound the fleet read at a commit (schemas.DefaultLimits).
+	// Limits bound the fleet read at a commit (schemas.DefaultLimits()).
 	Limits  schemas.Limits
 	Logger  *slog.Logger
 	Metrics *Metrics
@@ -108,8 +108,8 @@ func New(cfg Config) *Daemon {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	cfg.Limits.MaxClusters = cmp.Or(cfg.Limits.MaxClusters, schemas.DefaultLimits.MaxClusters)
-	cfg.Limits.MaxBytes = cmp.Or(cfg.Limits.MaxBytes, schemas.DefaultLimits.MaxBytes)
+	cfg.Limits.MaxClusters = cmp.Or(cfg.Limits.MaxClusters, schemas.DefaultLimits().MaxClusters)
+	cfg.Limits.MaxBytes = cmp.Or(cfg.Limits.MaxBytes, schemas.DefaultLimits().MaxBytes)
 	d := &Daemon{cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1)}
 	d.applier = cfg.Applier.WithProgress(d.progress)
 	return d

@@ -153,7 +153,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 		t.Fatal(err)
 	}
 	metrics := daemon.NewMetrics()
-	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), Budget: cloud.Unlimited, OnRequest: metrics.APICall}
+	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), Budget: cloud.Unlimited(), OnRequest: metrics.APICall}
 	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: sim.Edge()}}
 	t.Cleanup(hosts.Close)
 	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts}

@@ -88,7 +88,7 @@ func TestDaemonBoundsPullRequests(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Hour, "")
 	e.stop()
-	e.cfg.Limits = schemas.Limits{MaxClusters: 150, MaxBytes: schemas.DefaultLimits.MaxBytes}
+	e.cfg.Limits = schemas.Limits{MaxClusters: 150, MaxBytes: schemas.DefaultLimits().MaxBytes}
 	e.start(t)
 	e.emptyFleet(t)
 

@@ -24,8 +24,13 @@ const (
 	GitLab = "gitlab"
 )
 
-// Kinds lists the forges.
-var Kinds = []string{GitHub, Gitea, GitLab}
+// forgeKinds lists the forges.
+var forgeKinds = []string{GitHub, Gitea, GitLab}
+
+// Kinds returns a copy of forgeKinds: no caller can rewrite the package's own.
+func Kinds() []string {
+	return slices.Clone(forgeKinds)
+}
 
 // maxDescription is the longest description every forge takes (GitHub's
 // limit: 140 characters).
@@ -185,7 +190,7 @@ func (f *Forge) post(ctx context.Context, n *Note, st status) error {
 			body["ref"] = ref
 		}
 	default:
-		return fmt.Errorf("forge %q: want one of %s", f.Kind, strings.Join(Kinds, ", "))
+		return fmt.Errorf("forge %q: want one of %s", f.Kind, strings.Join(forgeKinds, ", "))
 	}
 	data, err := json.Marshal(body)
 	if err != nil {

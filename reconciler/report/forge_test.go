@@ -178,7 +178,7 @@ func TestForgeFollowsNoRedirect(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer other.Close()
-	for _, kind := range report.Kinds {
+	for _, kind := range report.Kinds() {
 		t.Run(kind, func(t *testing.T) {
 			forge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)

@@ -130,7 +130,7 @@ func PlanSummary(p *diff.Plan) string {
 		counts[c.Action]++
 	}
 	var parts []string
-	for _, a := range diff.Actions {
+	for _, a := range diff.Actions() {
 		if counts[a] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[a], a))
 		}

@@ -591,7 +591,7 @@ func TestRenderErrors(t *testing.T) {
 
 // TestMatrixCoversSupportedMinors: every minor the schema accepts has images.
 func TestMatrixCoversSupportedMinors(t *testing.T) {
-	for _, m := range schemas.SupportedMinors {
+	for _, m := range schemas.SupportedMinors() {
 		v, err := schemas.ParseVersion("v" + m + ".0")
 		if err != nil {
 			t.Fatal(err)
@@ -605,8 +605,8 @@ func TestMatrixCoversSupportedMinors(t *testing.T) {
 			t.Errorf("%s: incomplete row %+v", m, im)
 		}
 	}
-	if len(assets.Matrix) != len(schemas.SupportedMinors) {
-		t.Errorf("the matrix has %d rows for %d supported minors", len(assets.Matrix), len(schemas.SupportedMinors))
+	if len(assets.Matrix()) != len(schemas.SupportedMinors()) {
+		t.Errorf("the matrix has %d rows for %d supported minors", len(assets.Matrix()), len(schemas.SupportedMinors()))
 	}
 }
 

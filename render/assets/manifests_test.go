@@ -94,7 +94,7 @@ func decodeStrict(name string, b []byte) ([]string, error) {
 func TestManifestsDecodeStrictly(t *testing.T) {
 	c := loadSpec(t, "prod")
 	c.Spec.Addons = nil
-	for _, a := range assets.AddonManifests {
+	for _, a := range assets.AddonManifests() {
 		c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
 	}
 	out := renderCluster(t, statetest.Open(t), c, credential)

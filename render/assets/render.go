@@ -26,8 +26,13 @@ var templates = template.Must(template.New("").Option("missingkey=error").Funcs(
 // Addons in the order their manifests are written; core first.
 var coreManifests = []string{"kube-proxy", "coredns", "flannel", "control-plane"}
 
-// AddonManifests are the optional addons the spec can select.
-var AddonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
+// addonManifests are the optional addons the spec can select.
+var addonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
+
+// AddonManifests returns a copy of addonManifests: no caller can rewrite the package's own.
+func AddonManifests() []string {
+	return slices.Clone(addonManifests)
+}
 
 // renderer holds what every file of a cluster derives from.
 type renderer struct {
@@ -85,7 +90,7 @@ func newRenderer(in Input) (*renderer, error) {
 		r.addons[a.Name] = true
 	}
 	r.data = tmplData{
-		Cluster: c.Metadata.Name, Version: v.String(), Images: images, CSI: CSI, Registry: KubernetesRegistry,
+		Cluster: c.Metadata.Name, Version: v.String(), Images: images, CSI: csi, Registry: KubernetesRegistry,
 		PodCIDR: c.Spec.Network.PodCIDR, ServiceCIDR: c.Spec.Network.ServiceCIDR, DNSIP: dns.String(),
 		APIServer: "https://" + netip.AddrPortFrom(vip, 6443).String(), APIVIP: vip.String(),
 		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],
@@ -423,7 +428,7 @@ func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 // one file per component, kept on every controller.
 func (r *renderer) clusterManifests() ([]File, error) {
 	names := slices.Clone(coreManifests)
-	for _, a := range AddonManifests {
+	for _, a := range addonManifests {
 		if r.addons[a] {
 			names = append(names, a)
 		}

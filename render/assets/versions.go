@@ -2,6 +2,7 @@ package assets
 
 import (
 	"fmt"
+	"maps"
 
 	"opke.dev/opke/schemas"
 )
@@ -26,11 +27,11 @@ type Images struct {
 	NodeExporter  string
 }
 
-// Matrix maps each supported minor to its images. The etcd, CoreDNS and
+// matrix maps each supported minor to its images. The etcd, CoreDNS and
 // pause versions are the ones kubeadm of that minor pins; the others are
 // the releases their projects document for that minor. Every minor in
-// schemas.SupportedMinors has a row (TestMatrixCoversSupportedMinors).
-var Matrix = map[string]Images{
+// schemas.SupportedMinors() has a row (TestMatrixCoversSupportedMinors).
+var matrix = map[string]Images{
 	"1.30": {
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.9",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1", CNIPlugins: CNIPluginsImage,
@@ -82,6 +83,11 @@ var Matrix = map[string]Images{
 	},
 }
 
+// Matrix returns a copy of matrix: no caller can rewrite the package's own.
+func Matrix() map[string]Images {
+	return maps.Clone(matrix)
+}
+
 // CNIPluginsImage is OPKE's image of the reference CNI plugins
 // (containernetworking/plugins), built by make world as the kubelet's is:
 // upstream publishes the plugins as a tarball, not an image, and Typhoon
@@ -91,16 +97,21 @@ const CNIPluginsImage = "ghcr.io/opke-dev/cni-plugins:v1.8.0"
 // CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs.
 type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar string }
 
-// CSI are the Cinder CSI plugin's sidecars, the same for every minor of
+// csi are the Cinder CSI plugin's sidecars, the same for every minor of
 // the matrix. The attacher and the resizer are the releases nearest to
 // those cloud-provider-openstack v1.35 names (v4.8.1, v1.13.2) that the
 // Go module proxy serves whole, so that make world builds them (newer,
 // as Gardener's OpenStack extension moved them for the same Kubernetes).
-var CSI = CSIImages{
+var csi = CSIImages{
 	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
 	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
 	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 	NodeDriverRegistrar: "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0",
+}
+
+// CSI returns a copy of csi: no caller can rewrite the package's own.
+func CSI() CSIImages {
+	return csi
 }
 
 // KubernetesRegistry is where the control-plane images come from.
@@ -114,7 +125,7 @@ const DefaultKubeletImage = "ghcr.io/opke-dev/kubelet"
 
 // ImagesFor returns the matrix row of v's minor.
 func ImagesFor(v schemas.Version) (Images, error) {
-	im, ok := Matrix[v.MinorString()]
+	im, ok := matrix[v.MinorString()]
 	if !ok {
 		return Images{}, fmt.Errorf("kubernetes %s: no image versions for minor %s: %w", v, v.MinorString(), ErrUnsupportedVersion)
 	}

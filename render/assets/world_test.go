@@ -19,7 +19,7 @@ var imageRef = regexp.MustCompile(`(?m)(?:image: *|^[A-Z_]+_IMAGE=|sandbox = ")(
 
 // Every image a cluster with every addon renders, at every Kubernetes
 // version of the test world, is one make world builds (its all set) or one
-// world.NotBuilt lists with the reason: a rendered image the world lacks
+// world.NotBuilt() lists with the reason: a rendered image the world lacks
 // fails here, not on a host that cannot pull it.
 func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
 	arts, err := world.Targets(world.All)
@@ -33,7 +33,7 @@ func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
 		}
 	}
 	missing := map[string]string{}
-	for _, v := range world.KubernetesVersions {
+	for _, v := range world.KubernetesVersions() {
 		for _, spec := range []string{"prod", "airgap"} {
 			c := loadSpec(t, spec)
 			c.Spec.Kubernetes.Version = v
@@ -45,7 +45,7 @@ func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
 						ref := string(m[1])
 						n++
 						if !built[ref] {
-							missing[ref] = world.NotBuilt[ref]
+							missing[ref] = world.NotBuilt()[ref]
 						}
 					}
 				}
@@ -55,10 +55,10 @@ func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
 			}
 		}
 	}
-	if d := cmp.Diff(world.NotBuilt, missing); d != "" {
-		t.Errorf("rendered images make world does not build (-world.NotBuilt +rendered and not built):\n%s", d)
+	if d := cmp.Diff(world.NotBuilt(), missing); d != "" {
+		t.Errorf("rendered images make world does not build (-world.NotBuilt() +rendered and not built):\n%s", d)
 	}
-	if len(missing) != len(world.NotBuilt) {
-		t.Errorf("NotBuilt lists %v", slices.Sorted(maps.Keys(world.NotBuilt)))
+	if len(missing) != len(world.NotBuilt()) {
+		t.Errorf("NotBuilt lists %v", slices.Sorted(maps.Keys(world.NotBuilt())))
 	}
 }
