@@ -20,14 +20,10 @@ import (
 //
 //	/opke/<cluster>/cloud/application-credential-secret   sealed
 
-func appCredKey(kv state.KV, cluster string) string {
-	return kv.Key(cluster, "cloud", "application-credential-secret")
-}
-
 // appCredSecret reads a cluster's application credential secret; "" if
 // none was chosen yet.
 func appCredSecret(ctx context.Context, kv state.KV, cluster string) (string, error) {
-	b, err := kv.GetSecret(ctx, appCredKey(kv, cluster))
+	b, err := kv.GetSecret(ctx, state.KeysOf(kv).AppCredentialSecret(cluster))
 	if errors.Is(err, state.ErrNotFound) {
 		return "", nil
 	}
@@ -37,7 +33,7 @@ func appCredSecret(ctx context.Context, kv state.KV, cluster string) (string, er
 // RecordAppCredential keeps a cluster's application credential secret,
 // sealed: for tests that build clusters by hand.
 func RecordAppCredential(ctx context.Context, kv state.KV, cluster, secret string) error {
-	return kv.PutSecret(ctx, appCredKey(kv, cluster), []byte(secret))
+	return kv.PutSecret(ctx, state.KeysOf(kv).AppCredentialSecret(cluster), []byte(secret))
 }
 
 // createAppCred is the create step of a cluster's application credential.

@@ -138,7 +138,7 @@ func (a *Applier) Resume(ctx context.Context) (*Summary, error) {
 	started := time.Now()
 	sum := &Summary{Counts: map[StepState]int{}}
 	store := a.Planner.Store
-	prefix := store.Key("_open") + "/"
+	prefix := state.KeysOf(store).OpenPlans()
 	open, err := store.List(ctx, prefix)
 	if err != nil {
 		return nil, err

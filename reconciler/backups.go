@@ -27,13 +27,10 @@ import (
 // records at /opke/_opke/backups/<id>, its objects at <container>/_opke/.
 const StoreBackups = "_opke"
 
-// backupsKey is where a cluster's backup records live.
-func backupsKey(kv ledgerKV, cluster string) string { return kv.Key(cluster, "backups") + "/" }
-
 // Backups returns the backup records of a cluster the store holds,
 // oldest first.
 func Backups(ctx context.Context, kv ledgerKV, cluster string) ([]*backup.Record, error) {
-	raw, err := kv.List(ctx, backupsKey(kv, cluster))
+	raw, err := kv.List(ctx, state.KeysOf(kv).Backups(cluster))
 	if err != nil {
 		return nil, fmt.Errorf("backups of %s: %w", cluster, err)
 	}
@@ -54,7 +51,7 @@ func RecordBackup(ctx context.Context, kv ledgerKV, r *backup.Record) error {
 	if err != nil {
 		return err
 	}
-	return kv.Put(ctx, backupsKey(kv, r.Cluster)+r.ID, b)
+	return kv.Put(ctx, state.KeysOf(kv).Backups(r.Cluster)+r.ID, b)
 }
 
 // backupDue reports whether a cluster's scheduled backup is due: its
@@ -235,7 +232,7 @@ func Prune(ctx context.Context, kv writer, box backup.Objects, cluster string, r
 	}
 	for id := range have {
 		if !keep[id] {
-			if err := kv.Delete(ctx, backupsKey(kv, cluster)+id); err != nil {
+			if err := kv.Delete(ctx, state.KeysOf(kv).Backups(cluster)+id); err != nil {
 				return err
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,7 +269,10 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			Items []struct {
 				Metadata struct{ Name string }
 				Spec     struct{ NodeName string }
-				Status   struct{ Phase string }
+				Status   struct {
+					Phase      string
+					Conditions []struct{ Type, Status, Message string }
+				}
 			}
 		}
 		if err := get("/api/v1/namespaces/default/pods?labelSelector=app%3De2e-web", &pods); err != nil {
@@ -279,6 +283,11 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			out[p.Metadata.Name] = p.Spec.NodeName
 			if p.Status.Phase != "Running" {
 				out[p.Metadata.Name] += " (" + p.Status.Phase + ")"
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == "PodScheduled" && c.Status != "True" {
+					out[p.Metadata.Name] += " " + c.Message // the scheduler's reason
+				}
 			}
 		}
 		return out
@@ -718,6 +727,17 @@ func e2eRig(t *testing.T) (*rig, *cloudsim.Registry, *world.Built) {
 	t.Helper()
 	if !realHosts {
 		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
+	}
+	// The machines' kubelets see this machine's file system as their
+	// own: below 15 % free (imagefs.available, the kubelet's default hard
+	// eviction) every node is under disk pressure, its pods evicted and
+	// new ones left Pending, which looks like anything but a full disk.
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(os.TempDir(), &fs); err != nil {
+		t.Fatal(err)
+	}
+	if free := float64(fs.Bavail) / float64(fs.Blocks); free < 0.20 {
+		t.Fatalf("%s has %.0f%% free: the machines' kubelets evict below 15%%; free some space (the Go build cache, old test dirs) first", os.TempDir(), 100*free)
 	}
 	r := newRig(t)
 	reg, built := mirrorWorld(t, r)

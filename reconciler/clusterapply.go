@@ -19,6 +19,7 @@ import (
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // clusterApply is one cluster's apply: what its phases share. The plan
@@ -260,11 +261,11 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 	}
 	if c.Action == diff.ActionDelete {
 		if r.Kind == diff.KindAppCredential {
-			if err := store.Delete(ctx, appCredKey(store, c.Cluster)); err != nil {
+			if err := store.Delete(ctx, state.KeysOf(store).AppCredentialSecret(c.Cluster)); err != nil {
 				return err
 			}
 		}
-		return store.Delete(ctx, store.Key(c.Cluster, "infra", string(r.Kind), r.Name))
+		return store.Delete(ctx, state.KeysOf(store).Resource(c.Cluster, string(r.Kind), r.Name))
 	}
 	switch {
 	case r.Kind == diff.KindAppCredential && c.Action == diff.ActionCreate:

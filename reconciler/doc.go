@@ -5,10 +5,10 @@
 // a read-only view of the store, so material a new cluster or host needs
 // (keys, certificates) is issued in memory only and the bytes that carry
 // it are planned as known after apply; it lists each cloud once
-// ([cloud.Observe]); it reads what was last applied from the ledger (see
-// ledger.go for the key layout), and the files on the hosts only when a
-// resync asks, one sha256sum per host over SSH through the cluster's
-// gateway ([HostSessions]). [diff.Diff] turns the two sides into the plan.
+// ([cloud.Observe]); it reads what was last applied from the ledger
+// (ledger.go; its keys are named in state/keys.go), and the files on the
+// hosts only when a resync asks, one sha256sum per host over SSH through
+// the cluster's gateway ([HostSessions]). [diff.Diff] turns the two sides into the plan.
 //
 // [Applier] executes the plan it is given, nothing planned again: a
 // cluster's infrastructure steps in dependency order ([cloud.Applier]),

@@ -137,14 +137,11 @@ func hostTarget(cluster string, clients *cloud.Clients, observed []diff.Resource
 	return t, nil
 }
 
-// hostKeyKey is where a host's pinned key lives.
-func hostKeyKey(kv state.KV, cluster, host string) string { return kv.Key(cluster, "hostkeys", host) }
-
 // hostKeys returns a host's pinned keys, pinning the console's at first
 // contact (fresh): until deadline it waits for the host to print them, as
 // a server just created prints them only once booted.
 func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverID string, deadline time.Time) (keys []ssh.PublicKey, fresh bool, err error) {
-	key := hostKeyKey(t.KV, t.Cluster, host)
+	key := state.KeysOf(t.KV).HostKeys(t.Cluster, host)
 	pinned, err := t.KV.Get(ctx, key)
 	switch {
 	case err == nil:

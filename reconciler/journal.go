@@ -98,12 +98,12 @@ type journal struct {
 }
 
 func (j *journal) key(parts ...string) string {
-	return j.w.Key(append([]string{"_journal", j.cluster}, parts...)...)
+	return state.KeysOf(j.w).Journal(j.cluster, parts...)
 }
 
 // openPlan returns the id of cluster's open journal, "" if none.
 func openPlan(ctx context.Context, kv state.KV, cluster string) (string, error) {
-	v, err := kv.Get(ctx, kv.Key("_open", cluster))
+	v, err := kv.Get(ctx, state.KeysOf(kv).OpenPlan(cluster))
 	if errors.Is(err, state.ErrNotFound) {
 		return "", nil
 	}
@@ -112,7 +112,7 @@ func openPlan(ctx context.Context, kv state.KV, cluster string) (string, error) 
 
 // readJournalPlan reads a journaled plan.
 func readJournalPlan(ctx context.Context, kv state.KV, cluster, id string) (*JournalPlan, error) {
-	v, err := kv.Get(ctx, kv.Key("_journal", cluster, id, "plan"))
+	v, err := kv.Get(ctx, state.KeysOf(kv).Journal(cluster, id, "plan"))
 	if err != nil {
 		return nil, fmt.Errorf("journal of %s: %w", cluster, err)
 	}
@@ -136,7 +136,7 @@ func (j *journal) start(ctx context.Context, plan *diff.Plan, spec *schemas.Clus
 	if err := j.w.Put(ctx, j.key(j.id, "plan"), b); err != nil {
 		return err
 	}
-	return j.w.Put(ctx, j.w.Key("_open", j.cluster), []byte(j.id))
+	return j.w.Put(ctx, state.KeysOf(j.w).OpenPlan(j.cluster), []byte(j.id))
 }
 
 // fingerprint is the hash of a change, as the journal keeps it.
@@ -199,7 +199,7 @@ func (j *journal) close(ctx context.Context, result string) error {
 	if err := j.w.Put(ctx, j.key(j.id, "plan"), b); err != nil {
 		return err
 	}
-	if err := j.w.Delete(ctx, j.w.Key("_open", j.cluster)); err != nil {
+	if err := j.w.Delete(ctx, state.KeysOf(j.w).OpenPlan(j.cluster)); err != nil {
 		return err
 	}
 	return j.prune(ctx)

@@ -69,7 +69,7 @@ type Ledger struct {
 // AppliedSpecs lists every cluster's last applied spec, by name: the
 // clusters the store knows.
 func AppliedSpecs(ctx context.Context, kv ledgerKV) (map[string]*AppliedSpec, error) {
-	prefix := kv.Key("_applied") + "/"
+	prefix := state.KeysOf(kv).AppliedSpecs()
 	raw, err := kv.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
@@ -97,7 +97,7 @@ func parseApplied(key string, v []byte) (*AppliedSpec, error) {
 // the store says was applied of it.
 func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, error) {
 	var spec *AppliedSpec
-	key := kv.Key("_applied", cluster)
+	key := state.KeysOf(kv).AppliedSpec(cluster)
 	b, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, state.ErrNotFound):
@@ -119,7 +119,7 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 	if spec != nil {
 		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
 	}
-	prefix := kv.Key(cluster, "infra") + "/"
+	prefix := state.KeysOf(kv).Resources(cluster)
 	infra, err := kv.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
@@ -134,7 +134,7 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		l.Resources[r.Address()] = r
 		applied.Infra[r.Address()] = rec.Attrs
 	}
-	prefix = kv.Key(cluster, "hosts") + "/"
+	prefix = state.KeysOf(kv).Hosts(cluster)
 	hosts, err := kv.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
@@ -155,7 +155,7 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		}
 		applied.Files[host][path] = rec.SHA256
 	}
-	prefix = kv.Key(cluster, "kubernetes") + "/"
+	prefix = state.KeysOf(kv).Manifests(cluster)
 	manifests, err := kv.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
@@ -180,7 +180,7 @@ func RecordResource(ctx context.Context, kv ledgerKV, cluster string, r diff.Res
 	if err != nil {
 		return err
 	}
-	return kv.Put(ctx, kv.Key(cluster, "infra", string(r.Kind), r.Name), b)
+	return kv.Put(ctx, state.KeysOf(kv).Resource(cluster, string(r.Kind), r.Name), b)
 }
 
 // RecordFile notes a file as pushed to a host.
@@ -192,7 +192,7 @@ func RecordFile(ctx context.Context, kv ledgerKV, cluster, host, path, sha256 st
 	if err != nil {
 		return err
 	}
-	return kv.Put(ctx, kv.Key(cluster, "hosts", host, "files"+path), b)
+	return kv.Put(ctx, state.KeysOf(kv).HostFile(cluster, host, path), b)
 }
 
 // RecordRendered notes a whole render as applied: every host's files and
@@ -226,12 +226,12 @@ func RecordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 stri
 	if err != nil {
 		return err
 	}
-	return kv.Put(ctx, kv.Key(cluster, "kubernetes", name), b)
+	return kv.Put(ctx, state.KeysOf(kv).Manifest(cluster, name), b)
 }
 
 // RecordVersion notes the Kubernetes version a host runs.
 func RecordVersion(ctx context.Context, kv ledgerKV, cluster, host, version string) error {
-	return kv.Put(ctx, kv.Key(cluster, "hosts", host, "version"), []byte(version))
+	return kv.Put(ctx, state.KeysOf(kv).HostVersion(cluster, host), []byte(version))
 }
 
 // RecordSpec notes a cluster's spec as applied, from commit.
@@ -240,7 +240,7 @@ func RecordSpec(ctx context.Context, kv ledgerKV, c *schemas.Cluster, commit str
 	if err != nil {
 		return err
 	}
-	return kv.Put(ctx, kv.Key("_applied", c.Metadata.Name), b)
+	return kv.Put(ctx, state.KeysOf(kv).AppliedSpec(c.Metadata.Name), b)
 }
 
 // writer is the store as an applier writes it: through its lease.
@@ -257,41 +257,42 @@ type writer interface {
 // the deletion of its Node object ([ForgetNode]).
 func ForgetHost(ctx context.Context, w writer, cluster, host string, keepVersion bool) error {
 	if keepVersion {
-		if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host, "files")+"/"); err != nil {
+		if err := w.DeletePrefix(ctx, state.KeysOf(w).HostFiles(cluster, host)); err != nil {
 			return err
 		}
-	} else if err := w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/"); err != nil {
+	} else if err := w.DeletePrefix(ctx, state.KeysOf(w).Host(cluster, host)); err != nil {
 		return err
 	}
 	for _, name := range pki.HostMaterial(host) {
 		for _, ext := range []string{".crt", ".key"} {
-			if err := w.Delete(ctx, w.Key(cluster, "pki", name+ext)); err != nil {
+			if err := w.Delete(ctx, state.KeysOf(w).PKIFile(cluster, name+ext)); err != nil {
 				return err
 			}
 		}
 	}
-	return w.Delete(ctx, hostKeyKey(w, cluster, host))
+	return w.Delete(ctx, state.KeysOf(w).HostKeys(cluster, host))
 }
 
 // ForgetNode drops the last record of a host, its version, once its
 // Node object is deleted.
 func ForgetNode(ctx context.Context, w writer, cluster, host string) error {
-	return w.DeletePrefix(ctx, w.Key(cluster, "hosts", host)+"/")
+	return w.DeletePrefix(ctx, state.KeysOf(w).Host(cluster, host))
 }
 
 // forget removes a cluster from the store: its ledger and its material.
 // Its journals stay, as the record of how it went.
 func forget(ctx context.Context, w writer, cluster string) error {
-	if err := w.DeletePrefix(ctx, w.Key(cluster)+"/"); err != nil {
+	if err := w.DeletePrefix(ctx, state.KeysOf(w).Cluster(cluster)); err != nil {
 		return err
 	}
-	return w.Delete(ctx, w.Key("_applied", cluster))
+	return w.Delete(ctx, state.KeysOf(w).AppliedSpec(cluster))
 }
 
 // clusterKeys are the keys whose writes make a plan of cluster stale:
 // its ledger, its material and its journal.
 func clusterKeys(kv state.KV, cluster string) []string {
-	return []string{kv.Key(cluster) + "/", kv.Key("_applied", cluster), kv.Key("_open", cluster), kv.Key("_journal", cluster) + "/"}
+	k := state.KeysOf(kv)
+	return []string{k.Cluster(cluster), k.AppliedSpec(cluster), k.OpenPlan(cluster), k.Journals(cluster)}
 }
 
 var errRelativePath = errors.New("not an absolute path")
@@ -345,7 +346,7 @@ func HostVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]
 // recordedVersions returns the version recorded of each host, the
 // gateway's too (it is recorded once its files are in place).
 func recordedVersions(ctx context.Context, kv ledgerKV, cluster string) (map[string]string, error) {
-	prefix := kv.Key(cluster, "hosts") + "/"
+	prefix := state.KeysOf(kv).Hosts(cluster)
 	hosts, err := kv.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)

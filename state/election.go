@@ -42,7 +42,7 @@ func (s *Store) Elect(ctx context.Context, id string, ttl time.Duration) (*Leade
 	if err != nil {
 		return nil, fmt.Errorf("election: %w", err)
 	}
-	e := concurrency.NewElection(session, s.Key("_locks", leaderName))
+	e := concurrency.NewElection(session, KeysOf(s).Lock(leaderName))
 	if err := e.Campaign(ctx, id); err != nil {
 		session.Close()
 		return nil, fmt.Errorf("election: %w", err)
@@ -63,7 +63,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // Leader returns the id of the daemon that leads on this state, or
 // [ErrNoLeader].
 func (s *Store) Leader(ctx context.Context) (string, error) {
-	resp, err := s.cli.Get(ctx, s.Key("_locks", leaderName)+"/", clientv3.WithFirstCreate()...)
+	resp, err := s.cli.Get(ctx, KeysOf(s).Lock(leaderName)+"/", clientv3.WithFirstCreate()...)
 	if err != nil {
 		return "", fmt.Errorf("read the leader: %w", err)
 	}

@@ -48,7 +48,7 @@ func (s *Store) Acquire(ctx context.Context, name string, ttl time.Duration, wai
 	if err != nil {
 		return nil, fmt.Errorf("lease %s: %w", name, err)
 	}
-	m := concurrency.NewMutex(session, s.Key("_locks", name))
+	m := concurrency.NewMutex(session, KeysOf(s).Lock(name))
 	err = m.TryLock(ctx)
 	if errors.Is(err, concurrency.ErrLocked) {
 		if waiting != nil {

@@ -383,7 +383,7 @@ func (s *Store) Open(key string, sealed []byte) ([]byte, error) { return s.seal.
 // InstallationID returns the installation's id, creating it on first use.
 // A transaction makes two processes starting at once agree on one id.
 func (s *Store) InstallationID(ctx context.Context) (string, error) {
-	key := s.Key("_meta", "installation-id")
+	key := KeysOf(s).InstallationID()
 	id := newInstallationID()
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -406,7 +406,7 @@ func (s *Store) InstallationID(ctx context.Context) (string, error) {
 // external etcd outside the prefix do not count, nor do leases taken and
 // given back (the _locks keys), which change nothing a plan read.
 func (s *Store) Revision(ctx context.Context) (int64, error) {
-	locks := s.Key("_locks") + "/"
+	locks := KeysOf(s).Locks()
 	var rev int64
 	for _, r := range [][2]string{{s.prefix, locks}, {clientv3.GetPrefixRangeEnd(locks), clientv3.GetPrefixRangeEnd(s.prefix)}} {
 		resp, err := s.cli.Get(ctx, r[0], clientv3.WithRange(r[1]), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))

@@ -43,7 +43,7 @@ simulator's SOCKS5 edge unless --proxy-url says otherwise.`,
 				return err
 			}
 			defer store.Close()
-			kc, err := store.GetSecret(cmd.Context(), store.Key(cluster, "kubeconfig"))
+			kc, err := store.GetSecret(cmd.Context(), state.KeysOf(store).Kubeconfig(cluster))
 			if errors.Is(err, state.ErrNotFound) {
 				return fmt.Errorf("cluster %s has no kubeconfig in the state store: it is not applied yet (opke apply)", cluster)
 			}

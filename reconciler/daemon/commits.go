@@ -18,6 +18,7 @@ import (
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // poll syncs the source and dispatches what moved. On the first poll of
@@ -257,7 +258,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		publish()
 		return
 	}
-	if err := d.write(ctx, d.acceptedKey(ref), []byte(commit)); err != nil {
+	if err := d.write(ctx, state.KeysOf(d.cfg.Store).Accepted(ref), []byte(commit)); err != nil {
 		log.Error("record the accepted head", "err", err)
 		return
 	}

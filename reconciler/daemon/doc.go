@@ -25,9 +25,9 @@
 // pullrequests.go the pull request planner; server.go the status page
 // and the API.
 //
-// What the daemon keeps in the store (besides the engine's keys, see
-// package state): _reports/<commit> (each commit's note),
-// _status/<cluster> (each cluster's last state), _daemon/seen/<ref> (the
-// last commit handled of each ref), _reported/<forge>/<commit>/<context>
-// (the statuses posted), and the election under _locks/_daemon.
+// What the daemon keeps in the store (its keys named in state/keys.go):
+// _reports/<commit> (each commit's note), _status/<cluster> (each
+// cluster's last state), _daemon/seen, accepted and planning/<ref> (the
+// refs handled, accepted, being planned), _reported/<forge>/<commit>/
+// <context> (the statuses posted), and the election under _locks/_daemon.
 package daemon

@@ -54,7 +54,7 @@ func (d *Daemon) publish(ctx context.Context, n *report.Note) {
 
 func (d *Daemon) publishLocked(ctx context.Context, n *report.Note) {
 	n.State = n.Overall()
-	if err := d.put(ctx, d.cfg.Store.Key("_reports", n.Commit), n); err != nil {
+	if err := d.put(ctx, state.KeysOf(d.cfg.Store).Report(n.Commit), n); err != nil {
 		d.log.Error("store the note", "commit", n.Commit, "err", err)
 		d.cfg.Metrics.errorAt("report")
 		return
@@ -108,7 +108,7 @@ func (d *Daemon) Note(ctx context.Context, commit string) (*report.Note, error) 
 }
 
 func readNote(ctx context.Context, store *state.Store, commit string) (*report.Note, error) {
-	data, err := store.Get(ctx, store.Key("_reports", commit))
+	data, err := store.Get(ctx, state.KeysOf(store).Report(commit))
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func readNote(ctx context.Context, store *state.Store, commit string) (*report.N
 }
 
 func (d *Daemon) loadSeen(ctx context.Context) (map[string]string, error) {
-	prefix := d.cfg.Store.Key("_daemon", "seen") + "/"
+	prefix := state.KeysOf(d.cfg.Store).SeenRefs()
 	raw, err := d.cfg.Store.List(ctx, prefix)
 	out := map[string]string{}
 	for k, v := range raw {
@@ -138,7 +138,7 @@ func (d *Daemon) markSeen(ctx context.Context, ref, commit string) {
 		d.seen[ref] = commit
 	}
 	d.mu.Unlock()
-	if err := d.write(ctx, d.cfg.Store.Key("_daemon", "seen", ref), []byte(commit)); err != nil && ctx.Err() == nil {
+	if err := d.write(ctx, state.KeysOf(d.cfg.Store).SeenRef(ref), []byte(commit)); err != nil && ctx.Err() == nil {
 		d.log.Error("record the handled ref", "ref", ref, "err", err)
 	}
 }
@@ -150,9 +150,9 @@ func (d *Daemon) Memo() report.Memo { return memo{d} }
 type memo struct{ d *Daemon }
 
 func (m memo) Get(ctx context.Context, key string) ([]byte, error) {
-	return m.d.cfg.Store.Get(ctx, m.d.cfg.Store.Key("_reported", key))
+	return m.d.cfg.Store.Get(ctx, state.KeysOf(m.d.cfg.Store).Reported(key))
 }
 
 func (m memo) Put(ctx context.Context, key string, value []byte) error {
-	return m.d.write(ctx, m.d.cfg.Store.Key("_reported", key), value)
+	return m.d.write(ctx, state.KeysOf(m.d.cfg.Store).Reported(key), value)
 }

@@ -60,14 +60,12 @@ func (d *Daemon) admit(ctx context.Context, base, commit string) (string, error)
 
 func short(commit string) string { return commit[:min(len(commit), 12)] }
 
-func (d *Daemon) acceptedKey(ref string) string { return d.cfg.Store.Key("_daemon", "accepted", ref) }
-
 // accepted is the last head of ref the policy let through ("" for none):
 // the base of the next head's checks, and what the drift checks hold the
 // cloud to. A store that does not answer is an error, never "none": the
 // policy fails closed.
 func (d *Daemon) accepted(ctx context.Context, ref string) (string, error) {
-	data, err := d.cfg.Store.Get(ctx, d.acceptedKey(ref))
+	data, err := d.cfg.Store.Get(ctx, state.KeysOf(d.cfg.Store).Accepted(ref))
 	if errors.Is(err, state.ErrNotFound) {
 		return "", nil
 	}
@@ -112,7 +110,7 @@ func (d *Daemon) migrateAccepted(ctx context.Context, ref string, seen map[strin
 	if n, err := d.Note(ctx, head); err != nil || refused(n) {
 		return
 	}
-	if err := d.write(ctx, d.acceptedKey(ref), []byte(head)); err != nil {
+	if err := d.write(ctx, state.KeysOf(d.cfg.Store).Accepted(ref), []byte(head)); err != nil {
 		d.log.Error("record the accepted head", "err", err)
 	}
 }

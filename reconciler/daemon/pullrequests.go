@@ -8,6 +8,7 @@ import (
 
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/state"
 )
 
 // prQueue holds the pull request heads waiting to be planned: the newest
@@ -72,8 +73,6 @@ func (d *Daemon) pullRequests(ctx context.Context) {
 	}
 }
 
-func (d *Daemon) planningKey(ref string) string { return d.cfg.Store.Key("_daemon", "planning", ref) }
-
 // pullRequest plans a pull request's head and publishes the plan. The
 // head is marked seen before it is planned, with a marker that the plan
 // is under way: a head that kills the daemon is not planned again by the
@@ -89,7 +88,7 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 		log.Info("the pull request's head is a commit of the tracked branch; its note stands", "branch", old.Ref)
 		return
 	}
-	if err := d.write(ctx, d.planningKey(ref), []byte(commit)); err != nil {
+	if err := d.write(ctx, state.KeysOf(d.cfg.Store).Planning(ref), []byte(commit)); err != nil {
 		log.Error("record the plan under way", "err", err)
 		return
 	}
@@ -101,7 +100,7 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 		d.publish(ctx, n)
 		d.cfg.Metrics.reconcile.WithLabelValues("pull_request", string(n.State)).Observe(time.Since(started).Seconds())
 		log.Info("planned a pull request", "state", n.State, "clusters", len(n.Clusters))
-		if err := d.remove(ctx, d.planningKey(ref)); err != nil {
+		if err := d.remove(ctx, state.KeysOf(d.cfg.Store).Planning(ref)); err != nil {
 			log.Error("clear the plan under way", "err", err)
 		}
 	}()
@@ -147,7 +146,7 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 // and never finished (it died planning them, perhaps because of them):
 // failed, and not planned again until they move.
 func (d *Daemon) unfinishedPRs(ctx context.Context) {
-	prefix := d.planningKey("")
+	prefix := state.KeysOf(d.cfg.Store).Plannings()
 	left, err := d.cfg.Store.List(ctx, prefix)
 	if err != nil {
 		d.log.Error("read the pull request plans under way", "err", err)

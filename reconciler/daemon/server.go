@@ -177,7 +177,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // Clusters lists every cluster's status, by name.
 func (d *Daemon) Clusters(ctx context.Context) ([]ClusterStatus, error) {
-	prefix := d.cfg.Store.Key("_status") + "/"
+	prefix := state.KeysOf(d.cfg.Store).Statuses()
 	raw, err := d.cfg.Store.List(ctx, prefix)
 	if err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ func (d *Daemon) apiClusters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) apiCluster(w http.ResponseWriter, r *http.Request) {
-	data, err := d.cfg.Store.Get(r.Context(), d.cfg.Store.Key("_status", r.PathValue("name")))
+	data, err := d.cfg.Store.Get(r.Context(), state.KeysOf(d.cfg.Store).Status(r.PathValue("name")))
 	if errors.Is(err, state.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such cluster"})
 		return

@@ -271,7 +271,7 @@ func (d *Daemon) record(ctx context.Context, name string, e event) {
 	mu, _ := d.statusMu.LoadOrStore(name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
-	key := d.cfg.Store.Key("_status", name)
+	key := state.KeysOf(d.cfg.Store).Status(name)
 	s := ClusterStatus{Name: name}
 	switch data, err := d.cfg.Store.Get(ctx, key); {
 	case err == nil:

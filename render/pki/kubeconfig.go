@@ -67,10 +67,10 @@ func (b *Bundle) StoreAdminKubeconfig(ctx context.Context, kv state.KV, cluster,
 	if err != nil {
 		return err
 	}
-	if had, err := kv.GetSecret(ctx, kv.Key(cluster, "kubeconfig")); err == nil && bytes.Equal(had, kc) {
+	if had, err := kv.GetSecret(ctx, state.KeysOf(kv).Kubeconfig(cluster)); err == nil && bytes.Equal(had, kc) {
 		return nil
 	}
-	if err := kv.PutSecret(ctx, kv.Key(cluster, "kubeconfig"), kc); err != nil {
+	if err := kv.PutSecret(ctx, state.KeysOf(kv).Kubeconfig(cluster), kc); err != nil {
 		return fmt.Errorf("store kubeconfig of %s: %w", cluster, err)
 	}
 	return nil

@@ -175,7 +175,7 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	signers := map[string]crypto.Signer{} // parsed on demand: only a CA that signs needs its key
 	// One range read for everything the cluster holds, one batch of writes
 	// for what is new: a render costs two round trips, not two per cert.
-	held, err := kv.List(ctx, kv.Key(r.Cluster, "pki")+"/")
+	held, err := kv.List(ctx, state.KeysOf(kv).PKI(r.Cluster))
 	if err != nil {
 		return nil, nil, fmt.Errorf("load PKI of %s: %w", r.Cluster, err)
 	}
@@ -273,20 +273,16 @@ func sameIPs(have []net.IP, want []netip.Addr) bool {
 	return true
 }
 
-func certKey(cluster, name string) (string, string) {
-	return cluster + "/pki/" + name + ".crt", cluster + "/pki/" + name + ".key"
-}
-
 // load takes a cert and its key from what the store holds; a missing one
 // is (nil, nil). The key stays PEM: it is parsed only if it must sign.
 func load(kv state.KV, held map[string][]byte, cluster, name string) (Material, *x509.Certificate, error) {
-	ck, kk := certKey(cluster, name)
-	certPEM, okCert := held[kv.Key(ck)]
-	sealed, okKey := held[kv.Key(kk)]
+	ck, kk := state.KeysOf(kv).PKIFile(cluster, name+".crt"), state.KeysOf(kv).PKIFile(cluster, name+".key")
+	certPEM, okCert := held[ck]
+	sealed, okKey := held[kk]
 	if !okCert || !okKey {
 		return Material{}, nil, nil // a cert without its key is re-issued
 	}
-	keyPEM, err := kv.Open(kv.Key(kk), sealed)
+	keyPEM, err := kv.Open(kk, sealed)
 	if err != nil {
 		return Material{}, nil, fmt.Errorf("load %s key: %w", name, err)
 	}
@@ -366,8 +362,8 @@ func signedBy(cert, ca *x509.Certificate) bool {
 // public key, ext ".pub") plain.
 func entries(kv state.KV, cluster, name, ext string, m Material) []state.Entry {
 	return []state.Entry{
-		{Key: kv.Key(cluster, "pki", name+".key"), Value: m.Key, Secret: true},
-		{Key: kv.Key(cluster, "pki", name+ext), Value: m.Cert},
+		{Key: state.KeysOf(kv).PKIFile(cluster, name+".key"), Value: m.Key, Secret: true},
+		{Key: state.KeysOf(kv).PKIFile(cluster, name+ext), Value: m.Cert},
 	}
 }
 
@@ -429,7 +425,7 @@ func issue(sp spec, ca *x509.Certificate, caKey crypto.Signer, now time.Time) (M
 // serviceAccountKey returns the key pair that signs service-account tokens:
 // Cert holds the public key (PEM "PUBLIC KEY"), Key the private key.
 func serviceAccountKey(kv state.KV, held map[string][]byte, cluster string) (Material, bool, error) {
-	pubKey, privKey := kv.Key(cluster, "pki", "sa.pub"), kv.Key(cluster, "pki", "sa.key")
+	pubKey, privKey := state.KeysOf(kv).PKIFile(cluster, "sa.pub"), state.KeysOf(kv).PKIFile(cluster, "sa.key")
 	pub, okPub := held[pubKey]
 	sealed, okPriv := held[privKey]
 	if okPub && okPriv {
@@ -453,7 +449,7 @@ func serviceAccountKey(kv state.KV, held map[string][]byte, cluster string) (Mat
 // secretsKey returns the key Secrets are encrypted with in etcd: 32 random
 // bytes (base64, as the encryption configuration takes them) named key1.
 func secretsKey(kv state.KV, held map[string][]byte, cluster string) (Material, bool, error) {
-	nameKey, keyKey := kv.Key(cluster, "pki", SecretsEncryption+".name"), kv.Key(cluster, "pki", SecretsEncryption+".key")
+	nameKey, keyKey := state.KeysOf(kv).PKIFile(cluster, SecretsEncryption+".name"), state.KeysOf(kv).PKIFile(cluster, SecretsEncryption+".key")
 	name, okName := held[nameKey]
 	sealed, okKey := held[keyKey]
 	if okName && okKey {
@@ -517,7 +513,7 @@ func HostMaterial(host string) []string {
 // Load returns the named material the store holds for cluster, issuing
 // nothing: OPKE's clients (backups, gates) use it outside a render.
 func Load(ctx context.Context, kv state.KV, cluster string, names ...string) (*Bundle, error) {
-	held, err := kv.List(ctx, kv.Key(cluster, "pki")+"/")
+	held, err := kv.List(ctx, state.KeysOf(kv).PKI(cluster))
 	if err != nil {
 		return nil, fmt.Errorf("load PKI of %s: %w", cluster, err)
 	}

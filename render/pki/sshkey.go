@@ -18,7 +18,7 @@ import (
 // /opke/<cluster>/ssh/id_ed25519 and id_ed25519.pub. The public half, in
 // authorized_keys form, goes into every role's Ignition config.
 func SSHKey(ctx context.Context, kv state.KV, cluster string) (ssh.Signer, string, error) {
-	privKey, pubKey := kv.Key(cluster, "ssh", "id_ed25519"), kv.Key(cluster, "ssh", "id_ed25519.pub")
+	privKey, pubKey := state.KeysOf(kv).SSHKey(cluster)
 	b, err := kv.GetSecret(ctx, privKey)
 	switch {
 	case err == nil:
