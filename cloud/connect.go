@@ -17,9 +17,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// ComputeMicroversion is the Nova microversion OPKE speaks: server tags
+// computeMicroversion is the Nova microversion OPKE speaks: server tags
 // (2.26, at create 2.52), flavor names in servers (2.47).
-const ComputeMicroversion = "2.79"
+const computeMicroversion = "2.79"
 
 // Target names a cloud: an entry of a clouds.yaml and a region.
 type Target struct {
@@ -122,7 +122,7 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 			return nil, fmt.Errorf("cloud %s: %s endpoint: %w", t, s.svc, err)
 		}
 	}
-	c.Compute.Microversion = ComputeMicroversion
+	c.Compute.Microversion = computeMicroversion
 	meter.learn(map[string]*gophercloud.ServiceClient{"identity": c.Identity, "compute": c.Compute, "network": c.Network,
 		"image": c.Image, "load-balancer": c.LoadBalancer, "object-store": c.ObjectStore})
 	return c, nil
@@ -154,9 +154,9 @@ func (c *Clients) TokenExpiry() time.Time {
 	return tok.ExpiresAt
 }
 
-// DefaultRenewBefore is how long before its expiry a pooled token is
+// defaultRenewBefore is how long before its expiry a pooled token is
 // renewed.
-const DefaultRenewBefore = 5 * time.Minute
+const defaultRenewBefore = 5 * time.Minute
 
 // Pool keeps one connection per cloud and region, so plans and reconciles
 // share a token for its whole life instead of authenticating each time.
@@ -165,7 +165,7 @@ const DefaultRenewBefore = 5 * time.Minute
 type Pool struct {
 	// File is the clouds.yaml every target is read from.
 	File string
-	// RenewBefore defaults to DefaultRenewBefore.
+	// RenewBefore defaults to defaultRenewBefore.
 	RenewBefore time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
@@ -217,5 +217,5 @@ func (p *Pool) renewBefore() time.Duration {
 	if p.RenewBefore > 0 {
 		return p.RenewBefore
 	}
-	return DefaultRenewBefore
+	return defaultRenewBefore
 }

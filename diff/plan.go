@@ -22,8 +22,8 @@ const (
 
 // Unknown and Sensitive are how values print when they are not shown.
 const (
-	UnknownText   = "(known after apply)"
-	SensitiveText = "(sensitive)"
+	unknownText   = "(known after apply)"
+	sensitiveText = "(sensitive)"
 )
 
 // Value is an attribute's value in a change: known, unknown until apply,
@@ -41,9 +41,9 @@ func Known(v string) Value { return Value{Value: v} }
 func (v Value) String() string {
 	switch {
 	case v.Unknown:
-		return UnknownText
+		return unknownText
 	case v.Sensitive:
-		return SensitiveText
+		return sensitiveText
 	}
 	return v.Value
 }

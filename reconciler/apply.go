@@ -364,7 +364,7 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if err := h.j.hook("uploaded " + c.Address.String()); err != nil {
 			return err
 		}
-		return RecordFile(ctx, store, c.Cluster, host, path, f.SHA256)
+		return recordFile(ctx, store, c.Cluster, host, path, f.SHA256)
 	case diff.ActionRestart:
 		if c.Address.Target != diff.TargetUnit {
 			return fmt.Errorf("%s: not a unit", c.Address)
@@ -388,7 +388,7 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		}
 		for _, path := range h.uploads[host] {
 			if f := h.files[host][path]; slices.Contains(f.Restart, unit) {
-				if err := RecordFile(ctx, store, c.Cluster, host, path, f.SHA256); err != nil {
+				if err := recordFile(ctx, store, c.Cluster, host, path, f.SHA256); err != nil {
 					return err
 				}
 			}

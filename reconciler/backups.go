@@ -45,8 +45,8 @@ func Backups(ctx context.Context, kv ledgerKV, cluster string) ([]*backup.Record
 	return out, nil
 }
 
-// RecordBackup keeps a backup record in the store.
-func RecordBackup(ctx context.Context, kv ledgerKV, r *backup.Record) error {
+// recordBackup keeps a backup record in the store.
+func recordBackup(ctx context.Context, kv ledgerKV, r *backup.Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -106,9 +106,9 @@ func (h *HostSessions) ClusterSource(t HostTarget, b *pki.Bundle) (backup.Source
 	return backup.Source{Endpoints: eps, TLS: cfg, Dial: func(ctx context.Context, addr string) (net.Conn, error) { return h.Dial(ctx, t, addr) }}, nil
 }
 
-// Snapshot is a backup to take: of which cluster's etcd and why, from
+// backupJob is a backup to take: of which cluster's etcd and why, from
 // where, and where it goes.
-type Snapshot struct {
+type backupJob struct {
 	Cluster, Reason string
 	Source          backup.Source
 	// Objects reach the policy's container.
@@ -120,11 +120,11 @@ type Snapshot struct {
 	Seal func([]byte) ([]byte, error)
 }
 
-// Backup takes the snapshot and stores it under its policy: uploaded,
+// storeBackup takes the snapshot and stores it under its policy: uploaded,
 // recorded, older ones pruned, and drilled if the policy says so. The
 // store's records follow the container: the snapshots it holds are the
 // ones recorded.
-func Backup(ctx context.Context, kv writer, s Snapshot) (*backup.Record, error) {
+func storeBackup(ctx context.Context, kv writer, s backupJob) (*backup.Record, error) {
 	cluster, reason, pol, now, seal := s.Cluster, s.Reason, s.Policy, s.Now, s.Seal
 	src, objects := s.Source, s.Objects
 	tmp, err := os.MkdirTemp("", "opke-backup-")
@@ -150,10 +150,10 @@ func Backup(ctx context.Context, kv writer, s Snapshot) (*backup.Record, error) 
 	if err := box.Put(ctx, rec, snap.Path); err != nil {
 		return nil, err
 	}
-	if err := RecordBackup(ctx, kv, rec); err != nil {
+	if err := recordBackup(ctx, kv, rec); err != nil {
 		return nil, err
 	}
-	if err := Prune(ctx, kv, box, cluster, pol.Retain); err != nil {
+	if err := prune(ctx, kv, box, cluster, pol.Retain); err != nil {
 		return rec, err
 	}
 	if pol.Drill && seal == nil { // a sealed one is drilled by opke backup verify --store, which opens it
@@ -170,7 +170,7 @@ func drill(ctx context.Context, kv writer, path string, rec *backup.Record, now 
 		return err
 	}
 	rec.Drill = res
-	if err := RecordBackup(ctx, kv, rec); err != nil {
+	if err := recordBackup(ctx, kv, rec); err != nil {
 		return err
 	}
 	if !res.Passed {
@@ -195,11 +195,11 @@ func Fetch(ctx context.Context, box backup.Objects, rec *backup.Record, dir stri
 	return path, nil
 }
 
-// Prune deletes a cluster's snapshots past retention from the container
+// prune deletes a cluster's snapshots past retention from the container
 // and makes the store's records match what the container keeps: a record
 // lost by a crash between upload and record comes back from the object's
 // metadata, a record of an object gone is dropped.
-func Prune(ctx context.Context, kv writer, box backup.Objects, cluster string, retain int) error {
+func prune(ctx context.Context, kv writer, box backup.Objects, cluster string, retain int) error {
 	listed, err := box.List(ctx, cluster)
 	if err != nil {
 		return err
@@ -225,7 +225,7 @@ func Prune(ctx context.Context, kv writer, box backup.Objects, cluster string, r
 		}
 		keep[r.ID] = true
 		if have[r.ID] == nil {
-			if err := RecordBackup(ctx, kv, r); err != nil {
+			if err := recordBackup(ctx, kv, r); err != nil {
 				return err
 			}
 		}
@@ -264,7 +264,7 @@ func (h hostStep) backup(ctx context.Context, address diff.Address) error {
 	if err != nil {
 		return err
 	}
-	rec, err := Backup(ctx, h.j.w, Snapshot{Cluster: h.j.cluster, Reason: reason, Source: src, Objects: h.t.Clients,
+	rec, err := storeBackup(ctx, h.j.w, backupJob{Cluster: h.j.cluster, Reason: reason, Source: src, Objects: h.t.Clients,
 		Policy: PolicyOf(h.spec), Now: h.a.Planner.now()})
 	if err != nil {
 		return err
@@ -330,7 +330,7 @@ const storeLabel = "opke-store-snapshot"
 // store's encryption key, and keeps it like a cluster's, under
 // StoreBackups in the policy's container.
 func BackupStore(ctx context.Context, store *state.Store, clients *cloud.Clients, pol BackupPolicy, reason string, now time.Time) (*backup.Record, error) {
-	return Backup(ctx, store, Snapshot{Cluster: StoreBackups, Reason: reason, Source: backup.Source{Client: store.Client()}, Objects: clients,
+	return storeBackup(ctx, store, backupJob{Cluster: StoreBackups, Reason: reason, Source: backup.Source{Client: store.Client()}, Objects: clients,
 		Policy: pol, Now: now, Seal: func(b []byte) ([]byte, error) { return store.SealBlob(storeLabel, b) }})
 }
 
@@ -375,5 +375,5 @@ func BackupCluster(ctx context.Context, p *Planner, hosts *HostSessions, cluster
 	if err != nil {
 		return nil, err
 	}
-	return Backup(ctx, p.Store, Snapshot{Cluster: cluster, Reason: reason, Source: src, Objects: clients, Policy: PolicyOf(a.Spec), Now: p.now()})
+	return storeBackup(ctx, p.Store, backupJob{Cluster: cluster, Reason: reason, Source: src, Objects: clients, Policy: PolicyOf(a.Spec), Now: p.now()})
 }

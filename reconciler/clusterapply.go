@@ -218,7 +218,7 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	if err := ca.a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
 		return err
 	}
-	return ForgetNode(ctx, ca.j.w, ca.name, c.Address.Host)
+	return forgetNode(ctx, ca.j.w, ca.name, c.Address.Host)
 }
 
 // resourceOf turns an infrastructure change back into the resource it
@@ -255,7 +255,7 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 		// a host the ledger knows nothing of; a deleted node's version
 		// stays until its Node object is deleted.
 		keep := c.Action == diff.ActionDelete && schemas.RoleOf(c.Cluster, r.Name) != schemas.RoleGateway
-		if err := ForgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
+		if err := forgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
 			return err
 		}
 	}
@@ -373,7 +373,7 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 	}
 	for _, h := range out.Assets.Hosts {
 		if !notDone[h.Name] && versions[h.Name] != out.Assets.Version {
-			if err := RecordVersion(ca.stepCtx, w, name, h.Name, out.Assets.Version); err != nil {
+			if err := recordVersion(ca.stepCtx, w, name, h.Name, out.Assets.Version); err != nil {
 				return resultFailed, err
 			}
 		}

@@ -45,8 +45,8 @@ type JournalPlan struct {
 	Result string `json:"result,omitempty"`
 }
 
-// JournalEntry is one step of a journal as it was last written.
-type JournalEntry struct {
+// journalEntry is one step of a journal as it was last written.
+type journalEntry struct {
 	Plan    string       `json:"plan"`
 	Commit  string       `json:"commit,omitempty"`
 	Address diff.Address `json:"address"`
@@ -155,7 +155,7 @@ func (j *journal) done(ctx context.Context) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for k, v := range raw {
-		var e JournalEntry
+		var e journalEntry
 		if strings.HasSuffix(k, "/plan") || json.Unmarshal(v, &e) != nil {
 			continue
 		}
@@ -168,7 +168,7 @@ func (j *journal) done(ctx context.Context) (map[string]string, error) {
 
 // step writes a step's state.
 func (j *journal) step(ctx context.Context, c diff.Change, st StepState, stepErr error) error {
-	e := JournalEntry{Plan: j.id, Commit: j.commit, Address: c.Address, Action: c.Action.String(), State: st,
+	e := journalEntry{Plan: j.id, Commit: j.commit, Address: c.Address, Action: c.Action.String(), State: st,
 		Fingerprint: fingerprint(c), At: time.Now().UTC()}
 	if stepErr != nil {
 		e.Error = stepErr.Error()

@@ -26,7 +26,7 @@ import (
 //	/opke/<cluster>/hosts/<host>/version        the Kubernetes version the host runs
 //	/opke/<cluster>/kubernetes/<manifest>        a manifest as applied to the API: {"sha256"}
 //
-// A host's records go with its server ([ForgetHost]), but for a deleted
+// A host's records go with its server ([forgetHost]), but for a deleted
 // node's version, which stays until its Node object is deleted: the plan
 // of a Node object whose server is gone is made from it.
 //
@@ -183,8 +183,8 @@ func RecordResource(ctx context.Context, kv ledgerKV, cluster string, r diff.Res
 	return kv.Put(ctx, state.KeysOf(kv).Resource(cluster, string(r.Kind), r.Name), b)
 }
 
-// RecordFile notes a file as pushed to a host.
-func RecordFile(ctx context.Context, kv ledgerKV, cluster, host, path, sha256 string) error {
+// recordFile notes a file as pushed to a host.
+func recordFile(ctx context.Context, kv ledgerKV, cluster, host, path, sha256 string) error {
 	if !strings.HasPrefix(path, "/") {
 		return fmt.Errorf("record file %s on %s: %w", path, host, errRelativePath)
 	}
@@ -203,25 +203,25 @@ func RecordRendered(ctx context.Context, kv ledgerKV, cluster string, set *asset
 	manifests := map[string]bool{}
 	for _, h := range set.Hosts {
 		for _, f := range h.Files {
-			if err := RecordFile(ctx, kv, cluster, h.Name, f.Path, f.SHA256); err != nil {
+			if err := recordFile(ctx, kv, cluster, h.Name, f.Path, f.SHA256); err != nil {
 				return err
 			}
 			if name, ok := strings.CutPrefix(f.Path, assets.PathAddons+"/"); ok && h.Role == schemas.RoleController && !manifests[name] {
 				manifests[name] = true
-				if err := RecordManifest(ctx, kv, cluster, name, f.SHA256); err != nil {
+				if err := recordManifest(ctx, kv, cluster, name, f.SHA256); err != nil {
 					return err
 				}
 			}
 		}
-		if err := RecordVersion(ctx, kv, cluster, h.Name, set.Version); err != nil {
+		if err := recordVersion(ctx, kv, cluster, h.Name, set.Version); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// RecordManifest notes a manifest as applied to the cluster's API.
-func RecordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 string) error {
+// recordManifest notes a manifest as applied to the cluster's API.
+func recordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 string) error {
 	b, err := json.Marshal(fileRecord{SHA256: sha256})
 	if err != nil {
 		return err
@@ -229,8 +229,8 @@ func RecordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 stri
 	return kv.Put(ctx, state.KeysOf(kv).Manifest(cluster, name), b)
 }
 
-// RecordVersion notes the Kubernetes version a host runs.
-func RecordVersion(ctx context.Context, kv ledgerKV, cluster, host, version string) error {
+// recordVersion notes the Kubernetes version a host runs.
+func recordVersion(ctx context.Context, kv ledgerKV, cluster, host, version string) error {
 	return kv.Put(ctx, state.KeysOf(kv).HostVersion(cluster, host), []byte(version))
 }
 
@@ -250,12 +250,12 @@ type writer interface {
 	DeletePrefix(ctx context.Context, prefix string) error
 }
 
-// ForgetHost drops what the ledger knows of a host whose server is
+// forgetHost drops what the ledger knows of a host whose server is
 // deleted: its files, its version, its pinned host key and the
 // certificates issued for it. A server made again under the name is a
 // new host with none of them. With keepVersion, the version stays, for
-// the deletion of its Node object ([ForgetNode]).
-func ForgetHost(ctx context.Context, w writer, cluster, host string, keepVersion bool) error {
+// the deletion of its Node object ([forgetNode]).
+func forgetHost(ctx context.Context, w writer, cluster, host string, keepVersion bool) error {
 	if keepVersion {
 		if err := w.DeletePrefix(ctx, state.KeysOf(w).HostFiles(cluster, host)); err != nil {
 			return err
@@ -273,9 +273,9 @@ func ForgetHost(ctx context.Context, w writer, cluster, host string, keepVersion
 	return w.Delete(ctx, state.KeysOf(w).HostKeys(cluster, host))
 }
 
-// ForgetNode drops the last record of a host, its version, once its
+// forgetNode drops the last record of a host, its version, once its
 // Node object is deleted.
-func ForgetNode(ctx context.Context, w writer, cluster, host string) error {
+func forgetNode(ctx context.Context, w writer, cluster, host string) error {
 	return w.DeletePrefix(ctx, state.KeysOf(w).Host(cluster, host))
 }
 

@@ -225,7 +225,7 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 		return err
 	}
 	a.log().Info("manifest applied", "cluster", c.Cluster, "manifest", name, "objects", len(objs))
-	return RecordManifest(ctx, h.j.w, c.Cluster, name, sum)
+	return recordManifest(ctx, h.j.w, c.Cluster, name, sum)
 }
 
 // applyOnce applies objs through the first controller whose API server

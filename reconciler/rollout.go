@@ -173,7 +173,7 @@ func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 		return err
 	}
 	a.log().Info("health gate passed", "cluster", c.Cluster, "host", g.host, "version", g.version)
-	return RecordVersion(ctx, h.j.w, c.Cluster, g.host, g.version)
+	return recordVersion(ctx, h.j.w, c.Cluster, g.host, g.version)
 }
 
 // prober runs a gate's checks, keeping its clients between probes.
