@@ -57,13 +57,13 @@ type DrillResult struct {
 	Keys     int64     `json:"keys"`
 }
 
-// NewID names a snapshot taken at t of revision rev.
-func NewID(t time.Time, rev int64) string {
+// newID names a snapshot taken at t of revision rev.
+func newID(t time.Time, rev int64) string {
 	return t.UTC().Format(idTime) + "-" + strconv.FormatInt(rev, 10)
 }
 
-// ObjectName is where a cluster's snapshot lives in its container.
-func ObjectName(cluster, id string) string { return cluster + "/" + id + ".db" }
+// objectName is where a cluster's snapshot lives in its container.
+func objectName(cluster, id string) string { return cluster + "/" + id + ".db" }
 
 // metadata keys (Swift's X-Object-Meta-<Key>, as gophercloud writes them).
 const (

@@ -12,8 +12,8 @@ import (
 // whatever case the keys come.
 func FuzzRecordFrom(f *testing.F) {
 	taken := time.Date(2026, 11, 21, 10, 0, 0, 123e6, time.UTC)
-	want := &Record{ID: NewID(taken, 42), Cluster: "demo", Reason: ReasonScheduled, Taken: taken, Revision: 42, Hash: 7, TotalKeys: 9,
-		Keys: 5, Size: 2048, SHA256: "ab", Container: "c", Object: ObjectName("demo", NewID(taken, 42))}
+	want := &Record{ID: newID(taken, 42), Cluster: "demo", Reason: ReasonScheduled, Taken: taken, Revision: 42, Hash: 7, TotalKeys: 9,
+		Keys: 5, Size: 2048, SHA256: "ab", Container: "c", Object: objectName("demo", newID(taken, 42))}
 	m := want.metadata()
 	f.Add(want.Object, m[metaSHA256], m[metaRevision], m[metaHash], m[metaKeys], m[metaTaken], true)
 	f.Add("demo/x.db", "ab", "-1", "99999999999", "x", "yesterday", false)
@@ -33,8 +33,8 @@ func FuzzRecordFrom(f *testing.F) {
 
 func TestRecordRoundTrip(t *testing.T) {
 	taken := time.Date(2026, 11, 21, 10, 0, 0, 123e6, time.UTC)
-	want := &Record{ID: NewID(taken, 42), Cluster: "demo", Reason: ReasonBeforeRollout, Taken: taken, Revision: 42, Hash: 7, TotalKeys: 9,
-		Keys: 5, Size: 2048, SHA256: "ab", Container: "c", Object: ObjectName("demo", NewID(taken, 42)), Sealed: true}
+	want := &Record{ID: newID(taken, 42), Cluster: "demo", Reason: ReasonBeforeRollout, Taken: taken, Revision: 42, Hash: 7, TotalKeys: 9,
+		Keys: 5, Size: 2048, SHA256: "ab", Container: "c", Object: objectName("demo", newID(taken, 42)), Sealed: true}
 	meta := map[string]string{}
 	for k, v := range want.metadata() {
 		meta["X-Object-Meta-"+k] = v // as Swift returns them

@@ -233,7 +233,7 @@ func freeURL() (url.URL, error) {
 
 // Record describes the snapshot as stored for cluster in container.
 func (s *Snapshot) Record(cluster, reason string, taken time.Time, container string) *Record {
-	id := NewID(taken, s.Status.Revision)
+	id := newID(taken, s.Status.Revision)
 	return &Record{ID: id, Cluster: cluster, Reason: reason, Taken: taken, Revision: s.Status.Revision, Hash: s.Status.Hash,
-		TotalKeys: s.Status.TotalKey, Keys: s.Keys, Size: s.Size, SHA256: s.SHA256, Container: container, Object: ObjectName(cluster, id)}
+		TotalKeys: s.Status.TotalKey, Keys: s.Keys, Size: s.Size, SHA256: s.SHA256, Container: container, Object: objectName(cluster, id)}
 }

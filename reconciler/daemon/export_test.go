@@ -9,3 +9,6 @@ func Triggered(d *Daemon) bool {
 		return false
 	}
 }
+
+// ParsePush is parsePush, for the HTTP side's tests.
+func ParsePush(body []byte) (pushEvent, error) { return parsePush(body) }

@@ -100,12 +100,12 @@ func (d *Daemon) webhook(secret string) http.HandlerFunc {
 			http.Error(w, "body too large or cut short", http.StatusRequestEntityTooLarge)
 			return
 		}
-		if !VerifyWebhook(secret, r.Header, body) {
+		if !verifyWebhook(secret, r.Header, body) {
 			d.log.Warn("webhook refused: bad or missing signature", "remote", r.RemoteAddr)
 			http.Error(w, "bad or missing signature", http.StatusUnauthorized)
 			return
 		}
-		push, _ := ParsePush(body)
+		push, _ := parsePush(body)
 		d.log.Info("webhook: sync now", "ref", push.Ref, "after", push.After)
 		d.Trigger()
 		w.WriteHeader(http.StatusAccepted)
@@ -126,10 +126,10 @@ func plausibleWebhook(secret string, h http.Header) bool {
 	return false
 }
 
-// VerifyWebhook checks a webhook's proof of the secret, in constant time:
+// verifyWebhook checks a webhook's proof of the secret, in constant time:
 // what the headers say (plausibleWebhook), then an HMAC header against
 // the body.
-func VerifyWebhook(secret string, h http.Header, body []byte) bool {
+func verifyWebhook(secret string, h http.Header, body []byte) bool {
 	if !plausibleWebhook(secret, h) {
 		return false
 	}
@@ -143,10 +143,10 @@ func VerifyWebhook(secret string, h http.Header, body []byte) bool {
 	return hmac.Equal(got, mac.Sum(nil))
 }
 
-// Push is what the daemon reads of a forge's push event (GitHub, Gitea
+// pushEvent is what the daemon reads of a forge's push event (GitHub, Gitea
 // and GitLab share these fields); it is logged, never trusted: the sync
 // asks the remote itself.
-type Push struct {
+type pushEvent struct {
 	Ref   string `json:"ref"`
 	After string `json:"after"`
 }
@@ -154,15 +154,15 @@ type Push struct {
 // ErrPayload is a webhook body that is not a push event's JSON.
 var ErrPayload = errors.New("not a push event")
 
-// ParsePush reads a push event's ref and new commit.
-func ParsePush(body []byte) (Push, error) {
-	var p Push
+// parsePush reads a push event's ref and new commit.
+func parsePush(body []byte) (pushEvent, error) {
+	var p pushEvent
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&p); err != nil {
-		return Push{}, errors.Join(ErrPayload, err)
+		return pushEvent{}, errors.Join(ErrPayload, err)
 	}
 	if len(p.Ref) > 1024 || len(p.After) > 64 {
-		return Push{}, ErrPayload
+		return pushEvent{}, ErrPayload
 	}
 	return p, nil
 }

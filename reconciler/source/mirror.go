@@ -36,8 +36,8 @@ import (
 // fetched. Like go-git's NoErrAlreadyUpToDate, it is not a failure.
 var ErrUpToDate = errors.New("the remote's refs did not move")
 
-// NotesRef is where OPKE keeps a note per commit it reported on.
-const NotesRef = "refs/notes/opke"
+// notesRef is where OPKE keeps a note per commit it reported on.
+const notesRef = "refs/notes/opke"
 
 // MirrorOptions say what to mirror and where.
 type MirrorOptions struct {
@@ -160,7 +160,7 @@ func (m *Mirror) Branch() string { return plumbing.NewBranchReferenceName(m.opts
 // merge request head, a branch of the patterns, or the notes.
 func (m *Mirror) follows(ref string) bool {
 	switch {
-	case ref == m.Branch(), ref == NotesRef:
+	case ref == m.Branch(), ref == notesRef:
 		return true
 	case isPullRequestHead(ref):
 		return true
@@ -186,7 +186,7 @@ func isPullRequestHead(ref string) bool {
 // IsPullRequest tells whether ref is one that is planned only: anything
 // followed but the tracked branch and the notes.
 func (m *Mirror) IsPullRequest(ref string) bool {
-	return ref != m.Branch() && ref != NotesRef && m.follows(ref)
+	return ref != m.Branch() && ref != notesRef && m.follows(ref)
 }
 
 // localRefs lists the followed refs the cache holds.
@@ -311,7 +311,7 @@ func (m *Mirror) has(hash string) bool {
 
 func withoutNotes(refs map[string]string) map[string]string {
 	out := maps.Clone(refs)
-	delete(out, NotesRef)
+	delete(out, notesRef)
 	return out
 }
 
@@ -333,7 +333,7 @@ func (m *Mirror) Read(ctx context.Context, commit string, fn func(fs.FS) error) 
 	if err != nil {
 		return fmt.Errorf("read the tree of %s: %w", commit, err)
 	}
-	return fn(ctxFS{ctx: ctx, TreeFS: NewTreeFS(tree)})
+	return fn(ctxFS{ctx: ctx, TreeFS: newTreeFS(tree)})
 }
 
 // ctxFS is a TreeFS that stops answering when ctx ends: a daemon told to
@@ -409,7 +409,7 @@ func (m *Mirror) Note(commit string) ([]byte, error) {
 // notesTree is the tree of the notes ref and its commit; nil, nil when
 // there are no notes yet.
 func (m *Mirror) notesTree() (*object.Tree, *plumbing.Hash, error) {
-	ref, err := m.repo.Reference(NotesRef, true)
+	ref, err := m.repo.Reference(notesRef, true)
 	if errors.Is(err, plumbing.ErrReferenceNotFound) {
 		return nil, nil, nil
 	}
@@ -442,17 +442,17 @@ func (m *Mirror) AddNote(ctx context.Context, commit string, body []byte) error 
 	var pushErr error
 	for range 3 {
 		// The remote's notes first: a fetch that finds none is no error.
-		err := m.fetch(ctx, remote, config.RefSpec("+"+NotesRef+":"+NotesRef))
+		err := m.fetch(ctx, remote, config.RefSpec("+"+notesRef+":"+notesRef))
 		if err != nil && !isNoMatchingRef(err) {
 			return fmt.Errorf("fetch the notes from %s: %w", Redact(m.opts.URL), err)
 		}
 		if err := m.writeNote(commit, body); err != nil {
 			return err
 		}
-		pushErr = remote.PushContext(ctx, &git.PushOptions{RefSpecs: []config.RefSpec{NotesRef + ":" + NotesRef}, Auth: m.opts.Auth})
+		pushErr = remote.PushContext(ctx, &git.PushOptions{RefSpecs: []config.RefSpec{notesRef + ":" + notesRef}, Auth: m.opts.Auth})
 		if pushErr == nil || errors.Is(pushErr, git.NoErrAlreadyUpToDate) {
-			if ref, err := m.repo.Reference(NotesRef, true); err == nil {
-				m.seen[NotesRef] = ref.Hash().String()
+			if ref, err := m.repo.Reference(notesRef, true); err == nil {
+				m.seen[notesRef] = ref.Hash().String()
 			}
 			return nil
 		}
@@ -532,7 +532,7 @@ func (m *Mirror) writeNote(commit string, body []byte) error {
 	if err != nil {
 		return fmt.Errorf("notes: %w", err)
 	}
-	return m.repo.Storer.SetReference(plumbing.NewHashReference(NotesRef, h))
+	return m.repo.Storer.SetReference(plumbing.NewHashReference(notesRef, h))
 }
 
 // Redact drops the password of a URL, for logs and errors.

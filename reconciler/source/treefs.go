@@ -65,20 +65,20 @@ func OpenRevision(ctx context.Context, dir, rev string) (fs.FS, error) {
 	if rel = filepath.ToSlash(rel); rel != "." {
 		tree, err = tree.Tree(rel)
 		if errors.Is(err, object.ErrDirectoryNotFound) {
-			return NewTreeFS(&object.Tree{}), nil
+			return newTreeFS(&object.Tree{}), nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s at %s: %w", rel, hash, err)
 		}
 	}
-	return NewTreeFS(tree), nil
+	return newTreeFS(tree), nil
 }
 
 // TreeFS is a read-only fs.FS over a git tree.
 type TreeFS struct{ root *object.Tree }
 
-// NewTreeFS returns the tree as a filesystem.
-func NewTreeFS(t *object.Tree) *TreeFS { return &TreeFS{root: t} }
+// newTreeFS returns the tree as a filesystem.
+func newTreeFS(t *object.Tree) *TreeFS { return &TreeFS{root: t} }
 
 var (
 	_ fs.ReadDirFS = (*TreeFS)(nil)

@@ -20,7 +20,7 @@ import (
 // Units a pushed file can ask to restart.
 const (
 	UnitKubelet    = "kubelet.service"
-	UnitEtcd       = "etcd-member.service"
+	unitEtcd       = "etcd-member.service"
 	UnitContainerd = "containerd.service"
 )
 
@@ -184,14 +184,14 @@ func (h HostFiles) File(path string) (File, bool) {
 // Paths of the pushed files; kubeadm's where kubeadm has one.
 const (
 	PathKubeletEnv       = "/etc/kubernetes/kubelet.env"
-	PathKubeletConfig    = "/var/lib/kubelet/config.yaml"
-	PathKubeletConf      = "/etc/kubernetes/kubelet.conf"
+	pathKubeletConfig    = "/var/lib/kubelet/config.yaml"
+	pathKubeletConf      = "/etc/kubernetes/kubelet.conf"
 	PathEtcdEnv          = "/etc/kubernetes/etcd.env"
 	PathCloudConf        = "/etc/kubernetes/cloud.conf"
 	PathManifests        = "/etc/kubernetes/manifests"
 	PathAddons           = "/etc/kubernetes/addons"
 	PathPKI              = "/etc/kubernetes/pki"
-	PathOperatorKeys     = "/home/core/.ssh/authorized_keys.d/opke-operators"
+	pathOperatorKeys     = "/home/core/.ssh/authorized_keys.d/opke-operators"
 	PathContainerdConfig = "/etc/containerd/config.toml"
 	PathContainerdDropIn = "/etc/systemd/system/containerd.service.d/10-opke.conf"
 	PathRegistryHosts    = "/etc/containerd/certs.d"
@@ -264,7 +264,7 @@ func (r *renderer) operatorKeys() *File {
 	for _, k := range r.c.Spec.SSHAuthorizedKeys {
 		b.WriteString(strings.TrimSpace(k) + "\n")
 	}
-	f := newFile(PathOperatorKeys, 0o600, b.Bytes())
+	f := newFile(pathOperatorKeys, 0o600, b.Bytes())
 	f.Owner = ownerCore
 	return &f
 }

@@ -29,11 +29,6 @@ var coreManifests = []string{"kube-proxy", "coredns", "flannel", "control-plane"
 // addonManifests are the optional addons the spec can select.
 var addonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
 
-// AddonManifests returns a copy of addonManifests: no caller can rewrite the package's own.
-func AddonManifests() []string {
-	return slices.Clone(addonManifests)
-}
-
 // renderer holds what every file of a cluster derives from.
 type renderer struct {
 	in      Input
@@ -190,8 +185,8 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 	}
 	return append([]File{
 		newFile(PathKubeletEnv, 0o644, []byte(env), UnitKubelet),
-		newFile(PathKubeletConfig, 0o644, config, UnitKubelet),
-		secretFile(PathKubeletConf, kubeconf, UnitKubelet),
+		newFile(pathKubeletConfig, 0o644, config, UnitKubelet),
+		secretFile(pathKubeletConf, kubeconf, UnitKubelet),
 		newFile(PathPKI+"/ca.crt", 0o600, ca.Cert, UnitKubelet),
 	}, runtime...), nil
 }
@@ -247,10 +242,10 @@ func (r *renderer) controller(h Host) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, secretFile(PathEncryptionConfig, encryptionConfig(enc)))
+	files = append(files, secretFile(pathEncryptionConfig, encryptionConfig(enc)))
 	etcdTLS, err := r.tlsFiles(PathPKI+"/etcd", [][2]string{
 		{pki.EtcdCA, "ca.crt"}, {pki.EtcdServer(h.Name), "server"}, {pki.EtcdPeer(h.Name), "peer"},
-	}, UnitEtcd)
+	}, unitEtcd)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +254,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, newFile(PathEtcdEnv, 0o644, etcdEnv, UnitEtcd))
+	files = append(files, newFile(PathEtcdEnv, 0o644, etcdEnv, unitEtcd))
 	for _, kc := range []struct{ name, file string }{
 		{pki.Admin, "admin.conf"}, {pki.ControllerManager, "controller-manager.conf"}, {pki.Scheduler, "scheduler.conf"},
 	} {
@@ -280,9 +275,9 @@ func (r *renderer) controller(h Host) ([]File, error) {
 	return files, nil
 }
 
-// PathEncryptionConfig is the API server's encryption configuration, in
+// pathEncryptionConfig is the API server's encryption configuration, in
 // the folder its static pod mounts.
-const PathEncryptionConfig = PathPKI + "/encryption-config.yaml"
+const pathEncryptionConfig = PathPKI + "/encryption-config.yaml"
 
 // encryptionConfig encrypts Secrets in etcd with the cluster's key
 // (secretbox: XSalsa20 and Poly1305), and still reads those written in
@@ -379,7 +374,7 @@ func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 			"service-account-issuer":   "https://kubernetes.default.svc." + pki.ClusterDomain,
 			"service-account-key-file": p + "sa.pub", "service-account-signing-key-file": p + "sa.key",
 			"service-cluster-ip-range": r.data.ServiceCIDR, "tls-cert-file": p + "apiserver.crt", "tls-private-key-file": p + "apiserver.key",
-			"encryption-provider-config": PathEncryptionConfig,
+			"encryption-provider-config": pathEncryptionConfig,
 		},
 		"kube-controller-manager": {
 			"allocate-node-cidrs": "true", "authentication-kubeconfig": "/etc/kubernetes/controller-manager.conf",
@@ -465,10 +460,10 @@ func (r *renderer) cloudConf() File {
 	// The cloud controller manager runs as uid and gid 1001, as upstream's
 	// image does: the file is its group's to read, no one else's.
 	f := secretFile(PathCloudConf, []byte(b.String()))
-	f.Mode, f.Owner = 0o640, "root:"+CloudProviderGID
+	f.Mode, f.Owner = 0o640, "root:"+cloudProviderGID
 	return f
 }
 
-// CloudProviderGID is the group the OpenStack cloud controller manager
+// cloudProviderGID is the group the OpenStack cloud controller manager
 // runs as (upstream's image: uid and gid 1001), the group of cloud.conf.
-const CloudProviderGID = "1001"
+const cloudProviderGID = "1001"

@@ -2,7 +2,6 @@ package assets
 
 import (
 	"fmt"
-	"maps"
 
 	"opke.dev/opke/schemas"
 )
@@ -81,11 +80,6 @@ var matrix = map[string]Images{
 		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
 		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
 	},
-}
-
-// Matrix returns a copy of matrix: no caller can rewrite the package's own.
-func Matrix() map[string]Images {
-	return maps.Clone(matrix)
 }
 
 // CNIPluginsImage is OPKE's image of the reference CNI plugins

@@ -29,8 +29,8 @@ import (
 
 // Lifetimes of what Issue creates.
 const (
-	CAValidity    = 10 * 365 * 24 * time.Hour
-	LeafValidity  = 365 * 24 * time.Hour
+	caValidity    = 10 * 365 * 24 * time.Hour
+	leafValidity  = 365 * 24 * time.Hour
 	DefaultRenew  = 30 * 24 * time.Hour
 	ClusterDomain = "cluster.local"
 )
@@ -128,9 +128,9 @@ func (r Request) specs() []spec {
 	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
 	svcIP := r.ServiceCIDR.Masked().Addr().Next()
 	out := []spec{
-		{name: CA, cn: "kubernetes", validity: CAValidity},
-		{name: EtcdCA, cn: "etcd-ca", validity: CAValidity},
-		{name: FrontProxyCA, cn: "front-proxy-ca", validity: CAValidity},
+		{name: CA, cn: "kubernetes", validity: caValidity},
+		{name: EtcdCA, cn: "etcd-ca", validity: caValidity},
+		{name: FrontProxyCA, cn: "front-proxy-ca", validity: caValidity},
 		{name: APIServerEtcdClient, ca: EtcdCA, cn: "kube-apiserver-etcd-client", client: true},
 		{name: APIServerKubelet, ca: CA, cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, client: true},
 		{name: FrontProxyClient, ca: FrontProxyCA, cn: "front-proxy-client", client: true},
@@ -378,7 +378,7 @@ func issue(sp spec, ca *x509.Certificate, caKey crypto.Signer, now time.Time) (M
 	}
 	validity := sp.validity
 	if validity == 0 {
-		validity = LeafValidity
+		validity = leafValidity
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,

@@ -146,7 +146,7 @@ func TestIssueReusesAndReissuesOnlyWhatChanged(t *testing.T) {
 		{"leaves near expiry are renewed, CAs kept", func(r *Request) {
 			r.APIFloatingIP = netip.MustParseAddr("203.0.113.20")
 			r.Workers = append(r.Workers, Host{"prod-general-1", netip.MustParseAddr("192.168.20.17")})
-			r.Now = now.Add(LeafValidity - 10*24*time.Hour)
+			r.Now = now.Add(leafValidity - 10*24*time.Hour)
 		}, nil},
 	}
 	for _, tt := range tests { // in order: each builds on the store the previous left

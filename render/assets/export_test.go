@@ -1,0 +1,12 @@
+package assets
+
+import (
+	"maps"
+	"slices"
+)
+
+// AddonManifests are the optional addons, for the package's tests.
+func AddonManifests() []string { return slices.Clone(addonManifests) }
+
+// Matrix is the images of each minor, for the package's tests.
+func Matrix() map[string]Images { return maps.Clone(matrix) }
