@@ -107,11 +107,24 @@ func (ca *clusterApply) observe() ([]diff.Resource, error) {
 	if ca.observed != nil && !ca.stale {
 		return ca.observed, nil
 	}
-	owner, err := ca.a.Planner.Store.InstallationID(ca.stepCtx)
+	store := ca.a.Planner.Store
+	owner, err := store.InstallationID(ca.stepCtx)
 	if err != nil {
 		return nil, err
 	}
-	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, owner, ca.name, nil)
+	// The load balancer's members the ledger knows are resolved by their
+	// ids, as a plan's are: no listing of the pool's members.
+	ledger, err := readLedger(ca.stepCtx, store, ca.name, nil)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]diff.Resource{}
+	for _, r := range ledger.Resources {
+		if r.Kind == diff.KindMember && r.ID != "" {
+			known[r.ID] = r
+		}
+	}
+	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, owner, ca.name, known)
 	if err != nil {
 		return nil, err
 	}
