@@ -178,6 +178,34 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	}
 	t.Logf("a Secret is encrypted in etcd (%.26s...) and read back through the API", raw.Kvs[0].Value)
 
+	// The API server audits: the Secret's creation is in the log on the
+	// controller, who made it and when, its content not (Metadata).
+	controller := dialHost(t, r, res, "demo-controller-0", dialHost(t, r, res, "demo-gateway-0", nil))
+	waitFor(t, 30*time.Second, func() string {
+		out, err := sshx.Run(t.Context(), controller, sshx.Sudo("cat /var/log/kubernetes/audit/audit.log"))
+		if err != nil {
+			return err.Error()
+		}
+		if bytes.Contains(out, []byte("e2e-plain-value")) {
+			t.Fatal("the audit log holds the Secret's value")
+		}
+		for _, line := range bytes.Split(out, []byte("\n")) {
+			var ev struct {
+				Level, Verb string
+				User        struct{ Username string }
+				ObjectRef   struct{ Resource, Name string }
+			}
+			if json.Unmarshal(line, &ev) == nil && ev.Verb == "create" && ev.ObjectRef.Resource == "secrets" && ev.ObjectRef.Name == "e2e-secret" {
+				if ev.Level != "Metadata" || ev.User.Username == "" {
+					t.Errorf("the Secret's audit event: level %q, user %q; want Metadata and who", ev.Level, ev.User.Username)
+				}
+				t.Logf("the API server's audit log has the Secret's creation by %s at level %s, not its value (%d bytes of log)", ev.User.Username, ev.Level, len(out))
+				return ""
+			}
+		}
+		return fmt.Sprintf("no audit event of the Secret's creation in %d bytes of log", len(out))
+	})
+
 	// A Service of type LoadBalancer: the cloud controller manager (on
 	// the controller, its cloud.conf pushed by OPKE) makes its Octavia
 	// load balancer through the cloud's public endpoints, as the hosts

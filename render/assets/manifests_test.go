@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
@@ -48,6 +49,7 @@ var kinds = map[string]func() any{
 	"kubelet.config.k8s.io/v1beta1/KubeletConfiguration":      func() any { return &kubeletv1beta1.KubeletConfiguration{} },
 	"kubeproxy.config.k8s.io/v1alpha1/KubeProxyConfiguration": func() any { return &kubeproxyv1alpha1.KubeProxyConfiguration{} },
 	"apiserver.config.k8s.io/v1/EncryptionConfiguration":      func() any { return &apiserverv1.EncryptionConfiguration{} },
+	"audit.k8s.io/v1/Policy":                                  func() any { return &auditv1.Policy{} },
 }
 
 // decodeStrict decodes every YAML document of b into its k8s.io type,

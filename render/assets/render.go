@@ -242,7 +242,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, secretFile(pathEncryptionConfig, encryptionConfig(enc)))
+	files = append(files, secretFile(pathEncryptionConfig, encryptionConfig(enc)), newFile(pathAuditPolicy, 0o600, []byte(auditPolicy)))
 	etcdTLS, err := r.tlsFiles(PathPKI+"/etcd", [][2]string{
 		{pki.EtcdCA, "ca.crt"}, {pki.EtcdServer(h.Name), "server"}, {pki.EtcdPeer(h.Name), "peer"},
 	}, unitEtcd)
@@ -278,6 +278,75 @@ func (r *renderer) controller(h Host) ([]File, error) {
 // pathEncryptionConfig is the API server's encryption configuration, in
 // the folder its static pod mounts.
 const pathEncryptionConfig = PathPKI + "/encryption-config.yaml"
+
+// The API server's audit policy, and where it writes the audit log (a
+// folder of the host, kept across the pod's restarts and the host's).
+const (
+	pathAuditPolicy = "/etc/kubernetes/audit/policy.yaml"
+	pathAuditLog    = "/var/log/kubernetes/audit/audit.log"
+)
+
+// auditPolicy is what the API server records of each request, as the
+// usual policies (kube-up's, GKE's) have it: nothing of the health
+// probes, events and the control plane's own lease and endpoint
+// traffic; Secrets, ConfigMaps and token requests at Metadata only, so
+// their contents never reach the log; the body of every other write
+// (Request); and who did what to what (Metadata) for every other
+// request. Mutable: pushed over SSH, its change restarts the API server.
+const auditPolicy = `# The API server's audit policy; rendered and pushed by OPKE.
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages:
+  - RequestReceived
+rules:
+  - level: None
+    nonResourceURLs:
+      - /healthz*
+      - /livez*
+      - /readyz*
+      - /version
+      - /metrics
+  - level: None
+    resources:
+      - group: ""
+        resources: ["events"]
+      - group: events.k8s.io
+        resources: ["events"]
+  - level: None
+    users: ["system:kube-proxy"]
+    verbs: ["watch"]
+    resources:
+      - group: ""
+        resources: ["endpoints", "services", "services/status"]
+      - group: discovery.k8s.io
+        resources: ["endpointslices"]
+  - level: None
+    users: ["system:kube-controller-manager", "system:kube-scheduler", "system:serviceaccount:kube-system:endpoint-controller"]
+    verbs: ["get", "update"]
+    namespaces: ["kube-system"]
+    resources:
+      - group: ""
+        resources: ["endpoints"]
+      - group: coordination.k8s.io
+        resources: ["leases"]
+  - level: None
+    userGroups: ["system:nodes"]
+    verbs: ["get", "update", "patch"]
+    resources:
+      - group: ""
+        resources: ["nodes/status"]
+      - group: coordination.k8s.io
+        resources: ["leases"]
+  - level: Metadata
+    resources:
+      - group: ""
+        resources: ["secrets", "configmaps", "serviceaccounts/token"]
+      - group: authentication.k8s.io
+        resources: ["tokenreviews"]
+  - level: Request
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: Metadata
+`
 
 // encryptionConfig encrypts Secrets in etcd with the cluster's key
 // (secretbox: XSalsa20 and Poly1305), and still reads those written in
@@ -375,6 +444,8 @@ func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 			"service-account-key-file": p + "sa.pub", "service-account-signing-key-file": p + "sa.key",
 			"service-cluster-ip-range": r.data.ServiceCIDR, "tls-cert-file": p + "apiserver.crt", "tls-private-key-file": p + "apiserver.key",
 			"encryption-provider-config": pathEncryptionConfig,
+			"audit-policy-file":          pathAuditPolicy, "audit-log-path": pathAuditLog,
+			"audit-log-maxage": "30", "audit-log-maxbackup": "10", "audit-log-maxsize": "100",
 		},
 		"kube-controller-manager": {
 			"allocate-node-cidrs": "true", "authentication-kubeconfig": "/etc/kubernetes/controller-manager.conf",
