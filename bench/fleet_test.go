@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,5 +104,34 @@ func TestSeededFleetPlansNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.dir, "fleet", "clusters", clusterName(2), "cluster.yaml")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSeedMovesOffATakenAddress: a cached seed whose simulator address is
+// taken is made again on a free one, and converged there, instead of
+// failing every benchmark that loads it.
+func TestSeedMovesOffATakenAddress(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	first := seedFleet(t, root, 1)
+	addr, err := os.ReadFile(filepath.Join(first.dir, "listen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", string(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	again := seedFleet(t, root, 1)
+	moved, err := os.ReadFile(filepath.Join(again.dir, "listen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(moved) == string(addr) {
+		t.Fatalf("the seed still listens on its taken address %s", addr)
+	}
+	if p := loadFleet(t, again).plan(t); !p.Empty() {
+		t.Errorf("the seed made again plans %d changes, %d drift", len(p.Changes), len(p.Drift))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -103,7 +104,20 @@ func seedFleet(tb testing.TB, root string, n int) *seed {
 	dir := filepath.Join(root, fmt.Sprintf("fleet-%d-%s", n, binaryHash(tb)))
 	s := &seed{dir: dir, n: n}
 	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
-		return s
+		// The seed's simulator must listen where it was made (the address
+		// is in every controller's cloud.conf): a seed whose address is
+		// taken now, by a simulator a killed run left or by anything else,
+		// is made again on a free one rather than fail the benchmark.
+		addr, err := os.ReadFile(filepath.Join(dir, "listen"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", string(addr))
+		if err == nil {
+			ln.Close()
+			return s
+		}
+		tb.Logf("the seed of %d clusters listens on %s, which is taken (%v): seeding again on a free address", n, addr, err)
 	}
 	stale, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf("fleet-%d-*", n)))
 	for _, d := range stale {
