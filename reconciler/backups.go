@@ -137,17 +137,19 @@ func storeBackup(ctx context.Context, kv writer, s backupJob) (*backup.Record, e
 		return nil, fmt.Errorf("backup of %s: %w", cluster, err)
 	}
 	rec := snap.Record(cluster, reason, now, pol.Container)
+	stored := snap.Path // what goes to Swift; the plain file stays for the drill
 	if seal != nil {
-		if err := transformFile(snap.Path, seal); err != nil {
+		stored = snap.Path + ".sealed"
+		if err := sealFile(snap.Path, stored, seal); err != nil {
 			return nil, err
 		}
-		if rec.SHA256, rec.Size, err = fileSum(snap.Path); err != nil {
+		if rec.SHA256, rec.Size, err = fileSum(stored); err != nil {
 			return nil, err
 		}
 		rec.Sealed = true
 	}
 	box := backup.Objects{Client: objects.ObjectStore, Container: pol.Container}
-	if err := box.Put(ctx, rec, snap.Path); err != nil {
+	if err := box.Put(ctx, rec, stored); err != nil {
 		return nil, err
 	}
 	if err := recordBackup(ctx, kv, rec); err != nil {
@@ -156,7 +158,7 @@ func storeBackup(ctx context.Context, kv writer, s backupJob) (*backup.Record, e
 	if err := prune(ctx, kv, box, cluster, pol.Retain); err != nil {
 		return rec, err
 	}
-	if pol.Drill && seal == nil { // a sealed one is drilled by opke backup verify --store, which opens it
+	if pol.Drill {
 		return rec, drill(ctx, kv, snap.Path, rec, now)
 	}
 	return rec, nil
@@ -241,6 +243,19 @@ func prune(ctx context.Context, kv writer, box backup.Objects, cluster string, r
 }
 
 // transformFile rewrites a file through fn (sealing or opening it).
+// sealFile writes the sealed bytes of the file at from to the file at to.
+func sealFile(from, to string, seal func([]byte) ([]byte, error)) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	out, err := seal(b)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, out, 0o600)
+}
+
 func transformFile(path string, fn func([]byte) ([]byte, error)) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -265,7 +280,7 @@ func (h hostStep) backup(ctx context.Context, address diff.Address) error {
 		return err
 	}
 	rec, err := storeBackup(ctx, h.j.w, backupJob{Cluster: h.j.cluster, Reason: reason, Source: src, Objects: h.t.Clients,
-		Policy: PolicyOf(h.spec), Now: h.a.Planner.now()})
+		Policy: PolicyOf(h.spec), Now: h.a.Planner.now(), Seal: sealClusterSnapshot(h.a.Planner.Store, h.j.cluster)})
 	if err != nil {
 		return err
 	}
@@ -334,6 +349,22 @@ func BackupStore(ctx context.Context, store *state.Store, clients *cloud.Clients
 		Policy: pol, Now: now, Seal: func(b []byte) ([]byte, error) { return store.SealBlob(storeLabel, b) }})
 }
 
+// A cluster's snapshots are sealed like the store's, with the store's
+// encryption key, bound to the cluster: they hold everything of the
+// cluster's etcd (its Secrets sealed by the API server, the rest in the
+// clear), and Swift is not a place to keep that readable. A snapshot of
+// one cluster does not open as another's.
+func clusterSnapshotLabel(cluster string) string { return "opke-cluster-snapshot/" + cluster }
+
+func sealClusterSnapshot(store *state.Store, cluster string) func([]byte) ([]byte, error) {
+	return func(b []byte) ([]byte, error) { return store.SealBlob(clusterSnapshotLabel(cluster), b) }
+}
+
+// OpenClusterSnapshot is the opener of a cluster's sealed snapshots.
+func OpenClusterSnapshot(store *state.Store, cluster string) func([]byte) ([]byte, error) {
+	return func(b []byte) ([]byte, error) { return store.OpenBlob(clusterSnapshotLabel(cluster), b) }
+}
+
 // OpenStoreSnapshot is the opener of OPKE's sealed store snapshots.
 func OpenStoreSnapshot(store *state.Store) func([]byte) ([]byte, error) {
 	return func(b []byte) ([]byte, error) { return store.OpenBlob(storeLabel, b) }
@@ -375,5 +406,6 @@ func BackupCluster(ctx context.Context, p *Planner, hosts *HostSessions, cluster
 	if err != nil {
 		return nil, err
 	}
-	return storeBackup(ctx, p.Store, backupJob{Cluster: cluster, Reason: reason, Source: src, Objects: clients, Policy: PolicyOf(a.Spec), Now: p.now()})
+	return storeBackup(ctx, p.Store, backupJob{Cluster: cluster, Reason: reason, Source: src, Objects: clients, Policy: PolicyOf(a.Spec), Now: p.now(),
+		Seal: sealClusterSnapshot(p.Store, cluster)})
 }

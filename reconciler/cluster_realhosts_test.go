@@ -558,11 +558,20 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 }
 
 // snapshotHas reports whether a cluster's etcd snapshot, downloaded from
-// Swift and restored into a throwaway etcd, holds key.
+// Swift (sealed: it does not restore as it is stored), opened and
+// restored into a throwaway etcd, holds key.
 func snapshotHas(t *testing.T, r *rig, rec *backup.Record, key string) bool {
 	t.Helper()
 	ctx := t.Context()
-	path, err := backup.Objects{Client: r.clients.ObjectStore, Container: rec.Container}.Download(ctx, rec, t.TempDir())
+	box := backup.Objects{Client: r.clients.ObjectStore, Container: rec.Container}
+	raw, err := box.Download(ctx, rec, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.Restored(ctx, raw, func(*clientv3.Client) error { return nil }); err == nil || !rec.Sealed {
+		t.Errorf("the snapshot in Swift restores as it is stored (sealed: %v): it is not sealed", rec.Sealed)
+	}
+	path, err := reconciler.Fetch(ctx, box, rec, t.TempDir(), reconciler.OpenClusterSnapshot(r.store, rec.Cluster))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -495,11 +495,24 @@ func TestDayTwo(t *testing.T) {
 			}
 		}
 		newest := recs[len(recs)-1]
-		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); err != nil {
+		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), reconciler.OpenClusterSnapshot(r.store, "demo")); err != nil {
 			t.Errorf("verify a sound snapshot: %v", err)
 		}
+		// Sealed in Swift: it opens only with the store's key, and only as
+		// this cluster's.
+		for _, rec := range recs {
+			if !rec.Sealed {
+				t.Errorf("snapshot %s is stored in the clear", rec.ID)
+			}
+		}
+		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); err == nil {
+			t.Error("a sealed snapshot verified without the key")
+		}
+		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), reconciler.OpenClusterSnapshot(r.store, "other")); !errors.Is(err, backup.ErrCorrupt) {
+			t.Errorf("a snapshot opened as another cluster's: %v, want ErrCorrupt", err)
+		}
 		cloudtest.CorruptObject(t, r.clients, box.Container, newest.Object)
-		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), nil); !errors.Is(err, backup.ErrCorrupt) {
+		if _, err := reconciler.VerifyBackup(ctx, r.store, box, "demo", newest.ID, clk.now(), reconciler.OpenClusterSnapshot(r.store, "demo")); !errors.Is(err, backup.ErrCorrupt) {
 			t.Errorf("verify a corrupted snapshot: %v", err)
 		}
 	})

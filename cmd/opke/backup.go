@@ -103,7 +103,7 @@ func (f *backupFlags) resolve(ctx context.Context, a *app) (*target, error) {
 			store.Close()
 			return nil, fmt.Errorf("cluster %s is not applied: the state store has no spec of it", f.cluster)
 		}
-		t.name, t.policy = f.cluster, reconciler.PolicyOf(s.Spec)
+		t.name, t.policy, t.open = f.cluster, reconciler.PolicyOf(s.Spec), reconciler.OpenClusterSnapshot(store, f.cluster)
 		cloudName, region = s.Spec.Spec.Cloud, s.Spec.Spec.Region
 	}
 	if t.clients, err = res.pool.Clients(ctx, cloudName, region); err != nil {
@@ -118,8 +118,8 @@ func (a *app) backupCommand() *cobra.Command {
 		Use:   "backup now|list|verify",
 		Short: "Take, list and verify etcd snapshots",
 		Long: `Snapshots of a cluster's etcd (taken through its gateway with the backup
-client certificate) or of OPKE's own state store (sealed with its
-encryption key), kept in Swift as <container>/<cluster>/<time>-<revision>.db
+client certificate) or of OPKE's own state store, both sealed with the
+store's encryption key, kept in Swift as <container>/<cluster>/<time>-<revision>.db
 with their sha256 and etcd's status in the object's metadata. The daemon
 takes a cluster's on spec.backup's schedule and before every rollout.`,
 		Example: `  opke backup now --cluster demo --sim-state .opke/sim
