@@ -209,23 +209,22 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 			signers[sp.name] = key
 		}
 	}
-	sa, newSA, err := serviceAccountKey(kv, held, r.Cluster)
-	if err != nil {
-		return nil, nil, err
-	}
-	b.m[ServiceAccount] = sa
-	if newSA {
-		writes = append(writes, entries(kv, r.Cluster, ServiceAccount, ".pub", sa)...)
-		issued = append(issued, ServiceAccount)
-	}
-	enc, newEnc, err := secretsKey(kv, held, r.Cluster)
-	if err != nil {
-		return nil, nil, err
-	}
-	b.m[SecretsEncryption] = enc
-	if newEnc {
-		writes = append(writes, entries(kv, r.Cluster, SecretsEncryption, ".name", enc)...)
-		issued = append(issued, SecretsEncryption)
+	// The keys that are no certificate: each a sealed key beside a public
+	// part (the service account key's public half, the Secrets' key's
+	// name), loaded if held, else generated once.
+	for _, k := range []struct {
+		name, ext string
+		generate  func() (Material, error)
+	}{{ServiceAccount, ".pub", newServiceAccountKey}, {SecretsEncryption, ".name", newSecretsKey}} {
+		m, fresh, err := heldOrNew(kv, held, r.Cluster, k.name, k.ext, k.generate)
+		if err != nil {
+			return nil, nil, err
+		}
+		b.m[k.name] = m
+		if fresh {
+			writes = append(writes, entries(kv, r.Cluster, k.name, k.ext, m)...)
+			issued = append(issued, k.name)
+		}
 	}
 	// Keys before certs: a crash between two transactions leaves a key
 	// without its cert, which the next Issue replaces, never a cert
@@ -422,48 +421,48 @@ func issue(sp spec, ca *x509.Certificate, caKey crypto.Signer, now time.Time) (M
 	}, cert, key, nil
 }
 
-// serviceAccountKey returns the key pair that signs service-account tokens:
-// Cert holds the public key (PEM "PUBLIC KEY"), Key the private key.
-func serviceAccountKey(kv state.KV, held map[string][]byte, cluster string) (Material, bool, error) {
-	pubKey, privKey := state.KeysOf(kv).PKIFile(cluster, "sa.pub"), state.KeysOf(kv).PKIFile(cluster, "sa.key")
+// heldOrNew returns the key name of cluster held in the store (its
+// sealed name.key and its public part name+ext), or a new one from
+// generate; fresh says it is new, to be written.
+func heldOrNew(kv state.KV, held map[string][]byte, cluster, name, ext string, generate func() (Material, error)) (m Material, fresh bool, err error) {
+	keys := state.KeysOf(kv)
+	pubKey, privKey := keys.PKIFile(cluster, name+ext), keys.PKIFile(cluster, name+".key")
 	pub, okPub := held[pubKey]
 	sealed, okPriv := held[privKey]
 	if okPub && okPriv {
 		priv, err := kv.Open(privKey, sealed)
 		if err != nil {
-			return Material{}, false, fmt.Errorf("load sa.key: %w", err)
+			return Material{}, false, fmt.Errorf("load %s.key: %w", name, err)
 		}
 		return Material{Cert: pub, Key: priv}, false, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return Material{}, false, fmt.Errorf("generate sa key: %w", err)
+	if m, err = generate(); err != nil {
+		return Material{}, false, fmt.Errorf("generate %s: %w", name, err)
 	}
-	pubDER, _ := x509.MarshalPKIXPublicKey(key.Public())
-	privDER, _ := x509.MarshalECPrivateKey(key)
-	m := Material{Cert: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}),
-		Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})}
 	return m, true, nil
 }
 
-// secretsKey returns the key Secrets are encrypted with in etcd: 32 random
-// bytes (base64, as the encryption configuration takes them) named key1.
-func secretsKey(kv state.KV, held map[string][]byte, cluster string) (Material, bool, error) {
-	nameKey, keyKey := state.KeysOf(kv).PKIFile(cluster, SecretsEncryption+".name"), state.KeysOf(kv).PKIFile(cluster, SecretsEncryption+".key")
-	name, okName := held[nameKey]
-	sealed, okKey := held[keyKey]
-	if okName && okKey {
-		key, err := kv.Open(keyKey, sealed)
-		if err != nil {
-			return Material{}, false, fmt.Errorf("load %s.key: %w", SecretsEncryption, err)
-		}
-		return Material{Cert: name, Key: key}, false, nil
+// newServiceAccountKey is a service account signing key: P-256, its
+// public half in Cert.
+func newServiceAccountKey() (Material, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Material{}, err
 	}
+	pubDER, _ := x509.MarshalPKIXPublicKey(key.Public())
+	privDER, _ := x509.MarshalECPrivateKey(key)
+	return Material{Cert: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}),
+		Key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: privDER})}, nil
+}
+
+// newSecretsKey is the key Secrets are encrypted with in etcd: 32 random
+// bytes (base64, as the encryption configuration takes them) named key1.
+func newSecretsKey() (Material, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return Material{}, false, fmt.Errorf("generate the Secrets' encryption key: %w", err)
+		return Material{}, err
 	}
-	return Material{Cert: []byte("key1"), Key: []byte(base64.StdEncoding.EncodeToString(raw))}, true, nil
+	return Material{Cert: []byte("key1"), Key: []byte(base64.StdEncoding.EncodeToString(raw))}, nil
 }
 
 func parseCert(b []byte) (*x509.Certificate, error) {
