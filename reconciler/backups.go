@@ -115,8 +115,9 @@ type backupJob struct {
 	Objects *cloud.Clients
 	Policy  BackupPolicy
 	Now     time.Time
-	// Seal, if set, seals the file before it is stored (OPKE's own
-	// store's snapshots, which hold its keys).
+	// Seal seals the file before it is stored (the store's encryption
+	// key, under a label per cluster or the store's own); the drill, if
+	// any, runs on the plain file.
 	Seal func([]byte) ([]byte, error)
 }
 
@@ -125,22 +126,21 @@ type backupJob struct {
 // store's records follow the container: the snapshots it holds are the
 // ones recorded.
 func storeBackup(ctx context.Context, kv writer, s backupJob) (*backup.Record, error) {
-	cluster, reason, pol, now, seal := s.Cluster, s.Reason, s.Policy, s.Now, s.Seal
-	src, objects := s.Source, s.Objects
+	cluster, pol := s.Cluster, s.Policy
 	tmp, err := os.MkdirTemp("", "opke-backup-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	snap, err := backup.Take(ctx, src, tmp)
+	snap, err := backup.Take(ctx, s.Source, tmp)
 	if err != nil {
 		return nil, fmt.Errorf("backup of %s: %w", cluster, err)
 	}
-	rec := snap.Record(cluster, reason, now, pol.Container)
+	rec := snap.Record(cluster, s.Reason, s.Now, pol.Container)
 	stored := snap.Path // what goes to Swift; the plain file stays for the drill
-	if seal != nil {
+	if s.Seal != nil {
 		stored = snap.Path + ".sealed"
-		if err := sealFile(snap.Path, stored, seal); err != nil {
+		if err := transformFile(snap.Path, stored, s.Seal); err != nil {
 			return nil, err
 		}
 		if rec.SHA256, rec.Size, err = fileSum(stored); err != nil {
@@ -148,7 +148,7 @@ func storeBackup(ctx context.Context, kv writer, s backupJob) (*backup.Record, e
 		}
 		rec.Sealed = true
 	}
-	box := backup.Objects{Client: objects.ObjectStore, Container: pol.Container}
+	box := backup.Objects{Client: s.Objects.ObjectStore, Container: pol.Container}
 	if err := box.Put(ctx, rec, stored); err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func storeBackup(ctx context.Context, kv writer, s backupJob) (*backup.Record, e
 		return rec, err
 	}
 	if pol.Drill {
-		return rec, drill(ctx, kv, snap.Path, rec, now)
+		return rec, drill(ctx, kv, snap.Path, rec, s.Now)
 	}
 	return rec, nil
 }
@@ -191,7 +191,7 @@ func Fetch(ctx context.Context, box backup.Objects, rec *backup.Record, dir stri
 	if open == nil {
 		return "", fmt.Errorf("snapshot %s is sealed: the store's encryption key is needed to open it", rec.ID)
 	}
-	if err := transformFile(path, open); err != nil {
+	if err := transformFile(path, path, open); err != nil {
 		return "", fmt.Errorf("open snapshot %s: %w: %w", rec.ID, err, backup.ErrCorrupt)
 	}
 	return path, nil
@@ -242,22 +242,10 @@ func prune(ctx context.Context, kv writer, box backup.Objects, cluster string, r
 	return nil
 }
 
-// transformFile rewrites a file through fn (sealing or opening it).
-// sealFile writes the sealed bytes of the file at from to the file at to.
-func sealFile(from, to string, seal func([]byte) ([]byte, error)) error {
+// transformFile writes to the file at to the bytes of the file at from
+// through fn (sealing or opening them); from and to may be one file.
+func transformFile(from, to string, fn func([]byte) ([]byte, error)) error {
 	b, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	out, err := seal(b)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, out, 0o600)
-}
-
-func transformFile(path string, fn func([]byte) ([]byte, error)) error {
-	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
@@ -265,7 +253,7 @@ func transformFile(path string, fn func([]byte) ([]byte, error)) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, out, 0o600)
+	return os.WriteFile(to, out, 0o600)
 }
 
 // backupStep runs a plan's backup change: a scheduled snapshot, or the
