@@ -44,10 +44,13 @@ type clusterApply struct {
 	stepCtx context.Context // the steps run on it
 	clients *cloud.Clients
 
-	// observed is the cloud as last observed; stale once the
-	// infrastructure phase ran a step.
+	// observed is the cloud as last observed, ledger the ledger read with
+	// it; stale once the infrastructure phase ran a step. owner is the
+	// installation id the observations filter by.
 	observed []diff.Resource
+	ledger   *Ledger
 	stale    bool
+	owner    string
 	// out is the render the steps use, made with the options in key;
 	// renderMu makes the steps that run at once share one (two renders
 	// at once would each issue the material a new cluster lacks).
@@ -108,26 +111,25 @@ func (ca *clusterApply) observe() ([]diff.Resource, error) {
 		return ca.observed, nil
 	}
 	store := ca.a.Planner.Store
-	owner, err := store.InstallationID(ca.stepCtx)
-	if err != nil {
-		return nil, err
+	if ca.owner == "" {
+		owner, err := store.InstallationID(ca.stepCtx)
+		if err != nil {
+			return nil, err
+		}
+		ca.owner = owner
 	}
-	// The load balancer's members the ledger knows are resolved by their
-	// ids, as a plan's are: no listing of the pool's members.
+	// The ledger as it is now: the load balancer's members it knows are
+	// resolved by their ids, as a plan's are (no listing of the pool's
+	// members), and the infrastructure phase finds ids in it.
 	ledger, err := readLedger(ca.stepCtx, store, ca.name, nil)
 	if err != nil {
 		return nil, err
 	}
-	known := map[string]diff.Resource{}
-	for _, r := range ledger.Resources {
-		if r.Kind == diff.KindMember && r.ID != "" {
-			known[r.ID] = r
-		}
-	}
-	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, owner, ca.name, known)
+	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, ca.owner, ca.name, ledger.members())
 	if err != nil {
 		return nil, err
 	}
+	ca.ledger = ledger
 	ca.sum.Observations++
 	ca.observed, ca.stale = obs.Clusters[ca.name], false
 	if ca.observed == nil {
@@ -170,15 +172,8 @@ func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error)
 // the cloud and the ledger hold and, for servers, the user_data of the
 // render.
 func (ca *clusterApply) infra(changes []diff.Change) (map[string]StepState, error) {
-	store, name := ca.a.Planner.Store, ca.name
+	name := ca.name
 	found, err := ca.observe()
-	if err != nil {
-		return nil, err
-	}
-	// What the ledger knows comes first: a resource the cloud does not
-	// list by tags (a server group before its servers) made by a step
-	// done before a crash.
-	ledger, err := readLedger(ca.stepCtx, store, name, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -193,11 +188,10 @@ func (ca *clusterApply) infra(changes []diff.Change) (map[string]StepState, erro
 		}
 		found = slices.Concat(found, services)
 	}
-	owner, err := store.InstallationID(ca.stepCtx)
-	if err != nil {
-		return nil, err
-	}
-	ops := cloud.NewApplier(ca.clients, owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), found))
+	// What the ledger knows comes first: a resource the cloud does not
+	// list by tags (a server group before its servers) made by a step
+	// done before a crash.
+	ops := cloud.NewApplier(ca.clients, ca.owner, name, slices.Concat(slices.Collect(maps.Values(ca.ledger.Resources)), found))
 	byAddr := map[diff.Address]diff.Resource{}
 	for _, r := range found {
 		byAddr[r.Address()] = r

@@ -111,6 +111,18 @@ func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, erro
 	return readLedger(ctx, kv, cluster, spec)
 }
 
+// members are the load balancer members the ledger knows, by their ids:
+// an observation resolves them without listing their pool's members.
+func (l *Ledger) members() map[string]diff.Resource {
+	out := map[string]diff.Resource{}
+	for _, r := range l.Resources {
+		if r.Kind == diff.KindMember && r.ID != "" {
+			out[r.ID] = r
+		}
+	}
+	return out
+}
+
 // readLedger reads a cluster's resources and files; spec is its applied
 // spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {

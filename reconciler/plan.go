@@ -164,11 +164,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		known := map[string]diff.Resource{}
 		for _, name := range clouds[w] {
 			clientsOf[name] = clients
-			for _, r := range res.Clusters[name].Ledger.Resources {
-				if r.Kind == diff.KindMember && r.ID != "" {
-					known[r.ID] = r
-				}
-			}
+			maps.Copy(known, res.Clusters[name].Ledger.members())
 		}
 		started := time.Now()
 		// One cluster's plan lists its own resources only: its cost does
