@@ -36,6 +36,7 @@ const (
 
 // schema is what the plan knows of a kind.
 type schema struct {
+	kind Kind
 	// refs are the attributes by which a resource names others, and the
 	// kinds they name (a list, comma-separated; "group:" marks a
 	// security group named as a rule's remote): the ones it names are
@@ -50,41 +51,33 @@ type schema struct {
 }
 
 // kindSchemas are the kinds' schemas, in creation order.
-var kindSchemas = []struct {
-	kind Kind
-	schema
-}{
-	{KindAppCredential, schema{}},
-	{KindNetwork, schema{}},
-	{KindSecurityGroup, schema{}},
-	{KindServerGroup, schema{}},
-	{KindSubnet, schema{refs: map[string]Kind{"network": KindNetwork}, heldBy: []Kind{KindPort}}},
-	{KindRouter, schema{}},
-	{KindRule, schema{refs: map[string]Kind{"security_group": KindSecurityGroup, "remote": KindSecurityGroup}}},
-	{KindInterface, schema{refs: map[string]Kind{"router": KindRouter, "subnet": KindSubnet}, heldBy: []Kind{KindFloatingIP, KindLoadBalancer}}},
-	{KindPort, schema{refs: map[string]Kind{"network": KindNetwork, "security_groups": KindSecurityGroup}}},
-	{KindLoadBalancer, schema{refs: map[string]Kind{"subnet": KindSubnet}}},
-	{KindServer, schema{refs: map[string]Kind{"port": KindPort, "server_group": KindServerGroup}}},
-	{KindListener, schema{refs: map[string]Kind{"load_balancer": KindLoadBalancer}}},
-	{KindFloatingIP, schema{refs: map[string]Kind{"port": KindPort, "load_balancer": KindLoadBalancer}}},
-	{KindPool, schema{refs: map[string]Kind{"listener": KindListener}}},
-	{KindMember, schema{refs: map[string]Kind{"pool": KindPool}}},
-	{KindMonitor, schema{refs: map[string]Kind{"pool": KindPool}}},
+var kindSchemas = []schema{
+	{kind: KindAppCredential},
+	{kind: KindNetwork},
+	{kind: KindSecurityGroup},
+	{kind: KindServerGroup},
+	{kind: KindSubnet, refs: map[string]Kind{"network": KindNetwork}, heldBy: []Kind{KindPort}},
+	{kind: KindRouter},
+	{kind: KindRule, refs: map[string]Kind{"security_group": KindSecurityGroup, "remote": KindSecurityGroup}},
+	{kind: KindInterface, refs: map[string]Kind{"router": KindRouter, "subnet": KindSubnet}, heldBy: []Kind{KindFloatingIP, KindLoadBalancer}},
+	{kind: KindPort, refs: map[string]Kind{"network": KindNetwork, "security_groups": KindSecurityGroup}},
+	{kind: KindLoadBalancer, refs: map[string]Kind{"subnet": KindSubnet}},
+	{kind: KindServer, refs: map[string]Kind{"port": KindPort, "server_group": KindServerGroup}},
+	{kind: KindListener, refs: map[string]Kind{"load_balancer": KindLoadBalancer}},
+	{kind: KindFloatingIP, refs: map[string]Kind{"port": KindPort, "load_balancer": KindLoadBalancer}},
+	{kind: KindPool, refs: map[string]Kind{"listener": KindListener}},
+	{kind: KindMember, refs: map[string]Kind{"pool": KindPool}},
+	{kind: KindMonitor, refs: map[string]Kind{"pool": KindPool}},
 }
 
 // schemaOf returns a kind's schema; ok is false for a kind OPKE does not
 // manage.
 func schemaOf(k Kind) (schema, bool) {
-	i := slices.IndexFunc(kindSchemas, func(s struct {
-		kind Kind
-		schema
-	}) bool {
-		return s.kind == k
-	})
+	i := slices.IndexFunc(kindSchemas, func(s schema) bool { return s.kind == k })
 	if i < 0 {
 		return schema{}, false
 	}
-	return kindSchemas[i].schema, true
+	return kindSchemas[i], true
 }
 
 // Known reports whether k is one of the kinds OPKE manages.
