@@ -489,9 +489,10 @@ func (s *Sim) peerPort(nets []string, addr netip.AddrPort) (int, error) {
 // restart failed with "address already in use".
 func fixedPort(taken map[string]int) (int, error) {
 	const lo, hi = 20000, 32767
+	used := slices.Collect(maps.Values(taken))
 	for range 200 {
 		p := lo + rand.IntN(hi-lo)
-		if slices.Contains(slices.Collect(maps.Values(taken)), p) {
+		if slices.Contains(used, p) {
 			continue
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))

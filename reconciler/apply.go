@@ -350,8 +350,8 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if !ok {
 			return fmt.Errorf("%s: not in the render", c.Address)
 		}
-		if want := c.After["sha256"]; !want.Unknown && !want.Sensitive && want.Value != f.SHA256 {
-			return fmt.Errorf("%s: %w: the plan's sha256 is %s, the render's %s", c.Address, ErrInconsistent, want.Value, f.SHA256)
+		if err := consistent(c, f.SHA256); err != nil {
+			return err
 		}
 		if h.have[host][path] != f.SHA256 {
 			if err := h.a.Hosts.upload(ctx, h.t, host, f); err != nil {

@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -531,5 +532,45 @@ func TestApplyRendersOnce(t *testing.T) {
 	}
 	if p := r.plan(t, demo); !p.Empty() {
 		t.Errorf("after the applies, plan: %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+	}
+}
+
+// TestApplyRefusesAnInconsistentPlan: a plan says which bytes each known
+// file gets; when the apply renders other bytes for one (here the
+// kubelet image changed between plan and apply), that upload fails with
+// ErrInconsistent and the host keeps what it had, as Terraform refuses an
+// inconsistent final plan.
+func TestApplyRefusesAnInconsistentPlan(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := context.Background()
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	demo.Spec.Kubernetes.Version = "v1.35.4"
+	req, plan := r.planned(t, demo)
+	// Controllers roll first: the first controller's file is refused, and
+	// every host after it is skipped.
+	const env = "host/demo-controller-0/etc/kubernetes/kubelet.env"
+	if addresses(plan.Changes)[env] != diff.ActionUpload {
+		t.Fatalf("the upgrade does not upload %s: %v", env, addresses(plan.Changes))
+	}
+	r.planner.KubeletImage = "registry.example/another-kubelet"
+	sum, err := r.applier(t).Apply(ctx, req, plan)
+	if !errors.Is(err, reconciler.ErrFailed) {
+		t.Fatalf("apply of an inconsistent plan: %v", err)
+	}
+	var inconsistent []string
+	for _, f := range sum.Failed {
+		if errors.Is(f.Err, reconciler.ErrInconsistent) {
+			inconsistent = append(inconsistent, f.Change.Address.String())
+		}
+	}
+	if !slices.Contains(inconsistent, env) {
+		t.Errorf("%s is not refused as inconsistent: %v", env, inconsistent)
+	}
+	res := r.observed(t)
+	out, err := sshx.Run(ctx, dialHost(t, r, res, "demo-controller-0", dialHost(t, r, res, "demo-gateway-0", nil)), "cat /etc/kubernetes/kubelet.env")
+	if err != nil || strings.Contains(string(out), "another-kubelet") || strings.Contains(string(out), "v1.35.4") {
+		t.Errorf("the controller's kubelet.env after the refused apply: %q %v", out, err)
 	}
 }

@@ -71,6 +71,15 @@ type renderKey struct {
 // plan was made from another state; plan again).
 var ErrInconsistent = errors.New("the plan does not match what apply renders")
 
+// consistent checks the bytes a step pushes (their sha256) against the
+// plan's change: a known, shown value must be those bytes'.
+func consistent(c diff.Change, sum string) error {
+	if want := c.After["sha256"]; !want.Unknown && !want.Sensitive && want.Value != sum {
+		return fmt.Errorf("%s: %w: the plan's sha256 is %s, the render's %s", c.Address, ErrInconsistent, want.Value, sum)
+	}
+	return nil
+}
+
 // phases runs the infrastructure phase, then the host phase. It returns
 // how the apply ended: done or failed.
 func (ca *clusterApply) phases() (string, error) {

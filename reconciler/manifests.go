@@ -184,8 +184,8 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 	for _, host := range controllerNames(h.t) {
 		if f, ok := h.files[host][assets.PathAddons+"/"+name]; ok {
 			data, sum, found = f.Data, f.SHA256, true
-			if want := c.After["sha256"]; !want.Unknown && want.Value != f.SHA256 {
-				return fmt.Errorf("%s: %w: the plan's sha256 is %s, the render's %s", c.Address, ErrInconsistent, want.Value, f.SHA256)
+			if err := consistent(c, f.SHA256); err != nil {
+				return err
 			}
 			break
 		}
