@@ -694,3 +694,41 @@ func TestGatewaySSHSources(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsettledManifest: a manifest whose bytes carry material the plan
+// could only issue in memory is planned known after apply, also when the
+// cluster already applied one of that name (the apply checks every known
+// value against its render, so a known one would be refused there).
+func TestUnsettledManifest(t *testing.T) {
+	t.Parallel()
+	kv := statetest.Open(t)
+	c := spec(t, "demo", nil)
+	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const file = "/etc/kubernetes/addons/01-coredns.yaml"
+	d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true,
+		UnsettledFiles: map[string]map[string]bool{"demo-controller-0": {file: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := converged(d)
+	p := Diff([]*Desired{d}, []*Observed{o})
+	ch := find(t, p.Changes, ManifestAddress("demo", "01-coredns.yaml"), ActionApply)
+	if !ch.After["sha256"].Unknown || ch.Reason != "carries keys or certificates issued at apply" || ch.Before["sha256"].Value == "" {
+		t.Errorf("the unsettled manifest's change: %+v", ch)
+	}
+	if _, ok := addressesOf(p)["kubernetes/demo/00-kube-proxy.yaml"]; ok {
+		t.Error("a settled manifest, applied as it is, is planned again")
+	}
+}
+
+// addressesOf are the addresses a plan changes.
+func addressesOf(p *Plan) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range slices.Concat(p.Changes, p.Drift) {
+		out[c.Address.String()] = true
+	}
+	return out
+}
