@@ -574,3 +574,23 @@ func TestApplyRefusesAnInconsistentPlan(t *testing.T) {
 		t.Errorf("the controller's kubelet.env after the refused apply: %q %v", out, err)
 	}
 }
+
+// TestWithProgressChains: WithProgress gives a copy telling both hooks,
+// the applier's own first, and leaves the applier it was called on as
+// it was.
+func TestWithProgressChains(t *testing.T) {
+	t.Parallel()
+	var told []string
+	a := &reconciler.Applier{Progress: func(context.Context, reconciler.Step) { told = append(told, "own") }}
+	b := a.WithProgress(func(context.Context, reconciler.Step) { told = append(told, "added") })
+	b.Progress(context.Background(), reconciler.Step{})
+	a.Progress(context.Background(), reconciler.Step{})
+	if d := cmp.Diff([]string{"own", "added", "own"}, told); d != "" {
+		t.Errorf("told (-want +got):\n%s", d)
+	}
+	told = nil
+	(&reconciler.Applier{}).WithProgress(func(context.Context, reconciler.Step) { told = append(told, "only") }).Progress(context.Background(), reconciler.Step{})
+	if d := cmp.Diff([]string{"only"}, told); d != "" {
+		t.Errorf("without a hook of its own (-want +got):\n%s", d)
+	}
+}
