@@ -32,6 +32,9 @@ type Options struct {
 	KubeletImage string
 	// MirrorAuth is the login to the spec's registry mirror, if any.
 	MirrorAuth *assets.MirrorAuth
+	// Etcd is how controllers' etcd members first start, by host
+	// (assets.Input.Etcd).
+	Etcd map[string]assets.EtcdStart
 }
 
 // Output is a cluster rendered.
@@ -90,7 +93,7 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}
 	}
-	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, KubeletImage: o.KubeletImage, MirrorAuth: o.MirrorAuth}); err != nil {
+	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, KubeletImage: o.KubeletImage, MirrorAuth: o.MirrorAuth, Etcd: o.Etcd}); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return out, nil

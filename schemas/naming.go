@@ -3,6 +3,7 @@ package schemas
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -55,6 +56,19 @@ func ServerName(cluster, pool string, index int) string {
 // ControllerName is the name of the cluster's index-th controller.
 func ControllerName(cluster string, index int) string {
 	return ServerName(cluster, string(RoleController), index)
+}
+
+// ControllerIndex is the index of a controller from its name; ok is
+// false for a name that is not one of the cluster's controllers.
+func ControllerIndex(cluster, server string) (index int, ok bool) {
+	if RoleOf(cluster, server) != RoleController {
+		return 0, false
+	}
+	n, err := strconv.Atoi(server[strings.LastIndex(server, "-")+1:])
+	if err != nil || n < 0 || ControllerName(cluster, n) != server {
+		return 0, false
+	}
+	return n, true
 }
 
 // GatewayName is the name of the cluster's gateway.

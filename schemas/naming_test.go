@@ -82,4 +82,22 @@ func TestServerNamesAndRoles(t *testing.T) {
 	if got, want := GatewayName("prod"), "prod-gateway-0"; got != want {
 		t.Errorf("GatewayName = %s, want %s", got, want)
 	}
+	for _, tc := range []struct {
+		server string
+		index  int
+		ok     bool
+	}{
+		{"prod-controller-0", 0, true},
+		{"prod-controller-4", 4, true},
+		{"prod-controller-01", 0, false},
+		{"prod-controller--1", 0, false},
+		{"prod-controller-x", 0, false},
+		{"prod-controller-a-0", 0, false},
+		{"prod-gateway-0", 0, false},
+		{"other-controller-1", 0, false},
+	} {
+		if i, ok := ControllerIndex("prod", tc.server); i != tc.index || ok != tc.ok {
+			t.Errorf("ControllerIndex(prod, %q) = %d, %v; want %d, %v", tc.server, i, ok, tc.index, tc.ok)
+		}
+	}
 }

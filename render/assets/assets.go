@@ -95,7 +95,27 @@ type Input struct {
 	// (the daemon's, never the spec's): it goes into the hosts' registry
 	// configuration, which is then secret.
 	MirrorAuth *MirrorAuth
+	// Etcd is how each controller's etcd member first starts, by host;
+	// a controller not in it founds the cluster with the spec's
+	// controllers (see EtcdStart).
+	Etcd map[string]EtcdStart
 }
+
+// EtcdStart is how a controller's etcd member starts with an empty data
+// dir: founding the cluster with the other members (Join false), or
+// joining the cluster that runs once it was added to its membership
+// (Join true). Members are the controllers the membership holds then,
+// the host itself included. etcd reads these settings only on that first
+// start (ETCD_INITIAL_CLUSTER and ETCD_INITIAL_CLUSTER_STATE); a member
+// keeps the ones it started with (the ledger holds them), so that a
+// change of the membership later changes no running member's files.
+type EtcdStart struct {
+	Join    bool     `json:"join,omitempty"`
+	Members []string `json:"members"`
+}
+
+// Equal reports whether two starts are the same.
+func (e EtcdStart) Equal(o EtcdStart) bool { return e.Join == o.Join && slices.Equal(e.Members, o.Members) }
 
 // MirrorAuth is a registry login. String prints no password.
 type MirrorAuth struct {
@@ -152,6 +172,8 @@ func (f *File) UnmarshalJSON(b []byte) error {
 type HostFiles struct {
 	Host
 	Files []File `json:"files"`
+	// Etcd is how a controller's etcd member was rendered to start.
+	Etcd *EtcdStart `json:"etcd,omitempty"`
 }
 
 // Set is the rendered files of one cluster.
@@ -209,6 +231,7 @@ func Render(in Input) (*Set, error) {
 	var clusterManifests []File
 	for _, h := range in.Hosts {
 		var files []File
+		var etcd *EtcdStart
 		switch h.Role {
 		case schemas.RoleController:
 			if clusterManifests == nil {
@@ -216,7 +239,9 @@ func Render(in Input) (*Set, error) {
 					return nil, err
 				}
 			}
-			files, err = r.controller(h)
+			start := r.etcdStart(h.Name)
+			etcd = &start
+			files, err = r.controller(h, start)
 			files = append(files, clusterManifests...)
 		case schemas.RoleWorker:
 			files, err = r.worker(h)
@@ -237,7 +262,7 @@ func Render(in Input) (*Set, error) {
 				return nil, fmt.Errorf("render %s: two files at %s", h.Name, files[i].Path)
 			}
 		}
-		set.Hosts = append(set.Hosts, HostFiles{Host: h, Files: files})
+		set.Hosts = append(set.Hosts, HostFiles{Host: h, Files: files, Etcd: etcd})
 	}
 	return set, nil
 }

@@ -396,6 +396,56 @@ func TestAddPool(t *testing.T) {
 	}
 }
 
+// TestEtcdStart: a member that joins the running cluster starts with
+// the membership it was added to and state existing; the others keep the
+// founding settings, whatever the spec's count says now.
+func TestEtcdStart(t *testing.T) {
+	store := statetest.Open(t)
+	c := loadSpec(t, "prod")
+	before := renderCluster(t, store, c, credential)
+	join := map[string]assets.EtcdStart{"prod-controller-1": {Join: true, Members: []string{"prod-controller-0", "prod-controller-1", "prod-controller-2"}}}
+	after := renderWith(t, store, c, render.Options{Now: now, Cloud: credential, Etcd: join})
+	if diff := cmp.Diff([]string{"prod-controller-1:" + assets.PathEtcdEnv}, changedPaths(before.Assets, after.Assets)); diff != "" {
+		t.Errorf("changed by the join (-want +got):\n%s", diff)
+	}
+	h, _ := after.Assets.Host("prod-controller-1")
+	f, _ := h.File(assets.PathEtcdEnv)
+	for _, want := range []string{
+		"ETCD_INITIAL_CLUSTER=prod-controller-0=https://192.168.20.10:2380,prod-controller-1=https://192.168.20.11:2380,prod-controller-2=https://192.168.20.12:2380\n",
+		"ETCD_INITIAL_CLUSTER_STATE=existing\n",
+	} {
+		if !strings.Contains(string(f.Data), want) {
+			t.Errorf("etcd.env of the joining member lacks %q:\n%s", want, f.Data)
+		}
+	}
+	if h.Etcd == nil || !h.Etcd.Equal(join["prod-controller-1"]) {
+		t.Errorf("the set says the member starts %+v, want %+v", h.Etcd, join["prod-controller-1"])
+	}
+
+	// Five controllers: the three that run keep the founding members
+	// they were given; the fourth joins the four.
+	c.Spec.Controllers.Count = 5
+	founding := []string{"prod-controller-0", "prod-controller-1", "prod-controller-2"}
+	etcd := map[string]assets.EtcdStart{"prod-controller-3": {Join: true, Members: append(slices.Clone(founding), "prod-controller-3")}}
+	for _, m := range founding {
+		etcd[m] = assets.EtcdStart{Members: founding}
+	}
+	five := renderWith(t, store, c, render.Options{Now: now, Cloud: credential, Etcd: etcd})
+	for _, name := range founding {
+		a, _ := before.Assets.Host(name)
+		b, _ := five.Assets.Host(name)
+		x, _ := a.File(assets.PathEtcdEnv)
+		y, _ := b.File(assets.PathEtcdEnv)
+		if x.SHA256 != y.SHA256 {
+			t.Errorf("%s's etcd.env changed with the count:\n%s", name, y.Data)
+		}
+	}
+	h, _ = five.Assets.Host("prod-controller-4")
+	if want := (assets.EtcdStart{Members: []string{"prod-controller-0", "prod-controller-1", "prod-controller-2", "prod-controller-3", "prod-controller-4"}}); h.Etcd == nil || !h.Etcd.Equal(want) {
+		t.Errorf("a controller not in the input starts %+v, want %+v", h.Etcd, want)
+	}
+}
+
 // TestRenderTwiceIsIdentical: a second render with the same store yields
 // the same bytes everywhere and issues nothing.
 func TestRenderTwiceIsIdentical(t *testing.T) {
@@ -558,7 +608,7 @@ func TestPushedTLSFilesVerify(t *testing.T) {
 func TestRenderErrors(t *testing.T) {
 	store := statetest.Open(t)
 	c := loadSpec(t, "demo")
-	renderCluster(t, store, c, nil)
+	full := renderCluster(t, store, c, nil)
 	bundle, _, err := pki.Issue(context.Background(), store, pki.Request{Cluster: "demo", Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -579,6 +629,10 @@ func TestRenderErrors(t *testing.T) {
 		{name: "material of another host set", in: assets.Input{Cluster: c, PKI: bundle, Hosts: hosts}, want: assets.ErrMissingMaterial},
 		{name: "unknown role", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-x-0", Role: "bastion"}}}, want: assets.ErrBadInput},
 		{name: "controller without IP", in: assets.Input{Cluster: c, PKI: bundle, Hosts: []assets.Host{{Name: "demo-controller-0", Role: schemas.RoleController}}}, want: assets.ErrBadInput},
+		{name: "etcd member not a controller", in: assets.Input{Cluster: c, PKI: full.PKI, Hosts: hosts,
+			Etcd: map[string]assets.EtcdStart{"demo-controller-0": {Join: true, Members: []string{"demo-controller-0", "demo-default-0"}}}}, want: assets.ErrBadInput},
+		{name: "etcd members without the host", in: assets.Input{Cluster: c, PKI: full.PKI, Hosts: hosts,
+			Etcd: map[string]assets.EtcdStart{"demo-controller-0": {Join: true, Members: []string{"demo-controller-1"}}}}, want: assets.ErrBadInput},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := assets.Render(tc.in)

@@ -213,7 +213,7 @@ func (r *renderer) worker(h Host) ([]File, error) {
 
 // controller renders a controller's files: kubeadm's layout. The control
 // plane of a controller talks to its own API server.
-func (r *renderer) controller(h Host) ([]File, error) {
+func (r *renderer) controller(h Host, start EtcdStart) ([]File, error) {
 	if !h.IP.IsValid() {
 		return nil, fmt.Errorf("%w: controller %s has no fixed IP", ErrBadInput, h.Name)
 	}
@@ -250,7 +250,7 @@ func (r *renderer) controller(h Host) ([]File, error) {
 		return nil, err
 	}
 	files = append(files, etcdTLS...)
-	etcdEnv, err := r.etcdEnv(h)
+	etcdEnv, err := r.etcdEnv(h, start)
 	if err != nil {
 		return nil, err
 	}
@@ -368,16 +368,38 @@ resources:
 `)
 }
 
+// etcdStart is how a controller's member starts: as the input says, or
+// founding the cluster with the spec's controllers.
+func (r *renderer) etcdStart(host string) EtcdStart {
+	if s, ok := r.in.Etcd[host]; ok {
+		return s
+	}
+	return EtcdStart{Members: slices.Clone(r.data.Controllers)}
+}
+
 // etcdEnv is the etcd member's environment: etcd's own ETCD_* settings,
-// kubeadm's paths, and the image the etcd-member unit runs.
-func (r *renderer) etcdEnv(h Host) ([]byte, error) {
+// kubeadm's paths, and the image the etcd-member unit runs. The initial
+// cluster and its state are start's: read by etcd on its first start
+// only, with an empty data dir.
+func (r *renderer) etcdEnv(h Host, start EtcdStart) ([]byte, error) {
 	var initial []string
-	for i := range r.c.Spec.Controllers.Count {
+	for _, name := range start.Members {
+		i, ok := schemas.ControllerIndex(r.c.Metadata.Name, name)
+		if !ok {
+			return nil, fmt.Errorf("%w: etcd member %s of %s is not one of its controllers", ErrBadInput, name, h.Name)
+		}
 		ip, err := r.c.ControllerIP(i)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
 		}
-		initial = append(initial, schemas.ControllerName(r.c.Metadata.Name, i)+"=https://"+netip.AddrPortFrom(ip, 2380).String())
+		initial = append(initial, name+"=https://"+netip.AddrPortFrom(ip, 2380).String())
+	}
+	if !slices.Contains(start.Members, h.Name) {
+		return nil, fmt.Errorf("%w: the etcd members %s starts with do not include it", ErrBadInput, h.Name)
+	}
+	state := "new"
+	if start.Join {
+		state = "existing"
 	}
 	ip := h.IP.String()
 	const dir = PathPKI + "/etcd/"
@@ -392,7 +414,7 @@ func (r *renderer) etcdEnv(h Host) ([]byte, error) {
 		{"ETCD_LISTEN_PEER_URLS", "https://" + ip + ":2380"},
 		{"ETCD_INITIAL_ADVERTISE_PEER_URLS", "https://" + ip + ":2380"},
 		{"ETCD_INITIAL_CLUSTER", strings.Join(initial, ",")},
-		{"ETCD_INITIAL_CLUSTER_STATE", "new"},
+		{"ETCD_INITIAL_CLUSTER_STATE", state},
 		{"ETCD_INITIAL_CLUSTER_TOKEN", r.c.Metadata.Name},
 		{"ETCD_LISTEN_METRICS_URLS", "http://127.0.0.1:2381"},
 		{"ETCD_SNAPSHOT_COUNT", "10000"},
