@@ -20,6 +20,7 @@ const (
 	TargetGate            // host/<host>/health: the host's health gate
 	TargetDrain           // host/<host>/drain: a worker's cordon and evictions
 	TargetNode            // host/<host>/node: the host's Node object
+	TargetMember          // host/<host>/etcd-member: a controller's etcd membership
 	TargetManifest        // kubernetes/<cluster>/<name>
 	TargetBackup          // backup/<cluster>: a scheduled etcd snapshot
 	TargetSnapshot        // backup/<cluster>/before-rollout
@@ -69,6 +70,10 @@ func DrainAddress(host string) Address { return Address{Target: TargetDrain, Hos
 // NodeAddress is the address of a host's Node object in Kubernetes.
 func NodeAddress(host string) Address { return Address{Target: TargetNode, Host: host} }
 
+// MemberAddress is the address of a controller's membership in its
+// cluster's etcd.
+func MemberAddress(host string) Address { return Address{Target: TargetMember, Host: host} }
+
 // ManifestAddress is the address of a manifest's apply.
 func ManifestAddress(cluster, name string) Address {
 	return Address{Target: TargetManifest, Cluster: cluster, Name: name}
@@ -98,6 +103,7 @@ const (
 	gateSuffix      = "/health"
 	drainSuffix     = "/drain"
 	nodeSuffix      = "/node"
+	memberSuffix    = "/etcd-member"
 	snapshotSuffix  = "/before-rollout"
 )
 
@@ -116,6 +122,8 @@ func (a Address) String() string {
 		return spaceHost + a.Host + drainSuffix
 	case TargetNode:
 		return spaceHost + a.Host + nodeSuffix
+	case TargetMember:
+		return spaceHost + a.Host + memberSuffix
 	case TargetManifest:
 		return spaceKubernetes + a.Cluster + "/" + a.Name
 	case TargetBackup:
@@ -132,7 +140,7 @@ func (a Address) String() string {
 func (a Address) IsZero() bool { return a == Address{} }
 
 // OnHost reports whether a names something on a host (a file, a unit, its
-// gate, its drain or its Node object).
+// gate, its drain, its Node object or its etcd membership).
 func (a Address) OnHost() bool { return a.Host != "" }
 
 // Compare orders addresses by their string forms.
@@ -191,6 +199,8 @@ func ParseAddress(s string) (Address, error) {
 			return DrainAddress(host), nil
 		case rest == nodeSuffix:
 			return NodeAddress(host), nil
+		case rest == memberSuffix:
+			return MemberAddress(host), nil
 		case strings.HasPrefix(rest, unitsPrefix):
 			if unit := rest[len(unitsPrefix):]; segment(unit) {
 				return UnitAddress(host, unit), nil

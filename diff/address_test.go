@@ -24,6 +24,7 @@ func TestAddresses(t *testing.T) {
 		{GateAddress("prod-general-0"), "host/prod-general-0/health"},
 		{DrainAddress("prod-general-0"), "host/prod-general-0/drain"},
 		{NodeAddress("prod-general-0"), "host/prod-general-0/node"},
+		{MemberAddress("prod-controller-1"), "host/prod-controller-1/etcd-member"},
 		{ManifestAddress("prod", "00-kube-proxy.yaml"), "kubernetes/prod/00-kube-proxy.yaml"},
 		{BackupAddress("prod"), "backup/prod"},
 		{SnapshotAddress("prod"), "backup/prod/before-rollout"},

@@ -321,6 +321,8 @@ type hostStep struct {
 	j     *journal
 	t     HostTarget
 	files map[string]map[string]assets.File
+	// etcd is how the render starts each controller's etcd member.
+	etcd map[string]assets.EtcdStart
 	// have are the files' sha256 on the hosts, read before the phase.
 	have map[string]map[string]string
 	// uploads are the paths uploaded in the phase, by host.
@@ -387,10 +389,21 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 			return err
 		}
 		for _, path := range h.uploads[host] {
-			if f := h.files[host][path]; slices.Contains(f.Restart, unit) {
-				if err := recordFile(ctx, store, c.Cluster, host, path, f.SHA256); err != nil {
-					return err
+			f := h.files[host][path]
+			if !slices.Contains(f.Restart, unit) {
+				continue
+			}
+			if path == assets.PathEtcdEnv {
+				// How the member first started stays its own: the
+				// next renders of the host start it so again.
+				if start, ok := h.etcd[host]; ok {
+					if err := recordEtcdStart(ctx, store, c.Cluster, host, start); err != nil {
+						return err
+					}
 				}
+			}
+			if err := recordFile(ctx, store, c.Cluster, host, path, f.SHA256); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -354,10 +354,14 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 			return resultFailed, err
 		}
 		files := map[string]map[string]assets.File{}
+		etcd := map[string]assets.EtcdStart{}
 		for _, h := range out.Assets.Hosts {
 			files[h.Name] = map[string]assets.File{}
 			for _, f := range h.Files {
 				files[h.Name][f.Path] = f
+			}
+			if h.Etcd != nil {
+				etcd[h.Name] = *h.Etcd
 			}
 		}
 		// A host that already has a file's bytes (a step that ran before a
@@ -366,7 +370,7 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 		if err != nil {
 			ca.a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
 		}
-		hs := hostStep{a: ca.a, j: ca.j, t: target, files: files, have: have, uploads: uploads, pki: out.PKI, spec: ca.spec}
+		hs := hostStep{a: ca.a, j: ca.j, t: target, files: files, etcd: etcd, have: have, uploads: uploads, pki: out.PKI, spec: ca.spec}
 		states = ca.run(hostChanges, hs.do)
 	}
 	// A change of what only the store keeps (the deletion policy) is made

@@ -24,6 +24,7 @@ import (
 //	/opke/<cluster>/infra/<kind>/<name>         a resource as applied: {"id", "attrs"}
 //	/opke/<cluster>/hosts/<host>/files/<path>   a file as pushed: {"sha256"}
 //	/opke/<cluster>/hosts/<host>/version        the Kubernetes version the host runs
+//	/opke/<cluster>/hosts/<host>/etcd           how a controller's etcd member first started
 //	/opke/<cluster>/kubernetes/<manifest>        a manifest as applied to the API: {"sha256"}
 //
 // A host's records go with its server ([forgetHost]), but for a deleted
@@ -64,6 +65,9 @@ type Ledger struct {
 	Applied *diff.Applied
 	// Resources are the applied resources with their cloud ids, by address.
 	Resources map[diff.Address]diff.Resource
+	// Etcd is how each controller's etcd member first started, by host
+	// (recorded with its etcd.env): it renders so again.
+	Etcd map[string]assets.EtcdStart
 }
 
 // AppliedSpecs lists every cluster's last applied spec, by name: the
@@ -126,7 +130,7 @@ func (l *Ledger) members() map[string]diff.Resource {
 // readLedger reads a cluster's resources and files; spec is its applied
 // spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
-	l := &Ledger{Spec: spec, Resources: map[diff.Address]diff.Resource{}}
+	l := &Ledger{Spec: spec, Resources: map[diff.Address]diff.Resource{}, Etcd: map[string]assets.EtcdStart{}}
 	applied := &diff.Applied{Infra: map[diff.Address]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}
 	if spec != nil {
 		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
@@ -153,8 +157,16 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 	}
 	for k, v := range hosts {
 		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
-		if rest == "version" {
+		switch rest {
+		case "version":
 			applied.Versions[host] = string(v)
+			continue
+		case "etcd":
+			var start assets.EtcdStart
+			if err := json.Unmarshal(v, &start); err != nil || len(start.Members) == 0 {
+				return nil, fmt.Errorf("ledger of %s: %s: not an etcd member's start", cluster, k)
+			}
+			l.Etcd[host] = start
 			continue
 		}
 		path, ok := strings.CutPrefix(rest, "files")
@@ -225,6 +237,11 @@ func RecordRendered(ctx context.Context, kv ledgerKV, cluster string, set *asset
 				}
 			}
 		}
+		if h.Etcd != nil {
+			if err := recordEtcdStart(ctx, kv, cluster, h.Name, *h.Etcd); err != nil {
+				return err
+			}
+		}
 		if err := recordVersion(ctx, kv, cluster, h.Name, set.Version); err != nil {
 			return err
 		}
@@ -239,6 +256,15 @@ func recordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 stri
 		return err
 	}
 	return kv.Put(ctx, state.KeysOf(kv).Manifest(cluster, name), b)
+}
+
+// recordEtcdStart notes how a controller's etcd member first started.
+func recordEtcdStart(ctx context.Context, kv ledgerKV, cluster, host string, start assets.EtcdStart) error {
+	b, err := json.Marshal(start)
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, state.KeysOf(kv).HostEtcd(cluster, host), b)
 }
 
 // recordVersion notes the Kubernetes version a host runs.

@@ -6,6 +6,7 @@ package state
 //	<cluster>/infra/<kind>/<name>          ledger: a resource as applied, {"id", "attrs"}
 //	<cluster>/hosts/<host>/files<path>     ledger: a file as pushed, {"sha256"}
 //	<cluster>/hosts/<host>/version         ledger: the Kubernetes version the host runs
+//	<cluster>/hosts/<host>/etcd            ledger: how a controller's etcd member first started, {"join", "members"}
 //	<cluster>/kubernetes/<manifest>        ledger: a manifest as applied to the API, {"sha256"}
 //	<cluster>/backups/<id>                 an etcd snapshot's record
 //	<cluster>/hostkeys/<host>              a host's SSH host key, pinned at first contact (authorized_keys form)
@@ -69,6 +70,11 @@ func (k Keys) HostFile(cluster, host, path string) string {
 // HostVersion is the version a host runs.
 func (k Keys) HostVersion(cluster, host string) string {
 	return k.k.Key(cluster, "hosts", host, "version")
+}
+
+// HostEtcd is how a controller's etcd member first started.
+func (k Keys) HostEtcd(cluster, host string) string {
+	return k.k.Key(cluster, "hosts", host, "etcd")
 }
 
 // Manifests is the prefix of a cluster's applied manifests.
