@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 )
 
@@ -156,7 +157,9 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	deletes := b.deleteAll(d.Cluster, gone, "not in the spec")
 	rolling(deletes, ActionDelete, true)
 	b.drains(d, o, deletes)
-	b.hosts(d, o)
+	joins := Joins(d, o)
+	b.hosts(d, o, joins)
+	b.members(d, o, joins, deletes)
 	b.manifests(d, o)
 	b.stateChanges(d, o)
 }
@@ -299,13 +302,14 @@ type hostChanges struct {
 // from what was applied (or, after a resync, from what the host has), and
 // restarts of the units whose files changed.
 //
-// New hosts restart one after another. Hosts that already run (the ledger
+// New hosts restart one after another (a controller that joins the etcd
+// that runs is then gated, see members). Hosts that already run (the ledger
 // has their version) roll: controllers one at a time, then workers in
 // batches of MaxUnavailable, then the gateway; each host's restarts are
 // followed by its health gate, and the next batch's uploads wait for the
 // gates of the one before, so a gate that fails leaves the hosts after it
 // untouched. An etcd snapshot comes before the first controller's files.
-func (b *builder) hosts(d *Desired, o *Observed) {
+func (b *builder) hosts(d *Desired, o *Observed, joins []Join) {
 	var appliedFiles map[string]map[string]string
 	var versions map[string]string
 	if o.Applied != nil {
@@ -395,11 +399,18 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		runs := server == nil && versions[h.Name] != ""
 		switch {
 		case !runs:
+			if slices.ContainsFunc(joins, func(j Join) bool { return j.Host == h.Name }) {
+				// A member that joins the etcd that runs is gated healthy
+				// before the next membership change.
+				hc.gate = b.gate(d.Cluster, hc, note)
+			}
 			fresh = append(fresh, hc)
-		case len(hc.restarts) > 0 || versions[h.Name] != h.Version && h.Role != schemas.RoleGateway:
-			// A host that runs gets a gate when it restarts, and a node
-			// when it does not run the desired version yet (its gate
-			// failed). The gateway runs no Kubernetes.
+		case len(hc.restarts) > 0 || restartsPods(hc) || versions[h.Name] != h.Version && h.Role != schemas.RoleGateway:
+			// A host that runs gets a gate when it restarts (a static
+			// pod's manifest changed restarts the pod: the kubelet
+			// watches them), and a node when it does not run the desired
+			// version yet (its gate failed). The gateway runs no
+			// Kubernetes.
 			hc.gate = b.gate(d.Cluster, hc, note)
 			rolling = append(rolling, hc)
 		}
@@ -418,6 +429,14 @@ func (b *builder) hosts(d *Desired, o *Observed) {
 		prev = hc.restarts
 	}
 	b.roll(d, rolling)
+}
+
+// restartsPods reports whether a host's uploads change a static pod's
+// manifest, which the kubelet restarts the pod for.
+func restartsPods(hc *hostChanges) bool {
+	return slices.ContainsFunc(hc.uploads, func(p *pending) bool {
+		return strings.HasPrefix(p.Address.Name, assets.PathManifests+"/")
+	})
 }
 
 // gate adds a host's health gate after its restarts.

@@ -499,7 +499,7 @@ func checkGraph(t *testing.T, p *Plan) {
 // after says whether c depends on d, directly or through other changes.
 func after(p *Plan, c, d Change) bool {
 	byID := map[string]Change{}
-	for _, x := range p.Changes {
+	for _, x := range slices.Concat(p.Changes, p.Drift) {
 		byID[x.ID] = x
 	}
 	seen := map[string]bool{}

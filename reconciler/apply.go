@@ -340,6 +340,12 @@ type hostStep struct {
 func (h hostStep) do(ctx context.Context, c diff.Change) error {
 	store := h.j.w
 	host, path := c.Address.Host, c.Address.Name
+	if c.Address.Target == diff.TargetMember {
+		if err := h.a.memberStep(ctx, h.t, h.pki, h.spec, c); err != nil {
+			return err
+		}
+		return h.j.hook("member " + c.Action.String() + " " + c.Address.String())
+	}
 	switch c.Action {
 	case diff.ActionCheck:
 		return h.gate(ctx, c)

@@ -161,6 +161,19 @@ func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error)
 	if placeholder {
 		opts.Cloud = nil
 	}
+	// The etcd members the plan joins start as it says; the others as
+	// the ledger recorded.
+	var joins []diff.Join
+	for _, c := range slices.Concat(ca.plan.Changes, ca.plan.Drift) {
+		if start, ok := diff.MemberChange(c); ok {
+			joins = append(joins, diff.Join{Host: c.Address.Host, Members: start.Members})
+		}
+	}
+	ledger := ca.ledger
+	if ledger == nil {
+		ledger = &Ledger{}
+	}
+	opts.Etcd = etcdStarts(ca.name, ledger, joins)
 	key := renderKey{apiFIP: opts.APIFloatingIP}
 	if opts.Cloud != nil {
 		key.cloud = *opts.Cloud
@@ -207,15 +220,16 @@ func (ca *clusterApply) infra(changes []diff.Change) (map[string]StepState, erro
 	}
 	ca.stale = true
 	return ca.run(changes, func(ctx context.Context, c diff.Change) error {
-		if c.Address.Target == diff.TargetDrain || c.Address.Target == diff.TargetNode {
+		switch c.Address.Target {
+		case diff.TargetDrain, diff.TargetNode, diff.TargetMember:
 			return ca.nodeStep(ctx, c)
 		}
 		return ca.infraStep(ctx, ops, byAddr[c.Address], c)
 	}), nil
 }
 
-// nodeStep drains a worker or deletes a Node object, through the API
-// with the render's credentials.
+// nodeStep drains a worker, deletes a Node object or removes an etcd
+// member, through the API or etcd with the render's credentials.
 func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	if ca.spec == nil {
 		return fmt.Errorf("%s: no spec to reach the cluster's API with", c.Address)
@@ -228,8 +242,11 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	if err != nil {
 		return err
 	}
-	if c.Address.Target == diff.TargetDrain {
+	switch c.Address.Target {
+	case diff.TargetDrain:
 		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host)
+	case diff.TargetMember:
+		return ca.a.memberStep(ctx, t, out.PKI, ca.spec, c)
 	}
 	if err := ca.a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
 		return err

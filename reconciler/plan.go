@@ -205,7 +205,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		// A fleet's renders are let go one by one (1,000 clusters' files
 		// and material held to the end of a plan were most of opke
 		// serve's peak memory): only what the diff needs is kept.
-		if pl.Desired, err = p.desire(ctx, c, clientsOf[name], observed[name]); err != nil {
+		if pl.Desired, err = p.desire(ctx, c, clientsOf[name], pl); err != nil {
 			return nil, err
 		}
 		if pl.Ledger.Spec != nil {
@@ -236,13 +236,27 @@ func deleting(l *Ledger) bool {
 // desire renders c on a read-only view of the store and lists what it
 // asks for. A render that had to issue material (in memory) is made again
 // on another view, which tells the bytes that depend on it: those are
-// unknown until apply issues it for good.
-func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (*diff.Desired, error) {
-	kv := p.Store.ReadOnly()
-	opts, placeholder, err := p.renderOptions(ctx, kv, c, clients, observed)
+// unknown until apply issues it for good. Controllers whose etcd members
+// join the etcd that runs (diff.Joins) are rendered again to join it.
+func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, pl *Planned) (*diff.Desired, error) {
+	d, err := p.desireWith(ctx, c, clients, pl, nil)
 	if err != nil {
 		return nil, err
 	}
+	if joins := diff.Joins(d, pl.Observed); len(joins) > 0 {
+		return p.desireWith(ctx, c, clients, pl, joins)
+	}
+	return d, nil
+}
+
+// desireWith renders c with the etcd members that join as joins say.
+func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, pl *Planned, joins []diff.Join) (*diff.Desired, error) {
+	kv := p.Store.ReadOnly()
+	opts, placeholder, err := p.renderOptions(ctx, kv, c, clients, pl.Observed.Cloud)
+	if err != nil {
+		return nil, err
+	}
+	opts.Etcd = etcdStarts(c.Metadata.Name, pl.Ledger, joins)
 	out, err := render.Cluster(ctx, kv, c, opts)
 	if err != nil {
 		return nil, err
@@ -266,6 +280,16 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud
 		return nil, err
 	}
 	return d, nil
+}
+
+// etcdStarts is how a cluster's etcd members start in a render: as the
+// ledger recorded, or joining as joins say (diff.Starts).
+func etcdStarts(cluster string, l *Ledger, joins []diff.Join) map[string]assets.EtcdStart {
+	var versions map[string]string
+	if l.Applied != nil {
+		versions = l.Applied.Versions
+	}
+	return diff.Starts(cluster, versions, l.Etcd, joins)
 }
 
 // renderOptions are the options c renders with on kv: the API's floating

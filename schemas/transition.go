@@ -74,8 +74,13 @@ func Compare(old, new *Cluster) []FieldChange {
 	diff(spec.Field("kubernetes").Field("version"), o.Kubernetes.Version, n.Kubernetes.Version, EffectUpgrade,
 		"new versioned files are pushed and units restarted, controllers first; no server is recreated")
 	ctl := spec.Field("controllers")
-	diff(ctl.Field("count"), o.Controllers.Count, n.Controllers.Count, EffectUnsupported,
-		"changing the number of controllers (etcd members) is not supported yet")
+	if o.Controllers.Count != n.Controllers.Count {
+		note := fmt.Sprintf("%d controllers join etcd one at a time (a learner first, promoted once caught up, then gated)", n.Controllers.Count-o.Controllers.Count)
+		if n.Controllers.Count < o.Controllers.Count {
+			note = fmt.Sprintf("%d controllers leave etcd's membership one at a time, highest index first, then their servers are deleted", o.Controllers.Count-n.Controllers.Count)
+		}
+		out = append(out, FieldChange{Path: ctl.Field("count"), Effect: EffectScale, Note: note})
+	}
 	diff(ctl.Field("flavor"), o.Controllers.Flavor, n.Controllers.Flavor, EffectUnsupported,
 		"replacing controllers (etcd members) is not supported yet")
 	diff(ctl.Field("availabilityZones"), o.Controllers.AvailabilityZones, n.Controllers.AvailabilityZones, EffectNewServersOnly,

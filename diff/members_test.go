@@ -1,0 +1,217 @@
+package diff
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
+	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
+)
+
+// desireAgainst renders c as the planner does against o (no member's
+// start recorded): a controller that joins the etcd that runs is
+// rendered to join it.
+func desireAgainst(t *testing.T, kv state.KV, c *schemas.Cluster, o *Observed) *Desired {
+	t.Helper()
+	var versions map[string]string
+	if o.Applied != nil {
+		versions = o.Applied.Versions
+	}
+	render1 := func(joins []Join) *Desired {
+		out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now(), Etcd: Starts(c.Metadata.Name, versions, nil, joins)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := render1(nil)
+	joins := Joins(d, o)
+	if len(joins) == 0 {
+		return d
+	}
+	return render1(joins)
+}
+
+// TestMembership: the plans of etcd's membership, as golden files, and
+// the order each must keep: one change at a time, a member removed before
+// its server goes or comes back, added before its etcd starts, promoted
+// after, gated before the next.
+func TestMembership(t *testing.T) {
+	kv := statetest.Open(t)
+	controllers := func(n int) *schemas.Cluster {
+		return spec(t, "demo", func(c *schemas.Cluster) { c.Spec.Controllers.Count = n })
+	}
+	three := converged(desire(t, kv, controllers(3), true))
+	five := converged(desire(t, kv, controllers(5), true))
+	lost := func(o *Observed, hosts ...string) *Observed {
+		for _, h := range hosts {
+			o = without(o, "openstack/server/"+h)
+		}
+		return o
+	}
+	ctl := func(i int) string { return schemas.ControllerName("demo", i) }
+	restartOf := func(t *testing.T, p *Plan, host, unit string) Change {
+		return find(t, slices.Concat(p.Changes, p.Drift), UnitAddress(host, unit), ActionRestart)
+	}
+	for _, tc := range []struct {
+		name     string
+		spec     *schemas.Cluster
+		observed *Observed
+		check    func(t *testing.T, p *Plan)
+	}{
+		{"controller-lost", controllers(3), lost(three, ctl(1)), func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 {
+				t.Errorf("a lost controller's replacement is drift only: %v", p.Changes)
+			}
+			rm := find(t, p.Drift, MemberAddress(ctl(1)), ActionDelete)
+			server := find(t, p.Drift, ResourceAddress(KindServer, ctl(1)), ActionCreate)
+			add := find(t, p.Drift, MemberAddress(ctl(1)), ActionCreate)
+			promote := find(t, p.Drift, MemberAddress(ctl(1)), ActionUpdate)
+			gate := find(t, p.Drift, GateAddress(ctl(1)), ActionCheck)
+			etcd := restartOf(t, p, ctl(1), "etcd-member.service")
+			if rm.Phase != PhaseInfrastructure || rm.Before[attrRemoval].Value != RemovalLost || !after(p, server, rm) {
+				t.Errorf("the lost member is not removed first, in the infrastructure phase: %+v", rm)
+			}
+			if got := add.After[attrMembers].Value; got != "demo-controller-0,demo-controller-1,demo-controller-2" {
+				t.Errorf("joins with members %s", got)
+			}
+			if !after(p, etcd, add) || !after(p, promote, etcd) || !after(p, gate, promote) {
+				t.Error("not in order: add, etcd's start, promotion, gate")
+			}
+			if start, ok := MemberChange(add); !ok || !start.Join || len(start.Members) != 3 {
+				t.Errorf("MemberChange(%v) = %+v, %v", add.Address, start, ok)
+			}
+			if len(p.Warnings) != 0 {
+				t.Errorf("warnings: %v", p.Warnings)
+			}
+		}},
+		{"controllers-lost-quorum", controllers(3), lost(three, ctl(1), ctl(2)), func(t *testing.T, p *Plan) {
+			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "lost quorum") {
+				t.Errorf("warnings: %v", p.Warnings)
+			}
+			add1 := find(t, p.Drift, MemberAddress(ctl(1)), ActionCreate)
+			add2 := find(t, p.Drift, MemberAddress(ctl(2)), ActionCreate)
+			if got := add2.After[attrMembers].Value; got != "demo-controller-0,demo-controller-1,demo-controller-2" || !after(p, add2, add1) {
+				t.Errorf("the second join (members %s) does not follow the first", got)
+			}
+		}},
+		{"controllers-scale-out", controllers(5), three, func(t *testing.T, p *Plan) {
+			add3 := find(t, p.Changes, MemberAddress(ctl(3)), ActionCreate)
+			add4 := find(t, p.Changes, MemberAddress(ctl(4)), ActionCreate)
+			gate3 := find(t, p.Changes, GateAddress(ctl(3)), ActionCheck)
+			if got := add3.After[attrMembers].Value; got != "demo-controller-0,demo-controller-1,demo-controller-2,demo-controller-3" {
+				t.Errorf("the fourth joins with %s", got)
+			}
+			if got := add4.After[attrMembers].Value; got != "demo-controller-0,demo-controller-1,demo-controller-2,demo-controller-3,demo-controller-4" {
+				t.Errorf("the fifth joins with %s", got)
+			}
+			if !after(p, add4, gate3) {
+				t.Error("the fifth joins before the fourth's gate")
+			}
+			for _, c := range slices.Concat(p.Changes, p.Drift) {
+				if c.Address.Target == TargetMember && c.Action == ActionDelete {
+					t.Errorf("a scale-out removes %s", c.Address)
+				}
+				if c.Address == FileAddress(ctl(0), assets.PathEtcdEnv) {
+					t.Errorf("a member that runs gets a new etcd.env: %+v", c)
+				}
+			}
+		}},
+		{"controllers-scale-in", controllers(3), five, func(t *testing.T, p *Plan) {
+			rm4 := find(t, p.Changes, MemberAddress(ctl(4)), ActionDelete)
+			rm3 := find(t, p.Changes, MemberAddress(ctl(3)), ActionDelete)
+			server4 := find(t, p.Changes, ResourceAddress(KindServer, ctl(4)), ActionDelete)
+			server3 := find(t, p.Changes, ResourceAddress(KindServer, ctl(3)), ActionDelete)
+			lb4 := find(t, p.Changes, ResourceAddress(KindMember, ctl(4)), ActionDelete)
+			if !after(p, server4, rm4) || !after(p, rm4, lb4) || !after(p, rm3, server4) || !after(p, server3, rm3) {
+				t.Error("not in order: the load balancer's member, etcd's, the server; -4 before -3")
+			}
+			if rm4.Before[attrRemoval].Value != RemovalLeave {
+				t.Errorf("removal %+v", rm4.Before)
+			}
+			for _, c := range slices.Concat(p.Changes, p.Drift) {
+				if c.Address.Target == TargetMember && c.Action != ActionDelete {
+					t.Errorf("a scale-in plans %s %s", c.Action, c.Address)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := desireAgainst(t, kv, tc.spec, tc.observed)
+			p := Diff([]*Desired{d}, []*Observed{tc.observed})
+			tc.check(t, p)
+			checkGraph(t, p)
+			data, err := json.MarshalIndent(p, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text bytes.Buffer
+			if err := Text(&text, data); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "testdata/"+tc.name+"/plan.json", normalize(append(data, '\n')))
+			golden(t, "testdata/"+tc.name+"/plan.txt", text.Bytes())
+		})
+	}
+}
+
+// TestJoins: who joins the etcd that runs, with whom.
+func TestJoins(t *testing.T) {
+	kv := statetest.Open(t)
+	c := spec(t, "demo", func(c *schemas.Cluster) { c.Spec.Controllers.Count = 3 })
+	d := desire(t, kv, c, true)
+	done := converged(d)
+	for _, tc := range []struct {
+		name string
+		o    *Observed
+		want []Join
+	}{
+		{"new cluster", &Observed{Cluster: "demo"}, nil},
+		{"converged", done, nil},
+		{"never ran: founding", func() *Observed {
+			o := *done
+			o.Applied = &Applied{Infra: done.Applied.Infra, Versions: map[string]string{}}
+			return &o
+		}(), nil},
+		{"one lost", without(done, "openstack/server/demo-controller-2"),
+			[]Join{{Host: "demo-controller-2", Members: []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}, Removal: RemovalLost}}},
+		{"one never passed its gate", func() *Observed {
+			o := *done
+			a := *done.Applied
+			a.Versions = map[string]string{"demo-controller-0": "v1.35.1", "demo-controller-2": "v1.35.1"}
+			a.Files = map[string]map[string]string{}
+			o.Applied = &a
+			return &o
+		}(), []Join{{Host: "demo-controller-1", Members: []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}}}},
+		{"replaced", func() *Observed {
+			o := *done
+			o.Cloud = slices.Clone(done.Cloud)
+			for i, r := range o.Cloud {
+				if r.Address() == ResourceAddress(KindServer, "demo-controller-0") {
+					o.Cloud[i].Attrs = Attrs{"flavor": Known("other")}
+				}
+			}
+			return &o
+		}(), []Join{{Host: "demo-controller-0", Members: []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}, Removal: RemovalReplace}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Joins(d, tc.o)); diff != "" {
+				t.Errorf("Joins (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

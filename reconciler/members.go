@@ -1,0 +1,276 @@
+package reconciler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/render/pki"
+	"opke.dev/opke/schemas"
+)
+
+// ErrQuorum is a membership change refused because etcd has no quorum
+// (or would have none after it): only a restore from a snapshot brings
+// such a cluster back.
+var ErrQuorum = errors.New("etcd has no quorum")
+
+// ErrMemberAnswers is the removal of a member that answers, refused: a
+// controller that runs is not replaced.
+var ErrMemberAnswers = errors.New("the etcd member answers")
+
+// memberStep runs a change of a cluster's etcd membership (see
+// diff/members.go): a removal, the addition of a learner, a promotion.
+// Each is idempotent: it looks at the membership first, so a step run
+// again after a crash finds its work done. OPKE's etcd client reaches the
+// members through the gateway, never the member the change is about.
+func (a *Applier) memberStep(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, c diff.Change) error {
+	host := c.Address.Host
+	peerURL, removal, members := diff.MemberOf(c)
+	if peerURL == "" {
+		return fmt.Errorf("%s: the change names no peer URL", c.Address)
+	}
+	m, err := a.etcdMembers(ctx, t, b, host)
+	if err != nil {
+		return err
+	}
+	defer m.close()
+	list, err := m.list(ctx)
+	if err != nil {
+		return err
+	}
+	own := list.byPeerURL(peerURL)
+	switch c.Action {
+	case diff.ActionDelete:
+		if own == nil {
+			return nil // gone already
+		}
+		answers := list.answers[own.ID]
+		switch removal {
+		case diff.RemovalLost:
+			if own.IsLearner || answers {
+				// A learner is the new member's (added before a crash), a
+				// member that answers is not lost: either stays.
+				a.log().Info("etcd member kept: not lost", "cluster", t.Cluster, "host", host, "learner", own.IsLearner)
+				return nil
+			}
+		case diff.RemovalReplace:
+			if answers {
+				return fmt.Errorf("%s: %w: a controller that runs keeps its server (its replacement while it runs is not supported: delete its server to have it replaced)", host, ErrMemberAnswers)
+			}
+		}
+		if err := list.quorumWithout(own.ID); err != nil {
+			return fmt.Errorf("remove %s from etcd: %w", host, err)
+		}
+		if _, err := m.cli.MemberRemove(ctx, own.ID); err != nil && !etcdErrorIs(err, rpctypes.ErrGRPCMemberNotFound) {
+			return fmt.Errorf("remove %s from etcd: %w", host, err)
+		}
+		a.log().Info("etcd member removed", "cluster", t.Cluster, "host", host, "id", fmt.Sprintf("%x", own.ID), "removal", removal)
+		return nil
+	case diff.ActionCreate:
+		if own != nil {
+			return nil // added before a crash
+		}
+		if err := list.quorum(); err != nil {
+			return fmt.Errorf("add %s to etcd: %w", host, err)
+		}
+		// The membership must be the one the plan joins the member to:
+		// its etcd.env names it, and etcd refuses to start otherwise.
+		want, err := peerURLsOf(spec, slices.DeleteFunc(slices.Clone(members), func(n string) bool { return n == host }))
+		if err != nil {
+			return err
+		}
+		var have []string
+		for _, x := range list.members {
+			have = append(have, x.PeerURLs...)
+		}
+		slices.Sort(want)
+		slices.Sort(have)
+		if !slices.Equal(want, have) {
+			return fmt.Errorf("add %s to etcd: %w: etcd's members are at %s, the plan joins it to %s", host, ErrInconsistent,
+				strings.Join(have, ","), strings.Join(want, ","))
+		}
+		resp, err := m.cli.MemberAddAsLearner(ctx, []string{peerURL})
+		if err != nil {
+			return fmt.Errorf("add %s to etcd as a learner: %w", host, err)
+		}
+		a.log().Info("etcd member added as a learner", "cluster", t.Cluster, "host", host, "id", fmt.Sprintf("%x", resp.Member.ID))
+		return nil
+	case diff.ActionUpdate:
+		if own == nil {
+			return fmt.Errorf("promote %s: not a member of etcd (removed since it was added?)", host)
+		}
+		return a.promote(ctx, m, t, host, own.ID, own.IsLearner)
+	}
+	return fmt.Errorf("%w: %s of %s", errors.ErrUnsupported, c.Action, c.Address)
+}
+
+// promote makes a learner a voting member once it caught up with the
+// leader (etcd refuses before), trying again every second up to the gate
+// timeout.
+func (a *Applier) promote(ctx context.Context, m *etcdMembership, t HostTarget, host string, id uint64, learner bool) error {
+	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
+	deadline := time.Now().Add(timeout)
+	for learner {
+		_, err := m.cli.MemberPromote(ctx, id)
+		switch {
+		case err == nil:
+			learner = false
+		case etcdErrorIs(err, rpctypes.ErrGRPCMemberNotLearner):
+			learner = false
+		case !etcdErrorIs(err, rpctypes.ErrGRPCLearnerNotReady):
+			return fmt.Errorf("promote %s: %w", host, err)
+		case time.Now().After(deadline):
+			return waitedOut{fmt.Errorf("promote %s: still not caught up with the leader after %s: %w", host, timeout, err)}
+		default:
+			waiting(ctx, fmt.Errorf("the learner has not caught up with the leader yet: %w", err))
+			if err := sleepCtx(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+				return err
+			}
+		}
+	}
+	a.log().Info("etcd member promoted", "cluster", t.Cluster, "host", host, "id", fmt.Sprintf("%x", id))
+	return nil
+}
+
+// etcdErrorIs reports whether err is etcd's error e (the client gives
+// its own form of the server's errors).
+func etcdErrorIs(err, e error) bool {
+	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(e)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// peerURLsOf are the peer URLs of a cluster's controllers, by name.
+func peerURLsOf(spec *schemas.Cluster, names []string) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		i, ok := schemas.ControllerIndex(spec.Metadata.Name, n)
+		if !ok {
+			return nil, fmt.Errorf("etcd member %s is not a controller of %s", n, spec.Metadata.Name)
+		}
+		ip, err := spec.ControllerIP(i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, diff.PeerURL(ip))
+	}
+	return out, nil
+}
+
+// etcdMembership is an etcd client for membership changes.
+type etcdMembership struct {
+	cli *clientv3.Client
+}
+
+func (m *etcdMembership) close() { _ = m.cli.Close() }
+
+// etcdMembers connects to t's etcd through the gateway, at every
+// controller's client URL but except's.
+func (a *Applier) etcdMembers(ctx context.Context, t HostTarget, b *pki.Bundle, except string) (*etcdMembership, error) {
+	cfg, err := b.TLS(pki.EtcdCA, pki.EtcdOPKEClient)
+	if err != nil {
+		return nil, err
+	}
+	var endpoints []string
+	for name, h := range t.Hosts {
+		if name != except && schemas.RoleOf(t.Cluster, name) == schemas.RoleController {
+			endpoints = append(endpoints, "https://"+netip.AddrPortFrom(h.IP, etcdClientPort).String())
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no controller of %s but %s to reach etcd at", ErrQuorum, t.Cluster, except)
+	}
+	slices.Sort(endpoints)
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints, TLS: cfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(), Context: ctx,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return a.Hosts.Dial(ctx, t, addr)
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd of %s: %w", t.Cluster, err)
+	}
+	return &etcdMembership{cli: cli}, nil
+}
+
+// memberList is etcd's membership and which members answer.
+type memberList struct {
+	members []*etcdserverpb.Member
+	answers map[uint64]bool
+}
+
+// list reads the membership and asks each started member its status.
+func (m *etcdMembership) list(ctx context.Context) (*memberList, error) {
+	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	resp, err := m.cli.MemberList(lctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member list (%w?): %w", ErrQuorum, err)
+	}
+	l := &memberList{members: resp.Members, answers: map[uint64]bool{}}
+	for _, x := range resp.Members {
+		if len(x.ClientURLs) == 0 {
+			continue // not started
+		}
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := m.cli.Status(sctx, x.ClientURLs[0])
+		cancel()
+		l.answers[x.ID] = err == nil && len(st.Errors) == 0
+	}
+	return l, nil
+}
+
+func (l *memberList) byPeerURL(url string) *etcdserverpb.Member {
+	for _, x := range l.members {
+		if slices.Contains(x.PeerURLs, url) {
+			return x
+		}
+	}
+	return nil
+}
+
+// quorum checks a majority of the voting members answer.
+func (l *memberList) quorum() error { return l.quorumWithout(0) }
+
+// quorumWithout checks a majority of the voting members but id answer,
+// of the voting members but id: what is left once id is removed.
+func (l *memberList) quorumWithout(id uint64) error {
+	var voters, answering int
+	var silent []string
+	for _, x := range l.members {
+		if x.IsLearner || x.ID == id {
+			continue
+		}
+		voters++
+		if l.answers[x.ID] {
+			answering++
+		} else {
+			silent = append(silent, cmp.Or(x.Name, fmt.Sprintf("%x", x.ID)))
+		}
+	}
+	if voters == 0 || answering <= voters/2 {
+		return fmt.Errorf("%w: %d of its %d voting members answer (silent: %s); its membership cannot change. "+
+			"Restore the cluster from a snapshot (README: Restoring etcd)", ErrQuorum, answering, voters, strings.Join(silent, ", "))
+	}
+	return nil
+}
