@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -33,37 +34,68 @@ var ErrMemberAnswers = errors.New("the etcd member answers")
 
 // memberStep runs a change of a cluster's etcd membership (see
 // diff/members.go): a removal, the addition of a learner, a promotion.
-// Each is idempotent: it looks at the membership first, so a step run
-// again after a crash finds its work done. OPKE's etcd client reaches the
-// members through the gateway, never the member the change is about.
+// OPKE's etcd client reaches the members through the gateway, never the
+// member the change is about.
 func (a *Applier) memberStep(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, c diff.Change) error {
-	host := c.Address.Host
-	peerURL, removal, members := diff.MemberOf(c)
-	if peerURL == "" {
+	ch := membershipChange{action: c.Action, host: c.Address.Host}
+	var members []string
+	ch.peerURL, ch.removal, members = diff.MemberOf(c)
+	if ch.peerURL == "" {
 		return fmt.Errorf("%s: the change names no peer URL", c.Address)
 	}
-	m, err := a.etcdMembers(ctx, t, b, host)
+	if c.Action == diff.ActionCreate {
+		var err error
+		if ch.others, err = peerURLsOf(spec, slices.DeleteFunc(slices.Clone(members), func(n string) bool { return n == ch.host })); err != nil {
+			return err
+		}
+	}
+	m, err := a.etcdMembers(ctx, t, b, ch.host)
 	if err != nil {
 		return err
 	}
 	defer m.close()
-	list, err := m.list(ctx)
+	return a.changeMembership(ctx, m.cli, t.Cluster, ch)
+}
+
+// membershipChange is one change of etcd's membership.
+type membershipChange struct {
+	action  diff.Action // delete, create (as a learner), update (promote)
+	host    string
+	peerURL string
+	removal string // a removal's kind (diff.Removal*)
+	// others are the peer URLs of the members a learner joins, itself
+	// left out: the membership must be theirs when it is added.
+	others []string
+}
+
+// etcdCluster is what a membership change needs of an etcd client.
+type etcdCluster interface {
+	clientv3.Cluster
+	Status(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error)
+}
+
+// changeMembership makes one change. Each is idempotent: it reads the
+// membership first, so a step run again after a crash finds its work
+// done; none is made without quorum, or when it would leave none.
+func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster string, ch membershipChange) error {
+	list, err := listMembers(ctx, cli)
 	if err != nil {
 		return err
 	}
-	own := list.byPeerURL(peerURL)
-	switch c.Action {
+	host := ch.host
+	own := list.byPeerURL(ch.peerURL)
+	switch ch.action {
 	case diff.ActionDelete:
 		if own == nil {
 			return nil // gone already
 		}
 		answers := list.answers[own.ID]
-		switch removal {
+		switch ch.removal {
 		case diff.RemovalLost:
 			if own.IsLearner || answers {
 				// A learner is the new member's (added before a crash), a
 				// member that answers is not lost: either stays.
-				a.log().Info("etcd member kept: not lost", "cluster", t.Cluster, "host", host, "learner", own.IsLearner)
+				a.log().Info("etcd member kept: not lost", "cluster", cluster, "host", host, "learner", own.IsLearner)
 				return nil
 			}
 		case diff.RemovalReplace:
@@ -74,10 +106,10 @@ func (a *Applier) memberStep(ctx context.Context, t HostTarget, b *pki.Bundle, s
 		if err := list.quorumWithout(own.ID); err != nil {
 			return fmt.Errorf("remove %s from etcd: %w", host, err)
 		}
-		if _, err := m.cli.MemberRemove(ctx, own.ID); err != nil && !etcdErrorIs(err, rpctypes.ErrGRPCMemberNotFound) {
+		if _, err := cli.MemberRemove(ctx, own.ID); err != nil && !etcdErrorIs(err, rpctypes.ErrGRPCMemberNotFound) {
 			return fmt.Errorf("remove %s from etcd: %w", host, err)
 		}
-		a.log().Info("etcd member removed", "cluster", t.Cluster, "host", host, "id", fmt.Sprintf("%x", own.ID), "removal", removal)
+		a.log().Info("etcd member removed", "cluster", cluster, "host", host, "id", fmt.Sprintf("%x", own.ID), "removal", ch.removal)
 		return nil
 	case diff.ActionCreate:
 		if own != nil {
@@ -88,43 +120,39 @@ func (a *Applier) memberStep(ctx context.Context, t HostTarget, b *pki.Bundle, s
 		}
 		// The membership must be the one the plan joins the member to:
 		// its etcd.env names it, and etcd refuses to start otherwise.
-		want, err := peerURLsOf(spec, slices.DeleteFunc(slices.Clone(members), func(n string) bool { return n == host }))
-		if err != nil {
-			return err
-		}
+		want := slices.Sorted(slices.Values(ch.others))
 		var have []string
 		for _, x := range list.members {
 			have = append(have, x.PeerURLs...)
 		}
-		slices.Sort(want)
 		slices.Sort(have)
 		if !slices.Equal(want, have) {
 			return fmt.Errorf("add %s to etcd: %w: etcd's members are at %s, the plan joins it to %s", host, ErrInconsistent,
 				strings.Join(have, ","), strings.Join(want, ","))
 		}
-		resp, err := m.cli.MemberAddAsLearner(ctx, []string{peerURL})
+		resp, err := cli.MemberAddAsLearner(ctx, []string{ch.peerURL})
 		if err != nil {
 			return fmt.Errorf("add %s to etcd as a learner: %w", host, err)
 		}
-		a.log().Info("etcd member added as a learner", "cluster", t.Cluster, "host", host, "id", fmt.Sprintf("%x", resp.Member.ID))
+		a.log().Info("etcd member added as a learner", "cluster", cluster, "host", host, "id", fmt.Sprintf("%x", resp.Member.ID))
 		return nil
 	case diff.ActionUpdate:
 		if own == nil {
 			return fmt.Errorf("promote %s: not a member of etcd (removed since it was added?)", host)
 		}
-		return a.promote(ctx, m, t, host, own.ID, own.IsLearner)
+		return a.promote(ctx, cli, cluster, host, own.ID, own.IsLearner)
 	}
-	return fmt.Errorf("%w: %s of %s", errors.ErrUnsupported, c.Action, c.Address)
+	return fmt.Errorf("%w: %s of an etcd member", errors.ErrUnsupported, ch.action)
 }
 
 // promote makes a learner a voting member once it caught up with the
 // leader (etcd refuses before), trying again every second up to the gate
 // timeout.
-func (a *Applier) promote(ctx context.Context, m *etcdMembership, t HostTarget, host string, id uint64, learner bool) error {
+func (a *Applier) promote(ctx context.Context, cli etcdCluster, cluster, host string, id uint64, learner bool) error {
 	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
 	deadline := time.Now().Add(timeout)
 	for learner {
-		_, err := m.cli.MemberPromote(ctx, id)
+		_, err := cli.MemberPromote(ctx, id)
 		switch {
 		case err == nil:
 			learner = false
@@ -141,7 +169,7 @@ func (a *Applier) promote(ctx context.Context, m *etcdMembership, t HostTarget, 
 			}
 		}
 	}
-	a.log().Info("etcd member promoted", "cluster", t.Cluster, "host", host, "id", fmt.Sprintf("%x", id))
+	a.log().Info("etcd member promoted", "cluster", cluster, "host", host, "id", fmt.Sprintf("%x", id))
 	return nil
 }
 
@@ -219,24 +247,38 @@ type memberList struct {
 	answers map[uint64]bool
 }
 
-// list reads the membership and asks each started member its status.
-func (m *etcdMembership) list(ctx context.Context) (*memberList, error) {
+// listMembers reads the membership and asks each started member its
+// status.
+func listMembers(ctx context.Context, cli etcdCluster) (*memberList, error) {
 	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	resp, err := m.cli.MemberList(lctx)
+	// Serializable: a member without quorum still answers, and the
+	// statuses below tell that it has none.
+	resp, err := cli.MemberList(lctx, clientv3.WithSerializable())
 	if err != nil {
-		return nil, fmt.Errorf("etcd member list (%w?): %w", ErrQuorum, err)
+		return nil, fmt.Errorf("etcd member list: %w", err)
 	}
 	l := &memberList{members: resp.Members, answers: map[uint64]bool{}}
+	// Every started member is asked at once: one that is gone costs the
+	// timeout once, not once per member.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, x := range resp.Members {
 		if len(x.ClientURLs) == 0 {
 			continue // not started
 		}
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := m.cli.Status(sctx, x.ClientURLs[0])
-		cancel()
-		l.answers[x.ID] = err == nil && len(st.Errors) == 0
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := cli.Status(sctx, x.ClientURLs[0])
+			mu.Lock()
+			defer mu.Unlock()
+			// A member that answers runs, whether it sees a leader or not
+			// (one cut off from the others answers "no leader").
+			l.answers[x.ID] = err == nil && st != nil
+		})
 	}
+	wg.Wait()
 	return l, nil
 }
 

@@ -1,0 +1,195 @@
+package reconciler
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"opke.dev/opke/diff"
+)
+
+// testMember is one member of a real etcd cluster on loopback.
+type testMember struct {
+	name, peer, client string
+	e                  *embed.Etcd
+}
+
+func freeURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
+}
+
+func newTestMember(t *testing.T, name string) *testMember {
+	return &testMember{name: name, peer: freeURL(t), client: freeURL(t)}
+}
+
+// start runs the member: founding the cluster of members, or joining it.
+func (m *testMember) start(t *testing.T, members []*testMember, join bool) {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = m.name, t.TempDir()
+	peer, _ := url.Parse(m.peer)
+	client, _ := url.Parse(m.client)
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
+	cfg.ListenMetricsUrls = nil
+	var initial []string
+	for _, x := range members {
+		initial = append(initial, x.name+"="+x.peer)
+	}
+	cfg.InitialCluster, cfg.InitialClusterToken = strings.Join(initial, ","), "test"
+	if join {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.e = e
+	t.Cleanup(m.stop)
+	if !join {
+		return // the founders are ready together
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not join", m.name)
+	}
+}
+
+// stop stops the member, as a server that is lost.
+func (m *testMember) stop() {
+	if m.e != nil {
+		m.e.Close()
+		m.e = nil
+	}
+}
+
+// TestChangeMembership runs membership changes against a real etcd
+// cluster of three: a lost member removed, a learner added and promoted
+// once it caught up, each step run twice (as after a crash) without a
+// second change; a member that answers kept or refused; a join refused
+// when the membership is not the plan's; and every change refused once
+// quorum is lost.
+func TestChangeMembership(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ms := []*testMember{newTestMember(t, "m0"), newTestMember(t, "m1"), newTestMember(t, "m2")}
+	for _, m := range ms {
+		m.start(t, ms, false)
+	}
+	for _, m := range ms {
+		select {
+		case <-m.e.Server.ReadyNotify():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not ready", m.name)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ms[0].client, ms[1].client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	a := &Applier{GateTimeout: time.Minute, GateInterval: 100 * time.Millisecond}
+	change := func(ch membershipChange) error { return a.changeMembership(ctx, cli, "test", ch) }
+	members := func() []string {
+		t.Helper()
+		resp, err := cli.MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range resp.Members {
+			out = append(out, fmt.Sprintf("%s learner=%v", strings.Join(x.PeerURLs, ","), x.IsLearner))
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := func(urls map[string]bool) []string {
+		var out []string
+		for u, learner := range urls {
+			out = append(out, fmt.Sprintf("%s learner=%v", u, learner))
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	// A member that answers is not removed as lost, nor replaced.
+	if err := change(membershipChange{action: diff.ActionDelete, host: "m2", peerURL: ms[2].peer, removal: diff.RemovalLost}); err != nil {
+		t.Fatal(err)
+	}
+	if err := change(membershipChange{action: diff.ActionDelete, host: "m2", peerURL: ms[2].peer, removal: diff.RemovalReplace}); !errors.Is(err, ErrMemberAnswers) {
+		t.Fatalf("replacing a member that answers: %v, want ErrMemberAnswers", err)
+	}
+	if got := members(); len(got) != 3 {
+		t.Fatalf("members after refusals: %v", got)
+	}
+
+	// m2 is lost: removed, once.
+	ms[2].stop()
+	for range 2 {
+		if err := change(membershipChange{action: diff.ActionDelete, host: "m2", peerURL: ms[2].peer, removal: diff.RemovalLost}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(want(map[string]bool{ms[0].peer: false, ms[1].peer: false}), members()); diff != "" {
+		t.Fatalf("members (-want +got):\n%s", diff)
+	}
+
+	// Its replacement: refused against another membership than the
+	// plan's, then added as a learner (once), started, promoted.
+	n := newTestMember(t, "m2")
+	add := membershipChange{action: diff.ActionCreate, host: "m2", peerURL: n.peer, others: []string{ms[0].peer, ms[1].peer, ms[2].peer}}
+	if err := change(add); !errors.Is(err, ErrInconsistent) {
+		t.Fatalf("a join to another membership: %v, want ErrInconsistent", err)
+	}
+	add.others = []string{ms[0].peer, ms[1].peer}
+	for range 2 {
+		if err := change(add); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(want(map[string]bool{ms[0].peer: false, ms[1].peer: false, n.peer: true}), members()); diff != "" {
+		t.Fatalf("members (-want +got):\n%s", diff)
+	}
+	n.start(t, []*testMember{ms[0], ms[1], n}, true)
+	for range 2 {
+		if err := change(membershipChange{action: diff.ActionUpdate, host: "m2", peerURL: n.peer}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(want(map[string]bool{ms[0].peer: false, ms[1].peer: false, n.peer: false}), members()); diff != "" {
+		t.Fatalf("members (-want +got):\n%s", diff)
+	}
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("etcd after the replacement: %v", err)
+	}
+
+	// Two of three lost: nothing changes.
+	ms[1].stop()
+	n.stop()
+	err = change(membershipChange{action: diff.ActionDelete, host: "m1", peerURL: ms[1].peer, removal: diff.RemovalLost})
+	if !errors.Is(err, ErrQuorum) || !strings.Contains(err.Error(), "1 of its 2 voting members answer") {
+		t.Fatalf("removal without quorum: %v, want ErrQuorum", err)
+	}
+	err = change(membershipChange{action: diff.ActionCreate, host: "m3", peerURL: freeURL(t), others: []string{ms[0].peer, ms[1].peer, n.peer}})
+	if !errors.Is(err, ErrQuorum) {
+		t.Fatalf("a join without quorum: %v, want ErrQuorum", err)
+	}
+}
