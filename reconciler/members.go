@@ -84,6 +84,14 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 	}
 	host := ch.host
 	own := list.byPeerURL(ch.peerURL)
+	if own == nil {
+		// A member of the host's name elsewhere is not one OPKE made.
+		for _, x := range list.members {
+			if x.Name == host {
+				return fmt.Errorf("etcd member %s is at %s, not at %s as OPKE renders it", host, strings.Join(x.PeerURLs, ","), ch.peerURL)
+			}
+		}
+	}
 	switch ch.action {
 	case diff.ActionDelete:
 		if own == nil {
@@ -131,6 +139,9 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 				strings.Join(have, ","), strings.Join(want, ","))
 		}
 		resp, err := cli.MemberAddAsLearner(ctx, []string{ch.peerURL})
+		if etcdErrorIs(err, rpctypes.ErrGRPCPeerURLExist) {
+			return nil // added by a try whose answer was lost
+		}
 		if err != nil {
 			return fmt.Errorf("add %s to etcd as a learner: %w", host, err)
 		}
@@ -250,10 +261,10 @@ type memberList struct {
 // listMembers reads the membership and asks each started member its
 // status.
 func listMembers(ctx context.Context, cli etcdCluster) (*memberList, error) {
-	lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	// The member's own view first (it answers without quorum too), to
+	// ask every member its status.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Serializable: a member without quorum still answers, and the
-	// statuses below tell that it has none.
 	resp, err := cli.MemberList(lctx, clientv3.WithSerializable())
 	if err != nil {
 		return nil, fmt.Errorf("etcd member list: %w", err)
@@ -279,6 +290,15 @@ func listMembers(ctx context.Context, cli etcdCluster) (*memberList, error) {
 		})
 	}
 	wg.Wait()
+	if l.quorum() == nil {
+		// With quorum, the membership as the cluster has it, so that a
+		// step run again reads what the try before it did.
+		resp, err := cli.MemberList(lctx)
+		if err != nil {
+			return nil, fmt.Errorf("etcd member list: %w", err)
+		}
+		l.members = resp.Members
+	}
 	return l, nil
 }
 
