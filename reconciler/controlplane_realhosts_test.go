@@ -6,13 +6,17 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"opke.dev/opke/diff"
 	"opke.dev/opke/schemas"
 )
 
@@ -24,7 +28,9 @@ import (
 // etcd every half second through all three members, and no write may
 // wait longer than a leader election while a member restarts. The
 // members stay the same members (none removed and added again), each at
-// the new etcd version.
+// the new etcd version. Then a controller is lost (its server deleted by
+// hand) and replaced, and controllers.count goes 3 -> 5 -> 3, etcd and
+// an API server answering throughout (see diff/members.go).
 func TestControlPlaneOfThree(t *testing.T) {
 	r, reg, _ := e2eRig(t)
 	c := spec(t, "demo", "", 0)
@@ -99,6 +105,86 @@ func TestControlPlaneOfThree(t *testing.T) {
 	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "coredns-": 1}))
 
+	// A controller lost, its server deleted by hand as a hypervisor's
+	// failure takes it: the next apply removes its member from etcd,
+	// makes the server again, adds the new member as a learner, promotes
+	// it once caught up and gates it; etcd takes writes and controller-0's
+	// API answers throughout.
+	step = time.Now()
+	w = startWriter(t, etcd)
+	p := startAPIProbe(t, r, res, "demo-controller-0")
+	lost := r.serverID(t, "demo-controller-1")
+	if err := servers.Delete(t.Context(), r.clients.Compute, lost).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, func() string {
+		if err := servers.Get(t.Context(), r.clients.Compute, lost).Err; !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return fmt.Sprintf("server %s still there: %v", lost, err)
+		}
+		return ""
+	})
+	plan, _ = r.apply(t, c)
+	writes, failed, longest = w.stop()
+	probes, down := p.stop()
+	t.Logf("demo-controller-1 replaced in %s (%d steps, %d of them drift); etcd took %d writes meanwhile (%d failed), the longest wait %s; controller-0's API answered %d of %d probes",
+		time.Since(step).Round(time.Second), len(plan.Changes)+len(plan.Drift), len(plan.Drift), writes, failed, longest.Round(time.Millisecond), probes-len(down), probes)
+	for _, a := range []diff.Action{diff.ActionDelete, diff.ActionCreate, diff.ActionUpdate} {
+		if !slices.ContainsFunc(plan.Drift, func(c diff.Change) bool { return c.Address == diff.MemberAddress("demo-controller-1") && c.Action == a }) {
+			t.Errorf("the replacement's plan has no %s of demo-controller-1's etcd member", a)
+		}
+	}
+	if longest > 10*time.Second || len(down) > 0 {
+		t.Errorf("the control plane did not answer throughout: etcd's longest wait %s, controller-0's API down at %v", longest, down)
+	}
+	replaced := etcdMembers(t, etcd)
+	checkMembers(t, replaced, controllers, "3.6.6")
+	for id, m := range replaced {
+		if _, kept := after[id]; kept == (m.name == "demo-controller-1") {
+			t.Errorf("etcd member %s (%x): kept %v; want every member kept but the lost one's", m.name, id, kept)
+		}
+	}
+	if plan := r.plan(t, c); !plan.Empty() {
+		t.Errorf("the plan after the replacement is not empty: %v %v", addresses(plan.Changes), addresses(plan.Drift))
+	}
+	res = r.observed(t)
+	api, base, _ = r.apiClient(t, res, "demo-controller-0")
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))
+
+	// controllers.count 3 -> 5 -> 3: members join one at a time and leave
+	// highest index first, the API and etcd answering throughout.
+	for _, n := range []int{5, 3} {
+		step = time.Now()
+		w = startWriter(t, etcd)
+		p = startAPIProbe(t, r, res, "demo-controller-0")
+		c.Spec.Controllers.Count = n
+		plan, _ = r.apply(t, c)
+		writes, failed, longest = w.stop()
+		probes, down = p.stop()
+		t.Logf("controllers.count %d applied in %s (%d steps); etcd took %d writes (%d failed), the longest wait %s; controller-0's API answered %d of %d probes",
+			n, time.Since(step).Round(time.Second), len(plan.Changes), writes, failed, longest.Round(time.Millisecond), probes-len(down), probes)
+		if longest > 10*time.Second || len(down) > 0 {
+			t.Errorf("count %d: the control plane did not answer throughout: etcd's longest wait %s, controller-0's API down at %v", n, longest, down)
+		}
+		var names []string
+		for i := range n {
+			names = append(names, schemas.ControllerName("demo", i))
+		}
+		res = r.observed(t)
+		etcd = r.etcdClient(t, res, names)
+		checkMembers(t, etcdMembers(t, etcd), names, "3.6.6")
+		if plan := r.plan(t, c); !plan.Empty() {
+			t.Errorf("count %d: the plan after is not empty: %v %v", n, addresses(plan.Changes), addresses(plan.Drift))
+		}
+		waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(names), "demo-default-0"),
+			map[string]int{"kube-apiserver-": n, "kube-proxy-": n + 1, "kube-flannel-ds-": n + 1}))
+	}
+	for _, gone := range []string{"demo-controller-3", "demo-controller-4"} {
+		if _, ok := res["openstack/server/"+gone]; ok {
+			t.Errorf("%s's server is left after the count went back to 3", gone)
+		}
+	}
+
 	step = time.Now()
 	r.apply(t)
 	if left := r.observed(t); len(left) != 0 {
@@ -108,6 +194,68 @@ func TestControlPlaneOfThree(t *testing.T) {
 }
 
 type etcdMember struct{ name, version string }
+
+// checkMembers checks etcd's members are the named controllers, each a
+// voting member at version.
+func checkMembers(t *testing.T, got map[uint64]etcdMember, names []string, version string) {
+	t.Helper()
+	var have []string
+	for id, m := range got {
+		have = append(have, m.name)
+		if m.version != version {
+			t.Errorf("etcd member %s (%x) runs %s, want %s", m.name, id, m.version, version)
+		}
+	}
+	slices.Sort(have)
+	if !slices.Equal(have, names) {
+		t.Errorf("etcd's members are %v, want %v", have, names)
+	}
+}
+
+// apiProbe asks a controller's API server /readyz every half second,
+// noting when it did not answer ready.
+type apiProbe struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	probes int
+	down   []string
+}
+
+func startAPIProbe(t *testing.T, r *rig, res map[string]diff.Resource, controller string) *apiProbe {
+	api, base, _ := r.apiClient(t, res, controller)
+	ctx, cancel := context.WithCancel(t.Context())
+	p := &apiProbe{cancel: cancel, done: make(chan struct{})}
+	t.Cleanup(func() { cancel(); <-p.done })
+	go func() {
+		defer close(p.done)
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+			resp, err := api.Do(req)
+			if ctx.Err() != nil {
+				return
+			}
+			p.probes++
+			if err == nil {
+				resp.Body.Close()
+			}
+			if err != nil || resp.StatusCode != http.StatusOK {
+				p.down = append(p.down, time.Now().Format(time.TimeOnly))
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the probe: how many probes, and when one failed.
+func (p *apiProbe) stop() (int, []string) {
+	p.cancel()
+	<-p.done
+	return p.probes, p.down
+}
 
 // etcdMembers are the etcd cluster's members by ID, with the version each
 // reports.
