@@ -272,7 +272,7 @@ func (b *builder) members(d *Desired, o *Observed, joins []Join, deletes []*pend
 			After:  Attrs{attrPeerURL: Known(urls[j.Host]), attrMembers: Known(strings.Join(j.Members, ",")), attrLearner: Known("true")},
 			Reason: fmt.Sprintf("added to etcd as a learner before its etcd starts: %d members with it", len(j.Members))}})
 		promote := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: MemberAddress(j.Host), Action: ActionUpdate,
-			Before: Attrs{attrLearner: Known("true")}, After: Attrs{attrLearner: Known("false")},
+			Before: Attrs{attrPeerURL: Known(urls[j.Host]), attrLearner: Known("true")}, After: Attrs{attrPeerURL: Known(urls[j.Host]), attrLearner: Known("false")},
 			Reason: "promoted to a voting member once it caught up with the leader"}})
 		add.drift, promote.drift = drift, drift
 		promote.deps = append(promote.deps, add.key)
@@ -345,5 +345,5 @@ func (b *builder) quorum(d *Desired, o *Observed, joins []Join) {
 	}
 	b.warnings = append(b.warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
 		"etcd has lost quorum: the servers of %d of its %d members are gone (%s), and its membership cannot change without a majority; "+
-			"restore the cluster from a snapshot (README: Restoring etcd)", len(lost), len(members), strings.Join(lost, ", "))})
+			"restore the cluster from a snapshot (opke restore; README: Backups and restore)", len(lost), len(members), strings.Join(lost, ", "))})
 }

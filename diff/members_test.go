@@ -92,6 +92,11 @@ func TestMembership(t *testing.T) {
 			if !after(p, etcd, add) || !after(p, promote, etcd) || !after(p, gate, promote) {
 				t.Error("not in order: add, etcd's start, promotion, gate")
 			}
+			for _, c := range []Change{rm, add, promote} {
+				if url, _, _ := MemberOf(c); url != "https://192.168.10.11:2380" {
+					t.Errorf("%s %s names peer URL %q", c.Action, c.Address, url)
+				}
+			}
 			if start, ok := MemberChange(add); !ok || !start.Join || len(start.Members) != 3 {
 				t.Errorf("MemberChange(%v) = %+v, %v", add.Address, start, ok)
 			}

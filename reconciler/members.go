@@ -332,7 +332,7 @@ func (l *memberList) quorumWithout(id uint64) error {
 	}
 	if voters == 0 || answering <= voters/2 {
 		return fmt.Errorf("%w: %d of its %d voting members answer (silent: %s); its membership cannot change. "+
-			"Restore the cluster from a snapshot (README: Restoring etcd)", ErrQuorum, answering, voters, strings.Join(silent, ", "))
+			"Restore the cluster from a snapshot (opke restore; README: Backups and restore)", ErrQuorum, answering, voters, strings.Join(silent, ", "))
 	}
 	return nil
 }
