@@ -291,6 +291,12 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 		if err := forgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
 			return err
 		}
+		// A render made before (for a step that came first, such as the
+		// removal of a lost member) holds the host's old certificates:
+		// the next render issues its new ones.
+		ca.renderMu.Lock()
+		ca.out = nil
+		ca.renderMu.Unlock()
 	}
 	if c.Action == diff.ActionDelete {
 		if r.Kind == diff.KindAppCredential {
