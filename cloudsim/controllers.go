@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -574,6 +575,7 @@ func (h *simHost) syncStaticPods() error {
 		}
 	}
 	digest := digestOf(manifest, files[0], files[1], files[2])
+	defer h.syncMirrors(digestOf(files[2]))
 	if a := h.api.Load(); a != nil && a.digest == digest {
 		return nil
 	}
@@ -600,6 +602,64 @@ func (h *simHost) syncStaticPods() error {
 	h.api.Store(&apiServer{srv: srv, port: m.Port, digest: digest})
 	h.s.log.Debug("kube-apiserver stub started", "host", h.name, "version", m.Version, "addr", srv.Addr())
 	return nil
+}
+
+// syncMirrors keeps the host's mirror pods in its cluster (ca, the
+// digest of its CA), one per manifest of /etc/kubernetes/manifests with
+// its annotations and containers, as the kubelet keeps them. The
+// simulator runs only the API server's; the others' mirrors say what the
+// kubelet was given.
+func (h *simHost) syncMirrors(ca string) {
+	entries, err := fs.ReadDir(h.root.FS(), path.Dir(pathAPIServerPod))
+	if err != nil {
+		return
+	}
+	var pods []kubestub.Pod
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") || strings.HasPrefix(e.Name(), ".") { // the kubelet skips dotfiles
+			continue
+		}
+		b, err := h.root.ReadFile(path.Join(path.Dir(pathAPIServerPod), e.Name()))
+		if err != nil {
+			continue
+		}
+		p, err := kubestub.StaticPod(b, h.name)
+		if err != nil {
+			h.s.log.Info("static pod not started", "host", h.name, "manifest", e.Name(), "err", err)
+			continue
+		}
+		pods = append(pods, p)
+	}
+	b := &kubeBackend{s: h.s, ca: ca}
+	_ = b.Update(func(o *kubestub.Objects) error {
+		o.SetMirrors(h.name, pods)
+		return nil
+	})
+}
+
+// manifestWritten is the kubelet's watch of its manifests: a static
+// pod's manifest written while the kubelet runs starts the pod again with
+// it, as a real kubelet does without a restart of its own.
+func (h *simHost) manifestWritten(p string) {
+	if path.Dir(p) != path.Dir(pathAPIServerPod) {
+		return
+	}
+	go func() {
+		h.mu.Lock()
+		active := h.rec.Units[unitKubelet] == "active"
+		h.mu.Unlock()
+		if !active {
+			return
+		}
+		h.svcMu.Lock()
+		defer h.svcMu.Unlock()
+		if h.closed {
+			return
+		}
+		if err := h.syncStaticPods(); err != nil {
+			h.s.log.Info("static pod not started", "host", h.name, "err", err)
+		}
+	}()
 }
 
 // kubeBackend is a Kubernetes cluster as the simulator sees it: the hosts

@@ -1,6 +1,7 @@
 package cloudsim
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -494,6 +495,31 @@ func TestControllersRunEtcdAndTheAPIServer(t *testing.T) {
 	}
 	run(t, h2, "sudo -n systemctl restart kubelet")
 
+	// The kubelet watches its manifests: one written while it runs starts
+	// its pod again, and its mirror follows, with no restart of its own.
+	for _, f := range hf.Files {
+		if f.Path == "/etc/kubernetes/manifests/kube-scheduler.yaml" {
+			f.Data = bytes.Replace(f.Data, []byte("--leader-elect=true"), []byte("--leader-elect=false"), 1)
+			push(t, h2, []assets.File{f})
+		}
+	}
+	mirror := func() []string {
+		o, err := e.sim.KubeObjects(names[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := o.Pod("kube-system", "kube-scheduler-"+names[2])
+		if err != nil || len(p.Containers) == 0 {
+			return nil
+		}
+		return p.Containers[0].Command
+	}
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(mirror(), "--leader-elect=false"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror of a manifest written while the kubelet runs: %v", mirror())
+		}
+	}
+
 	// A restart of the simulator: the members and the API servers come back.
 	gw.Close()
 	e.restart(t)
@@ -501,8 +527,32 @@ func TestControllersRunEtcdAndTheAPIServer(t *testing.T) {
 	gw2 := cp.gateway(t, e)
 	checkEtcd(gw2, "v")
 	checkAPI(gw2)
-	if o, err := e.sim.KubeObjects("prod-controller-2"); err != nil || len(o.Pods) != 1 || o.Pods[0].Name != "kept" {
-		t.Errorf("the pods after a restart: %+v %v", o, err)
+	// The pods kept, and the kubelets' mirrors of their static pods, one
+	// per manifest, carrying its annotations and flags.
+	o, err := e.sim.KubeObjects("prod-controller-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept, mirrors []string
+	for _, p := range o.Pods {
+		if !p.Mirror {
+			kept = append(kept, p.Name)
+			continue
+		}
+		mirrors = append(mirrors, p.Name)
+		if p.Annotations["opke.dev/inputs-sha256"] == "" || len(p.Containers) != 1 || len(p.Containers[0].Command) < 2 {
+			t.Errorf("mirror pod %s lacks its manifest's annotations or command: %+v", p.Name, p)
+		}
+	}
+	if !slices.Equal(kept, []string{"kept"}) {
+		t.Errorf("the pods after a restart: %v", kept)
+	}
+	for _, ctl := range []string{"prod-controller-0", "prod-controller-1", "prod-controller-2"} {
+		for _, pod := range []string{"kube-apiserver-", "kube-controller-manager-", "kube-scheduler-"} {
+			if !slices.Contains(mirrors, pod+ctl) {
+				t.Errorf("no mirror pod %s%s: %v", pod, ctl, mirrors)
+			}
+		}
 	}
 }
 

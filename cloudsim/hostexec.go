@@ -222,6 +222,7 @@ func (h *simHost) install(args []string, priv bool, stdin io.Reader, stderr io.W
 		fmt.Fprintf(stderr, "install: cannot create regular file '%s': %v\n", files[1], err)
 		return 1
 	}
+	h.manifestWritten(dst)
 	return 0
 }
 
@@ -241,6 +242,7 @@ func (h *simHost) mv(args []string, priv bool, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mv: cannot move '%s' to '%s': %v\n", files[0], files[1], err)
 		return 1
 	}
+	h.manifestWritten(dst)
 	return 0
 }
 

@@ -171,6 +171,23 @@ func Starts(cluster string, versions map[string]string, recorded map[string]asse
 	return out
 }
 
+// Renewed lists the hosts the ledger knew whose servers the plan makes
+// again (lost, or replaced): an apply forgets what it issued for them,
+// and issues it anew.
+func Renewed(d *Desired, o *Observed) []string {
+	if o.Applied == nil {
+		return nil
+	}
+	var out []string
+	for host := range renewedServers(d, o) {
+		if o.Applied.Versions[host] != "" || len(o.Applied.Files[host]) > 0 {
+			out = append(out, host)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // renewedServers are the servers of d the plan creates (RemovalLost: not
 // in the cloud) or replaces (RemovalReplace: an attribute that forces a
 // new one changed), as the builder finds them.

@@ -288,15 +288,22 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 		// a host the ledger knows nothing of; a deleted node's version
 		// stays until its Node object is deleted.
 		keep := c.Action == diff.ActionDelete && schemas.RoleOf(c.Cluster, r.Name) != schemas.RoleGateway
-		if err := forgetHost(ctx, store, c.Cluster, r.Name, keep); err != nil {
+		// A host the ledger knew before the apply had material issued for
+		// it, which goes; one it did not know has only what this apply's
+		// render issued for it, which stays.
+		knew := ca.ledger != nil && ca.ledger.Applied != nil &&
+			(ca.ledger.Applied.Versions[r.Name] != "" || len(ca.ledger.Applied.Files[r.Name]) > 0)
+		if err := forgetHost(ctx, store, c.Cluster, r.Name, keep, knew); err != nil {
 			return err
 		}
-		// A render made before (for a step that came first, such as the
-		// removal of a lost member) holds the host's old certificates:
-		// the next render issues its new ones.
-		ca.renderMu.Lock()
-		ca.out = nil
-		ca.renderMu.Unlock()
+		if knew && c.Action != diff.ActionDelete {
+			// A render made before (for a step that came first, such as
+			// the removal of a lost member) holds the host's old
+			// certificates: the next render issues its new ones.
+			ca.renderMu.Lock()
+			ca.out = nil
+			ca.renderMu.Unlock()
+		}
 	}
 	if c.Action == diff.ActionDelete {
 		if r.Kind == diff.KindAppCredential {

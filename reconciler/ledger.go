@@ -289,11 +289,11 @@ type writer interface {
 }
 
 // forgetHost drops what the ledger knows of a host whose server is
-// deleted: its files, its version, its pinned host key and the
-// certificates issued for it. A server made again under the name is a
-// new host with none of them. With keepVersion, the version stays, for
-// the deletion of its Node object ([forgetNode]).
-func forgetHost(ctx context.Context, w writer, cluster, host string, keepVersion bool) error {
+// deleted: its files, its version, its pinned host key and, with
+// material, the certificates issued for it. A server made again under
+// the name is a new host with none of them. With keepVersion, the
+// version stays, for the deletion of its Node object ([forgetNode]).
+func forgetHost(ctx context.Context, w writer, cluster, host string, keepVersion, material bool) error {
 	if keepVersion {
 		if err := w.DeletePrefix(ctx, state.KeysOf(w).HostFiles(cluster, host)); err != nil {
 			return err
@@ -302,6 +302,9 @@ func forgetHost(ctx context.Context, w writer, cluster, host string, keepVersion
 		return err
 	}
 	for _, name := range pki.HostMaterial(host) {
+		if !material {
+			break
+		}
 		for _, ext := range []string{".crt", ".key"} {
 			if err := w.Delete(ctx, state.KeysOf(w).PKIFile(cluster, name+ext)); err != nil {
 				return err

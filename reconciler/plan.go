@@ -16,6 +16,7 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -239,19 +240,40 @@ func deleting(l *Ledger) bool {
 // unknown until apply issues it for good. Controllers whose etcd members
 // join the etcd that runs (diff.Joins) are rendered again to join it.
 func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, pl *Planned) (*diff.Desired, error) {
-	d, err := p.desireWith(ctx, c, clients, pl, nil)
+	d, err := p.desireWith(ctx, c, clients, pl, nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	if joins := diff.Joins(d, pl.Observed); len(joins) > 0 {
-		return p.desireWith(ctx, c, clients, pl, joins)
+	// Rendered again: the members that join the etcd that runs, and the
+	// hosts whose servers are made again, whose material the apply issues
+	// anew (known after apply).
+	joins, renewed := diff.Joins(d, pl.Observed), diff.Renewed(d, pl.Observed)
+	if len(joins) > 0 || len(renewed) > 0 {
+		return p.desireWith(ctx, c, clients, pl, joins, renewed)
 	}
 	return d, nil
 }
 
-// desireWith renders c with the etcd members that join as joins say.
-func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, pl *Planned, joins []diff.Join) (*diff.Desired, error) {
-	kv := p.Store.ReadOnly()
+// desireWith renders c with the etcd members that join as joins say, and
+// without the material of the renewed hosts.
+func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *cloud.Clients, pl *Planned, joins []diff.Join, renewed []string) (*diff.Desired, error) {
+	view := func() (*state.Overlay, error) {
+		kv := p.Store.ReadOnly()
+		for _, host := range renewed {
+			for _, name := range pki.HostMaterial(host) {
+				for _, ext := range []string{".crt", ".key"} {
+					if err := kv.Delete(ctx, state.KeysOf(kv).PKIFile(c.Metadata.Name, name+ext)); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		return kv, nil
+	}
+	kv, err := view()
+	if err != nil {
+		return nil, err
+	}
 	opts, placeholder, err := p.renderOptions(ctx, kv, c, clients, pl.Observed.Cloud)
 	if err != nil {
 		return nil, err
@@ -269,7 +291,11 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 			cred.Secret += "'" // another placeholder
 			opts2.Cloud = &cred
 		}
-		again, err := render.Cluster(ctx, p.Store.ReadOnly(), c, opts2)
+		kv2, err := view()
+		if err != nil {
+			return nil, err
+		}
+		again, err := render.Cluster(ctx, kv2, c, opts2)
 		if err != nil {
 			return nil, err
 		}

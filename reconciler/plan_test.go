@@ -184,6 +184,58 @@ func TestPlanOfAConvergedClusterIsEmpty(t *testing.T) {
 	}
 }
 
+// TestPlanOfALostController: a converged cluster of three controllers
+// whose second controller's server is deleted by hand plans, as drift,
+// its member's removal before the server is made again, its join with
+// the members that run, and its files; those that carry its certificates
+// are known after apply (the apply issues them anew), while its etcd.env
+// is known: it joins the three. Its running peers' files do not change.
+func TestPlanOfALostController(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	demo.Spec.Controllers.Count = 3
+	r.converge(t, demo)
+	if plan := r.plan(t, demo); !plan.Empty() {
+		t.Fatalf("converged cluster plans changes %v, drift %v", addresses(plan.Changes), addresses(plan.Drift))
+	}
+	if err := servers.Delete(context.Background(), r.clients.Compute, r.serverID(t, "demo-controller-1")).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	plan := r.plan(t, demo)
+	if len(plan.Changes) != 0 {
+		t.Errorf("changes besides the drift: %v", addresses(plan.Changes))
+	}
+	byAddr := map[string]diff.Change{}
+	for _, c := range plan.Drift {
+		byAddr[c.Address.String()+" "+c.Action.String()] = c
+		if c.Address.OnHost() && c.Address.Host != "demo-controller-1" {
+			t.Errorf("a running host changes: %s %s", c.Action, c.Address)
+		}
+	}
+	for _, want := range []string{
+		"host/demo-controller-1/etcd-member delete", "openstack/server/demo-controller-1 create",
+		"host/demo-controller-1/etcd-member create", "host/demo-controller-1/etcd-member update", "host/demo-controller-1/health check",
+	} {
+		if _, ok := byAddr[want]; !ok {
+			t.Errorf("no %s in the drift: %v", want, addresses(plan.Drift))
+		}
+	}
+	for path, unknown := range map[string]bool{
+		"/etc/kubernetes/pki/apiserver.crt": true, "/etc/kubernetes/pki/etcd/peer.crt": true,
+		"/etc/kubernetes/manifests/kube-apiserver.yaml": true, "/etc/kubernetes/etcd.env": false,
+	} {
+		c, ok := byAddr["host/demo-controller-1"+path+" upload"]
+		if !ok {
+			t.Errorf("no upload of %s", path)
+			continue
+		}
+		if got := c.After["sha256"].Unknown; got != unknown {
+			t.Errorf("%s: known after apply %v, want %v", path, got, unknown)
+		}
+	}
+}
+
 // convergedFleet is n clusters of demo's shape (one controller, one
 // worker) converged by hand, planned once to warm the connection.
 func convergedFleet(tb testing.TB, n int) (*rig, []*schemas.Cluster) {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 )
@@ -132,6 +133,9 @@ type gateSpec struct {
 	host, version string
 	role          schemas.Role
 	units         []string
+	// pods are the static pods whose manifests the apply pushed to the
+	// host: each must run as pushed.
+	pods []staticPod
 }
 
 func gateOf(c diff.Change) gateSpec {
@@ -146,6 +150,18 @@ func gateOf(c diff.Change) gateSpec {
 // up to the gate timeout; then it records the version the host runs.
 func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 	a, g := h.a, gateOf(c)
+	pods := map[string]staticPod{}
+	for _, path := range h.uploads[g.host] {
+		if !strings.HasPrefix(path, assets.PathManifests+"/") {
+			continue
+		}
+		pod, err := parseStaticPod(h.files[g.host][path].Data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		pods[path] = pod
+	}
+	g.pods = sortedPods(pods)
 	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
 	probe := &prober{a: a, t: h.t, b: h.pki, g: g}
 	defer probe.close()
@@ -226,7 +242,14 @@ func (p *prober) run(ctx context.Context) error {
 		if err := p.etcdHealthy(ctx, ip); err != nil {
 			return err
 		}
-		return p.apiServes(ctx, ip)
+		if err := p.apiServes(ctx, ip); err != nil {
+			return err
+		}
+		k, err := p.client(ip)
+		if err != nil {
+			return err
+		}
+		return p.staticPodsRun(ctx, k)
 	case schemas.RoleWorker:
 		return p.nodeReady(ctx)
 	}

@@ -32,6 +32,9 @@ type Overlay struct {
 	// writes holds values as the store would: secrets sealed, with the
 	// store's key, so List and Open behave alike on both.
 	writes map[string][]byte
+	// deleted are the keys deleted in the overlay: absent, whatever the
+	// store holds.
+	deleted map[string]bool
 }
 
 var (
@@ -50,6 +53,9 @@ func (o *Overlay) Get(ctx context.Context, key string) ([]byte, error) {
 	if v, ok := o.written(key); ok {
 		return v, nil
 	}
+	if o.isDeleted(key) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
 	return o.base.Get(ctx, key)
 }
 
@@ -58,13 +64,36 @@ func (o *Overlay) Put(_ context.Context, key string, value []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.writes[key] = append([]byte{}, value...)
+	delete(o.deleted, key)
 	return nil
+}
+
+// Delete deletes key in the overlay only: a plan renders as if it were
+// gone (the material of a host whose server an apply makes again).
+func (o *Overlay) Delete(_ context.Context, key string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.writes, key)
+	if o.deleted == nil {
+		o.deleted = map[string]bool{}
+	}
+	o.deleted[key] = true
+	return nil
+}
+
+func (o *Overlay) isDeleted(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.deleted[key]
 }
 
 // GetSecret implements KV.
 func (o *Overlay) GetSecret(ctx context.Context, key string) ([]byte, error) {
 	if v, ok := o.written(key); ok {
 		return o.base.Open(key, v)
+	}
+	if o.isDeleted(key) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	return o.base.GetSecret(ctx, key)
 }
@@ -103,6 +132,9 @@ func (o *Overlay) List(ctx context.Context, prefix string) (map[string][]byte, e
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	for k := range o.deleted {
+		delete(out, k)
+	}
 	for k, v := range o.writes {
 		if strings.HasPrefix(k, prefix) {
 			out[k] = v

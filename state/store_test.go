@@ -161,6 +161,31 @@ func TestOverlayPersistsNothing(t *testing.T) {
 	if len(o.Written()) != 2 {
 		t.Errorf("overlay written keys: %v", o.Written())
 	}
+	// A delete in the overlay hides the store's value, from Get, GetSecret
+	// and List, until written again; the store keeps it.
+	d := s.ReadOnly()
+	key := d.Key("prod", "pki", "ca.crt")
+	if err := d.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Get(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get of a key deleted in the overlay: %v", err)
+	}
+	if _, err := d.GetSecret(ctx, key); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetSecret of a key deleted in the overlay: %v", err)
+	}
+	if list, _ := d.List(ctx, d.Key("prod")+"/"); len(list) != 0 {
+		t.Errorf("List shows a key deleted in the overlay: %q", list)
+	}
+	if err := d.Put(ctx, key, []byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.Get(ctx, key); err != nil || string(v) != "again" {
+		t.Errorf("a key written again after its delete: %q %v", v, err)
+	}
+	if v, err := s.Get(ctx, key); err != nil || string(v) != "ca" {
+		t.Errorf("the store after a delete in the overlay: %q %v", v, err)
+	}
 }
 
 func TestKeyFiles(t *testing.T) {

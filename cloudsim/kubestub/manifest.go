@@ -1,6 +1,7 @@
 package kubestub
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -23,6 +24,24 @@ type Manifest struct {
 	KeyFile      string // --tls-private-key-file
 	ClientCAFile string // --client-ca-file
 	EtcdServers  []string
+}
+
+// StaticPod reads a static pod's manifest into the mirror pod its
+// kubelet keeps of it on node: <name>-<node>, with its annotations and
+// containers.
+func StaticPod(data []byte, node string) (Pod, error) {
+	var p corev1.Pod
+	if err := yaml.Unmarshal(data, &p); err != nil {
+		return Pod{}, fmt.Errorf("static pod: %w", err)
+	}
+	if p.Name == "" {
+		return Pod{}, errors.New("static pod: no name")
+	}
+	out := Pod{Namespace: cmp.Or(p.Namespace, "default"), Name: p.Name + "-" + node, Node: node, Mirror: true, Annotations: p.Annotations, Labels: p.Labels}
+	for _, c := range p.Spec.Containers {
+		out.Containers = append(out.Containers, Container{Name: c.Name, Image: c.Image, Command: c.Command})
+	}
+	return out, nil
 }
 
 var gitVersion = regexp.MustCompile(`^v\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$`)

@@ -53,8 +53,11 @@ type Pod struct {
 	// cordon).
 	Owner string `json:"owner,omitempty"`
 	// Mirror marks a static pod's mirror: its kubelet makes it again when
-	// it is deleted.
-	Mirror bool `json:"mirror,omitempty"`
+	// it is deleted. The kubelet's own carry the manifest's annotations
+	// and containers, as a kubelet copies them.
+	Mirror      bool              `json:"mirror,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Containers  []Container       `json:"containers,omitempty"`
 	// Phase is Running unless set (Succeeded and Failed pods are done).
 	Phase string `json:"phase,omitempty"`
 	// Stuck is a pod whose eviction is taken but which never terminates
@@ -62,6 +65,20 @@ type Pod struct {
 	Stuck bool `json:"stuck,omitempty"`
 	// Terminating is set once a Stuck pod's eviction was taken.
 	Terminating bool `json:"terminating,omitempty"`
+}
+
+// Container is a pod's container as a static pod's manifest names it.
+type Container struct {
+	Name    string   `json:"name"`
+	Image   string   `json:"image"`
+	Command []string `json:"command,omitempty"`
+}
+
+// SetMirrors replaces node's mirror pods, as its kubelet keeps one per
+// static pod it runs.
+func (o *Objects) SetMirrors(node string, pods []Pod) {
+	o.Pods = slices.DeleteFunc(o.Pods, func(p Pod) bool { return p.Node == node && p.Mirror })
+	o.Pods = append(o.Pods, pods...)
 }
 
 // Budget is a pod disruption budget reduced to what eviction consults: the
@@ -214,7 +231,11 @@ func (o *Objects) Clone() *Objects {
 		c.NodeLabels[n] = maps.Clone(l)
 	}
 	for _, p := range o.Pods {
-		p.Labels = maps.Clone(p.Labels)
+		p.Labels, p.Annotations = maps.Clone(p.Labels), maps.Clone(p.Annotations)
+		p.Containers = slices.Clone(p.Containers)
+		for i := range p.Containers {
+			p.Containers[i].Command = slices.Clone(p.Containers[i].Command)
+		}
 		c.Pods = append(c.Pods, p)
 	}
 	for _, b := range o.Budgets {

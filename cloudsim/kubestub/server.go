@@ -404,8 +404,18 @@ func pod(p Pod) corev1.Pod {
 		out.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID("uid-" + name), Controller: &controller}}
 	}
 	if p.Mirror {
-		out.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "mirror-of-" + p.Name}
+		out.Annotations = maps.Clone(p.Annotations)
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Annotations[corev1.MirrorPodAnnotationKey] = "mirror-of-" + p.Name
 		out.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: p.Node, UID: types.UID("uid-" + p.Node)}}
+	}
+	for _, c := range p.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Image: c.Image, Command: c.Command})
+	}
+	if out.Status.Phase == corev1.PodRunning {
+		out.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	}
 	if p.Terminating {
 		now := metav1.Now()
