@@ -115,7 +115,9 @@ type EtcdStart struct {
 }
 
 // Equal reports whether two starts are the same.
-func (e EtcdStart) Equal(o EtcdStart) bool { return e.Join == o.Join && slices.Equal(e.Members, o.Members) }
+func (e EtcdStart) Equal(o EtcdStart) bool {
+	return e.Join == o.Join && slices.Equal(e.Members, o.Members)
+}
 
 // MirrorAuth is a registry login. String prints no password.
 type MirrorAuth struct {
