@@ -246,7 +246,10 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	case diff.TargetDrain:
 		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host)
 	case diff.TargetMember:
-		return ca.a.memberStep(ctx, t, out.PKI, ca.spec, c)
+		if err := ca.a.memberStep(ctx, t, out.PKI, ca.spec, c); err != nil {
+			return err
+		}
+		return ca.j.hook("member " + c.Action.String() + " " + c.Address.String())
 	}
 	if err := ca.a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
 		return err

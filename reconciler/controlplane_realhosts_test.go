@@ -5,9 +5,11 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"errors"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
 )
 
@@ -123,7 +126,10 @@ func TestControlPlaneOfThree(t *testing.T) {
 		}
 		return ""
 	})
-	plan, _ = r.apply(t, c)
+	plan, kills := r.applyKilled(t, c, func(what string) bool {
+		return strings.Contains(what, "demo-controller-1/etcd-member") || strings.Contains(what, "openstack/server/demo-controller-1")
+	})
+	t.Logf("the replacement's apply was killed %d times, at each of its membership steps and its server's, and resumed", kills)
 	writes, failed, longest = w.stop()
 	probes, down := p.stop()
 	t.Logf("demo-controller-1 replaced in %s (%d steps, %d of them drift); etcd took %d writes meanwhile (%d failed), the longest wait %s; controller-0's API answered %d of %d probes",
@@ -194,6 +200,55 @@ func TestControlPlaneOfThree(t *testing.T) {
 }
 
 type etcdMember struct{ name, version string }
+
+// applyKilled plans c and applies the plan, killing the applier once at
+// each journal point kill matches and resuming it after, as a daemon
+// killed there and started again does; it returns the plan and how many
+// kills there were.
+func (r *rig) applyKilled(t *testing.T, c *schemas.Cluster, kill func(what string) bool) (*diff.Plan, int) {
+	t.Helper()
+	req := request(c)
+	res, err := r.planner.Plan(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := map[string]bool{}
+	for run := 0; ; run++ {
+		if run > 50 {
+			t.Fatal("no end after 50 kills")
+		}
+		a := r.applier(t)
+		a.Parallel = 8
+		var died string
+		a.SetPoint(func(what string) error {
+			if died == "" && kill(what) && !killed[what] {
+				died = what
+				return errKill
+			}
+			return nil
+		})
+		var sum *reconciler.Summary
+		if run == 0 {
+			sum, err = a.Apply(t.Context(), req, res.Plan)
+		} else {
+			sum, err = a.Resume(t.Context())
+		}
+		if died == "" {
+			if err != nil {
+				for _, f := range sum.Failed {
+					t.Errorf("%s %s: %s %v", f.Change.Action, f.Change.Address, f.State, f.Err)
+				}
+				t.Fatalf("run %d: %v", run, err)
+			}
+			return res.Plan, run
+		}
+		if !errors.Is(err, errKill) {
+			t.Fatalf("run %d killed at %q: %v, want the kill", run, died, err)
+		}
+		t.Logf("killed at %s", died)
+		killed[died] = true
+	}
+}
 
 // checkMembers checks etcd's members are the named controllers, each a
 // voting member at version.
