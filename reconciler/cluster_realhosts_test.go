@@ -342,8 +342,13 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	// The API as OPKE's gates and drains use it, held to the contract the
 	// stand-in API server of the in-process hosts keeps (kubestub's
 	// TestContract runs the same checks).
+	manifest, err := sshx.Run(t.Context(), dialHost(t, r, res, "demo-controller-0", dialHost(t, r, res, "demo-gateway-0", nil)),
+		sshx.Sudo("cat /etc/kubernetes/manifests/kube-scheduler.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	kubecontract.Run(t, kubecontract.Cluster{Client: api, Base: base, Node: "demo-default-1",
-		Namespace: "default", Guarded: onGoing, Budget: "e2e-web"})
+		Namespace: "default", Guarded: onGoing, Budget: "e2e-web", Static: manifest, StaticNode: "demo-controller-0"})
 
 	step = time.Now()
 	c.Spec.WorkerPools[0].Count = 1

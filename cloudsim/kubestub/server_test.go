@@ -509,8 +509,30 @@ func TestContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A kubelet's mirror of its static pod, as the simulator's keep them.
+	manifest := []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-scheduler
+  namespace: kube-system
+  annotations:
+    opke.dev/inputs-sha256: "0123"
+spec:
+  containers:
+    - name: kube-scheduler
+      image: registry.k8s.io/kube-scheduler:v1.35.1
+      command: [kube-scheduler, --leader-elect=true]
+`)
+	mirror, err := StaticPod(manifest, "prod-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.b.Update(func(o *Objects) error {
+		o.SetMirrors("prod-controller-0", []Pod{mirror})
+		return nil
+	})
 	kubecontract.Run(t, kubecontract.Cluster{Client: client, Base: "https://" + f.srv.Addr(), Node: "prod-default-0",
-		Namespace: "default", Guarded: "web-1", Budget: "web"})
+		Namespace: "default", Guarded: "web-1", Budget: "web", Static: manifest, StaticNode: "prod-controller-0"})
 }
 
 // TestDiscoveryRoots: client-go's discovery (as kubectl runs it before

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Cluster is what the contract runs against.
@@ -28,6 +30,10 @@ type Cluster struct {
 	// Namespace holds Guarded, a pod on Node that Budget, a disruption
 	// budget, lets none be evicted now.
 	Namespace, Guarded, Budget string
+	// Static is a static pod's manifest as pushed to StaticNode, whose
+	// kubelet runs it: its mirror pod shows it as a gate reads it.
+	Static     []byte
+	StaticNode string
 }
 
 // status is a metav1.Status as the checks read it.
@@ -123,6 +129,55 @@ func Run(t *testing.T, c Cluster) {
 					t.Fatalf("GET %s: %d %s", c.Node, code, b)
 				}
 			}
+		}
+	})
+
+	t.Run("a static pod's mirror carries its manifest's annotations, images and flags, and is Ready", func(t *testing.T) {
+		type podView struct {
+			Metadata struct {
+				Name, Namespace string
+				Annotations     map[string]string
+			}
+			Spec struct {
+				Containers []struct {
+					Name, Image string
+					Command     []string
+				}
+			}
+			Status struct{ Conditions []struct{ Type, Status string } }
+		}
+		var want podView
+		if err := yaml.Unmarshal(c.Static, &want); err != nil || want.Metadata.Name == "" {
+			t.Fatalf("the static pod's manifest: %v", err)
+		}
+		path := "/api/v1/namespaces/" + want.Metadata.Namespace + "/pods/" + want.Metadata.Name + "-" + c.StaticNode
+		var got podView
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+			code, b := do(t, http.MethodGet, path, "", "")
+			got = podView{}
+			if code == http.StatusOK && json.Unmarshal(b, &got) == nil && got.Metadata.Annotations["kubernetes.io/config.mirror"] != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: %d %.300s", path, code, b)
+			}
+		}
+		for k, v := range want.Metadata.Annotations {
+			if got.Metadata.Annotations[k] != v {
+				t.Errorf("mirror annotation %s = %q, the manifest's %q", k, got.Metadata.Annotations[k], v)
+			}
+		}
+		if len(got.Spec.Containers) != len(want.Spec.Containers) {
+			t.Fatalf("mirror containers %+v, the manifest's %+v", got.Spec.Containers, want.Spec.Containers)
+		}
+		for i, w := range want.Spec.Containers {
+			g := got.Spec.Containers[i]
+			if g.Name != w.Name || g.Image != w.Image || !slices.Equal(g.Command, w.Command) {
+				t.Errorf("mirror container %+v, the manifest's %+v", g, w)
+			}
+		}
+		if !slices.ContainsFunc(got.Status.Conditions, func(c struct{ Type, Status string }) bool { return c.Type == "Ready" && c.Status == "True" }) {
+			t.Errorf("the mirror of a running static pod is not Ready: %+v", got.Status.Conditions)
 		}
 	})
 
