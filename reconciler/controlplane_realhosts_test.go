@@ -4,8 +4,8 @@ package reconciler_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"

@@ -144,7 +144,9 @@ func Run(t *testing.T, c Cluster) {
 					Command     []string
 				}
 			}
-			Status struct{ Conditions []struct{ Type, Status string } }
+			Status struct {
+				Conditions []struct{ Type, Status string }
+			}
 		}
 		var want podView
 		if err := yaml.Unmarshal(c.Static, &want); err != nil || want.Metadata.Name == "" {
