@@ -440,25 +440,32 @@ func TestPlans(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Diff(tc.desired, tc.observed)
 			tc.check(t, p)
-			checkGraph(t, p)
-			data, err := json.MarshalIndent(p, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var text bytes.Buffer
-			if err := Text(&text, data); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, "testdata/"+tc.name+"/plan.json", normalize(append(data, '\n')))
-			golden(t, "testdata/"+tc.name+"/plan.txt", text.Bytes())
-			back, err := Read(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(p, back); d != "" {
-				t.Errorf("the JSON form does not read back (-plan +read):\n%s", d)
-			}
+			checkPlan(t, tc.name, p)
 		})
+	}
+}
+
+// checkPlan checks a case's plan: its graph, its JSON form and human view
+// against testdata/<name>/, and that the JSON form reads back.
+func checkPlan(t *testing.T, name string, p *Plan) {
+	t.Helper()
+	checkGraph(t, p)
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := Text(&text, data); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/"+name+"/plan.json", normalize(append(data, '\n')))
+	golden(t, "testdata/"+name+"/plan.txt", text.Bytes())
+	back, err := Read(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(p, back); d != "" {
+		t.Errorf("the JSON form does not read back (-plan +read):\n%s", d)
 	}
 }
 

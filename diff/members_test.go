@@ -1,9 +1,7 @@
 package diff
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -159,17 +157,7 @@ func TestMembership(t *testing.T) {
 			d := desireAgainst(t, kv, tc.spec, tc.observed)
 			p := Diff([]*Desired{d}, []*Observed{tc.observed})
 			tc.check(t, p)
-			checkGraph(t, p)
-			data, err := json.MarshalIndent(p, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var text bytes.Buffer
-			if err := Text(&text, data); err != nil {
-				t.Fatal(err)
-			}
-			golden(t, "testdata/"+tc.name+"/plan.json", normalize(append(data, '\n')))
-			golden(t, "testdata/"+tc.name+"/plan.txt", text.Bytes())
+			checkPlan(t, tc.name, p)
 		})
 	}
 }
