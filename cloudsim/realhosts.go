@@ -125,6 +125,9 @@ func (s *Sim) startRealHosts(ctx context.Context) (*realHosts, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := raiseKernelLimits(s.log); err != nil {
+		return nil, err
+	}
 	name := fabricName(s.hostsDir)
 	if err := removeNamespaces(ctx, name); err != nil {
 		return nil, err
@@ -140,6 +143,43 @@ func (s *Sim) startRealHosts(ctx context.Context) (*realHosts, error) {
 			routers: map[string]string{}, legs: map[string]string{}, fips: map[string]string{}}}
 	s.log.Info("real hosts", "fabric", name, "image", img.Hash)
 	return r, nil
+}
+
+// kernelLimits are the per-user kernel limits every machine has to
+// itself on real hardware and all the machines here share (they run as
+// root of one kernel): inotify's instances, 128 by default, which seven
+// machines' systemd, containerd, kubelets, kube-proxies and flannels
+// exhaust ("too many open files", make e2e's five controllers), and its
+// watches. kind's documentation asks the same of a machine running
+// several nodes.
+var kernelLimits = []struct {
+	path string
+	min  int
+}{
+	{"/proc/sys/fs/inotify/max_user_instances", 8192},
+	{"/proc/sys/fs/inotify/max_user_watches", 524288},
+}
+
+// raiseKernelLimits raises each kernel limit below its minimum to it.
+func raiseKernelLimits(log *slog.Logger) error {
+	for _, l := range kernelLimits {
+		b, err := os.ReadFile(l.path)
+		if err != nil {
+			return fmt.Errorf("kernel limit: %w", err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return fmt.Errorf("kernel limit %s: %w", l.path, err)
+		}
+		if n >= l.min {
+			continue
+		}
+		if err := os.WriteFile(l.path, []byte(strconv.Itoa(l.min)), 0o644); err != nil {
+			return fmt.Errorf("kernel limit %s (%d, the machines need %d): %w", l.path, n, l.min, err)
+		}
+		log.Info("kernel limit raised for the machines, which share this kernel", "limit", l.path, "was", n, "now", l.min)
+	}
+	return nil
 }
 
 // removeNamespaces deletes the namespaces named name or name-*.
