@@ -727,9 +727,12 @@ func (b *kubeBackend) Update(fn func(*kubestub.Objects) error) error {
 	return nil
 }
 
-// Ready reports whether every etcd server of the API server has a member
-// that knows its leader.
+// Ready reports whether one of the API server's etcd servers has a member
+// that knows its leader: a real API server's etcd check is a read through
+// its client of every --etcd-servers endpoint, which one member with
+// quorum answers (k8s.io/apiserver's storagebackend/factory/etcd3.go).
 func (b *kubeBackend) Ready() error {
+	var errs []error
 	for _, raw := range b.etcd {
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -739,18 +742,23 @@ func (b *kubeBackend) Ready() error {
 		dst, err := b.s.w.resolve(b.nets, u.Hostname())
 		b.s.mu.Unlock()
 		if err != nil || dst.server == "" {
-			return fmt.Errorf("etcd %s: %w", raw, errNoRoute)
+			errs = append(errs, fmt.Errorf("etcd %s: %w", raw, errNoRoute))
+			continue
 		}
 		h, err := b.s.host(dst.server)
 		if err != nil {
-			return err
+			errs = append(errs, err)
+			continue
 		}
-		m := h.etcd.Load()
-		if m == nil || m.e.Server.Leader() == 0 {
-			return fmt.Errorf("etcd %s: no leader", raw)
+		if m := h.etcd.Load(); m != nil && m.e.Server.Leader() != 0 {
+			return nil
 		}
+		errs = append(errs, fmt.Errorf("etcd %s: no leader", raw))
 	}
-	return nil
+	if len(errs) == 0 {
+		return errors.New("no --etcd-servers")
+	}
+	return errors.Join(errs...)
 }
 
 // kubeCluster returns the key of the cluster a server's host belongs to:

@@ -424,6 +424,34 @@ func TestControllersRunEtcdAndTheAPIServer(t *testing.T) {
 		}
 	}
 	checkAPI(gw)
+	// Ready while etcd has quorum through any of --etcd-servers, as a real
+	// API server's etcd check: one member stopped leaves every API server
+	// ready, a second takes quorum and readiness away.
+	readyz := func() int {
+		code, _, err := apiGet(gw.DialContext, k8sCA, admin, "https://192.168.20.10:6443/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+	waitCode := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); readyz() != want; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("controller-0's /readyz is %d, want %d", readyz(), want)
+			}
+		}
+	}
+	run(t, cp.host(t, e, gw, names[2]), "sudo -n systemctl stop etcd-member")
+	time.Sleep(2 * time.Second) // past an election
+	waitCode(http.StatusOK)
+	run(t, cp.host(t, e, gw, names[1]), "sudo -n systemctl stop etcd-member")
+	waitCode(http.StatusInternalServerError)
+	for _, name := range names[1:] {
+		run(t, cp.host(t, e, gw, name), "sudo -n systemctl start etcd-member")
+	}
+	waitCode(http.StatusOK)
+	checkAPI(gw)
 	// The API refuses a client certificate of the etcd CA; a client that
 	// trusts another CA refuses the API.
 	if _, _, err := apiGet(gw.DialContext, k8sCA, opke, "https://192.168.20.10:6443/readyz"); err == nil {
