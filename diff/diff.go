@@ -105,16 +105,10 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 			infra = append(infra, b.add(p))
 			continue
 		}
-		var changed []string
-		for k, v := range r.Attrs {
-			if !v.Unknown && got.Attrs[k] != v {
-				changed = append(changed, k)
-			}
-		}
+		changed := changedAttrs(r, got)
 		if len(changed) == 0 {
 			continue
 		}
-		slices.Sort(changed)
 		p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: a, Action: ActionUpdate,
 			Before: Attrs{}, After: Attrs{}}}
 		var what []string
@@ -229,6 +223,26 @@ func orNone(v Value) string {
 	return v.String()
 }
 
+// changedAttrs are the attributes, sorted, whose desired value is known
+// and differs from what the cloud has.
+func changedAttrs(want, got Resource) []string {
+	var out []string
+	for k, v := range want.Attrs {
+		if !v.Unknown && got.Attrs[k] != v {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// byIndex orders server names of one pool by their index.
+func byIndex(a, b string) int {
+	_, i := index(a)
+	_, j := index(b)
+	return cmp.Compare(i, j)
+}
+
 // index splits a server name <cluster>-<pool>-<index>.
 func index(name string) (string, int) {
 	i := strings.LastIndex(name, "-")
@@ -251,12 +265,10 @@ func rolling(ps []*pending, a Action, highestFirst bool) {
 	}
 	for _, list := range pools {
 		slices.SortFunc(list, func(x, y *pending) int {
-			_, i := index(x.Address.Name)
-			_, j := index(y.Address.Name)
 			if highestFirst {
-				return cmp.Compare(j, i)
+				return byIndex(y.Address.Name, x.Address.Name)
 			}
-			return cmp.Compare(i, j)
+			return byIndex(x.Address.Name, y.Address.Name)
 		})
 		for i := 1; i < len(list); i++ {
 			list[i].deps = append(list[i].deps, list[i-1].key)

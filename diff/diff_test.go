@@ -20,6 +20,7 @@ import (
 
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -48,7 +49,14 @@ func spec(t testing.TB, name string, edit func(*schemas.Cluster)) *schemas.Clust
 // desire renders c with the store's PKI and lists what it asks for.
 func desire(t testing.TB, kv state.KV, c *schemas.Cluster, apiFIP bool) *Desired {
 	t.Helper()
-	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now()})
+	return desireStarting(t, kv, c, apiFIP, nil)
+}
+
+// desireStarting is desire with the controllers' etcd members starting as
+// etcd says (render.Options.Etcd).
+func desireStarting(t testing.TB, kv state.KV, c *schemas.Cluster, apiFIP bool, etcd map[string]assets.EtcdStart) *Desired {
+	t.Helper()
+	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now(), Etcd: etcd})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,10 +71,11 @@ func (j Join) Start() assets.EtcdStart { return assets.EtcdStart{Join: true, Mem
 // MemberChange reads a membership change: the joining member's start
 // (ok false for another change).
 func MemberChange(c Change) (start assets.EtcdStart, ok bool) {
-	if c.Address.Target != TargetMember || c.Action != ActionCreate || c.After[attrMembers].Value == "" {
+	if c.Address.Target != TargetMember || c.Action != ActionCreate {
 		return assets.EtcdStart{}, false
 	}
-	return assets.EtcdStart{Join: true, Members: strings.Split(c.After[attrMembers].Value, ",")}, true
+	_, _, members := MemberOf(c)
+	return assets.EtcdStart{Join: true, Members: members}, len(members) > 0
 }
 
 // MemberOf reads what a membership change is about: the member's peer
@@ -123,18 +124,13 @@ func Joins(d *Desired, o *Observed) []Join {
 			joining = append(joining, r.Name)
 		}
 	}
-	byIndex := func(a, b string) int {
-		i, _ := schemas.ControllerIndex(d.Cluster, a)
-		j, _ := schemas.ControllerIndex(d.Cluster, b)
-		return cmp.Compare(i, j)
-	}
 	slices.SortFunc(joining, byIndex)
 	var out []Join
 	members := running
 	for _, host := range joining {
 		members = slices.SortedFunc(slices.Values(append(slices.Clone(members), host)), byIndex)
 		j := Join{Host: host, Members: members}
-		if o.Applied.Versions[host] != "" || len(o.Applied.Files[host]) > 0 {
+		if o.Applied.Knows(host) {
 			j.Removal = cmp.Or(renewed[host], RemovalLost)
 		}
 		out = append(out, j)
@@ -156,11 +152,7 @@ func Starts(cluster string, versions map[string]string, recorded map[string]asse
 			ran = append(ran, host)
 		}
 	}
-	slices.SortFunc(ran, func(a, b string) int {
-		i, _ := schemas.ControllerIndex(cluster, a)
-		j, _ := schemas.ControllerIndex(cluster, b)
-		return cmp.Compare(i, j)
-	})
+	slices.SortFunc(ran, byIndex)
 	for _, host := range ran {
 		out[host] = assets.EtcdStart{Members: ran}
 	}
@@ -180,7 +172,7 @@ func Renewed(d *Desired, o *Observed) []string {
 	}
 	var out []string
 	for host := range renewedServers(d, o) {
-		if o.Applied.Versions[host] != "" || len(o.Applied.Files[host]) > 0 {
+		if o.Applied.Knows(host) {
 			out = append(out, host)
 		}
 	}
@@ -190,7 +182,7 @@ func Renewed(d *Desired, o *Observed) []string {
 
 // renewedServers are the servers of d the plan creates (RemovalLost: not
 // in the cloud) or replaces (RemovalReplace: an attribute that forces a
-// new one changed), as the builder finds them.
+// new one changed), as the builder finds them (changedAttrs).
 func renewedServers(d *Desired, o *Observed) map[string]string {
 	cloud := map[string]Resource{}
 	for _, r := range o.Cloud {
@@ -208,10 +200,8 @@ func renewedServers(d *Desired, o *Observed) map[string]string {
 			out[r.Name] = RemovalLost
 			continue
 		}
-		for _, k := range r.ForceNew {
-			if v := r.Attrs[k]; !v.Unknown && got.Attrs[k] != v {
-				out[r.Name] = RemovalReplace
-			}
+		if slices.ContainsFunc(changedAttrs(r, got), func(k string) bool { return slices.Contains(r.ForceNew, k) }) {
+			out[r.Name] = RemovalReplace
 		}
 	}
 	return out
@@ -247,11 +237,7 @@ func (b *builder) members(d *Desired, o *Observed, joins []Join, deletes []*pend
 			leaving = append(leaving, p)
 		}
 	}
-	slices.SortFunc(leaving, func(x, y *pending) int {
-		i, _ := schemas.ControllerIndex(d.Cluster, x.Address.Name)
-		j, _ := schemas.ControllerIndex(d.Cluster, y.Address.Name)
-		return cmp.Compare(j, i)
-	})
+	slices.SortFunc(leaving, func(x, y *pending) int { return byIndex(y.Address.Name, x.Address.Name) })
 	for _, p := range leaving {
 		host := p.Address.Name
 		m := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: MemberAddress(host), Action: ActionDelete,
@@ -293,15 +279,11 @@ func (b *builder) members(d *Desired, o *Observed, joins []Join, deletes []*pend
 			Reason: "promoted to a voting member once it caught up with the leader"}})
 		add.drift, promote.drift = drift, drift
 		promote.deps = append(promote.deps, add.key)
+		// The units etcd.env restarts: etcd's.
 		var etcdUnits []string
-		for _, h := range d.Hosts {
-			if h.Name != j.Host {
-				continue
-			}
-			for _, f := range h.Files {
-				if f.Path == assets.PathEtcdEnv {
-					etcdUnits = f.Restart
-				}
+		if i := slices.IndexFunc(d.Hosts, func(h Host) bool { return h.Name == j.Host }); i >= 0 {
+			if k := slices.IndexFunc(d.Hosts[i].Files, func(f File) bool { return f.Path == assets.PathEtcdEnv }); k >= 0 {
+				etcdUnits = d.Hosts[i].Files[k].Restart
 			}
 		}
 		for _, p := range b.list {

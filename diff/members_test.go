@@ -1,16 +1,13 @@
 package diff
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"opke.dev/opke/internal/statetest"
-	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
@@ -25,23 +22,11 @@ func desireAgainst(t *testing.T, kv state.KV, c *schemas.Cluster, o *Observed) *
 	if o.Applied != nil {
 		versions = o.Applied.Versions
 	}
-	render1 := func(joins []Join) *Desired {
-		out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now(), Etcd: Starts(c.Metadata.Name, versions, nil, joins)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
+	d := desireStarting(t, kv, c, true, Starts(c.Metadata.Name, versions, nil, nil))
+	if joins := Joins(d, o); len(joins) > 0 {
+		return desireStarting(t, kv, c, true, Starts(c.Metadata.Name, versions, nil, joins))
 	}
-	d := render1(nil)
-	joins := Joins(d, o)
-	if len(joins) == 0 {
-		return d
-	}
-	return render1(joins)
+	return d
 }
 
 // TestMembership: the plans of etcd's membership, as golden files, and

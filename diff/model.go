@@ -87,6 +87,13 @@ type Applied struct {
 	Manifests map[string]string
 }
 
+// Knows reports whether the ledger knows a host: it recorded the host's
+// version or a file pushed to it (so OPKE issued it material, and its
+// etcd member, if a controller's, may still be in the membership).
+func (a *Applied) Knows(host string) bool {
+	return a != nil && (a.Versions[host] != "" || len(a.Files[host]) > 0)
+}
+
 // Observed is a cluster as OpenStack and the state store show it.
 type Observed struct {
 	Cluster string
