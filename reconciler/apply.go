@@ -341,10 +341,7 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 	store := h.j.w
 	host, path := c.Address.Host, c.Address.Name
 	if c.Address.Target == diff.TargetMember {
-		if err := h.a.memberStep(ctx, h.t, h.pki, h.spec, c); err != nil {
-			return err
-		}
-		return h.j.hook("member " + c.Action.String() + " " + c.Address.String())
+		return h.a.memberStep(ctx, h.j, h.t, h.pki, h.spec, c)
 	}
 	switch c.Action {
 	case diff.ActionCheck:

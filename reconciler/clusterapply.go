@@ -169,11 +169,7 @@ func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error)
 			joins = append(joins, diff.Join{Host: c.Address.Host, Members: start.Members})
 		}
 	}
-	ledger := ca.ledger
-	if ledger == nil {
-		ledger = &Ledger{}
-	}
-	opts.Etcd = etcdStarts(ca.name, ledger, joins)
+	opts.Etcd = etcdStarts(ca.name, ca.ledger, joins)
 	key := renderKey{apiFIP: opts.APIFloatingIP}
 	if opts.Cloud != nil {
 		key.cloud = *opts.Cloud
@@ -246,10 +242,7 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	case diff.TargetDrain:
 		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host)
 	case diff.TargetMember:
-		if err := ca.a.memberStep(ctx, t, out.PKI, ca.spec, c); err != nil {
-			return err
-		}
-		return ca.j.hook("member " + c.Action.String() + " " + c.Address.String())
+		return ca.a.memberStep(ctx, ca.j, t, out.PKI, ca.spec, c)
 	}
 	if err := ca.a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
 		return err
@@ -294,8 +287,7 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 		// A host the ledger knew before the apply had material issued for
 		// it, which goes; one it did not know has only what this apply's
 		// render issued for it, which stays.
-		knew := ca.ledger != nil && ca.ledger.Applied != nil &&
-			(ca.ledger.Applied.Versions[r.Name] != "" || len(ca.ledger.Applied.Files[r.Name]) > 0)
+		knew := ca.ledger != nil && ca.ledger.Applied.Knows(r.Name)
 		if err := forgetHost(ctx, store, c.Cluster, r.Name, keep, knew); err != nil {
 			return err
 		}

@@ -301,17 +301,26 @@ func forgetHost(ctx context.Context, w writer, cluster, host string, keepVersion
 	} else if err := w.DeletePrefix(ctx, state.KeysOf(w).Host(cluster, host)); err != nil {
 		return err
 	}
-	for _, name := range pki.HostMaterial(host) {
-		if !material {
-			break
-		}
-		for _, ext := range []string{".crt", ".key"} {
-			if err := w.Delete(ctx, state.KeysOf(w).PKIFile(cluster, name+ext)); err != nil {
+	if material {
+		for _, key := range hostMaterialKeys(w, cluster, host) {
+			if err := w.Delete(ctx, key); err != nil {
 				return err
 			}
 		}
 	}
 	return w.Delete(ctx, state.KeysOf(w).HostKeys(cluster, host))
+}
+
+// hostMaterialKeys are the store keys of the certificates and keys
+// issued for a host.
+func hostMaterialKeys(kv state.KV, cluster, host string) []string {
+	var out []string
+	for _, name := range pki.HostMaterial(host) {
+		for _, ext := range []string{".crt", ".key"} {
+			out = append(out, state.KeysOf(kv).PKIFile(cluster, name+ext))
+		}
+	}
+	return out
 }
 
 // forgetNode drops the last record of a host, its version, once its

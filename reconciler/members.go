@@ -35,8 +35,8 @@ var ErrMemberAnswers = errors.New("the etcd member answers")
 // memberStep runs a change of a cluster's etcd membership (see
 // diff/members.go): a removal, the addition of a learner, a promotion.
 // OPKE's etcd client reaches the members through the gateway, never the
-// member the change is about.
-func (a *Applier) memberStep(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, c diff.Change) error {
+// member the change is about. A change made is a journal point.
+func (a *Applier) memberStep(ctx context.Context, j *journal, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, c diff.Change) error {
 	ch := membershipChange{action: c.Action, host: c.Address.Host}
 	var members []string
 	ch.peerURL, ch.removal, members = diff.MemberOf(c)
@@ -54,7 +54,10 @@ func (a *Applier) memberStep(ctx context.Context, t HostTarget, b *pki.Bundle, s
 		return err
 	}
 	defer m.close()
-	return a.changeMembership(ctx, m.cli, t.Cluster, ch)
+	if err := a.changeMembership(ctx, m.cli, t.Cluster, ch); err != nil {
+		return err
+	}
+	return j.hook("member " + c.Action.String() + " " + c.Address.String())
 }
 
 // membershipChange is one change of etcd's membership.

@@ -16,7 +16,6 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
-	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
@@ -260,11 +259,9 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 	view := func() (*state.Overlay, error) {
 		kv := p.Store.ReadOnly()
 		for _, host := range renewed {
-			for _, name := range pki.HostMaterial(host) {
-				for _, ext := range []string{".crt", ".key"} {
-					if err := kv.Delete(ctx, state.KeysOf(kv).PKIFile(c.Metadata.Name, name+ext)); err != nil {
-						return nil, err
-					}
+			for _, key := range hostMaterialKeys(kv, c.Metadata.Name, host) {
+				if err := kv.Delete(ctx, key); err != nil {
+					return nil, err
 				}
 			}
 		}
@@ -309,8 +306,11 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 }
 
 // etcdStarts is how a cluster's etcd members start in a render: as the
-// ledger recorded, or joining as joins say (diff.Starts).
+// ledger (if any) recorded, or joining as joins say (diff.Starts).
 func etcdStarts(cluster string, l *Ledger, joins []diff.Join) map[string]assets.EtcdStart {
+	if l == nil {
+		return diff.Starts(cluster, nil, nil, joins)
+	}
 	var versions map[string]string
 	if l.Applied != nil {
 		versions = l.Applied.Versions

@@ -150,8 +150,7 @@ func gateOf(c diff.Change) gateSpec {
 // up to the gate timeout; then it records the version the host runs.
 func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 	a, g := h.a, gateOf(c)
-	pods := map[string]staticPod{}
-	for _, path := range h.uploads[g.host] {
+	for _, path := range slices.Sorted(slices.Values(h.uploads[g.host])) {
 		if !strings.HasPrefix(path, assets.PathManifests+"/") {
 			continue
 		}
@@ -159,9 +158,8 @@ func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
-		pods[path] = pod
+		g.pods = append(g.pods, pod)
 	}
-	g.pods = sortedPods(pods)
 	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
 	probe := &prober{a: a, t: h.t, b: h.pki, g: g}
 	defer probe.close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 
@@ -86,13 +85,4 @@ func (p *prober) staticPodsRun(ctx context.Context, k *kubeClient) error {
 		}
 	}
 	return nil
-}
-
-// sortedPods orders static pods by name, for a stable order of checks.
-func sortedPods(m map[string]staticPod) []staticPod {
-	var out []staticPod
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, m[k])
-	}
-	return out
 }
