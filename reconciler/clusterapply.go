@@ -29,7 +29,7 @@ import (
 // now) come from one render made through the lease, which issues what
 // the cluster lacks for good; it is made again only when what it was
 // made from moved in the infrastructure phase (the API's floating IP or
-// the cloud credential created). The cloud is observed once for the
+// the cloud credential created, a host made again: renderKey). The cloud is observed once for the
 // infrastructure phase and once more, for the real addresses, only if
 // that phase changed something.
 type clusterApply struct {
@@ -57,13 +57,19 @@ type clusterApply struct {
 	renderMu sync.Mutex
 	out      *render.Output
 	key      renderKey
+	// renewed counts the hosts made again whose material the
+	// infrastructure phase forgot (under renderMu).
+	renewed int
 }
 
 // renderKey is what a render's bytes depend on that the infrastructure
-// phase can change: the API's floating IP and cloud.conf's credential.
+// phase can change: the API's floating IP, cloud.conf's credential, and
+// the material of hosts made again (a render made before holds their old
+// certificates; the next issues their new ones).
 type renderKey struct {
-	apiFIP netip.Addr
-	cloud  assets.CloudCredential
+	apiFIP  netip.Addr
+	cloud   assets.CloudCredential
+	renewed int
 }
 
 // ErrInconsistent is a plan whose known values the apply finds otherwise:
@@ -148,8 +154,8 @@ func (ca *clusterApply) observe() ([]diff.Resource, error) {
 }
 
 // render returns the cluster rendered through the lease from what was
-// last observed, rendering again only when the API's floating IP or the
-// cloud credential moved since. cloud.conf waits for the credential: it
+// last observed, rendering again only when what it depends on moved since
+// (renderKey). cloud.conf waits for the credential: it
 // is not rendered while there is none.
 func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error) {
 	ca.renderMu.Lock()
@@ -170,7 +176,7 @@ func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error)
 		}
 	}
 	opts.Etcd = etcdStarts(ca.name, ca.ledger, joins)
-	key := renderKey{apiFIP: opts.APIFloatingIP}
+	key := renderKey{apiFIP: opts.APIFloatingIP, renewed: ca.renewed}
 	if opts.Cloud != nil {
 		key.cloud = *opts.Cloud
 	}
@@ -292,11 +298,8 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 			return err
 		}
 		if knew && c.Action != diff.ActionDelete {
-			// A render made before (for a step that came first, such as
-			// the removal of a lost member) holds the host's old
-			// certificates: the next render issues its new ones.
 			ca.renderMu.Lock()
-			ca.out = nil
+			ca.renewed++ // moves the render's key (renderKey)
 			ca.renderMu.Unlock()
 		}
 	}

@@ -31,7 +31,7 @@ type Manifest struct {
 // containers.
 func StaticPod(data []byte, node string) (Pod, error) {
 	var p corev1.Pod
-	if err := yaml.Unmarshal(data, &p); err != nil {
+	if err := yaml.UnmarshalStrict(data, &p); err != nil { // the kubelet refuses what is no Pod
 		return Pod{}, fmt.Errorf("static pod: %w", err)
 	}
 	if p.Name == "" {
