@@ -131,8 +131,9 @@ func (r *rig) observedOf(t *testing.T, cluster string) map[string]diff.Resource 
 }
 
 // apiClient talks to a controller's API server through the gateway, as
-// admin: what kubectl with the admin kubeconfig would see.
-func (r *rig) apiClient(t *testing.T, res map[string]diff.Resource, controller string) (*http.Client, string, *tls.ConnectionState) {
+// admin: what kubectl with the admin kubeconfig would see. The func
+// returns the TLS state of the last connection it made.
+func (r *rig) apiClient(t *testing.T, res map[string]diff.Resource, controller string) (*http.Client, string, func() tls.ConnectionState) {
 	t.Helper()
 	ctx := context.Background()
 	gw := dialHost(t, r, res, "demo-gateway-0", nil)
@@ -144,7 +145,12 @@ func (r *rig) apiClient(t *testing.T, res map[string]diff.Resource, controller s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var state tls.ConnectionState
+	// The transport dials on goroutines of its own, and a dial abandoned
+	// by a request's timeout may still finish beside the next one's.
+	var (
+		mu    sync.Mutex
+		state tls.ConnectionState
+	)
 	tr := &http.Transport{TLSClientConfig: cfg, DialTLSContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 		raw, err := gw.DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -157,12 +163,19 @@ func (r *rig) apiClient(t *testing.T, res map[string]diff.Resource, controller s
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, err
 		}
+		mu.Lock()
 		state = tc.ConnectionState()
+		mu.Unlock()
 		return tc, nil
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
 	ip := res["openstack/port/"+controller].Attrs["fixed_ip"].Value
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, "https://" + ip + ":6443", &state
+	last := func() tls.ConnectionState {
+		mu.Lock()
+		defer mu.Unlock()
+		return state
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, "https://" + ip + ":6443", last
 }
 
 func (r *rig) apiVersion(t *testing.T, res map[string]diff.Resource, controller string) string {
@@ -342,7 +355,7 @@ func TestDayTwo(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		served := state.PeerCertificates[0]
+		served := state().PeerCertificates[0]
 		if served.SerialNumber.Cmp(old.SerialNumber) == 0 || time.Until(served.NotAfter) < 300*24*time.Hour {
 			t.Errorf("demo-controller-2 serves a certificate valid until %s (the old one: %s)", served.NotAfter, old.NotAfter)
 		}
