@@ -682,12 +682,12 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 	var ids []string
 	for _, h := range hosts {
 		h.mu.Lock()
-		ca, ready, version := h.kubeCA, h.rec.Units[unitKubelet] == "active", h.kubeletVersion
+		ca, ready, version, since := h.kubeCA, h.rec.Units[unitKubelet] == "active", h.kubeletVersion, h.kubeletSince
 		h.mu.Unlock()
 		if ca != b.ca {
 			continue
 		}
-		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version})
+		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version, Since: since})
 		ids = append(ids, h.id)
 	}
 	b.s.mu.Lock()

@@ -72,6 +72,9 @@ type simHost struct {
 	rec            hostRecord
 	kubeCA         string // the sha256 of the cluster CA its kubelet last started with
 	kubeletVersion string // the tag of the kubelet image it last started with
+	// kubeletSince is when its kubelet's unit last changed state: its
+	// Node's Ready condition's last transition (kubestub.Node.Since).
+	kubeletSince time.Time
 
 	// What the host runs (controllers.go): svcMu serialises starts and
 	// stops; readers load the pointers.
@@ -499,7 +502,7 @@ func (h *simHost) systemctl(args []string, priv bool, ev *HostEvent, stdout, std
 			h.s.log.Info("static pod not started", "host", h.name, "err", podErr)
 		}
 		h.mu.Lock()
-		h.rec.Units[unit] = state
+		h.setUnit(unit, state)
 		h.mu.Unlock()
 		ev.Files = files
 		if unitErr != nil {
@@ -508,7 +511,7 @@ func (h *simHost) systemctl(args []string, priv bool, ev *HostEvent, stdout, std
 	case "stop":
 		h.stopUnit(unit)
 		h.mu.Lock()
-		h.rec.Units[unit] = "inactive"
+		h.setUnit(unit, "inactive")
 		h.mu.Unlock()
 	case "is-active":
 		h.mu.Lock()
@@ -620,4 +623,13 @@ func relay(a io.ReadWriteCloser, b io.ReadWriteCloser) {
 	<-done
 	a.Close()
 	b.Close()
+}
+
+// setUnit records a unit's state, and when the kubelet's changed (under
+// h.mu).
+func (h *simHost) setUnit(unit, state string) {
+	if unit == unitKubelet && (h.rec.Units[unit] == "active") != (state == "active") {
+		h.kubeletSince = time.Now()
+	}
+	h.rec.Units[unit] = state
 }

@@ -61,6 +61,9 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	n := c.Metadata.Name
 	s := c.Spec
 	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue, MaxUnavailable: s.Upgrade.MaxUnavailable}
+	if r := s.Remediation; r != nil {
+		d.Remediation = &Remediation{UnhealthyAfter: r.UnhealthyAfter.Duration, MaxUnhealthy: r.MaxUnhealthy}
+	}
 	add := func(kind Kind, name string, attrs Attrs, forceNew []string, deps ...Address) {
 		d.Infra = append(d.Infra, Resource{Kind: kind, Name: name, Attrs: attrs, ForceNew: forceNew, DependsOn: deps})
 	}

@@ -91,6 +91,10 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	}
 	desired := map[Address]bool{}
 	var infra []*pending
+	remedied, warn := remediations(d, o)
+	if warn != nil {
+		b.warnings = append(b.warnings, *warn)
+	}
 	for _, r := range d.Infra {
 		a := r.Address()
 		desired[a] = true
@@ -106,6 +110,11 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 			continue
 		}
 		changed := changedAttrs(r, got)
+		if why, ok := remedied[r.Name]; ok && r.Kind == KindServer && len(changed) == 0 {
+			infra = append(infra, b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: a, Action: ActionReplace,
+				After: maps.Clone(r.Attrs), Reason: why}, drift: true}))
+			continue
+		}
 		if len(changed) == 0 {
 			continue
 		}
@@ -123,6 +132,13 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 			}
 		}
 		p.Reason = strings.Join(what, ", ")
+		if p.Action == ActionReplace {
+			// The new resource is made from the whole of it.
+			p.After = maps.Clone(r.Attrs)
+			if why, ok := remedied[r.Name]; ok {
+				p.drift, p.Reason = true, p.Reason+"; "+why
+			}
+		}
 		if p.drift {
 			p.Reason = "changed outside OPKE: " + p.Reason
 		}
@@ -141,6 +157,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 		}
 	}
 	rolling(infra, ActionReplace, false)
+	b.replacedWorkers(d, o, remedied)
 	// What OpenStack has for the cluster and the spec no longer asks for.
 	var gone []Resource
 	for _, r := range o.Cloud {
@@ -411,9 +428,14 @@ func (b *builder) hosts(d *Desired, o *Observed, joins []Join) {
 		runs := server == nil && versions[h.Name] != ""
 		switch {
 		case !runs:
-			if slices.ContainsFunc(joins, func(j Join) bool { return j.Host == h.Name }) {
+			switch {
+			case slices.ContainsFunc(joins, func(j Join) bool { return j.Host == h.Name }):
 				// A member that joins the etcd that runs is gated healthy
 				// before the next membership change.
+				hc.gate = b.gate(d.Cluster, hc, note)
+			case server != nil && server.Action == ActionReplace && h.Role == schemas.RoleWorker:
+				// A worker made again (remediated, or its flavor
+				// changed) is gated Ready: the plan ends with it back.
 				hc.gate = b.gate(d.Cluster, hc, note)
 			}
 			fresh = append(fresh, hc)

@@ -105,6 +105,13 @@ func without(o *Observed, address string) *Observed {
 	return &c
 }
 
+// health returns o with its Nodes' health.
+func health(o *Observed, nodes map[string]NodeHealth) *Observed {
+	c := *o
+	c.Nodes = nodes
+	return &c
+}
+
 var sha = regexp.MustCompile(`[0-9a-f]{64}`)
 
 // normalize replaces each sha256 by its rank of appearance: certificates
@@ -147,6 +154,9 @@ func TestPlans(t *testing.T) {
 	base := desire(t, kv, demo(nil), true)
 	done := converged(base)
 	pool := func(c *schemas.Cluster) *schemas.WorkerPool { return &c.Spec.WorkerPools[0] }
+	remedied := desire(t, kv, demo(func(c *schemas.Cluster) {
+		c.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: 5 * time.Minute}, MaxUnhealthy: 1}
+	}), true)
 
 	cases := []struct {
 		name     string
@@ -308,8 +318,15 @@ func TestPlans(t *testing.T) {
 			func(t *testing.T, p *Plan) {
 				first := find(t, p.Changes, "openstack/server/demo-default-0", ActionReplace)
 				second := find(t, p.Changes, "openstack/server/demo-default-1", ActionReplace)
-				if !slices.Contains(second.DependsOn, first.ID) {
-					t.Errorf("the replace is not rolling (surge 1): %v", second.DependsOn)
+				drain := find(t, p.Changes, DrainAddress("demo-default-1").String(), ActionDrain)
+				if !slices.Contains(drain.DependsOn, first.ID) || !slices.Equal(second.DependsOn, []string{drain.ID}) || BestEffort(drain) {
+					t.Errorf("the replace is not rolling (surge 1), each worker drained (not best effort) first: %v, %v, %v", drain.DependsOn, second.DependsOn, drain.After)
+				}
+				if node := find(t, p.Changes, NodeAddress("demo-default-1").String(), ActionDelete); !slices.Equal(node.DependsOn, []string{second.ID}) {
+					t.Errorf("the replaced worker's Node object is not deleted after its server: %v", node.DependsOn)
+				}
+				if first.After["port"].Value != "demo-default-0" || first.After["image"].Value == "" {
+					t.Errorf("the replacement is not made from the whole resource: %+v", first.After)
 				}
 				if first.Before["flavor"].Value == first.After["flavor"].Value {
 					t.Errorf("before/after: %+v %+v", first.Before, first.After)
@@ -319,6 +336,40 @@ func TestPlans(t *testing.T) {
 					t.Errorf("a replaced host's files do not wait for it: %v", up.DependsOn)
 				}
 			}},
+		{"worker-unhealthy", []*Desired{remedied}, []*Observed{health(done, map[string]NodeHealth{
+			"demo-controller-0": {Ready: "Unknown", For: time.Hour}, // a controller is not remediated here
+			"demo-default-0":    {Ready: "Unknown", For: 6 * time.Minute},
+			"demo-default-1":    {Ready: "False", For: 4 * time.Minute}, // not for long enough
+		})}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 || len(p.Warnings) != 0 {
+				t.Errorf("a remediation is drift, and warns of nothing: %v %v", addrs(p.Changes), p.Warnings)
+			}
+			drain := find(t, p.Drift, DrainAddress("demo-default-0"), ActionDrain)
+			replace := find(t, p.Drift, "openstack/server/demo-default-0", ActionReplace)
+			node := find(t, p.Drift, NodeAddress("demo-default-0"), ActionDelete)
+			if !BestEffort(drain) || !slices.Equal(replace.DependsOn, []string{drain.ID}) || !slices.Equal(node.DependsOn, []string{replace.ID}) {
+				t.Errorf("want a best-effort drain, then the server, then the Node object: %v %v %v", drain.After, replace.DependsOn, node.DependsOn)
+			}
+			if up := find(t, p.Drift, "host/demo-default-0/etc/kubernetes/kubelet.env", ActionUpload); !slices.Contains(up.DependsOn, replace.ID) {
+				t.Errorf("the new server's files do not wait for it: %v", up.DependsOn)
+			}
+			for _, c := range p.Drift {
+				if c.Address.Host == "demo-default-1" || c.Address.Name == "demo-default-1" || strings.Contains(c.Address.String(), "controller") {
+					t.Errorf("%s %s: only demo-default-0 is remediated", c.Action, c.Address)
+				}
+			}
+			if got, want := Renewed(remedied, health(done, map[string]NodeHealth{"demo-default-0": {Ready: "Unknown", For: time.Hour}})), []string{"demo-default-0"}; !slices.Equal(got, want) {
+				t.Errorf("Renewed = %v, want %v: the apply forgets the material of the remediated worker", got, want)
+			}
+		}},
+		{"workers-unhealthy-outage", []*Desired{remedied}, []*Observed{health(done, map[string]NodeHealth{
+			"demo-default-0": {Ready: "Unknown", For: 6 * time.Minute},
+			"demo-default-1": {Ready: "Unknown", For: 6 * time.Minute},
+		})}, func(t *testing.T, p *Plan) {
+			if !p.Empty() || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "2 workers have been unhealthy") {
+				t.Errorf("more unhealthy than maxUnhealthy: want nothing done and a warning: %v %v %v", addrs(p.Changes), addrs(p.Drift), p.Warnings)
+			}
+		}},
 		{"drift-server-deleted", []*Desired{base}, []*Observed{without(done, "openstack/server/demo-default-1")}, func(t *testing.T, p *Plan) {
 			if len(p.Changes) != 0 {
 				t.Errorf("changes besides the drift: %v", p.Changes)
@@ -744,6 +795,15 @@ func addressesOf(p *Plan) map[string]bool {
 	out := map[string]bool{}
 	for _, c := range slices.Concat(p.Changes, p.Drift) {
 		out[c.Address.String()] = true
+	}
+	return out
+}
+
+// addrs are the changes' addresses, in order, to print.
+func addrs(cs []Change) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Action.String()+" "+c.Address.String())
 	}
 	return out
 }

@@ -182,7 +182,8 @@ func Renewed(d *Desired, o *Observed) []string {
 
 // renewedServers are the servers of d the plan creates (RemovalLost: not
 // in the cloud) or replaces (RemovalReplace: an attribute that forces a
-// new one changed), as the builder finds them (changedAttrs).
+// new one changed, or a worker remediated), as the builder finds them
+// (changedAttrs, remediations).
 func renewedServers(d *Desired, o *Observed) map[string]string {
 	cloud := map[string]Resource{}
 	for _, r := range o.Cloud {
@@ -203,6 +204,10 @@ func renewedServers(d *Desired, o *Observed) map[string]string {
 		if slices.ContainsFunc(changedAttrs(r, got), func(k string) bool { return slices.Contains(r.ForceNew, k) }) {
 			out[r.Name] = RemovalReplace
 		}
+	}
+	remedied, _ := remediations(d, o)
+	for name := range remedied {
+		out[name] = RemovalReplace
 	}
 	return out
 }

@@ -1,6 +1,10 @@
 package diff
 
-import "opke.dev/opke/schemas"
+import (
+	"time"
+
+	"opke.dev/opke/schemas"
+)
 
 // Resource is an OpenStack resource flattened to what the diff compares.
 // Attributes refer to other resources by name, never by id, so a desired
@@ -71,6 +75,16 @@ type Desired struct {
 	MaxUnavailable int
 	// Manifests are the API objects to apply, in order.
 	Manifests []Manifest
+	// Remediation, if set, replaces workers whose Node stays not Ready
+	// (spec.remediation).
+	Remediation *Remediation
+}
+
+// Remediation is when a worker whose Node is not Ready is replaced
+// (spec.remediation; see remediations).
+type Remediation struct {
+	UnhealthyAfter time.Duration
+	MaxUnhealthy   int
 }
 
 // Applied is what OPKE last applied to a cluster, from the state store.
@@ -110,4 +124,18 @@ type Observed struct {
 	// HostFiles holds the sha256 of each file read on the hosts, by host
 	// and path; nil unless a resync asked for them.
 	HostFiles map[string]map[string]string
+	// Nodes is the health of the cluster's Node objects, by name, as its
+	// API showed them when the plan was made; nil when they were not read
+	// (no remediation asked for), and NodesUnread says why when the API
+	// could not tell.
+	Nodes       map[string]NodeHealth
+	NodesUnread string
+}
+
+// NodeHealth is a Node's Ready condition: its status (True, False, or
+// Unknown when its kubelet stopped posting), and how long it has had it
+// (since the condition's last transition, by the planner's clock).
+type NodeHealth struct {
+	Ready string
+	For   time.Duration
 }

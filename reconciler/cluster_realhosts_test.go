@@ -285,6 +285,16 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	})
 	t.Logf("scaled out to two workers, demo-default-1 Ready, in %s", time.Since(step).Round(time.Second))
 
+	// Node remediation: demo-default-1's kubelet stopped, Kubernetes' node
+	// lifecycle controller marks its Node Unknown after its grace period,
+	// and once that has lasted spec.remediation.unhealthyAfter the plan
+	// replaces the worker: a best-effort drain, the server made again,
+	// the old Node object deleted, the new one gated Ready (with its new
+	// server's provider id, from the cloud controller manager).
+	step = time.Now()
+	remediate(t, r, c, get, "demo-default-1")
+	t.Logf("demo-default-1 remediated in %s from its kubelet's stop", time.Since(step).Round(time.Second))
+
 	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-web"},"spec":{
 		"replicas":2,"selector":{"matchLabels":{"app":"e2e-web"}},"template":{"metadata":{"labels":{"app":"e2e-web"}},"spec":{
 		"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":{"matchLabels":{"app":"e2e-web"}},"topologyKey":"kubernetes.io/hostname"}]}},
@@ -934,4 +944,77 @@ func (r *rig) etcdClient(t *testing.T, res map[string]diff.Resource, controllers
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// remediate stops worker's kubelet and waits for the plan to replace it
+// (spec.remediation, unhealthyAfter at its least, 30 s), applies that,
+// and checks the new server's Node is Ready with its provider id.
+func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) error, worker string) {
+	t.Helper()
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	r.planner.Nodes, r.planner.Now = hosts, time.Now
+	c.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: schemas.MinUnhealthyAfter}, MaxUnhealthy: 1}
+	defer func() { r.planner.Nodes, r.planner.Now, c.Spec.Remediation = nil, func() time.Time { return now }, nil }()
+	type node struct {
+		Spec   struct{ ProviderID string }
+		Status struct {
+			Conditions []struct{ Type, Status string }
+		}
+	}
+	ready := func(n node) string {
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	var old node
+	if err := get("/api/v1/nodes/"+worker, &old); err != nil {
+		t.Fatal(err)
+	}
+	res := r.observed(t)
+	oldID := res["openstack/server/"+worker].ID
+	if _, err := sshx.Run(t.Context(), dialHost(t, r, res, worker, dialHost(t, r, res, "demo-gateway-0", nil)), sshx.Sudo("systemctl stop kubelet")); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var plan *diff.Plan
+	waitFor(t, 4*time.Minute, func() string {
+		var n node
+		if err := get("/api/v1/nodes/"+worker, &n); err != nil {
+			return err.Error()
+		}
+		if plan = r.plan(t, c); plan.Empty() {
+			return fmt.Sprintf("%s's Node is Ready %s; the plan is empty", worker, ready(n))
+		}
+		return ""
+	})
+	t.Logf("%s is remediated %s after its kubelet stopped: %v", worker, time.Since(stopped).Round(time.Second), addresses(plan.Drift))
+	if a := addresses(plan.Drift); a["openstack/server/"+worker] != diff.ActionReplace || a[diff.DrainAddress(worker).String()] != diff.ActionDrain ||
+		a[diff.NodeAddress(worker).String()] != diff.ActionDelete || len(plan.Changes) != 0 {
+		t.Fatalf("the remediation's plan: changes %v, drift %v", addresses(plan.Changes), a)
+	}
+	if time.Since(stopped) < schemas.MinUnhealthyAfter {
+		t.Errorf("remediated %s after the kubelet stopped, sooner than unhealthyAfter", time.Since(stopped))
+	}
+	r.apply(t, c)
+	res = r.observed(t)
+	if id := res["openstack/server/"+worker].ID; id == oldID || id == "" {
+		t.Errorf("%s's server is still %s", worker, oldID)
+	}
+	waitFor(t, 3*time.Minute, func() string {
+		var n node
+		if err := get("/api/v1/nodes/"+worker, &n); err != nil {
+			return err.Error()
+		}
+		if ready(n) != "True" || n.Spec.ProviderID == "" || n.Spec.ProviderID == old.Spec.ProviderID {
+			return fmt.Sprintf("%s: Ready %s, provider id %q (the old one's %q)", worker, ready(n), n.Spec.ProviderID, old.Spec.ProviderID)
+		}
+		return ""
+	})
+	if p := r.plan(t, c); !p.Empty() || len(p.Warnings) != 0 {
+		t.Errorf("the plan after the remediation: %v %v %v", addresses(p.Changes), addresses(p.Drift), p.Warnings)
+	}
 }

@@ -246,7 +246,7 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	}
 	switch c.Address.Target {
 	case diff.TargetDrain:
-		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host)
+		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host, diff.BestEffort(c))
 	case diff.TargetMember:
 		return ca.a.memberStep(ctx, ca.j, t, out.PKI, ca.spec, c)
 	}

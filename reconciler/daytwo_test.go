@@ -465,6 +465,64 @@ func TestDayTwo(t *testing.T) {
 		}
 	})
 
+	t.Run("a worker whose kubelet stopped is replaced past unhealthyAfter; two at once are an outage, left alone", func(t *testing.T) {
+		r.planner.Nodes = hosts
+		demo.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: 5 * time.Minute}, MaxUnhealthy: 1}
+		defer func() { demo.Spec.Remediation, r.planner.Nodes = nil, nil }()
+		res := r.observed(t)
+		gw := dialHost(t, r, res, "demo-gateway-0", nil)
+		kubelet := func(host, verb string) {
+			t.Helper()
+			if _, err := sshx.Run(ctx, dialHost(t, r, res, host, gw), sshx.Sudo("systemctl "+verb+" kubelet")); err != nil {
+				t.Fatalf("%s: systemctl %s kubelet: %v", host, verb, err)
+			}
+		}
+		if p := r.plan(t, demo); !p.Empty() || len(p.Warnings) != 0 {
+			t.Fatalf("healthy workers: the plan is not empty: %v %v %v", addresses(p.Changes), addresses(p.Drift), p.Warnings)
+		}
+		kubelet("demo-default-0", "stop")
+		kubelet("demo-default-1", "stop")
+		if p := r.plan(t, demo); !p.Empty() {
+			t.Errorf("workers unhealthy for less than unhealthyAfter are replaced: %v", addresses(p.Drift))
+		}
+		clk.advance(6 * time.Minute)
+		if p := r.plan(t, demo); !p.Empty() || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "2 workers have been unhealthy") {
+			t.Errorf("two unhealthy workers, maxUnhealthy 1: want nothing done and the outage warned of: %v %v", addresses(p.Drift), p.Warnings)
+		}
+		kubelet("demo-default-1", "start")
+		before := serverIDs(r.checkClean(t, "before the remediation"))
+		plan := r.mustApply(t, a, demo)
+		want := map[string]diff.Action{
+			"host/demo-default-0/drain": diff.ActionDrain, "openstack/server/demo-default-0": diff.ActionReplace,
+			"host/demo-default-0/node": diff.ActionDelete, "host/demo-default-0/health": diff.ActionCheck,
+		}
+		got := addresses(plan.Drift)
+		for addr, action := range want {
+			if got[addr] != action {
+				t.Errorf("the remediation does not %s %s: %v", action, addr, got)
+			}
+		}
+		if len(plan.Changes) != 0 {
+			t.Errorf("a remediation is drift: changes %v", addresses(plan.Changes))
+		}
+		after := serverIDs(r.checkClean(t, "remediated"))
+		for k, id := range before {
+			if replaced := k == "server/demo-default-0"; (after[k] != id) != replaced {
+				t.Errorf("%s: %s -> %s; want only demo-default-0's server made again", k, id, after[k])
+			}
+		}
+		if p := r.plan(t, demo); !p.Empty() || len(p.Warnings) != 0 {
+			t.Errorf("after the remediation the plan is not empty: %v %v", addresses(p.Drift), p.Warnings)
+		}
+		left, err := r.sim.KubeObjects("demo-controller-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := left.Nodes["demo-default-0"]; !ok {
+			t.Errorf("the new demo-default-0 did not register its Node: %v", slices.Sorted(maps.Keys(left.Nodes)))
+		}
+	})
+
 	t.Run("scheduled backups keep the newest three, each drilled; a corrupted one fails verify", func(t *testing.T) {
 		var ids []string
 		for range 5 {

@@ -459,15 +459,17 @@ func (h *HostSessions) upload(ctx context.Context, t HostTarget, host string, f 
 }
 
 // resync reads the files of a cluster's existing hosts: those the plan
-// wants and those the ledger says were pushed.
+// wants and those the ledger says were pushed; not those of the workers
+// the plan replaces for their health, which may not answer.
 func (p *Planner) resync(ctx context.Context, pl *Planned, clients *cloud.Clients) (map[string]map[string]string, error) {
 	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
 	if errors.Is(err, errNoGateway) {
 		return nil, nil // no way in yet: nothing on the hosts to read
 	}
 	paths := map[string][]string{}
+	remedied := diff.Remediated(pl.Desired, pl.Observed)
 	addPath := func(host, path string) {
-		if _, ok := t.Hosts[host]; ok && !slices.Contains(paths[host], path) {
+		if _, ok := t.Hosts[host]; ok && !slices.Contains(paths[host], path) && !slices.Contains(remedied, host) {
 			paths[host] = append(paths[host], path)
 		}
 	}

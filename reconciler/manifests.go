@@ -233,7 +233,7 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 func (h hostStep) applyOnce(ctx context.Context, objs []object) error {
 	var errs []error
 	for _, ip := range controllerIPs(h.t) {
-		k, err := h.a.kube(h.t, h.pki, ip)
+		k, err := h.a.Hosts.kube(h.t, h.pki, ip)
 		if err != nil {
 			return err
 		}

@@ -62,7 +62,11 @@ type Planner struct {
 	Store  *state.Store
 	Clouds Clouds
 	// Hosts reads the hosts on a resync; nil refuses a resync.
-	Hosts  HostReader
+	Hosts HostReader
+	// Nodes reads the health of the Nodes of clusters that ask for
+	// remediation (spec.remediation); nil: none is read, and the plan
+	// warns that nothing is remediated.
+	Nodes  NodeReader
 	Logger *slog.Logger
 	// Now is the clock certificates are checked against (time.Now).
 	Now          func() time.Time
@@ -215,6 +219,9 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			}
 		}
 		desired = append(desired, pl.Desired)
+		if pl.Desired.Remediation != nil && pl.Ledger.Applied != nil {
+			pl.Observed.Nodes, pl.Observed.NodesUnread = p.nodeHealth(ctx, pl, clientsOf[name])
+		}
 		if req.Resync {
 			if pl.Observed.HostFiles, err = p.resync(ctx, pl, clientsOf[name]); err != nil {
 				return nil, fmt.Errorf("resync %s: %w", name, err)
@@ -358,6 +365,26 @@ func unsettled(a, b *render.Output) (map[schemas.Role]bool, map[string]map[strin
 		}
 	}
 	return userData, files
+}
+
+// nodeHealth reads the health of a cluster's Nodes for its remediation,
+// or says why it could not: a plan goes on without it (a commit's
+// changes do not wait for an API that does not answer), and nothing is
+// remediated.
+func (p *Planner) nodeHealth(ctx context.Context, pl *Planned, clients *cloud.Clients) (map[string]diff.NodeHealth, string) {
+	if p.Nodes == nil || clients == nil {
+		return nil, "this planner does not reach the clusters' APIs"
+	}
+	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
+	if err != nil {
+		return nil, err.Error()
+	}
+	nodes, err := p.Nodes.NodeHealth(ctx, t, p.now())
+	if err != nil {
+		cmp.Or(p.Logger, slog.New(slog.DiscardHandler)).Warn("could not read the health of the Nodes", "cluster", pl.Observed.Cluster, "err", err)
+		return nil, err.Error()
+	}
+	return nodes, ""
 }
 
 func (p *Planner) now() time.Time {

@@ -79,13 +79,13 @@ type kubeClient struct {
 	http *http.Client
 }
 
-func (a *Applier) kube(t HostTarget, b *pki.Bundle, ip netip.Addr) (*kubeClient, error) {
+func (h *HostSessions) kube(t HostTarget, b *pki.Bundle, ip netip.Addr) (*kubeClient, error) {
 	cfg, err := b.TLS(pki.CA, pki.Admin)
 	if err != nil {
 		return nil, err
 	}
 	tr := &http.Transport{
-		DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return a.Hosts.Dial(ctx, t, addr) },
+		DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return h.Dial(ctx, t, addr) },
 		TLSClientConfig: cfg, ForceAttemptHTTP2: false, MaxIdleConnsPerHost: 2,
 	}
 	return &kubeClient{base: "https://" + netip.AddrPortFrom(ip, apiPort).String(), http: &http.Client{Transport: tr, Timeout: 15 * time.Second}}, nil
@@ -161,7 +161,7 @@ func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 		g.pods = append(g.pods, pod)
 	}
 	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
-	probe := &prober{a: a, t: h.t, b: h.pki, g: g}
+	probe := &prober{a: a, apiAt: &apiAt{h: a.Hosts, t: h.t, b: h.pki}, g: g}
 	defer probe.close()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -192,36 +192,46 @@ func (h hostStep) gate(ctx context.Context, c diff.Change) error {
 
 // prober runs a gate's checks, keeping its clients between probes.
 type prober struct {
+	*apiAt
 	a    *Applier
-	t    HostTarget
-	b    *pki.Bundle
 	g    gateSpec
 	etcd *clientv3.Client
-	kube map[netip.Addr]*kubeClient // by controller
 }
 
 func (p *prober) close() {
 	if p.etcd != nil {
 		_ = p.etcd.Close()
 	}
-	for _, k := range p.kube {
+	p.apiAt.close()
+}
+
+// apiAt reaches a cluster's API servers through its gateway, as admin.
+type apiAt struct {
+	h    *HostSessions
+	t    HostTarget
+	b    *pki.Bundle
+	kube map[netip.Addr]*kubeClient // by controller
+}
+
+func (c *apiAt) close() {
+	for _, k := range c.kube {
 		k.close()
 	}
 }
 
 // client is the API client of the controller at ip, made once.
-func (p *prober) client(ip netip.Addr) (*kubeClient, error) {
-	if k := p.kube[ip]; k != nil {
+func (c *apiAt) client(ip netip.Addr) (*kubeClient, error) {
+	if k := c.kube[ip]; k != nil {
 		return k, nil
 	}
-	k, err := p.a.kube(p.t, p.b, ip)
+	k, err := c.h.kube(c.t, c.b, ip)
 	if err != nil {
 		return nil, err
 	}
-	if p.kube == nil {
-		p.kube = map[netip.Addr]*kubeClient{}
+	if c.kube == nil {
+		c.kube = map[netip.Addr]*kubeClient{}
 	}
-	p.kube[ip] = k
+	c.kube[ip] = k
 	return k, nil
 }
 
@@ -348,10 +358,10 @@ func (p *prober) nodeReady(ctx context.Context) error {
 }
 
 // api calls the first controller's API server that answers.
-func (p *prober) api(ctx context.Context, method, path, contentType string, body, out any) (int, []byte, error) {
+func (c *apiAt) api(ctx context.Context, method, path, contentType string, body, out any) (int, []byte, error) {
 	var errs []error
-	for _, ip := range controllerIPs(p.t) {
-		k, err := p.client(ip)
+	for _, ip := range controllerIPs(c.t) {
+		k, err := c.client(ip)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -378,8 +388,14 @@ func firstLine(b []byte) string {
 // not waited for. An eviction a disruption budget refuses is retried, and
 // a pod whose eviction was taken is waited for, up to the spec's drain
 // timeout; then the drain fails naming the pods still there.
-func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, host string) error {
-	p := &prober{a: a, t: t, b: b, g: gateSpec{host: host}}
+//
+// A best-effort drain (a remediation's: the node's kubelet may be gone)
+// does not wait for pods that are terminating, which a kubelet that does
+// not answer cannot confirm (the pod garbage collector deletes them once
+// the Node object goes), and goes on after the drain timeout with the
+// pods a budget kept, saying so in the log.
+func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, host string, bestEffort bool) error {
+	p := &prober{a: a, apiAt: &apiAt{h: a.Hosts, t: t, b: b}, g: gateSpec{host: host}}
 	defer p.close()
 	code, body, err := p.api(ctx, http.MethodPatch, "/api/v1/nodes/"+host, "application/merge-patch+json",
 		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil)
@@ -411,7 +427,9 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 			}
 			ref := pod.Metadata.Namespace + "/" + pod.Metadata.Name
 			if pod.Metadata.DeletionTimestamp != "" {
-				waiting = append(waiting, "pod "+ref+": terminating")
+				if !bestEffort {
+					waiting = append(waiting, "pod "+ref+": terminating")
+				}
 				continue
 			}
 			ev := map[string]any{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": map[string]string{"name": pod.Metadata.Name, "namespace": pod.Metadata.Namespace}}
@@ -420,6 +438,7 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 			case err != nil:
 				return fmt.Errorf("evict %s: %w", ref, err)
 			case code == http.StatusNotFound:
+			case code/100 == 2 && bestEffort:
 			case code/100 == 2:
 				waiting = append(waiting, "pod "+ref+": evicted, terminating")
 			case code == http.StatusTooManyRequests:
@@ -430,6 +449,10 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 		}
 		if len(waiting) == 0 {
 			a.log().Info("drained", "cluster", t.Cluster, "host", host)
+			return nil
+		}
+		if time.Now().After(deadline) && bestEffort {
+			a.log().Warn("drain timeout passed; going on (best effort)", "cluster", t.Cluster, "host", host, "left", strings.Join(waiting, "; "))
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -447,7 +470,7 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 // deleteNode deletes a host's Node object through the API; one already
 // gone is done.
 func (a *Applier) deleteNode(ctx context.Context, t HostTarget, b *pki.Bundle, host string) error {
-	p := &prober{a: a, t: t, b: b, g: gateSpec{host: host}}
+	p := &prober{a: a, apiAt: &apiAt{h: a.Hosts, t: t, b: b}, g: gateSpec{host: host}}
 	defer p.close()
 	code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
 	switch {

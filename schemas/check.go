@@ -19,6 +19,8 @@ import (
 // Bounds of durations the schema cannot express.
 const (
 	MinBackupInterval = 5 * time.Minute
+	// MinUnhealthyAfter is the shortest spec.remediation.unhealthyAfter.
+	MinUnhealthyAfter = 30 * time.Second
 	MaxDrainTimeout   = 24 * time.Hour
 	// podSubnetBits is the prefix of the pod range each node gets.
 	podSubnetBits = 24
@@ -108,6 +110,9 @@ func (c *Cluster) check() []Problem {
 
 	if d := s.Upgrade.DrainTimeout.Duration; d <= 0 || d > MaxDrainTimeout {
 		add(spec.Field("upgrade").Field("drainTimeout"), "must be more than 0 and at most %s", formatDuration(MaxDrainTimeout))
+	}
+	if r := s.Remediation; r != nil && r.UnhealthyAfter.Duration < MinUnhealthyAfter {
+		add(spec.Field("remediation").Field("unhealthyAfter"), "must be at least %s: a Node is not Ready for a moment when its kubelet restarts", formatDuration(MinUnhealthyAfter))
 	}
 	if b := s.Backup; b != nil && b.Interval.Duration < MinBackupInterval {
 		add(spec.Field("backup").Field("interval"), "must be at least %s", formatDuration(MinBackupInterval))

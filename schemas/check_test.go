@@ -172,6 +172,12 @@ func TestParseRules(t *testing.T) {
 			file + ":25: spec.backup.interval: must be at least 5m",
 			file + ":26: spec.backup.retain: must be >= 1",
 		}},
+		{"remediation sooner than a kubelet's restart, and none at once", func(t *testing.T) string {
+			return baseSpec + "  remediation:\n    unhealthyAfter: 10s\n    maxUnhealthy: 0\n"
+		}, []string{
+			file + ":23: spec.remediation.unhealthyAfter: must be at least 30s: a Node is not Ready for a moment when its kubelet restarts",
+			file + ":24: spec.remediation.maxUnhealthy: must be >= 1",
+		}},
 		{"registry mirror with credentials", func(t *testing.T) string {
 			return baseSpec + "  registryMirror:\n    endpoint: https://ops:secret@mirror.example:5000\n"
 		}, []string{file + ":23: spec.registryMirror.endpoint: must be https://host[:port][/path] (or http://), with no credentials, query or spaces; got \"https://ops:secret@mirror.example:5000\""}},

@@ -12,6 +12,8 @@ const (
 	DefaultBackupInterval  = 24 * time.Hour
 	DefaultBackupRetain    = 7
 	DefaultBackupContainer = "opke-backups"
+	DefaultUnhealthyAfter  = 5 * time.Minute
+	DefaultMaxUnhealthy    = 1
 )
 
 // Default fills every optional field that has a default. It is idempotent, so
@@ -27,6 +29,10 @@ func (c *Cluster) Default() {
 		setDefault(&s.Backup.Interval, Duration{DefaultBackupInterval})
 		setDefault(&s.Backup.Retain, DefaultBackupRetain)
 		setDefault(&s.Backup.Container, DefaultBackupContainer)
+	}
+	if s.Remediation != nil {
+		setDefault(&s.Remediation.UnhealthyAfter, Duration{DefaultUnhealthyAfter})
+		setDefault(&s.Remediation.MaxUnhealthy, DefaultMaxUnhealthy)
 	}
 	if s.DriftCorrection == nil {
 		on := true

@@ -98,6 +98,7 @@ func Compare(old, new *Cluster) []FieldChange {
 	diff(spec.Field("addons"), o.Addons, n.Addons, EffectManifests, "addon manifests are applied or removed")
 	diff(spec.Field("upgrade"), o.Upgrade, n.Upgrade, EffectConfig, "used by the next rollout")
 	diff(spec.Field("backup"), o.Backup, n.Backup, EffectConfig, "the backup schedule changes")
+	diff(spec.Field("remediation"), o.Remediation, n.Remediation, EffectConfig, "unhealthy workers are replaced, or left, from the next drift check")
 	diff(spec.Field("paused"), o.Paused, n.Paused, EffectConfig, "pausing stops every change, drift correction included")
 	diff(spec.Field("driftCorrection"), o.DriftCorrectionEnabled(), n.DriftCorrectionEnabled(), EffectConfig, "drift is corrected, or only reported")
 	diff(spec.Field("deletionPolicy"), o.DeletionPolicy, n.DeletionPolicy, EffectConfig, "takes effect once applied")

@@ -65,6 +65,8 @@ func TestCompare(t *testing.T) {
 			[]effectAt{{"spec.addons", EffectManifests}}},
 		{"backup: config only", []string{"  gateway:\n", "  backup: {interval: 1h}\n  gateway:\n"},
 			[]effectAt{{"spec.backup", EffectConfig}}},
+		{"remediation: config only", []string{"  gateway:\n", "  remediation: {unhealthyAfter: 10m}\n  gateway:\n"},
+			[]effectAt{{"spec.remediation", EffectConfig}}},
 		{"upgrade: config only", []string{"  gateway:\n", "  upgrade: {maxUnavailable: 2}\n  gateway:\n"},
 			[]effectAt{{"spec.upgrade", EffectConfig}}},
 		{"sshKeyName: new servers only", []string{"  image: flatcar\n", "  image: flatcar\n  sshKeyName: ops\n"},

@@ -55,6 +55,8 @@ type Spec struct {
 	Upgrade     Upgrade      `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
 	// Backup enables scheduled etcd snapshots to Swift; nil means no backups.
 	Backup *Backup `json:"backup,omitempty" yaml:"backup,omitempty"`
+	// Remediation replaces workers that stay unhealthy; nil means none are.
+	Remediation *Remediation `json:"remediation,omitempty" yaml:"remediation,omitempty"`
 	// RegistryMirror makes the hosts pull every image from the operator's
 	// registry; nil pulls from the upstream registries.
 	RegistryMirror *RegistryMirror `json:"registryMirror,omitempty" yaml:"registryMirror,omitempty"`
@@ -117,6 +119,18 @@ type Addon struct {
 type Upgrade struct {
 	MaxUnavailable int      `json:"maxUnavailable,omitempty" yaml:"maxUnavailable,omitempty"`
 	DrainTimeout   Duration `json:"drainTimeout,omitempty" yaml:"drainTimeout,omitempty"`
+}
+
+// Remediation replaces a worker whose Node stays not Ready (its kubelet
+// says NotReady, or stopped posting its status: Unknown) for longer than
+// UnhealthyAfter: it is drained as far as it can be, its server made
+// again and its Node object deleted, as Cluster API's MachineHealthCheck
+// does. When more workers are unhealthy than MaxUnhealthy, none is
+// replaced: that is an outage (a network, the control plane), not a
+// node's fault, and the plan says so.
+type Remediation struct {
+	UnhealthyAfter Duration `json:"unhealthyAfter,omitempty" yaml:"unhealthyAfter,omitempty"`
+	MaxUnhealthy   int      `json:"maxUnhealthy,omitempty" yaml:"maxUnhealthy,omitempty"`
 }
 
 // Backup schedules etcd snapshots into a Swift container.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // ErrNotFound is a node or pod the cluster does not have.
@@ -38,7 +39,13 @@ type Node struct {
 	InternalIP     string `json:"internalIP,omitempty"`
 	Ready          bool   `json:"-"`                        // the host's kubelet unit is active
 	KubeletVersion string `json:"kubeletVersion,omitempty"` // the tag of the kubelet image it runs
-	gone           bool   // registered, its host gone
+	// Since is when its kubelet last started or stopped: its Ready
+	// condition's last transition. The stub's condition turns at once; a
+	// real node lifecycle controller marks a silent kubelet's node
+	// Unknown only after its grace period (40 s to 50 s), which only
+	// makes the real world's wait longer.
+	Since time.Time `json:"-"`
+	gone  bool      // registered, its host gone
 }
 
 // Pod is a pod bound to a node; tests set them through the admin endpoint.

@@ -170,6 +170,10 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 	case n.Ready:
 		ready, reason = corev1.ConditionTrue, "KubeletReady"
 	}
+	var since metav1.Time
+	if !n.Since.IsZero() && !n.gone {
+		since = metav1.NewTime(n.Since)
+	}
 	// What a kubelet labels its node with, and what was applied to it.
 	labels := map[string]string{"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux"}
 	maps.Copy(labels, o.NodeLabels[n.Name])
@@ -178,7 +182,7 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
 		Spec:       corev1.NodeSpec{Unschedulable: o.Unschedulable[n.Name]},
 		Status: corev1.NodeStatus{
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: reason, Message: message}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: reason, Message: message, LastTransitionTime: since}},
 			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.InternalIP}, {Type: corev1.NodeHostName, Address: n.Name}},
 			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: n.KubeletVersion, OperatingSystem: "linux", Architecture: runtime.GOARCH},
 		},

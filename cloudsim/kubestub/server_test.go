@@ -127,7 +127,7 @@ func start(t *testing.T) *fixture {
 	}
 	b := &memBackend{
 		nodes: []Node{
-			{Name: "prod-controller-0", InternalIP: "192.168.10.10", Ready: true, KubeletVersion: "v1.35.1"},
+			{Name: "prod-controller-0", InternalIP: "192.168.10.10", Ready: true, KubeletVersion: "v1.35.1", Since: time.Now().Add(-time.Hour)},
 			{Name: "prod-default-0", InternalIP: "192.168.10.16", Ready: false, KubeletVersion: "v1.35.1"},
 		},
 		objs: Objects{

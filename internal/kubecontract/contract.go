@@ -96,6 +96,39 @@ func Run(t *testing.T, c Cluster) {
 		failure(t, "DELETE a missing node", code, b, http.StatusNotFound, "NotFound")
 	})
 
+	t.Run("a Ready node's Ready condition carries its last transition's time, as remediation reads it", func(t *testing.T) {
+		code, b := do(t, http.MethodGet, "/api/v1/nodes", "", "")
+		var list struct {
+			Items []struct {
+				Metadata struct{ Name string }
+				Status   struct {
+					Conditions []struct {
+						Type, Status       string
+						LastTransitionTime time.Time
+					}
+				}
+			}
+		}
+		if err := json.Unmarshal(b, &list); err != nil || code != http.StatusOK {
+			t.Fatalf("GET nodes: %d %v %.300s", code, err, b)
+		}
+		seen := false
+		for _, n := range list.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type != "Ready" || n.Metadata.Name != c.StaticNode {
+					continue
+				}
+				seen = true
+				if cond.Status != "True" || cond.LastTransitionTime.IsZero() || cond.LastTransitionTime.After(time.Now().Add(time.Minute)) {
+					t.Errorf("node %s: Ready %s since %s, want True since a time past", c.StaticNode, cond.Status, cond.LastTransitionTime)
+				}
+			}
+		}
+		if !seen {
+			t.Errorf("node %s has no Ready condition: %.300s", c.StaticNode, b)
+		}
+	})
+
 	t.Run("a cordon is spec.unschedulable and the unschedulable taint", func(t *testing.T) {
 		type node struct {
 			Spec struct {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,6 +138,8 @@ type env struct {
 	srv     *httptest.Server
 	bare    string
 	work    string
+	// clock is the planner's: tests move it on.
+	clock *clock
 	// cfg is the daemon's configuration, forgeURL its forge's; stop ends
 	// the running daemon.
 	cfg      daemon.Config
@@ -156,8 +160,9 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	pool := &cloud.Pool{File: filepath.Join(dir, "clouds.yaml"), Budget: cloud.Unlimited(), OnRequest: metrics.APICall}
 	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: sim.Edge()}}
 	t.Cleanup(hosts.Close)
-	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts}
-	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work}
+	clk := &clock{}
+	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts, Nodes: hosts, Now: clk.now}
+	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work, clock: clk}
 	forgeSrv := httptest.NewServer(e.forge)
 	t.Cleanup(forgeSrv.Close)
 	e.cfg = daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
@@ -167,6 +172,12 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	e.start(t)
 	return e
 }
+
+// clock is the wall clock moved on by what tests advance it.
+type clock struct{ ahead atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.ahead.Load())) }
+func (c *clock) advance(d time.Duration) { c.ahead.Add(int64(d)) }
 
 // start runs a daemon of e.cfg, serving its handler at e.srv; it stops at
 // the test's end or at the next start.
@@ -651,6 +662,67 @@ func TestDaemonDayTwo(t *testing.T) {
 	if !strings.Contains(page, "halted: host/demo-default-0/health") {
 		t.Errorf("the page does not show the halt:\n%s", page)
 	}
+}
+
+// TestDaemonRemediatesAWorker: with spec.remediation, a worker whose
+// kubelet stopped is left while its Node has not been not Ready for
+// unhealthyAfter, then the drift check replaces it without a commit: its
+// server made again, its new kubelet registered; the status counts the
+// drift and ends in success.
+func TestDaemonRemediatesAWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second, "")
+	first := commitSpec(t, e.work, "demo", demoSpec(2)+"  remediation:\n    unhealthyAfter: 5m\n", "demo, its workers remediated")
+	e.push(t, main)
+	if n := e.waitNote(t, first, main); n.State != report.Success {
+		t.Fatalf("note: %+v", n.Clusters["demo"])
+	}
+	id := e.serverID(t, "demo-default-1")
+	cloudtest.HostRun(t, e.store, e.clients, e.sim.Edge(), "demo", "demo-default-1", sshx.Sudo("systemctl stop kubelet"))
+	// A few drift checks: the Node is not Ready, not for long enough.
+	time.Sleep(3 * time.Second)
+	if got := e.serverID(t, "demo-default-1"); got != id {
+		t.Fatalf("demo-default-1 was replaced before unhealthyAfter")
+	}
+	e.clock.advance(6 * time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st := e.status(t, "demo", func(daemon.ClusterStatus) bool { return true })
+		if got := e.serverID(t, "demo-default-1"); got != id && st.State == report.Success && st.Drift > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo-default-1 not remediated: its server %s (was %s), status %+v", e.serverID(t, "demo-default-1"), id, st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := e.serverID(t, "demo-default-0"); got == "" {
+		t.Errorf("demo-default-0 is gone")
+	}
+	objs, err := e.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := objs.Nodes["demo-default-1"]; !ok {
+		t.Errorf("the new demo-default-1 did not register its Node: %v", slices.Sorted(maps.Keys(objs.Nodes)))
+	}
+}
+
+// serverID is the id of the simulator's server named name; empty if none.
+func (e *env) serverID(t *testing.T, name string) string {
+	t.Helper()
+	pages, err := servers.List(e.clients.Compute, servers.ListOpts{Name: "^" + name + "$"}).AllPages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := servers.ExtractServers(pages)
+	if err != nil || len(all) > 1 {
+		t.Fatalf("servers named %s: %d, %v", name, len(all), err)
+	}
+	if len(all) == 0 {
+		return ""
+	}
+	return all[0].ID
 }
 
 // TestDaemonSettlesAConvergedFleetInOnePlan: a commit that changes no

@@ -1,0 +1,79 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"opke.dev/opke/diff"
+	"opke.dev/opke/render/pki"
+)
+
+// NodeReader reads the health of a cluster's Nodes through its API (for
+// spec.remediation).
+type NodeReader interface {
+	// NodeHealth returns each Node's Ready condition, by name, and how
+	// long it has had it at now.
+	NodeHealth(ctx context.Context, t HostTarget, now time.Time) (map[string]diff.NodeHealth, error)
+}
+
+var _ NodeReader = (*HostSessions)(nil)
+
+// NodeHealth lists the cluster's Nodes through the gateway, as admin,
+// from the first controller whose API server answers.
+func (h *HostSessions) NodeHealth(ctx context.Context, t HostTarget, now time.Time) (map[string]diff.NodeHealth, error) {
+	b, err := pki.Load(ctx, t.KV, t.Cluster, pki.CA, pki.Admin)
+	if err != nil {
+		return nil, err
+	}
+	c := &apiAt{h: h, t: t, b: b}
+	defer c.close()
+	var list nodeList
+	code, body, err := c.api(ctx, http.MethodGet, "/api/v1/nodes", "", nil, &list)
+	switch {
+	case err != nil:
+		return nil, err
+	case code != http.StatusOK:
+		return nil, fmt.Errorf("list nodes: %d %s", code, firstLine(body))
+	}
+	return list.health(now), nil
+}
+
+// nodeList is what a plan reads of the cluster's Nodes.
+type nodeList struct {
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Status struct {
+			Conditions []struct {
+				Type               string    `json:"type"`
+				Status             string    `json:"status"`
+				LastTransitionTime time.Time `json:"lastTransitionTime"`
+			} `json:"conditions"`
+		} `json:"status"`
+	} `json:"items"`
+}
+
+// health is each Node's Ready condition at now. A Node without one (its
+// kubelet never posted a status) is Unknown; a condition without its
+// transition's time is taken as just changed: how long it has been so
+// cannot be told.
+func (l nodeList) health(now time.Time) map[string]diff.NodeHealth {
+	out := make(map[string]diff.NodeHealth, len(l.Items))
+	for _, n := range l.Items {
+		h := diff.NodeHealth{Ready: "Unknown"}
+		for _, c := range n.Status.Conditions {
+			if c.Type != "Ready" {
+				continue
+			}
+			h.Ready = c.Status
+			if !c.LastTransitionTime.IsZero() {
+				h.For = max(now.Sub(c.LastTransitionTime), 0)
+			}
+		}
+		out[n.Metadata.Name] = h
+	}
+	return out
+}
