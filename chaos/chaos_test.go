@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -15,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"opke.dev/opke/internal/cloudtest"
+	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/sshx"
+	"opke.dev/opke/state"
 )
 
 // The scenarios, as the table names them.
@@ -27,6 +32,7 @@ const (
 	scenarioGit         = "git remote unreachable"
 	scenarioAPIErrors   = "30 % API errors"
 	scenarioTwoDaemons  = "two daemons, the leader paused"
+	scenarioKillRemedy  = "kill -9 serve during a remediation"
 )
 
 // runs is how many times a scenario runs: full for make chaos, short for
@@ -68,6 +74,43 @@ func (w *world) strike(rng *rand.Rand, d time.Duration) bool {
 	w.applyStarted(time.Minute)
 	time.Sleep(time.Duration(rng.Int64N(int64(d) + 1)))
 	return w.applying(context.Background())
+}
+
+// strikeAtStep waits for an apply to start, picks how many of its steps
+// must be done first (from none to all but one), and waits for that. It
+// tells whether the apply is still under way then.
+func (w *world) strikeAtStep(rng *rand.Rand) bool {
+	w.applyStarted(2 * time.Minute)
+	ctx := context.Background()
+	id, err := w.store.Get(ctx, state.KeysOf(w.store).OpenPlan(cluster))
+	if err != nil {
+		return false // already over
+	}
+	jp, err := get[reconciler.JournalPlan](ctx, w.store, state.KeysOf(w.store).Journal(cluster, string(id), "plan"))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	steps := len(jp.Plan.Changes) + len(jp.Plan.Drift)
+	at := rng.IntN(max(steps, 1))
+	w.t.Logf("killing after %d of the apply's %d steps", at, steps)
+	waitFor(time.Minute, func() bool {
+		entries, err := w.store.List(ctx, state.KeysOf(w.store).Journal(cluster, string(id))+"/")
+		if err != nil {
+			return false
+		}
+		done := 0
+		for k, v := range entries {
+			if strings.HasSuffix(k, "/plan") {
+				continue
+			}
+			var e struct{ State reconciler.StepState }
+			if json.Unmarshal(v, &e) == nil && e.State == reconciler.StepDone {
+				done++
+			}
+		}
+		return done >= at || !w.applying(ctx)
+	})
+	return w.applying(ctx)
 }
 
 // TestKillDuringCreate: opke serve is killed (-9) at a random point of a
@@ -122,6 +165,57 @@ func killDuring(t *testing.T, rng *rand.Rand, o *outcome, ref *reference, upgrad
 	if !o.Reported {
 		t.Error("the restarted daemon did not resume the journal the killed one left")
 	}
+}
+
+// TestKillDuringRemediation: a worker's kubelet is stopped; once its Node
+// has not been Ready for spec.remediation.unhealthyAfter a drift check
+// replaces the worker, and opke serve is killed (-9) at a random point of
+// that replacement and started again: it resumes, and the worker is
+// replaced once (no second server, nothing orphaned), the other servers
+// untouched.
+func TestKillDuringRemediation(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	const worker = cluster + "-default-1"
+	each(t, scenarioKillRemedy, runs(10, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		c1 := w.commitSpec(v1, spec(t, v1)+"  remediation:\n    unhealthyAfter: 30s\n")
+		if !w.settled(c1, settleTimeout) {
+			t.Fatal("the create did not converge")
+		}
+		ids := w.serverIDs()
+		cloudtest.HostRun(t, w.store, w.clients(), w.simEdge, cluster, worker, sshx.Sudo("systemctl stop kubelet"))
+		// The replacement (a drain, the server deleted and made again,
+		// the Node object deleted, the new host's files and restarts,
+		// its gate) takes a second or two in the simulator: the kill
+		// comes after a random number of its steps are done.
+		o.Hit = w.strikeAtStep(rng)
+		a.Kill()
+		w.serve("a")
+		restarted := time.Now()
+		replaced := waitFor(settleTimeout, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			id := w.serverIDs()[worker]
+			return id != "" && id != ids[worker] && !w.applying(ctx)
+		})
+		if !replaced {
+			o.Converged = false
+			t.Errorf("%s was not replaced: %v (was %s)", worker, w.serverIDs()[worker], ids[worker])
+		}
+		w.verify(o, ref, v1, restarted)
+		for name, id := range w.serverIDs() {
+			if name != worker && ids[name] != id {
+				o.Converged = false
+				t.Errorf("%s was replaced too: %s, was %s", name, id, ids[name])
+			}
+		}
+		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
+		if !o.Reported {
+			t.Error("the restarted daemon did not resume the journal the killed one left")
+		}
+	})
 }
 
 // TestEtcdRestart: etcd is killed (-9) at a random point of a create and

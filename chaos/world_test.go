@@ -181,11 +181,18 @@ func (w *world) serve(name string) *serveProc {
 // folder (which works whether the git daemon serves it or not).
 func (w *world) commit(version string) string {
 	w.t.Helper()
+	return w.commitSpec(version, spec(w.t, version))
+}
+
+// commitSpec commits the cluster's spec as data (at version) and pushes
+// it to the remote.
+func (w *world) commitSpec(version, data string) string {
+	w.t.Helper()
 	file := filepath.Join(w.work, "clusters", cluster, "cluster.yaml")
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		w.t.Fatal(err)
 	}
-	if err := os.WriteFile(file, []byte(spec(w.t, version)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
 	gittest.Git(w.t, w.work, "add", "-A")
