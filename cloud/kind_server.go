@@ -191,7 +191,7 @@ func (o *observer) servers(ctx context.Context) error {
 			if g := group[s.ID]; g != "" {
 				attrs["server_group"] = diff.Known(g)
 			}
-			o.add(clusterOf(s.Tags), diff.Resource{Kind: diff.KindServer, Name: s.Name, ID: s.ID, Attrs: attrs})
+			o.add(clusterOf(s.Tags), diff.Resource{Kind: diff.KindServer, Name: s.Name, ID: s.ID, Attrs: attrs, Status: s.Status})
 		}
 	})
 	if err != nil {

@@ -444,6 +444,43 @@ func TestContractNovaServers(t *testing.T) {
 			t.Errorf("console output: %v", err)
 		}
 	})
+	t.Run("stop and start: SHUTOFF, a second stop a conflict, ACTIVE again", func(t *testing.T) {
+		c := c.on(t)
+		statusIs := func(want string) func() (bool, string) {
+			return func() (bool, string) {
+				got, err := servers.Get(c.ctx, cc, sv.ID).Extract()
+				if err != nil {
+					return false, err.Error()
+				}
+				return got.Status == want, got.Status
+			}
+		}
+		c.must(servers.Stop(c.ctx, cc, sv.ID).ExtractErr(), "stop")
+		c.eventually("SHUTOFF", 2*time.Minute, statusIs("SHUTOFF"))
+		if err := servers.Stop(c.ctx, cc, sv.ID).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+			t.Errorf("a stop of a stopped server: %v, want 409", err)
+		}
+		c.must(servers.Start(c.ctx, cc, sv.ID).ExtractErr(), "start")
+		c.eventually("ACTIVE again", 2*time.Minute, statusIs("ACTIVE"))
+	})
+	t.Run("reset-state: an admin's, Nova's record only; a member's refused", func(t *testing.T) {
+		err := servers.ResetState(c.ctx, cc, sv.ID, servers.StateError).ExtractErr()
+		if !gophercloud.ResponseCodeIs(err, http.StatusForbidden) {
+			t.Errorf("a member's reset-state: %v, want 403", err)
+		}
+		for _, st := range []struct {
+			state servers.ServerState
+			want  string
+		}{{servers.StateError, "ERROR"}, {servers.StateActive, "ACTIVE"}} {
+			if err := servers.ResetState(c.ctx, c.Admin.Compute, sv.ID, st.state).ExtractErr(); err != nil {
+				t.Fatalf("reset-state %s: %v", st.state, err)
+			}
+			got, err := servers.Get(c.ctx, cc, sv.ID).Extract()
+			if err != nil || got.Status != st.want {
+				t.Errorf("after reset-state %s: status %v (%v), want %s", st.state, got.Status, err, st.want)
+			}
+		}
+	})
 	for _, tt := range []struct {
 		name, header string
 		want         int

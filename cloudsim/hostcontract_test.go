@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
@@ -365,6 +367,72 @@ func hostContract(t *testing.T, e *env) {
 		// What the boot writes into /run is there again.
 		if out, err := sshx.Run(ctx, again, "cat /run/systemd/resolve/resolv.conf"); err != nil {
 			t.Errorf("no /run/systemd/resolve/resolv.conf after the reboot: %q %v", out, err)
+		}
+	})
+
+	t.Run("stop and start", func(t *testing.T) {
+		keys := hostKeys(h.id)
+		cl, err := dial(h, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		cmd, _, err := sshx.Install("core", "/etc/contract-stop", 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sshx.RunInput(ctx, cl, cmd, []byte("kept\n")); err != nil {
+			t.Fatal(err)
+		}
+		status := func(want string) {
+			t.Helper()
+			deadline := time.Now().Add(3 * time.Minute)
+			for {
+				sv, err := servers.Get(ctx, c.compute, h.id).Extract()
+				if err == nil && sv.Status == want {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("server %s: %v %v, want %s", h.id, sv.Status, err, want)
+				}
+				time.Sleep(time.Second)
+			}
+		}
+		if err := servers.Stop(ctx, c.compute, h.id).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		status("SHUTOFF")
+		ended := make(chan error, 1)
+		go func() { ended <- cl.Wait() }()
+		select {
+		case <-ended:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("a session outlived its host's power")
+		}
+		if off, err := dial(h, keys); err == nil {
+			off.Close()
+			t.Error("a host that is off answers SSH")
+		}
+		if err := servers.Stop(ctx, c.compute, h.id).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+			t.Errorf("a stop of a stopped server: %v, want 409", err)
+		}
+		if err := servers.Start(ctx, c.compute, h.id).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		status("ACTIVE")
+		deadline := time.Now().Add(3 * time.Minute)
+		var again *ssh.Client
+		for again == nil {
+			if again, err = dial(h, keys); err != nil {
+				if time.Now().After(deadline) {
+					t.Fatalf("the host does not answer once started again: %v", err)
+				}
+				time.Sleep(time.Second)
+			}
+		}
+		defer again.Close()
+		if out, err := sshx.Run(ctx, again, "cat /etc/contract-stop"); err != nil || string(out) != "kept\n" {
+			t.Errorf("/etc after a stop and a start: %q %v", out, err)
 		}
 	})
 }

@@ -189,13 +189,51 @@ func (s *Sim) rebootHost(id string) {
 			delete(s.hosts, id)
 		}
 		s.hostsMu.Unlock()
-		up, err := s.host(id)
-		if err != nil {
-			s.log.Error("host not rebooted", "server", id, "err", err)
-			return
+		s.bootAgain(id, "rebooted")
+	})
+}
+
+// bootAgain starts a host that stopped, from its disk: the units that
+// were active start again.
+func (s *Sim) bootAgain(id, what string) {
+	up, err := s.host(id)
+	if err != nil {
+		s.log.Error("host not "+what, "server", id, "err", err)
+		return
+	}
+	up.resume()
+	s.log.Debug("host "+what, "server", up.name)
+}
+
+// powerHost makes an in-process host what its server's status says, apart
+// (the caller may hold s.mu): SHUTOFF stops it (its connections close,
+// new ones are refused, its disk stays), ACTIVE boots it again from its
+// disk as a reboot does. powerMu keeps a stop and a start in the order the
+// status last said.
+func (s *Sim) powerHost(id string) {
+	s.wg.Go(func() {
+		s.powerMu.Lock()
+		defer s.powerMu.Unlock()
+		s.mu.Lock()
+		on := s.w.Servers[id] != nil && s.w.Servers[id].Status == "ACTIVE"
+		s.mu.Unlock()
+		s.hostsMu.Lock()
+		h := s.hosts[id]
+		if !on && h != nil {
+			delete(s.hosts, id)
 		}
-		up.resume()
-		s.log.Debug("host rebooted", "server", h.name)
+		s.hostsMu.Unlock()
+		switch {
+		case !on && h != nil:
+			h.shutdown()
+			h.root.Close()
+			s.log.Debug("host powered off", "server", h.name)
+		case on && h == nil:
+			if err := firstboot.Boot(filepath.Join(s.hostsDir, id, "root")); err != nil {
+				s.log.Error("host powered on with its /run as it was", "server", id, "err", err)
+			}
+			s.bootAgain(id, "powered on")
+		}
 	})
 }
 

@@ -1159,17 +1159,47 @@ func (s *Sim) serverAction(rw http.ResponseWriter, r *request, _ int) {
 			}
 		}
 		writeJSON(rw, http.StatusOK, map[string]any{"output": consoleOutput(sv, length, s.printsHostKeys(sv.ID))})
-	case body["reboot"] != nil, body["os-start"] != nil, body["os-stop"] != nil:
-		if sv.Status != "ACTIVE" {
-			novaError(rw, http.StatusConflict, "Cannot 'reboot' instance "+sv.ID+" while it is in vm_state "+strings.ToLower(sv.Status))
+	case body["os-resetState"] != nil:
+		// An administrator's `openstack server set --state`: Nova's
+		// record only; the machine runs on as it was.
+		m, _ := body["os-resetState"].(map[string]any)
+		st, _ := m["state"].(string)
+		if !r.tok.admin() {
+			novaError(rw, http.StatusForbidden, "Policy doesn't allow os_compute_api:os-admin-actions:reset_state to be performed.")
 			return
 		}
-		if body["reboot"] != nil {
-			if s.real != nil {
-				s.real.reboot(sv.ID)
-			} else {
-				s.rebootHost(sv.ID)
-			}
+		switch st {
+		case "error", "active":
+			sv.Status = strings.ToUpper(st)
+			rw.WriteHeader(http.StatusAccepted)
+		default:
+			novaError(rw, http.StatusBadRequest, fmt.Sprintf("Invalid input for field/attribute state. Value: %s. '%s' is not one of ['active', 'error']", st, st))
+		}
+	case has(body, "os-stop"), has(body, "os-start"):
+		// Power off (SHUTOFF) and on again: the machine stops, keeping
+		// its disk, and boots again from it (no Ignition, /run empty).
+		verb, from, to := "stop", "ACTIVE", "SHUTOFF"
+		if has(body, "os-start") {
+			verb, from, to = "start", "SHUTOFF", "ACTIVE"
+		}
+		if sv.Status != from {
+			novaError(rw, http.StatusConflict, fmt.Sprintf("Cannot '%s' instance %s while it is in vm_state %s", verb, sv.ID, vmState(sv.Status)))
+			return
+		}
+		sv.Status, sv.Updated = to, r.now.UTC().Truncate(time.Second)
+		if s.real == nil {
+			s.powerHost(sv.ID)
+		}
+		rw.WriteHeader(http.StatusAccepted)
+	case body["reboot"] != nil:
+		if sv.Status != "ACTIVE" {
+			novaError(rw, http.StatusConflict, "Cannot 'reboot' instance "+sv.ID+" while it is in vm_state "+vmState(sv.Status))
+			return
+		}
+		if s.real != nil {
+			s.real.reboot(sv.ID)
+		} else {
+			s.rebootHost(sv.ID)
 		}
 		rw.WriteHeader(http.StatusAccepted)
 	default:
@@ -1580,4 +1610,19 @@ func (s *Sim) getImage(rw http.ResponseWriter, r *request) {
 		return
 	}
 	writeJSON(rw, http.StatusOK, s.imageView(img))
+}
+
+// vmState is Nova's vm_state of a server status, as its conflicts name it.
+func vmState(status string) string {
+	switch status {
+	case "SHUTOFF":
+		return "stopped"
+	}
+	return strings.ToLower(status)
+}
+
+// has reports whether an action's body names it: {"os-stop": null} does.
+func has(body map[string]any, action string) bool {
+	_, ok := body[action]
+	return ok
 }

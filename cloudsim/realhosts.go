@@ -84,6 +84,7 @@ type realMachine struct {
 	m      *machine.Machine
 	booted bool  // its first boot is over (m set, or err)
 	err    error // why it could not boot
+	off    bool  // powered off (its server SHUTOFF): m stopped, its disk kept
 }
 
 // realLB is a load balancer's amphora and what its listeners forward to.
@@ -487,7 +488,7 @@ func (w *world) want() desired {
 		d.dhcp[id] = srv
 	}
 	for id, sv := range w.Servers {
-		if sv.Status != "BUILD" && sv.Status != "ACTIVE" && sv.Status != "ERROR" {
+		if sv.Status != "BUILD" && sv.Status != "ACTIVE" && sv.Status != "ERROR" && sv.Status != "SHUTOFF" {
 			continue
 		}
 		ws := wantServer{name: sv.Name, status: sv.Status}
@@ -747,7 +748,7 @@ func (r *realHosts) converge(ctx context.Context) error {
 	}
 	var boot []string
 	for _, id := range slices.Sorted(maps.Keys(d.servers)) {
-		if r.machines[id] != nil || d.servers[id].status == "ERROR" {
+		if r.machines[id] != nil || d.servers[id].status == "ERROR" || d.servers[id].status == "SHUTOFF" {
 			continue
 		}
 		ns := r.fab.Name() + "-" + shortID("m", id)
@@ -757,6 +758,21 @@ func (r *realHosts) converge(ctx context.Context) error {
 		}
 		r.machines[id] = &realMachine{ns: ns}
 		boot = append(boot, id)
+	}
+	// Machines powered off (their servers SHUTOFF) stop, their disks
+	// kept; powered on again (ACTIVE), they boot from them, without
+	// Ignition.
+	for _, id := range slices.Sorted(maps.Keys(r.machines)) {
+		rm, ws := r.machines[id], d.servers[id]
+		switch {
+		case !rm.booted:
+		case ws.status == "SHUTOFF" && rm.m != nil:
+			errs = append(errs, rm.m.Stop(ctx))
+			rm.m, rm.off = nil, true
+		case ws.status == "ACTIVE" && rm.off:
+			rm.off, rm.booted = false, false
+			r.startBoot(id, ws)
+		}
 	}
 	// Machines whose server went: their power is cut, their state removed,
 	// before their ports go, so what they leave closes on the wire.

@@ -80,6 +80,7 @@ type Sim struct {
 	hostsDir string // StateDir/hosts, or a temporary folder
 	tempDir  bool
 	hostsMu  sync.Mutex // guards hosts; never taken before mu
+	powerMu  sync.Mutex // serialises powerHost's stops and starts
 	hosts    map[string]*simHost
 	lbTurn   map[string]int    // guarded by mu: the next member per load balancer
 	crashing map[string]string // guarded by mu: server -> kubelet image tag it cannot run

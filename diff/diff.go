@@ -91,10 +91,8 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	}
 	desired := map[Address]bool{}
 	var infra []*pending
-	remedied, warn := remediations(d, o)
-	if warn != nil {
-		b.warnings = append(b.warnings, *warn)
-	}
+	remedied, warnings := renewals(d, o)
+	b.warnings = append(b.warnings, warnings...)
 	for _, r := range d.Infra {
 		a := r.Address()
 		desired[a] = true
@@ -157,7 +155,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 		}
 	}
 	rolling(infra, ActionReplace, false)
-	b.replacedWorkers(d, o, remedied)
+	b.renewedNodes(d, o, remedied)
 	// What OpenStack has for the cluster and the spec no longer asks for.
 	var gone []Resource
 	for _, r := range o.Cloud {

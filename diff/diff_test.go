@@ -105,6 +105,18 @@ func without(o *Observed, address string) *Observed {
 	return &c
 }
 
+// inError returns o with the named servers in ERROR.
+func inError(o *Observed, servers ...string) *Observed {
+	c := *o
+	c.Cloud = slices.Clone(o.Cloud)
+	for i, r := range c.Cloud {
+		if r.Kind == KindServer && slices.Contains(servers, r.Name) {
+			c.Cloud[i].Status = "ERROR"
+		}
+	}
+	return &c
+}
+
 // health returns o with its Nodes' health.
 func health(o *Observed, nodes map[string]NodeHealth) *Observed {
 	c := *o
@@ -337,12 +349,12 @@ func TestPlans(t *testing.T) {
 				}
 			}},
 		{"worker-unhealthy", []*Desired{remedied}, []*Observed{health(done, map[string]NodeHealth{
-			"demo-controller-0": {Ready: "Unknown", For: time.Hour}, // a controller is not remediated here
+			"demo-controller-0": {Ready: "Unknown", For: time.Hour}, // the only controller is not replaced
 			"demo-default-0":    {Ready: "Unknown", For: 6 * time.Minute},
 			"demo-default-1":    {Ready: "False", For: 4 * time.Minute}, // not for long enough
 		})}, func(t *testing.T, p *Plan) {
-			if len(p.Changes) != 0 || len(p.Warnings) != 0 {
-				t.Errorf("a remediation is drift, and warns of nothing: %v %v", addrs(p.Changes), p.Warnings)
+			if len(p.Changes) != 0 || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "the only controller, demo-controller-0") {
+				t.Errorf("a remediation is drift, and warns only that the only controller is not replaced: %v %v", addrs(p.Changes), p.Warnings)
 			}
 			drain := find(t, p.Drift, DrainAddress("demo-default-0"), ActionDrain)
 			replace := find(t, p.Drift, "openstack/server/demo-default-0", ActionReplace)
@@ -360,6 +372,20 @@ func TestPlans(t *testing.T) {
 			}
 			if got, want := Renewed(remedied, health(done, map[string]NodeHealth{"demo-default-0": {Ready: "Unknown", For: time.Hour}})), []string{"demo-default-0"}; !slices.Equal(got, want) {
 				t.Errorf("Renewed = %v, want %v: the apply forgets the material of the remediated worker", got, want)
+			}
+		}},
+		{"worker-error", []*Desired{base}, []*Observed{inError(done, "demo-default-1")}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 || len(p.Warnings) != 0 {
+				t.Errorf("a server in ERROR is replaced as drift, with or without spec.remediation: %v %v", addrs(p.Changes), p.Warnings)
+			}
+			drain := find(t, p.Drift, DrainAddress("demo-default-1"), ActionDrain)
+			replace := find(t, p.Drift, "openstack/server/demo-default-1", ActionReplace)
+			find(t, p.Drift, NodeAddress("demo-default-1"), ActionDelete)
+			if !BestEffort(drain) || !slices.Equal(replace.DependsOn, []string{drain.ID}) {
+				t.Errorf("want a best-effort drain before the server: %v %v", drain.After, replace.DependsOn)
+			}
+			if got := Remediated(base, inError(done, "demo-default-1")); !slices.Equal(got, []string{"demo-default-1"}) {
+				t.Errorf("Remediated = %v: a resync must not read the host in ERROR", got)
 			}
 		}},
 		{"workers-unhealthy-outage", []*Desired{remedied}, []*Observed{health(done, map[string]NodeHealth{

@@ -182,8 +182,8 @@ func Renewed(d *Desired, o *Observed) []string {
 
 // renewedServers are the servers of d the plan creates (RemovalLost: not
 // in the cloud) or replaces (RemovalReplace: an attribute that forces a
-// new one changed, or a worker remediated), as the builder finds them
-// (changedAttrs, remediations).
+// new one changed, one in ERROR, or a worker remediated), as the builder
+// finds them (changedAttrs, renewals).
 func renewedServers(d *Desired, o *Observed) map[string]string {
 	cloud := map[string]Resource{}
 	for _, r := range o.Cloud {
@@ -205,7 +205,7 @@ func renewedServers(d *Desired, o *Observed) map[string]string {
 			out[r.Name] = RemovalReplace
 		}
 	}
-	remedied, _ := remediations(d, o)
+	remedied, _ := renewals(d, o)
 	for name := range remedied {
 		out[name] = RemovalReplace
 	}

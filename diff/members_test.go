@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -47,6 +48,18 @@ func TestMembership(t *testing.T) {
 		return o
 	}
 	ctl := func(i int) string { return schemas.ControllerName("demo", i) }
+	remedied := func(n int) *schemas.Cluster {
+		c := controllers(n)
+		c.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: 5 * time.Minute}, MaxUnhealthy: 1}
+		return c
+	}
+	unhealthy := func(o *Observed, hosts ...string) *Observed {
+		nodes := map[string]NodeHealth{}
+		for _, h := range hosts {
+			nodes[h] = NodeHealth{Ready: "Unknown", For: 10 * time.Minute}
+		}
+		return health(o, nodes)
+	}
 	restartOf := func(t *testing.T, p *Plan, host, unit string) Change {
 		return find(t, slices.Concat(p.Changes, p.Drift), UnitAddress(host, unit), ActionRestart)
 	}
@@ -85,6 +98,42 @@ func TestMembership(t *testing.T) {
 			}
 			if len(p.Warnings) != 0 {
 				t.Errorf("warnings: %v", p.Warnings)
+			}
+		}},
+		{"controller-error", controllers(3), inError(three, ctl(2)), func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 || len(p.Warnings) != 0 {
+				t.Errorf("a controller in ERROR is replaced as drift, with no warning: %v %v", addrs(p.Changes), p.Warnings)
+			}
+			rm := find(t, p.Drift, MemberAddress(ctl(2)), ActionDelete)
+			server := find(t, p.Drift, ResourceAddress(KindServer, ctl(2)), ActionReplace)
+			add := find(t, p.Drift, MemberAddress(ctl(2)), ActionCreate)
+			gate := find(t, p.Drift, GateAddress(ctl(2)), ActionCheck)
+			if rm.Before[attrRemoval].Value != RemovalReplace || !after(p, server, rm) || add.Phase != PhaseHosts || !after(p, gate, add) {
+				t.Errorf("want the member removed (replace: refused while it answers), the server replaced, the new member added, gated: %+v", rm.Before)
+			}
+			if !strings.Contains(server.Reason, "ERROR") {
+				t.Errorf("the replacement does not say why: %q", server.Reason)
+			}
+			for _, c := range p.Drift {
+				if c.Address.Target == TargetDrain {
+					t.Errorf("a controller is not drained: %s %s", c.Action, c.Address)
+				}
+			}
+			if node := find(t, p.Drift, NodeAddress(ctl(2)), ActionDelete); !slices.Equal(node.DependsOn, []string{server.ID}) {
+				t.Errorf("the old Node object is not deleted after the server is made again: %v", node.DependsOn)
+			}
+		}},
+		{"controller-unhealthy", remedied(3), unhealthy(three, ctl(1)), func(t *testing.T, p *Plan) {
+			rm := find(t, p.Drift, MemberAddress(ctl(1)), ActionDelete)
+			server := find(t, p.Drift, ResourceAddress(KindServer, ctl(1)), ActionReplace)
+			if rm.Before[attrRemoval].Value != RemovalReplace || !after(p, server, rm) || len(p.Warnings) != 0 || len(p.Changes) != 0 {
+				t.Errorf("want its member replaced (refused while it answers) before its server, as drift: %+v %v", rm.Before, p.Warnings)
+			}
+			find(t, p.Drift, MemberAddress(ctl(1)), ActionCreate)
+		}},
+		{"controllers-unhealthy", remedied(3), unhealthy(three, ctl(1), ctl(2)), func(t *testing.T, p *Plan) {
+			if !p.Empty() || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "2 controllers have been unhealthy") {
+				t.Errorf("two controllers unhealthy: want none replaced and a warning: %v %v", addrs(p.Drift), p.Warnings)
 			}
 		}},
 		{"controllers-lost-quorum", controllers(3), lost(three, ctl(1), ctl(2)), func(t *testing.T, p *Plan) {

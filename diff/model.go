@@ -18,8 +18,10 @@ type Resource struct {
 	// the addresses of the resources it needs.
 	ForceNew  []string
 	DependsOn []Address
-	// Observed only: the cloud's id.
-	ID string
+	// Observed only: the cloud's id, and a server's status as Nova says
+	// (ACTIVE, ERROR, SHUTOFF...).
+	ID     string
+	Status string
 }
 
 // Address is the resource's address: openstack/<kind>/<name>.

@@ -10,16 +10,19 @@ import (
 	"opke.dev/opke/schemas"
 )
 
-// remediations are the workers d's remediation replaces (spec.remediation),
-// with why, as Cluster API's MachineHealthCheck finds them: a worker that
-// ran (the ledger has its version), whose server is there, and whose Node
-// has not been Ready (NotReady, or Unknown: its kubelet stopped posting)
-// for UnhealthyAfter. When more workers are so than MaxUnhealthy, none is
+// remediations are the hosts d's remediation replaces (spec.remediation),
+// with why, as Cluster API's MachineHealthCheck finds them: a worker or a
+// controller that ran (the ledger has its version), whose server is
+// there, and whose Node has not been Ready (NotReady, or Unknown: its
+// kubelet stopped posting, its machine off or cut off) for
+// UnhealthyAfter. When more workers are so than MaxUnhealthy, none is
 // replaced: many nodes failing at once is an outage (the network, the
 // control plane, the cloud), which new servers do not cure and drains
-// would make worse; the warning says so. Controllers are not remediated
-// here: a lost one is (members.go).
-func remediations(d *Desired, o *Observed) (map[string]string, *Warning) {
+// would make worse; the warning says so. Controllers go one at a time, of
+// three or more (the only controller's replacement would lose etcd's
+// data: that is a restore): its etcd member is replaced, which the apply
+// refuses while the member answers (members.go).
+func remediations(d *Desired, o *Observed) (map[string]string, []Warning) {
 	r := d.Remediation
 	if r == nil || o.Applied == nil {
 		return nil, nil
@@ -28,7 +31,7 @@ func remediations(d *Desired, o *Observed) (map[string]string, *Warning) {
 		if o.NodesUnread == "" {
 			return nil, nil
 		}
-		return nil, &Warning{Cluster: d.Cluster, Message: "no worker is remediated: its Nodes' health could not be read: " + o.NodesUnread}
+		return nil, []Warning{{Cluster: d.Cluster, Message: "no host is remediated: the health of the cluster's Nodes could not be read: " + o.NodesUnread}}
 	}
 	servers := map[string]bool{}
 	for _, s := range o.Cloud {
@@ -36,10 +39,14 @@ func remediations(d *Desired, o *Observed) (map[string]string, *Warning) {
 			servers[s.Name] = true
 		}
 	}
-	out := map[string]string{}
+	workers, controllers := map[string]string{}, map[string]string{}
+	count := 0
 	for _, h := range d.Hosts {
+		if h.Role == schemas.RoleController {
+			count++
+		}
 		n, seen := o.Nodes[h.Name]
-		if h.Role != schemas.RoleWorker || !servers[h.Name] || o.Applied.Versions[h.Name] == "" ||
+		if h.Role == schemas.RoleGateway || !servers[h.Name] || o.Applied.Versions[h.Name] == "" ||
 			!seen || n.Ready == "True" || n.For < r.UnhealthyAfter {
 			continue
 		}
@@ -47,59 +54,117 @@ func remediations(d *Desired, o *Observed) (map[string]string, *Warning) {
 		if n.Ready != "False" {
 			state = "Ready " + n.Ready + " (its kubelet stopped posting)"
 		}
-		out[h.Name] = fmt.Sprintf("remediation: its Node has been %s for %s, past spec.remediation.unhealthyAfter %s",
+		why := fmt.Sprintf("remediation: its Node has been %s for %s, past spec.remediation.unhealthyAfter %s",
 			state, schemas.Duration{Duration: n.For.Round(time.Second)}, schemas.Duration{Duration: r.UnhealthyAfter})
+		if h.Role == schemas.RoleController {
+			controllers[h.Name] = why
+		} else {
+			workers[h.Name] = why
+		}
 	}
-	if len(out) > r.MaxUnhealthy {
-		names := slices.Sorted(maps.Keys(out))
-		return nil, &Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
+	var warnings []Warning
+	if len(workers) > r.MaxUnhealthy {
+		warnings = append(warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
 			"%d workers have been unhealthy past spec.remediation.unhealthyAfter (%s), more than spec.remediation.maxUnhealthy %d: none is replaced; "+
 				"so many at once is an outage (the network, the control plane, the cloud), not a node's fault: look at what they share",
-			len(out), strings.Join(names, ", "), r.MaxUnhealthy)}
+			len(workers), strings.Join(slices.Sorted(maps.Keys(workers)), ", "), r.MaxUnhealthy)})
+		workers = map[string]string{}
 	}
-	return out, nil
+	switch {
+	case len(controllers) > 0 && count < 3:
+		warnings = append(warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
+			"the only controller, %s, has been unhealthy past spec.remediation.unhealthyAfter: it is not replaced (a new one would start an empty etcd); "+
+				"bring it back, or restore the cluster from a snapshot (opke restore)", strings.Join(slices.Sorted(maps.Keys(controllers)), ", "))})
+	case len(controllers) > 1:
+		warnings = append(warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
+			"%d controllers have been unhealthy past spec.remediation.unhealthyAfter (%s): none is replaced (controllers go one at a time); "+
+				"if their etcd members do not answer, etcd may have lost its quorum: bring them back, or restore (opke restore)",
+			len(controllers), strings.Join(slices.Sorted(maps.Keys(controllers)), ", "))})
+	default:
+		maps.Copy(workers, controllers)
+	}
+	return workers, warnings
 }
 
-// Remediated lists the workers the plan of d against o replaces for
-// their health (spec.remediation), by name: a resync does not read them
-// (a host that does not answer must not keep its own replacement from
-// being planned).
+// broken are the servers of d that Nova has in ERROR, with why: made
+// again as drift, as a deleted one is. A server in ERROR is one Nova no
+// longer manages (no reboot, resize or migration; its machine may be
+// gone), as Cluster API's OpenStack provider takes it: a failed machine.
+// A worker is drained first as far as it goes; a controller's etcd member
+// is replaced (members.go: refused while the member answers, as a
+// controller that runs keeps its server).
+func broken(d *Desired, o *Observed) map[string]string {
+	status := map[string]string{}
+	for _, r := range o.Cloud {
+		if r.Kind == KindServer {
+			status[r.Name] = r.Status
+		}
+	}
+	out := map[string]string{}
+	for _, r := range d.Infra {
+		if r.Kind == KindServer && status[r.Name] == "ERROR" {
+			out[r.Name] = "its server is in ERROR: Nova no longer manages it"
+		}
+	}
+	return out
+}
+
+// renewals are the servers of d the plan makes again though nothing of
+// them changed: the broken ones and the remediated hosts, with why; and
+// the warnings remediations gave.
+func renewals(d *Desired, o *Observed) (map[string]string, []Warning) {
+	out, warn := remediations(d, o)
+	for name, why := range broken(d, o) {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = why
+	}
+	return out, warn
+}
+
+// Remediated lists the servers the plan of d against o makes again for
+// their health (in ERROR, or workers remediated), by name: a resync does
+// not read them (a host that does not answer must not keep its own
+// replacement from being planned).
 func Remediated(d *Desired, o *Observed) []string {
-	r, _ := remediations(d, o)
+	r, _ := renewals(d, o)
 	return slices.Sorted(maps.Keys(r))
 }
 
-// replacedWorkers plans, for each worker that ran (the ledger has its
-// version) whose server the infrastructure changes replace (a remediated
-// one, or one whose flavor or image changed), its drain before the
-// replacement and the deletion of its Node object after. A remediated
-// worker's drain is best effort: a node whose kubelet is gone cannot
+// renewedNodes plans, for each host that ran (the ledger has its
+// version) whose server the plan makes again (lost, or replaced: a
+// remediated one, one in ERROR, one whose flavor or image changed), the
+// deletion of its Node object after the server's step: the host phase
+// starts the new kubelet, which registers afresh, with its new server's
+// provider id, rather than taking over the dead one's Node. A worker
+// that is replaced is drained first; a remediated one's (or one in
+// ERROR's) drain is best effort: a node whose kubelet is gone cannot
 // confirm its pods ended; their evictions are asked for, and the drain
-// goes on once the drain timeout passed. The Node object goes before the
-// new server's kubelet registers (the host phase starts it), so that it
-// registers afresh, with its new server's provider id, rather than
-// taking over the dead one's.
-func (b *builder) replacedWorkers(d *Desired, o *Observed, remedied map[string]string) {
+// goes on once the drain timeout passed.
+func (b *builder) renewedNodes(d *Desired, o *Observed, remedied map[string]string) {
 	if o.Applied == nil {
 		return
 	}
 	for _, h := range d.Hosts {
-		replace := b.find(d.Cluster, ResourceAddress(KindServer, h.Name), ActionReplace)
-		if replace == nil || h.Role != schemas.RoleWorker || o.Applied.Versions[h.Name] == "" {
+		server := b.find(d.Cluster, ResourceAddress(KindServer, h.Name), ActionCreate, ActionReplace)
+		if server == nil || h.Role == schemas.RoleGateway || o.Applied.Versions[h.Name] == "" {
 			continue
 		}
-		drain := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
-			Reason: "cordon the node and evict its pods before its server is replaced"}, drift: replace.drift}
-		if _, ok := remedied[h.Name]; ok {
-			drain.After = Attrs{"best_effort": Known("true")}
-			drain.Reason = "cordon the node and evict its pods, as far as they go (best effort: its kubelet may not answer), before its server is replaced"
+		if server.Action == ActionReplace && h.Role == schemas.RoleWorker {
+			drain := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
+				Reason: "cordon the node and evict its pods before its server is replaced"}, drift: server.drift}
+			if _, ok := remedied[h.Name]; ok {
+				drain.After = Attrs{"best_effort": Known("true")}
+				drain.Reason = "cordon the node and evict its pods, as far as they go (best effort: its kubelet may not answer), before its server is replaced"
+			}
+			drain = b.add(drain)
+			drain.deps, server.deps = server.deps, []string{drain.key}
 		}
-		drain = b.add(drain)
-		drain.deps, replace.deps = replace.deps, []string{drain.key}
 		node := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: NodeAddress(h.Name), Action: ActionDelete,
 			Before: Attrs{"version": Known(o.Applied.Versions[h.Name])},
-			Reason: "delete the Node object of the replaced server, so that the new one's kubelet registers afresh"}, drift: replace.drift})
-		node.deps = append(node.deps, replace.key)
+			Reason: "delete the Node object of the server made again, so that the new one's kubelet registers afresh"}, drift: server.drift})
+		node.deps = append(node.deps, server.key)
 	}
 }
 

@@ -33,6 +33,19 @@ import (
 // failed step.
 func (r *rig) apply(t *testing.T, fleet ...*schemas.Cluster) (*diff.Plan, *reconciler.Summary) {
 	t.Helper()
+	plan, sum, err := r.tryApply(t, fleet...)
+	if err != nil {
+		for _, f := range sum.Failed {
+			t.Errorf("%s %s: %s %v", f.Change.Action, f.Change.Address, f.State, f.Err)
+		}
+		t.Fatal(err)
+	}
+	return plan, sum
+}
+
+// tryApply plans the fleet and applies the plan; it returns apply's error.
+func (r *rig) tryApply(t *testing.T, fleet ...*schemas.Cluster) (*diff.Plan, *reconciler.Summary, error) {
+	t.Helper()
 	req := reconciler.Request{Clusters: map[string]*schemas.Cluster{}, Commit: "0123456789abcdef0123456789abcdef01234567"}
 	for _, c := range fleet {
 		req.Clusters[c.Metadata.Name] = c
@@ -46,13 +59,7 @@ func (r *rig) apply(t *testing.T, fleet ...*schemas.Cluster) (*diff.Plan, *recon
 	defer hosts.Close()
 	a := &reconciler.Applier{Planner: r.planner, Hosts: hosts}
 	sum, err := a.Apply(ctx, req, res.Plan)
-	if err != nil {
-		for _, f := range sum.Failed {
-			t.Errorf("%s %s: %s %v", f.Change.Action, f.Change.Address, f.State, f.Err)
-		}
-		t.Fatal(err)
-	}
-	return res.Plan, sum
+	return res.Plan, sum, err
 }
 
 // TestApplyCreatesAClusterFromNothing: the demo cluster applied from

@@ -292,7 +292,11 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	// the old Node object deleted, the new one gated Ready (with its new
 	// server's provider id, from the cloud controller manager).
 	step = time.Now()
-	remediate(t, r, c, get, "demo-default-1")
+	remediate(t, r, c, get, "demo-default-1", func(res map[string]diff.Resource) {
+		if _, err := sshx.Run(t.Context(), dialHost(t, r, res, "demo-default-1", dialHost(t, r, res, "demo-gateway-0", nil)), sshx.Sudo("systemctl stop kubelet")); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Logf("demo-default-1 remediated in %s from its kubelet's stop", time.Since(step).Round(time.Second))
 
 	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-web"},"spec":{
@@ -946,10 +950,11 @@ func (r *rig) etcdClient(t *testing.T, res map[string]diff.Resource, controllers
 	return cli
 }
 
-// remediate stops worker's kubelet and waits for the plan to replace it
+// remediate breaks a host (fault) and waits for the plan to replace it
 // (spec.remediation, unhealthyAfter at its least, 30 s), applies that,
-// and checks the new server's Node is Ready with its provider id.
-func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) error, worker string) {
+// and checks the new server's Node is Ready with its provider id; it
+// returns the plan applied.
+func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) error, worker string, fault func(map[string]diff.Resource)) *diff.Plan {
 	t.Helper()
 	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
 	t.Cleanup(hosts.Close)
@@ -957,8 +962,9 @@ func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) e
 	c.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: schemas.MinUnhealthyAfter}, MaxUnhealthy: 1}
 	defer func() { r.planner.Nodes, r.planner.Now, c.Spec.Remediation = nil, func() time.Time { return now }, nil }()
 	type node struct {
-		Spec   struct{ ProviderID string }
-		Status struct {
+		Metadata struct{ CreationTimestamp time.Time }
+		Spec     struct{ ProviderID string }
+		Status   struct {
 			Conditions []struct{ Type, Status string }
 		}
 	}
@@ -976,9 +982,7 @@ func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) e
 	}
 	res := r.observed(t)
 	oldID := res["openstack/server/"+worker].ID
-	if _, err := sshx.Run(t.Context(), dialHost(t, r, res, worker, dialHost(t, r, res, "demo-gateway-0", nil)), sshx.Sudo("systemctl stop kubelet")); err != nil {
-		t.Fatal(err)
-	}
+	fault(res)
 	stopped := time.Now()
 	var plan *diff.Plan
 	waitFor(t, 4*time.Minute, func() string {
@@ -991,13 +995,20 @@ func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) e
 		}
 		return ""
 	})
-	t.Logf("%s is remediated %s after its kubelet stopped: %v", worker, time.Since(stopped).Round(time.Second), addresses(plan.Drift))
-	if a := addresses(plan.Drift); a["openstack/server/"+worker] != diff.ActionReplace || a[diff.DrainAddress(worker).String()] != diff.ActionDrain ||
-		a[diff.NodeAddress(worker).String()] != diff.ActionDelete || len(plan.Changes) != 0 {
-		t.Fatalf("the remediation's plan: changes %v, drift %v", addresses(plan.Changes), a)
+	t.Logf("%s is remediated %s after its fault: %v", worker, time.Since(stopped).Round(time.Second), addresses(plan.Drift))
+	want := map[diff.Address]diff.Action{diff.ResourceAddress(diff.KindServer, worker): diff.ActionReplace}
+	if schemas.RoleOf(c.Metadata.Name, worker) == schemas.RoleWorker {
+		want[diff.DrainAddress(worker)], want[diff.NodeAddress(worker)] = diff.ActionDrain, diff.ActionDelete
+	} else {
+		want[diff.MemberAddress(worker)] = diff.ActionDelete
+	}
+	for addr, action := range want {
+		if !slices.ContainsFunc(plan.Drift, func(c diff.Change) bool { return c.Address == addr && c.Action == action }) || len(plan.Changes) != 0 {
+			t.Fatalf("the remediation's plan has no %s %s: changes %v, drift %v", action, addr, addresses(plan.Changes), addresses(plan.Drift))
+		}
 	}
 	if time.Since(stopped) < schemas.MinUnhealthyAfter {
-		t.Errorf("remediated %s after the kubelet stopped, sooner than unhealthyAfter", time.Since(stopped))
+		t.Errorf("remediated %s after its fault, sooner than unhealthyAfter", time.Since(stopped))
 	}
 	r.apply(t, c)
 	res = r.observed(t)
@@ -1009,12 +1020,16 @@ func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) e
 		if err := get("/api/v1/nodes/"+worker, &n); err != nil {
 			return err.Error()
 		}
-		if ready(n) != "True" || n.Spec.ProviderID == "" || n.Spec.ProviderID == old.Spec.ProviderID {
-			return fmt.Sprintf("%s: Ready %s, provider id %q (the old one's %q)", worker, ready(n), n.Spec.ProviderID, old.Spec.ProviderID)
+		// A new Node (the old one's was deleted), with its new server's
+		// provider id where a cloud controller manager sets them.
+		if ready(n) != "True" || !n.Metadata.CreationTimestamp.After(stopped.Add(-time.Second)) ||
+			old.Spec.ProviderID != "" && (n.Spec.ProviderID == "" || n.Spec.ProviderID == old.Spec.ProviderID) {
+			return fmt.Sprintf("%s: Ready %s, made %s, provider id %q (the old one's %q)", worker, ready(n), n.Metadata.CreationTimestamp, n.Spec.ProviderID, old.Spec.ProviderID)
 		}
 		return ""
 	})
 	if p := r.plan(t, c); !p.Empty() || len(p.Warnings) != 0 {
 		t.Errorf("the plan after the remediation: %v %v %v", addresses(p.Changes), addresses(p.Drift), p.Warnings)
 	}
+	return plan
 }

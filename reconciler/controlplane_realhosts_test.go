@@ -8,16 +8,19 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
@@ -190,6 +193,59 @@ func TestControlPlaneOfThree(t *testing.T) {
 			t.Errorf("%s's server is left after the count went back to 3", gone)
 		}
 	}
+
+	// A controller whose server Nova has in ERROR while its etcd member
+	// answers (an administrator's reset-state; the machine runs on): its
+	// replacement is refused before anything changed; set ACTIVE again,
+	// the plan is empty.
+	admin, err := cloud.Connect(t.Context(), cloud.Target{File: filepath.Join(r.dir, "clouds.yaml"), Cloud: "sim-admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	membersBefore := etcdMembers(t, etcd)
+	broken := r.serverID(t, "demo-controller-2")
+	if err := servers.ResetState(t.Context(), admin.Compute, broken, servers.StateError).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	_, sum, err := r.tryApply(t, c)
+	if !errors.Is(err, reconciler.ErrFailed) || len(sum.Failed) == 0 || !errors.Is(sum.Failed[0].Err, reconciler.ErrMemberAnswers) {
+		t.Fatalf("the replacement of a controller in ERROR whose member answers: %v %v, want it refused (ErrMemberAnswers)", err, sum.Failed)
+	}
+	t.Logf("refused: %v", sum.Failed[0].Err)
+	if id := r.serverID(t, "demo-controller-2"); id != broken {
+		t.Errorf("the refused replacement changed the server: %s, was %s", id, broken)
+	}
+	if d := cmp.Diff(slices.Sorted(maps.Keys(membersBefore)), slices.Sorted(maps.Keys(etcdMembers(t, etcd)))); d != "" {
+		t.Errorf("the refused replacement changed etcd's members (-before +after):\n%s", d)
+	}
+	if err := servers.ResetState(t.Context(), admin.Compute, broken, servers.StateActive).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if p := r.plan(t, c); !p.Empty() {
+		t.Errorf("the plan once the controller is ACTIVE again: %v %v", addresses(p.Changes), addresses(p.Drift))
+	}
+
+	// A controller powered off (its server SHUTOFF, its kubelet and etcd
+	// gone with it): with spec.remediation, once Kubernetes has had its
+	// Node Unknown for unhealthyAfter, the plan replaces it (its silent
+	// etcd member removed first, the new one added as a learner,
+	// promoted, gated), the API answering throughout.
+	step = time.Now()
+	p = startAPIProbe(t, r, res, "demo-controller-0", "demo-controller-1")
+	plan = remediate(t, r, c, getter(api, base), "demo-controller-2", func(map[string]diff.Resource) {
+		if err := servers.Stop(t.Context(), r.clients.Compute, broken).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	probes, down = p.stop()
+	checkMembers(t, etcdMembers(t, etcd), controllers, "3.6.6")
+	t.Logf("demo-controller-2, powered off, replaced by its remediation in %s (%d steps); the API answered %d of %d probes",
+		time.Since(step).Round(time.Second), len(plan.Drift), probes-len(down), probes)
+	if len(down) > 0 {
+		t.Errorf("no API server answered at %v", down)
+	}
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))
 
 	step = time.Now()
 	r.apply(t)

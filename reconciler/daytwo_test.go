@@ -505,6 +505,13 @@ func TestDayTwo(t *testing.T) {
 		if len(plan.Changes) != 0 {
 			t.Errorf("a remediation is drift: changes %v", addresses(plan.Changes))
 		}
+		// Its new server gets new material: what carries it is known
+		// after apply.
+		if i := slices.IndexFunc(plan.Drift, func(c diff.Change) bool {
+			return c.Address == diff.FileAddress("demo-default-0", "/etc/kubernetes/kubelet.conf")
+		}); i < 0 || !plan.Drift[i].After["sha256"].Unknown {
+			t.Errorf("the remediated worker's kubelet.conf is not planned as known after apply (new material): %v", i)
+		}
 		after := serverIDs(r.checkClean(t, "remediated"))
 		for k, id := range before {
 			if replaced := k == "server/demo-default-0"; (after[k] != id) != replaced {

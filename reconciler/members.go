@@ -111,7 +111,8 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 			}
 		case diff.RemovalReplace:
 			if answers {
-				return fmt.Errorf("%s: %w: a controller that runs keeps its server (its replacement while it runs is not supported: delete its server to have it replaced)", host, ErrMemberAnswers)
+				return fmt.Errorf("%s: %w: a controller whose member answers keeps its server (its replacement while it runs is not supported: "+
+					"delete its server to have it replaced; if it is in ERROR but runs, `openstack server set --state active` keeps it)", host, ErrMemberAnswers)
 			}
 		}
 		if err := list.quorumWithout(own.ID); err != nil {

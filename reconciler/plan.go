@@ -206,6 +206,11 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			}
 			continue
 		}
+		if c.Spec.Remediation != nil && pl.Ledger.Applied != nil {
+			// Read before the render: the hosts it replaces are rendered
+			// without their material (diff.Renewed).
+			pl.Observed.Nodes, pl.Observed.NodesUnread = p.nodeHealth(ctx, pl, clientsOf[name])
+		}
 		// A fleet's renders are let go one by one (1,000 clusters' files
 		// and material held to the end of a plan were most of opke
 		// serve's peak memory): only what the diff needs is kept.
@@ -219,9 +224,6 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			}
 		}
 		desired = append(desired, pl.Desired)
-		if pl.Desired.Remediation != nil && pl.Ledger.Applied != nil {
-			pl.Observed.Nodes, pl.Observed.NodesUnread = p.nodeHealth(ctx, pl, clientsOf[name])
-		}
 		if req.Resync {
 			if pl.Observed.HostFiles, err = p.resync(ctx, pl, clientsOf[name]); err != nil {
 				return nil, fmt.Errorf("resync %s: %w", name, err)

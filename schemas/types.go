@@ -121,11 +121,13 @@ type Upgrade struct {
 	DrainTimeout   Duration `json:"drainTimeout,omitempty" yaml:"drainTimeout,omitempty"`
 }
 
-// Remediation replaces a worker whose Node stays not Ready (its kubelet
+// Remediation replaces a host whose Node stays not Ready (its kubelet
 // says NotReady, or stopped posting its status: Unknown) for longer than
-// UnhealthyAfter: it is drained as far as it can be, its server made
-// again and its Node object deleted, as Cluster API's MachineHealthCheck
-// does. When more workers are unhealthy than MaxUnhealthy, none is
+// UnhealthyAfter: a worker is drained as far as it can be, its server
+// made again and its Node object deleted, as Cluster API's
+// MachineHealthCheck does; a controller (of three or more, one at a time)
+// has its etcd member replaced too, which is refused while the member
+// answers. When more workers are unhealthy than MaxUnhealthy, none is
 // replaced: that is an outage (a network, the control plane), not a
 // node's fault, and the plan says so.
 type Remediation struct {

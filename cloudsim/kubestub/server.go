@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -135,6 +136,13 @@ func Handler(gitVersion string, b Backend) http.Handler {
 type handler struct {
 	version string
 	b       Backend
+
+	mu sync.Mutex
+	// seen is when each node's host last ran, as this server saw it: a
+	// node whose host went is Unknown since then, as the node lifecycle
+	// controller marks it (after its grace period) when its kubelet
+	// stops posting.
+	seen map[string]time.Time
 }
 
 func (h *handler) ok(w http.ResponseWriter, _ *http.Request) {
@@ -171,7 +179,7 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 		ready, reason = corev1.ConditionTrue, "KubeletReady"
 	}
 	var since metav1.Time
-	if !n.Since.IsZero() && !n.gone {
+	if !n.Since.IsZero() {
 		since = metav1.NewTime(n.Since)
 	}
 	// What a kubelet labels its node with, and what was applied to it.
@@ -204,23 +212,37 @@ func (h *handler) listNodes(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, list)
 }
 
-// live are the nodes whose hosts run now, by name.
+// live are the nodes whose hosts run now, by name, and those that ran
+// before, each with when its host was last seen running.
 func (h *handler) live() map[string]Node {
 	live := map[string]Node{}
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]time.Time{}
+	}
 	for _, n := range h.b.Nodes() {
 		live[n.Name] = n
+		h.seen[n.Name] = now
+	}
+	for name, at := range h.seen {
+		if _, ok := live[name]; !ok {
+			live[name] = Node{Name: name, gone: true, Since: at}
+		}
 	}
 	return live
 }
 
 // lookup is a registered node as the API shows it: as its host runs now,
-// or, with its host gone, as it last registered.
+// or, with its host gone, as it last registered, Unknown since its host
+// was last seen (if it was).
 func lookup(o *Objects, live map[string]Node, name string) Node {
-	if n, ok := live[name]; ok {
+	if n, ok := live[name]; ok && !n.gone {
 		return n
 	}
 	n := o.Nodes[name]
-	n.gone = true
+	n.gone, n.Since = true, live[name].Since
 	return n
 }
 

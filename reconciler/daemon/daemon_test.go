@@ -140,6 +140,8 @@ type env struct {
 	work    string
 	// clock is the planner's: tests move it on.
 	clock *clock
+	// simDir holds the simulator's clouds.yaml.
+	simDir string
 	// cfg is the daemon's configuration, forgeURL its forge's; stop ends
 	// the running daemon.
 	cfg      daemon.Config
@@ -162,7 +164,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	t.Cleanup(hosts.Close)
 	clk := &clock{}
 	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts, Nodes: hosts, Now: clk.now}
-	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work, clock: clk}
+	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work, clock: clk, simDir: dir}
 	forgeSrv := httptest.NewServer(e.forge)
 	t.Cleanup(forgeSrv.Close)
 	e.cfg = daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
@@ -668,7 +670,7 @@ func TestDaemonDayTwo(t *testing.T) {
 // kubelet stopped is left while its Node has not been not Ready for
 // unhealthyAfter, then the drift check replaces it without a commit: its
 // server made again, its new kubelet registered; the status counts the
-// drift and ends in success.
+// drift and ends in success. A server Nova has in ERROR is replaced too.
 func TestDaemonRemediatesAWorker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Second, "")
@@ -705,6 +707,28 @@ func TestDaemonRemediatesAWorker(t *testing.T) {
 	}
 	if _, ok := objs.Nodes["demo-default-1"]; !ok {
 		t.Errorf("the new demo-default-1 did not register its Node: %v", slices.Sorted(maps.Keys(objs.Nodes)))
+	}
+
+	// A server Nova has in ERROR (an administrator's reset-state: its
+	// machine runs on) is made again by the next drift check.
+	admin, err := cloud.Connect(context.Background(), cloud.Target{File: filepath.Join(e.simDir, "clouds.yaml"), Cloud: "sim-admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = e.serverID(t, "demo-default-0")
+	if err := servers.ResetState(context.Background(), admin.Compute, id, servers.StateError).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		st := e.status(t, "demo", func(daemon.ClusterStatus) bool { return true })
+		if got := e.serverID(t, "demo-default-0"); got != id && got != "" && st.State == report.Success {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo-default-0, in ERROR, not replaced: its server %s (was %s), status %+v", e.serverID(t, "demo-default-0"), id, st)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
