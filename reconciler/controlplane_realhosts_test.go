@@ -275,8 +275,12 @@ func (r *rig) applyKilled(t *testing.T, c *schemas.Cluster, kill func(what strin
 		}
 		a := r.applier(t)
 		a.Parallel = 8
+		// The point is passed from the steps' goroutines, at once.
+		var mu sync.Mutex
 		var died string
 		a.SetPoint(func(what string) error {
+			mu.Lock()
+			defer mu.Unlock()
 			if died == "" && kill(what) && !killed[what] {
 				died = what
 				return errKill

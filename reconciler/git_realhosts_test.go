@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +28,9 @@ import (
 // kubectl. A commit adds a cluster (a controller, a worker, the
 // simulator's mirror): the daemon applies it and kubectl sees both nodes
 // Ready; a commit upgrades it to the patch release: kubectl sees every
-// kubelet and the API server at it; a commit removes its file (its last
-// spec said deletionPolicy Delete): its servers and network are gone.
+// kubelet and the API server at it; commits take its controllers from
+// one to three and back; a commit removes its file (its last spec said
+// deletionPolicy Delete): its servers and network are gone.
 func TestClusterFromGit(t *testing.T) {
 	r, reg, built := e2eRig(t)
 	kubectlBin, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
@@ -52,9 +54,10 @@ func TestClusterFromGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca := "      " + strings.ReplaceAll(strings.TrimSpace(string(reg.CACert)), "\n", "\n      ")
+	controllers := 1
 	specAt := func(version string) string {
 		return strings.NewReplacer("count: 2", "count: 1", "    - name: metrics-server\n", "    - name: openstack-cloud-controller-manager\n",
-			"version: v1.35.1", "version: "+version).Replace(string(base)) +
+			"version: v1.35.1", "version: "+version, "  controllers:\n    count: 1\n", fmt.Sprintf("  controllers:\n    count: %d\n", controllers)).Replace(string(base)) +
 			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n"
 	}
 	if err := os.MkdirAll(filepath.Join(fleet, "clusters", "demo"), 0o755); err != nil {
@@ -131,14 +134,21 @@ func TestClusterFromGit(t *testing.T) {
 		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", kc, "--request-timeout", "10s"}, args...)...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	nodesAt := func(version string) func() string {
+	nodesAt := func(version string, controllers ...string) func() string {
 		return func() string {
 			out, err := kubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 			if err != nil {
 				return fmt.Sprintf("kubectl get nodes: %v: %s", err, out)
 			}
-			if want := "demo-controller-0 " + version + " True\ndemo-default-0 " + version + " True"; out != want {
-				return fmt.Sprintf("nodes (name, kubelet, Ready): %q, want %q", out, want)
+			if len(controllers) == 0 {
+				controllers = []string{"demo-controller-0"}
+			}
+			var want []string
+			for _, n := range append(slices.Clone(controllers), "demo-default-0") {
+				want = append(want, n+" "+version+" True")
+			}
+			if out != strings.Join(want, "\n") {
+				return fmt.Sprintf("nodes (name, kubelet, Ready): %q, want %q", out, strings.Join(want, "\n"))
 			}
 			return ""
 		}
@@ -154,6 +164,42 @@ func TestClusterFromGit(t *testing.T) {
 		t.Errorf("kubectl version after the upgrade: %v\n%s", err, out)
 	}
 	t.Logf("the patch upgrade, committed, ran in %s", time.Since(step).Round(time.Second))
+
+	// controllers.count 1 -> 3 -> 1, committed: the new members join one
+	// at a time, each a learner first, gated; then they leave highest
+	// index first. The API servers each serve, with one etcd server per
+	// member in their flags.
+	apiServers := func(n int) func() string {
+		return func() string {
+			out, err := kubectl("get", "pods", "-n", "kube-system", "-l", "component=kube-apiserver", "-o",
+				`jsonpath={range .items[*]}{.spec.nodeName} {.status.phase} {.spec.containers[0].command}{"\n"}{end}`)
+			if err != nil {
+				return fmt.Sprintf("kubectl get pods: %v: %s", err, out)
+			}
+			lines := strings.Split(out, "\n")
+			if len(lines) != n {
+				return fmt.Sprintf("%d API servers, want %d: %s", len(lines), n, out)
+			}
+			for _, l := range lines {
+				if !strings.Contains(l, " Running ") || strings.Count(l, ":2379") != n {
+					return fmt.Sprintf("an API server is not running with %d etcd servers: %.300s", n, l)
+				}
+			}
+			return ""
+		}
+	}
+	for _, n := range []int{3, 1} {
+		step = time.Now()
+		controllers = n
+		applied(commit("v1.35.4", fmt.Sprintf("demo: %d controllers", n)), 15*time.Minute)
+		var names []string
+		for i := range n {
+			names = append(names, fmt.Sprintf("demo-controller-%d", i))
+		}
+		waitFor(t, 5*time.Minute, nodesAt("v1.35.4", names...))
+		waitFor(t, 3*time.Minute, apiServers(n))
+		t.Logf("controllers.count %d, committed, ran in %s", n, time.Since(step).Round(time.Second))
+	}
 
 	step = time.Now()
 	commit("", "demo: delete")
