@@ -91,7 +91,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	}
 	desired := map[Address]bool{}
 	var infra []*pending
-	remedied, warnings := renewals(d, o)
+	renew, warnings := renewals(d, o)
 	b.warnings = append(b.warnings, warnings...)
 	for _, r := range d.Infra {
 		a := r.Address()
@@ -108,7 +108,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 			continue
 		}
 		changed := changedAttrs(r, got)
-		if why, ok := remedied[r.Name]; ok && r.Kind == KindServer && len(changed) == 0 {
+		if why, ok := renew[r.Name]; ok && r.Kind == KindServer && len(changed) == 0 {
 			infra = append(infra, b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: a, Action: ActionReplace,
 				After: maps.Clone(r.Attrs), Reason: why}, drift: true}))
 			continue
@@ -133,7 +133,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 		if p.Action == ActionReplace {
 			// The new resource is made from the whole of it.
 			p.After = maps.Clone(r.Attrs)
-			if why, ok := remedied[r.Name]; ok {
+			if why, ok := renew[r.Name]; ok {
 				p.drift, p.Reason = true, p.Reason+"; "+why
 			}
 		}
@@ -155,7 +155,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 		}
 	}
 	rolling(infra, ActionReplace, false)
-	b.renewedNodes(d, o, remedied)
+	b.renewedNodes(d, o, renew)
 	// What OpenStack has for the cluster and the spec no longer asks for.
 	var gone []Resource
 	for _, r := range o.Cloud {

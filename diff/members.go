@@ -205,8 +205,8 @@ func renewedServers(d *Desired, o *Observed) map[string]string {
 			out[r.Name] = RemovalReplace
 		}
 	}
-	remedied, _ := renewals(d, o)
-	for name := range remedied {
+	renew, _ := renewals(d, o)
+	for name := range renew {
 		out[name] = RemovalReplace
 	}
 	return out

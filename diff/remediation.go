@@ -142,7 +142,7 @@ func Remediated(d *Desired, o *Observed) []string {
 // ERROR's) drain is best effort: a node whose kubelet is gone cannot
 // confirm its pods ended; their evictions are asked for, and the drain
 // goes on once the drain timeout passed.
-func (b *builder) renewedNodes(d *Desired, o *Observed, remedied map[string]string) {
+func (b *builder) renewedNodes(d *Desired, o *Observed, renew map[string]string) {
 	if o.Applied == nil {
 		return
 	}
@@ -154,7 +154,7 @@ func (b *builder) renewedNodes(d *Desired, o *Observed, remedied map[string]stri
 		if server.Action == ActionReplace && h.Role == schemas.RoleWorker {
 			drain := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
 				Reason: "cordon the node and evict its pods before its server is replaced"}, drift: server.drift}
-			if _, ok := remedied[h.Name]; ok {
+			if _, ok := renew[h.Name]; ok {
 				drain.After = Attrs{"best_effort": Known("true")}
 				drain.Reason = "cordon the node and evict its pods, as far as they go (best effort: its kubelet may not answer), before its server is replaced"
 			}
