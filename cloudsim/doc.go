@@ -59,7 +59,10 @@
 // kubestub) with the pushed serving certificate, behind the load
 // balancer's listener too. Pods and disruption budgets for drains are set
 // with [Sim.SetKubeObjects]. Units that were active run again when the
-// simulator restarts from its state dir.
+// simulator restarts from its state dir, when a server is rebooted, and
+// when one stopped (SHUTOFF: its host off, its disk kept) is started
+// again; an administrator's reset-state changes Nova's record only, as in
+// Nova.
 //
 // With [Options.Attach] the host layer serves another cloud's servers
 // (attach.go): a real control plane whose Nova has no hypervisor
