@@ -370,6 +370,26 @@ func hostContract(t *testing.T, e *env) {
 		}
 	})
 
+	t.Run("reset-state: a server in ERROR whose machine runs answers", func(t *testing.T) {
+		keys := hostKeys(h.id)
+		if err := servers.ResetState(ctx, e.admin.compute, h.id, servers.StateError).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := servers.ResetState(ctx, e.admin.compute, h.id, servers.StateActive).ExtractErr(); err != nil {
+				t.Error(err)
+			}
+		}()
+		cl, err := dial(h, keys)
+		if err != nil {
+			t.Fatalf("a server in ERROR whose machine runs does not answer: %v", err)
+		}
+		defer cl.Close()
+		if out, err := sshx.Run(ctx, cl, "cat /etc/contract-reboot"); err != nil || string(out) != "before\n" {
+			t.Errorf("on the host in ERROR: %q %v", out, err)
+		}
+	})
+
 	t.Run("stop and start", func(t *testing.T) {
 		keys := hostKeys(h.id)
 		cl, err := dial(h, keys)

@@ -46,8 +46,9 @@ type destination struct {
 	lb     string
 }
 
-// resolve finds the ACTIVE server or load balancer holding ip on one of
-// nets; the caller holds s.mu.
+// resolve finds the server or load balancer holding ip on one of nets:
+// an ACTIVE server, or one in ERROR (its machine, if it runs, answers: a
+// reset-state changes Nova's record only); the caller holds s.mu.
 func (w *world) resolve(nets []string, ip string) (destination, error) {
 	for _, p := range w.Ports {
 		if !slices.Contains(nets, p.NetworkID) || p.DeviceID == "" {
@@ -57,7 +58,7 @@ func (w *world) resolve(nets []string, ip string) (destination, error) {
 			if f.IPAddress != ip {
 				continue
 			}
-			if t := w.Servers[p.DeviceID]; t != nil && t.Status == "ACTIVE" {
+			if t := w.Servers[p.DeviceID]; t != nil && (t.Status == "ACTIVE" || t.Status == "ERROR") {
 				return destination{server: t.ID}, nil
 			}
 		}

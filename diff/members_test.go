@@ -53,6 +53,14 @@ func TestMembership(t *testing.T) {
 		c.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: 5 * time.Minute}, MaxUnhealthy: 1}
 		return c
 	}
+	answers := func(o *Observed, hosts ...string) *Observed {
+		c := *o
+		c.EtcdAnswers = map[string]bool{}
+		for _, h := range hosts {
+			c.EtcdAnswers[h] = true
+		}
+		return &c
+	}
 	unhealthy := func(o *Observed, hosts ...string) *Observed {
 		nodes := map[string]NodeHealth{}
 		for _, h := range hosts {
@@ -121,6 +129,14 @@ func TestMembership(t *testing.T) {
 			}
 			if node := find(t, p.Drift, NodeAddress(ctl(2)), ActionDelete); !slices.Equal(node.DependsOn, []string{server.ID}) {
 				t.Errorf("the old Node object is not deleted after the server is made again: %v", node.DependsOn)
+			}
+		}},
+		{"controller-error-answers", controllers(3), answers(inError(three, ctl(2)), ctl(2)), func(t *testing.T, p *Plan) {
+			if !p.Empty() || len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "demo-controller-2 is not replaced, its etcd member answering (its server is in ERROR") {
+				t.Errorf("a controller in ERROR whose member answers: want no change and a warning: %v %v", addrs(p.Drift), p.Warnings)
+			}
+			if got := ControllersToRenew(desire(t, kv, controllers(3), true), inError(three, ctl(2))); !slices.Equal(got, []string{ctl(2)}) {
+				t.Errorf("ControllersToRenew = %v, want the controller in ERROR (the planner asks its member)", got)
 			}
 		}},
 		{"controller-unhealthy", remedied(3), unhealthy(three, ctl(1)), func(t *testing.T, p *Plan) {

@@ -132,6 +132,10 @@ type Observed struct {
 	// could not tell.
 	Nodes       map[string]NodeHealth
 	NodesUnread string
+	// EtcdAnswers tells, by controller, whether its etcd member answers:
+	// read when the plan would make a controller's server again for its
+	// health (ControllersToRenew); nil when not read.
+	EtcdAnswers map[string]bool
 }
 
 // NodeHealth is a Node's Ready condition: its status (True, False, or

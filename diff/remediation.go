@@ -21,7 +21,8 @@ import (
 // would make worse; the warning says so. Controllers go one at a time, of
 // three or more (the only controller's replacement would lose etcd's
 // data: that is a restore): its etcd member is replaced, which the apply
-// refuses while the member answers (members.go).
+// refuses while the member answers (members.go); the planner asks
+// first, and renewals keeps a controller whose member answers.
 func remediations(d *Desired, o *Observed) (map[string]string, []Warning) {
 	r := d.Remediation
 	if r == nil || o.Applied == nil {
@@ -91,8 +92,8 @@ func remediations(d *Desired, o *Observed) (map[string]string, []Warning) {
 // longer manages (no reboot, resize or migration; its machine may be
 // gone), as Cluster API's OpenStack provider takes it: a failed machine.
 // A worker is drained first as far as it goes; a controller's etcd member
-// is replaced (members.go: refused while the member answers, as a
-// controller that runs keeps its server).
+// is replaced, not while it answers (renewals; members.go refuses it
+// too): a controller that runs keeps its server.
 func broken(d *Desired, o *Observed) map[string]string {
 	status := map[string]string{}
 	for _, r := range o.Cloud {
@@ -111,8 +112,25 @@ func broken(d *Desired, o *Observed) map[string]string {
 
 // renewals are the servers of d the plan makes again though nothing of
 // them changed: the broken ones and the remediated hosts, with why; and
-// the warnings remediations gave.
+// the warnings remediations gave. A controller whose etcd member answers
+// (o.EtcdAnswers) keeps its server, with a warning: a controller that
+// runs is not replaced (the apply would refuse it).
 func renewals(d *Desired, o *Observed) (map[string]string, []Warning) {
+	out, warnings := candidates(d, o)
+	for _, name := range slices.Sorted(maps.Keys(out)) {
+		if schemas.RoleOf(d.Cluster, name) == schemas.RoleController && o.EtcdAnswers[name] {
+			warnings = append(warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
+				"%s is not replaced, its etcd member answering (%s); a controller that runs keeps its server "+
+					"(look at its kubelet; if its server is in ERROR but runs, `openstack server set --state active` clears it)",
+				name, strings.TrimPrefix(out[name], "remediation: "))})
+			delete(out, name)
+		}
+	}
+	return out, warnings
+}
+
+// candidates are renewals before the etcd members' answers are known.
+func candidates(d *Desired, o *Observed) (map[string]string, []Warning) {
 	out, warn := remediations(d, o)
 	for name, why := range broken(d, o) {
 		if out == nil {
@@ -121,6 +139,22 @@ func renewals(d *Desired, o *Observed) (map[string]string, []Warning) {
 		out[name] = why
 	}
 	return out, warn
+}
+
+// ControllersToRenew lists the controllers the plan of d against o would
+// make again for their health (in ERROR, or remediated), whatever their
+// etcd members say: the planner reads those members' health
+// (Observed.EtcdAnswers) before it plans.
+func ControllersToRenew(d *Desired, o *Observed) []string {
+	c, _ := candidates(d, o)
+	var out []string
+	for name := range c {
+		if schemas.RoleOf(d.Cluster, name) == schemas.RoleController {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Remediated lists the servers the plan of d against o makes again for

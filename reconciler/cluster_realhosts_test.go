@@ -958,9 +958,11 @@ func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) e
 	t.Helper()
 	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
 	t.Cleanup(hosts.Close)
-	r.planner.Nodes, r.planner.Now = hosts, time.Now
+	r.planner.Health, r.planner.Now = hosts, time.Now
 	c.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: schemas.MinUnhealthyAfter}, MaxUnhealthy: 1}
-	defer func() { r.planner.Nodes, r.planner.Now, c.Spec.Remediation = nil, func() time.Time { return now }, nil }()
+	defer func() {
+		r.planner.Health, r.planner.Now, c.Spec.Remediation = nil, func() time.Time { return now }, nil
+	}()
 	type node struct {
 		Metadata struct{ CreationTimestamp time.Time }
 		Spec     struct{ ProviderID string }

@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/cloud"
@@ -465,10 +467,48 @@ func TestDayTwo(t *testing.T) {
 		}
 	})
 
+	t.Run("a controller in ERROR keeps its server while its etcd member answers; once it does not, the plan replaces it", func(t *testing.T) {
+		r.planner.Health = hosts
+		defer func() { r.planner.Health = nil }()
+		admin, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(r.dir, "clouds.yaml"), Cloud: "sim-admin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.observed(t)
+		id := res["openstack/server/demo-controller-2"].ID
+		if err := servers.ResetState(ctx, admin.Compute, id, servers.StateError).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := servers.ResetState(ctx, admin.Compute, id, servers.StateActive).ExtractErr(); err != nil {
+				t.Error(err)
+			}
+		}()
+		if p := r.plan(t, demo); !p.Empty() || len(p.Warnings) != 1 ||
+			!strings.Contains(p.Warnings[0].Message, "demo-controller-2 is not replaced, its etcd member answering (its server is in ERROR") {
+			t.Errorf("a controller in ERROR whose member answers: want no change and a warning: %v %v", addresses(p.Drift), p.Warnings)
+		}
+		etcd := func(verb string) {
+			t.Helper()
+			if _, err := sshx.Run(ctx, dialHost(t, r, res, "demo-controller-2", dialHost(t, r, res, "demo-gateway-0", nil)), sshx.Sudo("systemctl "+verb+" etcd-member")); err != nil {
+				t.Fatalf("systemctl %s etcd-member: %v", verb, err)
+			}
+		}
+		etcd("stop")
+		defer etcd("start")
+		p := r.plan(t, demo)
+		removed := slices.ContainsFunc(p.Drift, func(c diff.Change) bool {
+			return c.Address == diff.MemberAddress("demo-controller-2") && c.Action == diff.ActionDelete
+		})
+		if got := addresses(p.Drift); !removed || got["openstack/server/demo-controller-2"] != diff.ActionReplace || len(p.Warnings) != 0 {
+			t.Errorf("a controller in ERROR whose member is silent: want its member removed and its server replaced: %v %v", got, p.Warnings)
+		}
+	})
+
 	t.Run("a worker whose kubelet stopped is replaced past unhealthyAfter; two at once are an outage, left alone", func(t *testing.T) {
-		r.planner.Nodes = hosts
+		r.planner.Health = hosts
 		demo.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: 5 * time.Minute}, MaxUnhealthy: 1}
-		defer func() { demo.Spec.Remediation, r.planner.Nodes = nil, nil }()
+		defer func() { demo.Spec.Remediation, r.planner.Health = nil, nil }()
 		res := r.observed(t)
 		gw := dialHost(t, r, res, "demo-gateway-0", nil)
 		kubelet := func(host, verb string) {

@@ -230,14 +230,19 @@ func (m *etcdMembership) close() { _ = m.cli.Close() }
 // etcdMembers connects to t's etcd through the gateway, at every
 // controller's client URL but except's.
 func (a *Applier) etcdMembers(ctx context.Context, t HostTarget, b *pki.Bundle, except string) (*etcdMembership, error) {
+	return etcdMembersVia(ctx, a.Hosts, t, b, except)
+}
+
+// etcdMembersVia is etcdMembers through h.
+func etcdMembersVia(ctx context.Context, h *HostSessions, t HostTarget, b *pki.Bundle, except string) (*etcdMembership, error) {
 	cfg, err := b.TLS(pki.EtcdCA, pki.EtcdOPKEClient)
 	if err != nil {
 		return nil, err
 	}
 	var endpoints []string
-	for name, h := range t.Hosts {
+	for name, host := range t.Hosts {
 		if name != except && schemas.RoleOf(t.Cluster, name) == schemas.RoleController {
-			endpoints = append(endpoints, "https://"+netip.AddrPortFrom(h.IP, etcdClientPort).String())
+			endpoints = append(endpoints, "https://"+netip.AddrPortFrom(host.IP, etcdClientPort).String())
 		}
 	}
 	if len(endpoints) == 0 {
@@ -247,7 +252,7 @@ func (a *Applier) etcdMembers(ctx context.Context, t HostTarget, b *pki.Bundle, 
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: endpoints, TLS: cfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(), Context: ctx,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return a.Hosts.Dial(ctx, t, addr)
+			return h.Dial(ctx, t, addr)
 		})},
 	})
 	if err != nil {

@@ -10,15 +10,18 @@ import (
 	"opke.dev/opke/render/pki"
 )
 
-// NodeReader reads the health of a cluster's Nodes through its API (for
-// spec.remediation).
-type NodeReader interface {
+// HealthReader reads the health of a cluster's Nodes through its API (for
+// spec.remediation), and of its etcd members.
+type HealthReader interface {
 	// NodeHealth returns each Node's Ready condition, by name, and how
 	// long it has had it at now.
 	NodeHealth(ctx context.Context, t HostTarget, now time.Time) (map[string]diff.NodeHealth, error)
+	// EtcdAnswers tells, by member name (its host's), whether each
+	// started member of the cluster's etcd answers.
+	EtcdAnswers(ctx context.Context, t HostTarget) (map[string]bool, error)
 }
 
-var _ NodeReader = (*HostSessions)(nil)
+var _ HealthReader = (*HostSessions)(nil)
 
 // NodeHealth lists the cluster's Nodes through the gateway, as admin,
 // from the first controller whose API server answers.
@@ -76,4 +79,29 @@ func (l nodeList) health(now time.Time) map[string]diff.NodeHealth {
 		out[n.Metadata.Name] = h
 	}
 	return out
+}
+
+// EtcdAnswers asks each member of the cluster's etcd its status through
+// the gateway (listMembers), as OPKE's etcd client.
+func (h *HostSessions) EtcdAnswers(ctx context.Context, t HostTarget) (map[string]bool, error) {
+	b, err := pki.Load(ctx, t.KV, t.Cluster, pki.EtcdCA, pki.EtcdOPKEClient)
+	if err != nil {
+		return nil, err
+	}
+	m, err := etcdMembersVia(ctx, h, t, b, "")
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	list, err := listMembers(ctx, m.cli)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, x := range list.members {
+		if x.Name != "" {
+			out[x.Name] = list.answers[x.ID]
+		}
+	}
+	return out, nil
 }

@@ -63,10 +63,12 @@ type Planner struct {
 	Clouds Clouds
 	// Hosts reads the hosts on a resync; nil refuses a resync.
 	Hosts HostReader
-	// Nodes reads the health of the Nodes of clusters that ask for
-	// remediation (spec.remediation); nil: none is read, and the plan
-	// warns that nothing is remediated.
-	Nodes  NodeReader
+	// Health reads the health of the Nodes of clusters that ask for
+	// remediation (spec.remediation), and of the etcd members of the
+	// controllers a plan would make again; nil: none is read, the plan
+	// warns that nothing is remediated, and a controller's replacement
+	// is left to the apply to refuse while its member answers.
+	Health HealthReader
 	Logger *slog.Logger
 	// Now is the clock certificates are checked against (time.Now).
 	Now          func() time.Time
@@ -252,6 +254,10 @@ func (p *Planner) desire(ctx context.Context, c *schemas.Cluster, clients *cloud
 	if err != nil {
 		return nil, err
 	}
+	if ctl := diff.ControllersToRenew(d, pl.Observed); len(ctl) > 0 {
+		// A controller whose etcd member answers keeps its server: ask.
+		pl.Observed.EtcdAnswers = p.etcdAnswers(ctx, pl, clients)
+	}
 	// Rendered again: the members that join the etcd that runs, and the
 	// hosts whose servers are made again, whose material the apply issues
 	// anew (known after apply).
@@ -374,19 +380,36 @@ func unsettled(a, b *render.Output) (map[schemas.Role]bool, map[string]map[strin
 // changes do not wait for an API that does not answer), and nothing is
 // remediated.
 func (p *Planner) nodeHealth(ctx context.Context, pl *Planned, clients *cloud.Clients) (map[string]diff.NodeHealth, string) {
-	if p.Nodes == nil || clients == nil {
+	if p.Health == nil || clients == nil {
 		return nil, "this planner does not reach the clusters' APIs"
 	}
 	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
 	if err != nil {
 		return nil, err.Error()
 	}
-	nodes, err := p.Nodes.NodeHealth(ctx, t, p.now())
+	nodes, err := p.Health.NodeHealth(ctx, t, p.now())
 	if err != nil {
 		cmp.Or(p.Logger, slog.New(slog.DiscardHandler)).Warn("could not read the health of the Nodes", "cluster", pl.Observed.Cluster, "err", err)
 		return nil, err.Error()
 	}
 	return nodes, ""
+}
+
+// etcdAnswers reads which etcd members of a cluster answer; nil when it
+// cannot tell (the apply refuses the removal of a member that answers).
+func (p *Planner) etcdAnswers(ctx context.Context, pl *Planned, clients *cloud.Clients) map[string]bool {
+	if p.Health == nil || clients == nil {
+		return nil
+	}
+	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
+	if err == nil {
+		var answers map[string]bool
+		if answers, err = p.Health.EtcdAnswers(ctx, t); err == nil {
+			return answers
+		}
+	}
+	cmp.Or(p.Logger, slog.New(slog.DiscardHandler)).Warn("could not read which etcd members answer", "cluster", pl.Observed.Cluster, "err", err)
+	return nil
 }
 
 func (p *Planner) now() time.Time {

@@ -126,10 +126,10 @@ type Upgrade struct {
 // UnhealthyAfter: a worker is drained as far as it can be, its server
 // made again and its Node object deleted, as Cluster API's
 // MachineHealthCheck does; a controller (of three or more, one at a time)
-// has its etcd member replaced too, which is refused while the member
-// answers. When more workers are unhealthy than MaxUnhealthy, none is
-// replaced: that is an outage (a network, the control plane), not a
-// node's fault, and the plan says so.
+// has its etcd member replaced too, not while that member answers (the
+// plan warns instead). When more workers are unhealthy than
+// MaxUnhealthy, none is replaced: that is an outage (a network, the
+// control plane), not a node's fault, and the plan says so.
 type Remediation struct {
 	UnhealthyAfter Duration `json:"unhealthyAfter,omitempty" yaml:"unhealthyAfter,omitempty"`
 	MaxUnhealthy   int      `json:"maxUnhealthy,omitempty" yaml:"maxUnhealthy,omitempty"`

@@ -146,7 +146,7 @@ func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo
 		return nil, err
 	}
 	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
-	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Nodes: hosts, Logger: a.logger, KubeletImage: kubeletImage}
+	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Health: hosts, Logger: a.logger, KubeletImage: kubeletImage}
 	return &world{fleet: fleet, commit: commit, store: store, hosts: hosts, planner: planner}, nil
 }
 

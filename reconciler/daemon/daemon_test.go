@@ -163,7 +163,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: sim.Edge()}}
 	t.Cleanup(hosts.Close)
 	clk := &clock{}
-	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts, Nodes: hosts, Now: clk.now}
+	planner := &reconciler.Planner{Store: store, Clouds: pool, Hosts: hosts, Health: hosts, Now: clk.now}
 	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work, clock: clk, simDir: dir}
 	forgeSrv := httptest.NewServer(e.forge)
 	t.Cleanup(forgeSrv.Close)
