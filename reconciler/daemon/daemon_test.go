@@ -671,6 +671,8 @@ func TestDaemonDayTwo(t *testing.T) {
 // unhealthyAfter, then the drift check replaces it without a commit: its
 // server made again, its new kubelet registered; the status counts the
 // drift and ends in success. A server Nova has in ERROR is replaced too.
+// Both workers unhealthy at once are an outage: nothing is replaced, and
+// the status and the page say so.
 func TestDaemonRemediatesAWorker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, time.Second, "")
@@ -719,16 +721,41 @@ func TestDaemonRemediatesAWorker(t *testing.T) {
 	if err := servers.ResetState(context.Background(), admin.Compute, id, servers.StateError).ExtractErr(); err != nil {
 		t.Fatal(err)
 	}
+	reset := time.Now()
 	deadline = time.Now().Add(2 * time.Minute)
 	for {
+		// The drift correction's own status: its apply is over.
 		st := e.status(t, "demo", func(daemon.ClusterStatus) bool { return true })
-		if got := e.serverID(t, "demo-default-0"); got != id && got != "" && st.State == report.Success {
+		if got := e.serverID(t, "demo-default-0"); got != id && got != "" && st.State == report.Success && st.Updated.After(reset) {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("demo-default-0, in ERROR, not replaced: its server %s (was %s), status %+v", e.serverID(t, "demo-default-0"), id, st)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Both workers unhealthy at once (the clock held back while their
+	// kubelets stop): more than maxUnhealthy, an outage; the drift checks
+	// replace nothing and the status and the page say why.
+	e.clock.advance(-6 * time.Minute)
+	ids := map[string]string{}
+	for _, w := range []string{"demo-default-0", "demo-default-1"} {
+		ids[w] = e.serverID(t, w)
+		cloudtest.HostRun(t, e.store, e.clients, e.sim.Edge(), "demo", w, sshx.Sudo("systemctl stop kubelet"))
+	}
+	e.clock.advance(6 * time.Minute)
+	st := e.status(t, "demo", func(s daemon.ClusterStatus) bool {
+		return strings.Contains(s.ResyncWarnings, "2 workers have been unhealthy")
+	})
+	time.Sleep(2 * time.Second) // a drift check or two more
+	for w, id := range ids {
+		if got := e.serverID(t, w); got != id {
+			t.Errorf("%s was replaced in an outage: %s, was %s (status %+v)", w, got, id, st)
+		}
+	}
+	if _, page := e.get(t, "/"); !strings.Contains(page, "2 workers have been unhealthy") {
+		t.Errorf("the status page does not show the outage's warning:\n%s", page)
 	}
 }
 

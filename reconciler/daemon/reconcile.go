@@ -70,6 +70,8 @@ type outcome struct {
 	// (checkErr); it reports on the status only.
 	checked  bool
 	checkErr error
+	// checkWarn is what a drift check that changed nothing warned of.
+	checkWarn string
 }
 
 // reconcile plans one cluster and applies the plan unless the cluster is
@@ -123,7 +125,11 @@ func (d *Daemon) reconcileOnce(ctx context.Context, log *slog.Logger, name strin
 	case plan.Empty() && !w.resync && d.resumed(ctx, w, name, entry):
 		// The plan a dead leader journaled was finished by Resume.
 	case plan.Empty() && w.resync:
-		o.checked = true // nothing drifted: nothing to say
+		// Nothing drifted: nothing to say but what the plan warns of.
+		o.checked, o.checkWarn = true, warnings
+		if warnings != "" {
+			log.Warn("drift check", "warnings", warnings)
+		}
 	case plan.Empty():
 		entry.State, entry.Summary = report.Success, cmp.Or(warnings, "no changes")
 	case spec != nil && spec.Spec.Paused:
@@ -160,7 +166,7 @@ func (d *Daemon) finish(ctx context.Context, name string, w *work, o *outcome) {
 	switch {
 	case o.quiet:
 	case o.checked:
-		ev := event{kind: evChecked}
+		ev := event{kind: evChecked, checkWarn: o.checkWarn}
 		if o.checkErr != nil {
 			ev.checkErr = o.checkErr.Error()
 			d.cfg.Metrics.reconcile.WithLabelValues(w.kind(), string(report.Error)).Observe(time.Since(o.started).Seconds())

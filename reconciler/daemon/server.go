@@ -276,7 +276,7 @@ Tracked head: {{if .Health.Head}}<a href="/commits/{{.Health.Head}}">{{short .He
 last sync {{when .Health.LastSync}}{{if .Health.SyncError}}, <span class="error">sync error: {{.Health.SyncError}}</span>{{end}}.</p>
 <table><tr><th>Cluster</th><th>State</th><th>Commit</th><th>Summary</th><th>Drift</th><th>Last resync</th><th>Rollout</th><th>Last backup</th></tr>
 {{range .Clusters}}<tr><td>{{.Name}}{{if .Paused}} (paused){{end}}</td><td class="{{.State}}">{{.State}}</td>
-<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}{{if .Retrying}} <span class="error">(retrying: {{.Retrying}})</span>{{end}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}</td>
+<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}{{if .Retrying}} <span class="error">(retrying: {{.Retrying}})</span>{{end}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}{{if .ResyncWarnings}} <span class="error">({{.ResyncWarnings}})</span>{{end}}</td>
 <td>{{with .Rollout}}{{.Done}}/{{len .Hosts}} at {{.Version}}{{if .Halted}} <span class="error">halted: {{.Halted}}</span>{{end}}<br><small>{{range .Hosts}}{{.Name}} {{.Version}}; {{end}}</small>{{end}}</td>
 <td>{{with .LastBackup}}{{when .Taken}}, {{bytes .Size}}{{if .Drill}}, drill {{.Drill}}{{end}}{{else}}-{{end}}</td></tr>
 {{else}}<tr><td colspan="6">No cluster yet.</td></tr>{{end}}</table>

@@ -31,6 +31,10 @@ type ClusterStatus struct {
 	LastResync time.Time `json:"lastResync,omitzero"`
 	// ResyncError is why the last drift check could not look, if it could not.
 	ResyncError string `json:"resyncError,omitempty"`
+	// ResyncWarnings is what the last drift check that changed nothing
+	// warned of (unhealthy hosts it does not replace: an outage, a
+	// controller whose etcd member answers), if anything.
+	ResyncWarnings string `json:"resyncWarnings,omitempty"`
 	// Retrying is the transient error the running apply last tried a step
 	// again after (the cloud or a host unreachable for now), or why a step
 	// still waits (a health gate not passed yet, no API server ready to
@@ -116,10 +120,11 @@ type event struct {
 	resync bool
 	// paused is the spec's spec.paused (evReconciled).
 	paused bool
-	// checkErr is why a drift check could not look (evChecked); backup
-	// marks one that took a scheduled backup.
-	checkErr string
-	backup   bool
+	// checkErr is why a drift check could not look (evChecked), and
+	// checkWarn what one that changed nothing warned of; backup marks one
+	// that took a scheduled backup.
+	checkErr, checkWarn string
+	backup              bool
 	// step is the applier's (evStep).
 	step *reconciler.Step
 	// version is the spec's Kubernetes version, "" without a spec: with
@@ -150,7 +155,7 @@ func statusAfter(s ClusterStatus, e event, l *ledgerFacts) ClusterStatus {
 	case evRefused:
 		s.Commit, s.Ref, s.State, s.Summary, s.Updated = e.commit, e.ref, e.entry.State, e.entry.Summary, e.at
 	case evChecked:
-		s.LastResync, s.ResyncError = e.at, e.checkErr
+		s.LastResync, s.ResyncError, s.ResyncWarnings = e.at, e.checkErr, e.checkWarn
 		if e.backup {
 			s.Retrying = ""
 			s = withLedger(s, e, l, nil)
@@ -163,7 +168,7 @@ func statusAfter(s ClusterStatus, e event, l *ledgerFacts) ClusterStatus {
 		}
 		s.Paused = e.paused
 		if e.resync {
-			s.LastResync, s.ResyncError = e.at, ""
+			s.LastResync, s.ResyncError, s.ResyncWarnings = e.at, "", ""
 			s.Drift = 0
 			if entry.Drift != nil {
 				s.Drift = drifted(entry.Drift.Plan)
