@@ -190,10 +190,6 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 	if o.Applied == nil {
 		return
 	}
-	node := func(name, reason string) *pending {
-		return b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: NodeAddress(name), Action: ActionDelete,
-			Before: Attrs{"version": Known(o.Applied.Versions[name])}, Reason: reason}})
-	}
 	deleted := map[string]bool{}
 	for _, p := range deletes {
 		name := p.Address.Name
@@ -201,13 +197,11 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 			continue
 		}
 		deleted[name] = true
-		node(name, "delete the Node object of the deleted server").deps = []string{p.key}
+		b.deleteNode(d.Cluster, o, name, "delete the Node object of the deleted server", p)
 		if schemas.RoleOf(d.Cluster, name) == schemas.RoleController {
 			continue
 		}
-		drain := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
-			Reason: "cordon the node and evict its pods before its server is deleted"}})
-		drain.deps, p.deps = p.deps, []string{drain.key}
+		drain := b.drainBefore(d.Cluster, name, p, nil, "cordon the node and evict its pods before its server is deleted")
 		if m := b.find(d.Cluster, ResourceAddress(KindMember, name), ActionDelete); m != nil {
 			m.deps = append(m.deps, drain.key)
 			p.deps = append(p.deps, m.key)
@@ -225,9 +219,31 @@ func (b *builder) drains(d *Desired, o *Observed, deletes []*pending) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(o.Applied.Versions)) {
 		if !desired[name] && !servers[name] && !deleted[name] && schemas.RoleOf(d.Cluster, name) != schemas.RoleGateway {
-			node(name, "its server is gone and its Node object is left")
+			b.deleteNode(d.Cluster, o, name, "its server is gone and its Node object is left", nil)
 		}
 	}
+}
+
+// deleteNode adds the deletion of a host's Node object (the ledger's
+// version of it before), after the step of its server, if any, and drift
+// as that step is.
+func (b *builder) deleteNode(cluster string, o *Observed, name, reason string, server *pending) *pending {
+	p := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: NodeAddress(name), Action: ActionDelete,
+		Before: Attrs{"version": Known(o.Applied.Versions[name])}, Reason: reason}})
+	if server != nil {
+		p.deps, p.drift = append(p.deps, server.key), server.drift
+	}
+	return p
+}
+
+// drainBefore adds a worker's drain before the step of its server, in
+// that step's place in its chain: the drain waits for what the step
+// waited for, the step for the drain.
+func (b *builder) drainBefore(cluster, name string, server *pending, after Attrs, reason string) *pending {
+	drain := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: DrainAddress(name), Action: ActionDrain,
+		After: after, Reason: reason}, drift: server.drift})
+	drain.deps, server.deps = server.deps, []string{drain.key}
+	return drain
 }
 
 // orNone prints an absent value.

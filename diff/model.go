@@ -77,12 +77,12 @@ type Desired struct {
 	MaxUnavailable int
 	// Manifests are the API objects to apply, in order.
 	Manifests []Manifest
-	// Remediation, if set, replaces workers whose Node stays not Ready
+	// Remediation, if set, replaces hosts whose Node stays not Ready
 	// (spec.remediation).
 	Remediation *Remediation
 }
 
-// Remediation is when a worker whose Node is not Ready is replaced
+// Remediation is when a host whose Node is not Ready is replaced
 // (spec.remediation; see remediations).
 type Remediation struct {
 	UnhealthyAfter time.Duration

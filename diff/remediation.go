@@ -186,22 +186,18 @@ func (b *builder) renewedNodes(d *Desired, o *Observed, renew map[string]string)
 			continue
 		}
 		if server.Action == ActionReplace && h.Role == schemas.RoleWorker {
-			drain := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
-				Reason: "cordon the node and evict its pods before its server is replaced"}, drift: server.drift}
 			if _, ok := renew[h.Name]; ok {
-				drain.After = Attrs{"best_effort": Known("true")}
-				drain.Reason = "cordon the node and evict its pods, as far as they go (best effort: its kubelet may not answer), before its server is replaced"
+				b.drainBefore(d.Cluster, h.Name, server, Attrs{"best_effort": Known("true")},
+					"cordon the node and evict its pods, as far as they go (best effort: its kubelet may not answer), before its server is replaced")
+			} else {
+				b.drainBefore(d.Cluster, h.Name, server, nil, "cordon the node and evict its pods before its server is replaced")
 			}
-			drain = b.add(drain)
-			drain.deps, server.deps = server.deps, []string{drain.key}
 		}
-		node := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: NodeAddress(h.Name), Action: ActionDelete,
-			Before: Attrs{"version": Known(o.Applied.Versions[h.Name])},
-			Reason: "delete the Node object of the server made again, so that the new one's kubelet registers afresh"}, drift: server.drift})
-		node.deps = append(node.deps, server.key)
+		b.deleteNode(d.Cluster, o, h.Name, "delete the Node object of the server made again, so that the new one's kubelet registers afresh", server)
 	}
 }
 
 // BestEffort reports whether a drain change goes on once its timeout
-// passed with pods left (a remediation's: see remediate).
+// passed with pods left (a remediated host's, or one in ERROR: see
+// renewedNodes).
 func BestEffort(c Change) bool { return c.After["best_effort"].Value == "true" }

@@ -459,8 +459,9 @@ func (h *HostSessions) upload(ctx context.Context, t HostTarget, host string, f 
 }
 
 // resync reads the files of a cluster's existing hosts: those the plan
-// wants and those the ledger says were pushed; not those of the workers
-// the plan replaces for their health, which may not answer.
+// wants and those the ledger says were pushed; not those of the hosts
+// the plan makes again for their health (diff.Remediated), which may not
+// answer.
 func (p *Planner) resync(ctx context.Context, pl *Planned, clients *cloud.Clients) (map[string]map[string]string, error) {
 	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
 	if errors.Is(err, errNoGateway) {

@@ -114,7 +114,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	if req.Resync && p.Hosts == nil {
 		return nil, ErrNoResync
 	}
-	log := cmp.Or(p.Logger, slog.New(slog.DiscardHandler))
+	log := p.log()
 	owner, err := p.Store.InstallationID(ctx)
 	if err != nil {
 		return nil, err
@@ -380,16 +380,13 @@ func unsettled(a, b *render.Output) (map[schemas.Role]bool, map[string]map[strin
 // changes do not wait for an API that does not answer), and nothing is
 // remediated.
 func (p *Planner) nodeHealth(ctx context.Context, pl *Planned, clients *cloud.Clients) (map[string]diff.NodeHealth, string) {
-	if p.Health == nil || clients == nil {
-		return nil, "this planner does not reach the clusters' APIs"
-	}
-	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
+	t, err := p.healthTarget(pl, clients)
 	if err != nil {
 		return nil, err.Error()
 	}
 	nodes, err := p.Health.NodeHealth(ctx, t, p.now())
 	if err != nil {
-		cmp.Or(p.Logger, slog.New(slog.DiscardHandler)).Warn("could not read the health of the Nodes", "cluster", pl.Observed.Cluster, "err", err)
+		p.log().Warn("could not read the health of the Nodes", "cluster", t.Cluster, "err", err)
 		return nil, err.Error()
 	}
 	return nodes, ""
@@ -398,19 +395,30 @@ func (p *Planner) nodeHealth(ctx context.Context, pl *Planned, clients *cloud.Cl
 // etcdAnswers reads which etcd members of a cluster answer; nil when it
 // cannot tell (the apply refuses the removal of a member that answers).
 func (p *Planner) etcdAnswers(ctx context.Context, pl *Planned, clients *cloud.Clients) map[string]bool {
-	if p.Health == nil || clients == nil {
-		return nil
-	}
-	t, err := hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
+	t, err := p.healthTarget(pl, clients)
+	var answers map[string]bool
 	if err == nil {
-		var answers map[string]bool
-		if answers, err = p.Health.EtcdAnswers(ctx, t); err == nil {
-			return answers
-		}
+		answers, err = p.Health.EtcdAnswers(ctx, t)
 	}
-	cmp.Or(p.Logger, slog.New(slog.DiscardHandler)).Warn("could not read which etcd members answer", "cluster", pl.Observed.Cluster, "err", err)
-	return nil
+	if err != nil && !errors.Is(err, errNoHealth) {
+		p.log().Warn("could not read which etcd members answer", "cluster", pl.Observed.Cluster, "err", err)
+	}
+	return answers
 }
+
+// errNoHealth is a health read asked of a planner that reaches no API.
+var errNoHealth = errors.New("this planner does not reach the clusters' APIs")
+
+// healthTarget is how the planner reaches a cluster's API and etcd for
+// its health reads.
+func (p *Planner) healthTarget(pl *Planned, clients *cloud.Clients) (HostTarget, error) {
+	if p.Health == nil || clients == nil {
+		return HostTarget{}, errNoHealth
+	}
+	return hostTarget(pl.Observed.Cluster, clients, pl.Observed.Cloud, p.Store.ReadOnly())
+}
+
+func (p *Planner) log() *slog.Logger { return cmp.Or(p.Logger, slog.New(slog.DiscardHandler)) }
 
 func (p *Planner) now() time.Time {
 	if p.Now != nil {

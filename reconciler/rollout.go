@@ -395,7 +395,7 @@ func firstLine(b []byte) string {
 // the Node object goes), and goes on after the drain timeout with the
 // pods a budget kept, saying so in the log.
 func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, host string, bestEffort bool) error {
-	p := &prober{a: a, apiAt: &apiAt{h: a.Hosts, t: t, b: b}, g: gateSpec{host: host}}
+	p := &apiAt{h: a.Hosts, t: t, b: b}
 	defer p.close()
 	code, body, err := p.api(ctx, http.MethodPatch, "/api/v1/nodes/"+host, "application/merge-patch+json",
 		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil)
@@ -470,7 +470,7 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 // deleteNode deletes a host's Node object through the API; one already
 // gone is done.
 func (a *Applier) deleteNode(ctx context.Context, t HostTarget, b *pki.Bundle, host string) error {
-	p := &prober{a: a, apiAt: &apiAt{h: a.Hosts, t: t, b: b}, g: gateSpec{host: host}}
+	p := &apiAt{h: a.Hosts, t: t, b: b}
 	defer p.close()
 	code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
 	switch {
