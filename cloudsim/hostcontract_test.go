@@ -141,6 +141,19 @@ func hostContract(t *testing.T, e *env) {
 		defer cancel()
 		return sshx.Dial(dctx, sshx.Dialer{Proxy: e.sim.Edge()}, hst.fip+":22", sshx.Auth{User: "core", Signer: key, HostKeys: keys})
 	}
+	// redial dials h again, up to 3 minutes, while it comes back.
+	redial := func(t *testing.T, keys []ssh.PublicKey, when string) *ssh.Client {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+			cl, err := dial(h, keys)
+			if err == nil {
+				return cl
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the host does not answer %s: %v", when, err)
+			}
+		}
+	}
 	cl, err := dial(h, hostKeys(h.id))
 	if err != nil {
 		t.Fatal(err)
@@ -345,16 +358,7 @@ func hostContract(t *testing.T, e *env) {
 		case <-time.After(2 * time.Minute):
 			t.Fatal("a session outlived its host's reboot")
 		}
-		deadline := time.Now().Add(3 * time.Minute)
-		var again *ssh.Client
-		for again == nil {
-			if again, err = dial(h, keys); err != nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("the host does not answer after its reboot: %v", err)
-				}
-				time.Sleep(time.Second)
-			}
-		}
+		again := redial(t, keys, "after its reboot")
 		defer again.Close()
 		for _, f := range []string{"/run/contract-reboot", "/tmp/contract-reboot"} {
 			if out, err := sshx.Run(ctx, again, "cat "+f); err == nil {
@@ -440,16 +444,7 @@ func hostContract(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		status("ACTIVE")
-		deadline := time.Now().Add(3 * time.Minute)
-		var again *ssh.Client
-		for again == nil {
-			if again, err = dial(h, keys); err != nil {
-				if time.Now().After(deadline) {
-					t.Fatalf("the host does not answer once started again: %v", err)
-				}
-				time.Sleep(time.Second)
-			}
-		}
+		again := redial(t, keys, "once started again")
 		defer again.Close()
 		if out, err := sshx.Run(ctx, again, "cat /etc/contract-stop"); err != nil || string(out) != "kept\n" {
 			t.Errorf("/etc after a stop and a start: %q %v", out, err)

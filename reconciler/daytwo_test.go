@@ -530,6 +530,18 @@ func TestDayTwo(t *testing.T) {
 			t.Errorf("two unhealthy workers, maxUnhealthy 1: want nothing done and the outage warned of: %v %v", addresses(p.Drift), p.Warnings)
 		}
 		kubelet("demo-default-1", "start")
+		// A pod on the dead worker that never terminates once evicted:
+		// a drain of a worker that runs fails on it after the drain
+		// timeout (the scale-in above); the remediation's best-effort
+		// drain does not wait for it.
+		objects, err := r.sim.KubeObjects("demo-controller-0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		objects.Pods = append(objects.Pods, kubestub.Pod{Namespace: "default", Name: "stuck-on-dead", Node: "demo-default-0", Stuck: true})
+		if err := r.sim.SetKubeObjects("demo-controller-0", *objects); err != nil {
+			t.Fatal(err)
+		}
 		before := serverIDs(r.checkClean(t, "before the remediation"))
 		plan := r.mustApply(t, a, demo)
 		want := map[string]diff.Action{

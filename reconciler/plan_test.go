@@ -21,7 +21,6 @@ import (
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render"
-	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
@@ -413,31 +412,11 @@ func TestResyncReadsTheHosts(t *testing.T) {
 // the edge (gw nil), another host through gw.
 func dialHost(t *testing.T, r *rig, res map[string]diff.Resource, name string, gw *ssh.Client) *ssh.Client {
 	t.Helper()
-	ctx := context.Background()
-	signer, _, err := pki.SSHKey(ctx, r.store, "demo")
-	if err != nil {
-		t.Fatal(err)
+	address := res["openstack/floating-ip/"+name].Attrs["address"].Value + ":22"
+	if gw != nil {
+		address = res["openstack/port/"+name].Attrs["fixed_ip"].Value + ":22"
 	}
-	console, err := servers.ShowConsoleOutput(ctx, r.clients.Compute, res["openstack/server/"+name].ID, servers.ShowConsoleOutputOpts{}).Extract()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := sshx.HostKeysFromConsole(console)
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := sshx.Auth{User: reconciler.HostUser, Signer: signer, HostKeys: keys}
-	var c *ssh.Client
-	if gw == nil {
-		c, err = sshx.Dial(ctx, sshx.Dialer{Proxy: r.sim.Edge()}, res["openstack/floating-ip/"+name].Attrs["address"].Value+":22", auth)
-	} else {
-		c, err = sshx.Jump(ctx, gw, res["openstack/port/"+name].Attrs["fixed_ip"].Value+":22", auth)
-	}
-	if err != nil {
-		t.Fatalf("ssh %s: %v", name, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return cloudtest.DialHost(t, r.store, r.clients, r.sim.Edge(), "demo", res["openstack/server/"+name].ID, address, gw)
 }
 
 // put writes a file on a host as an operator would: root, behind sudo.

@@ -13,6 +13,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
@@ -21,15 +22,11 @@ import (
 // serverID is the ID of the one server called name, from Nova.
 func (r *rig) serverID(t *testing.T, name string) string {
 	t.Helper()
-	pages, err := servers.List(r.clients.Compute, servers.ListOpts{Name: "^" + name + "$"}).AllPages(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	id := cloudtest.ServerID(t, r.clients, name)
+	if id == "" {
+		t.Fatalf("no server %s", name)
 	}
-	svs, err := servers.ExtractServers(pages)
-	if err != nil || len(svs) != 1 {
-		t.Fatalf("server %s: %d found, %v", name, len(svs), err)
-	}
-	return svs[0].ID
+	return id
 }
 
 // reboot hard-reboots the named servers through Nova, as an operator or a

@@ -761,19 +761,7 @@ func TestDaemonRemediatesAWorker(t *testing.T) {
 
 // serverID is the id of the simulator's server named name; empty if none.
 func (e *env) serverID(t *testing.T, name string) string {
-	t.Helper()
-	pages, err := servers.List(e.clients.Compute, servers.ListOpts{Name: "^" + name + "$"}).AllPages(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := servers.ExtractServers(pages)
-	if err != nil || len(all) > 1 {
-		t.Fatalf("servers named %s: %d, %v", name, len(all), err)
-	}
-	if len(all) == 0 {
-		return ""
-	}
-	return all[0].ID
+	return cloudtest.ServerID(t, e.clients, name)
 }
 
 // TestDaemonSettlesAConvergedFleetInOnePlan: a commit that changes no
