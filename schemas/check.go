@@ -114,6 +114,9 @@ func (c *Cluster) check() []Problem {
 	if r := s.Remediation; r != nil && r.UnhealthyAfter.Duration < MinUnhealthyAfter {
 		add(spec.Field("remediation").Field("unhealthyAfter"), "must be at least %s: a Node is not Ready for a moment when its kubelet restarts", formatDuration(MinUnhealthyAfter))
 	}
+	if k := s.PKI; k != nil && k.Generation == 1 && k.Phase != RotationComplete && k.Phase != "" {
+		add(spec.Field("pki").Field("phase"), "generation 1 is the first: a rotation goes to generation 2 (phase %s)", RotationTrust)
+	}
 	if b := s.Backup; b != nil && b.Interval.Duration < MinBackupInterval {
 		add(spec.Field("backup").Field("interval"), "must be at least %s", formatDuration(MinBackupInterval))
 	}

@@ -178,6 +178,12 @@ func TestParseRules(t *testing.T) {
 			file + ":23: spec.remediation.unhealthyAfter: must be at least 30s: a Node is not Ready for a moment when its kubelet restarts",
 			file + ":24: spec.remediation.maxUnhealthy: must be >= 1",
 		}},
+		{"a rotation phase at the first generation", func(t *testing.T) string {
+			return baseSpec + "  pki:\n    generation: 1\n    phase: trust\n"
+		}, []string{file + ":24: spec.pki.phase: generation 1 is the first: a rotation goes to generation 2 (phase trust)"}},
+		{"an unknown rotation phase", func(t *testing.T) string {
+			return baseSpec + "  pki:\n    generation: 2\n    phase: rotate\n"
+		}, []string{file + ":24: spec.pki.phase: must be one of trust, reissue, complete; got rotate"}},
 		{"registry mirror with credentials", func(t *testing.T) string {
 			return baseSpec + "  registryMirror:\n    endpoint: https://ops:secret@mirror.example:5000\n"
 		}, []string{file + ":23: spec.registryMirror.endpoint: must be https://host[:port][/path] (or http://), with no credentials, query or spaces; got \"https://ops:secret@mirror.example:5000\""}},

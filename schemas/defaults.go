@@ -34,6 +34,10 @@ func (c *Cluster) Default() {
 		setDefault(&s.Remediation.UnhealthyAfter, Duration{DefaultUnhealthyAfter})
 		setDefault(&s.Remediation.MaxUnhealthy, DefaultMaxUnhealthy)
 	}
+	if s.PKI != nil {
+		setDefault(&s.PKI.Generation, 1)
+		setDefault(&s.PKI.Phase, RotationComplete)
+	}
 	if s.DriftCorrection == nil {
 		on := true
 		s.DriftCorrection = &on

@@ -140,7 +140,7 @@ func schemaType(s map[string]any) string {
 // editors are the ones Default fills in.
 func TestSchemaDefaults(t *testing.T) {
 	t.Parallel()
-	c := mustParse(t, baseSpec+"  backup: {}\n  remediation: {}\n")
+	c := mustParse(t, baseSpec+"  backup: {}\n  remediation: {}\n  pki: {}\n")
 	got, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)

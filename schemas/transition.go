@@ -99,6 +99,10 @@ func Compare(old, new *Cluster) []FieldChange {
 	diff(spec.Field("upgrade"), o.Upgrade, n.Upgrade, EffectConfig, "used by the next rollout")
 	diff(spec.Field("backup"), o.Backup, n.Backup, EffectConfig, "the backup schedule changes")
 	diff(spec.Field("remediation"), o.Remediation, n.Remediation, EffectConfig, "unhealthy workers are replaced, or left, from the next drift check")
+	og, op := o.CAGeneration()
+	if ng, np := n.CAGeneration(); og != ng || op != np {
+		out = append(out, FieldChange{Path: spec.Field("pki"), Effect: EffectUpgrade, Note: rotationNote(ng, np)})
+	}
 	diff(spec.Field("paused"), o.Paused, n.Paused, EffectConfig, "pausing stops every change, drift correction included")
 	diff(spec.Field("driftCorrection"), o.DriftCorrectionEnabled(), n.DriftCorrectionEnabled(), EffectConfig, "drift is corrected, or only reported")
 	diff(spec.Field("deletionPolicy"), o.DeletionPolicy, n.DeletionPolicy, EffectConfig, "takes effect once applied")
@@ -168,6 +172,9 @@ func CheckTransition(old, new *Cluster, facts *TransitionFacts) []Problem {
 			out = append(out, Problem{Path: c.Path, Message: "refused: " + c.Note})
 		}
 	}
+	if p := checkRotationStep(&old.Spec, &new.Spec); p != "" {
+		out = append(out, Problem{Path: Path{"spec", "pki"}, Message: p})
+	}
 	if p := checkVersionStep(new.Metadata.Name, old.Spec.Kubernetes.Version, new.Spec.Kubernetes.Version, facts); p != "" {
 		out = append(out, Problem{Path: Path{"spec", "kubernetes", "version"}, Message: p})
 	}
@@ -208,4 +215,54 @@ func checkVersionStep(cluster, oldS, newS string, facts *TransitionFacts) string
 		return fmt.Sprintf("%s -> %s skips a minor; upgrade one minor at a time (next: v%d.%d)", from, to, from.Major, from.Minor+1)
 	}
 	return ""
+}
+
+// rotationNote says what a CA rotation's phase does to the hosts.
+func rotationNote(g int, p RotationPhase) string {
+	switch p {
+	case RotationTrust:
+		return fmt.Sprintf("CA generation %d is created and trusted beside %d, which still signs: every host gets the CA bundles and restarts, controllers first; then the kube-system workloads restart", g, g-1)
+	case RotationReissue:
+		return fmt.Sprintf("CA generation %d signs: every certificate is issued again and rolled, tokens are signed with the new service account key; then the kube-system workloads restart", g)
+	}
+	return fmt.Sprintf("only CA generation %d is trusted: the bundles drop the others, which are deleted; rolled to every host", g)
+}
+
+// checkRotationStep refuses a CA rotation that skips a phase: from the
+// applied generation N (complete) the next commit may only start the
+// rotation to N+1 (trust); trust goes on to reissue or back to N (abort,
+// nothing was signed by N+1 yet); reissue goes on to complete or back
+// to trust. Each phase must have rolled to every host before the next:
+// a host that does not trust a CA yet refuses what it signs.
+func checkRotationStep(o, n *Spec) string {
+	og, op := o.CAGeneration()
+	ng, np := n.CAGeneration()
+	if og == ng && op == np {
+		return ""
+	}
+	ok := false
+	switch op {
+	case RotationComplete:
+		ok = ng == og+1 && np == RotationTrust
+	case RotationTrust:
+		ok = ng == og && np == RotationReissue || ng == og-1 && np == RotationComplete
+	case RotationReissue:
+		ok = ng == og && (np == RotationComplete || np == RotationTrust)
+	}
+	if ok {
+		return ""
+	}
+	return fmt.Sprintf("a CA rotation goes one phase per commit, each rolled before the next: from generation %d (%s) the next step is %s, not generation %d (%s)",
+		og, op, nextRotation(og, op), ng, np)
+}
+
+// nextRotation names the steps a rotation may take from g in phase p.
+func nextRotation(g int, p RotationPhase) string {
+	switch p {
+	case RotationTrust:
+		return fmt.Sprintf("{generation: %d, phase: reissue}, or {generation: %d} to abandon it", g, g-1)
+	case RotationReissue:
+		return fmt.Sprintf("{generation: %d} (complete), or {generation: %d, phase: trust}", g, g)
+	}
+	return fmt.Sprintf("{generation: %d, phase: trust}", g+1)
 }

@@ -177,3 +177,55 @@ func mustFleet(t *testing.T, specs map[string]string) *Fleet {
 	}
 	return fl
 }
+
+// TestCheckRotationStep walks a CA rotation's commits: each phase may
+// only go to the next (or back, while nothing the new CAs signed would
+// be left untrusted), and a jump is refused naming the next step.
+func TestCheckRotationStep(t *testing.T) {
+	t.Parallel()
+	pki := func(s string) string {
+		if s == "" {
+			return baseSpec
+		}
+		return baseSpec + "  pki: " + s + "\n"
+	}
+	tests := []struct {
+		name, from, to string
+		want           []string
+	}{
+		{"no pki to no pki", "", "", nil},
+		{"no pki is generation 1 complete", "", "{generation: 1}", nil},
+		{"start", "", "{generation: 2, phase: trust}", nil},
+		{"trust to reissue", "{generation: 2, phase: trust}", "{generation: 2, phase: reissue}", nil},
+		{"reissue to complete", "{generation: 2, phase: reissue}", "{generation: 2}", nil},
+		{"reissue back to trust", "{generation: 2, phase: reissue}", "{generation: 2, phase: trust}", nil},
+		{"abandon in trust", "{generation: 2, phase: trust}", "", nil},
+		{"the next rotation", "{generation: 2}", "{generation: 3, phase: trust}", nil},
+		{"straight to complete", "", "{generation: 2}",
+			[]string{"a CA rotation goes one phase per commit, each rolled before the next: from generation 1 (complete) the next step is {generation: 2, phase: trust}, not generation 2 (complete)"}},
+		{"skips trust", "", "{generation: 2, phase: reissue}",
+			[]string{"a CA rotation goes one phase per commit, each rolled before the next: from generation 1 (complete) the next step is {generation: 2, phase: trust}, not generation 2 (reissue)"}},
+		{"skips reissue", "{generation: 2, phase: trust}", "{generation: 2}",
+			[]string{"a CA rotation goes one phase per commit, each rolled before the next: from generation 2 (trust) the next step is {generation: 2, phase: reissue}, or {generation: 1} to abandon it, not generation 2 (complete)"}},
+		{"abandon after reissue", "{generation: 2, phase: reissue}", "{generation: 1}",
+			[]string{"a CA rotation goes one phase per commit, each rolled before the next: from generation 2 (reissue) the next step is {generation: 2} (complete), or {generation: 2, phase: trust}, not generation 1 (complete)"}},
+		{"back a generation", "{generation: 3}", "{generation: 2}",
+			[]string{"a CA rotation goes one phase per commit, each rolled before the next: from generation 3 (complete) the next step is {generation: 4, phase: trust}, not generation 2 (complete)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			for _, p := range CheckTransition(mustParse(t, pki(tt.from)), mustParse(t, pki(tt.to)), nil) {
+				got = append(got, p.Path.String()+": "+p.Message)
+			}
+			var want []string
+			for _, w := range tt.want {
+				want = append(want, "spec.pki: "+w)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -57,6 +58,9 @@ type Spec struct {
 	Backup *Backup `json:"backup,omitempty" yaml:"backup,omitempty"`
 	// Remediation replaces workers that stay unhealthy; nil means none are.
 	Remediation *Remediation `json:"remediation,omitempty" yaml:"remediation,omitempty"`
+	// PKI rotates the cluster's certificate authorities; nil is their
+	// first generation, no rotation.
+	PKI *PKI `json:"pki,omitempty" yaml:"pki,omitempty"`
 	// RegistryMirror makes the hosts pull every image from the operator's
 	// registry; nil pulls from the upstream registries.
 	RegistryMirror *RegistryMirror `json:"registryMirror,omitempty" yaml:"registryMirror,omitempty"`
@@ -133,6 +137,37 @@ type Upgrade struct {
 type Remediation struct {
 	UnhealthyAfter Duration `json:"unhealthyAfter,omitempty" yaml:"unhealthyAfter,omitempty"`
 	MaxUnhealthy   int      `json:"maxUnhealthy,omitempty" yaml:"maxUnhealthy,omitempty"`
+}
+
+// PKI is the generation of the cluster's CAs (the cluster CA, etcd's, the
+// front proxy's) and service account key, and the phase of the rotation
+// to it. A rotation to generation N is three commits, each rolled to every
+// host: {generation: N, phase: trust} (the new CAs trusted beside the
+// old, which still sign), {generation: N, phase: reissue} (every leaf
+// issued again by the new ones), then {generation: N} (phase complete:
+// the old ones dropped, deleted from the store).
+type PKI struct {
+	Generation int           `json:"generation,omitempty" yaml:"generation,omitempty"`
+	Phase      RotationPhase `json:"phase,omitempty" yaml:"phase,omitempty"`
+}
+
+// RotationPhase is a phase of a CA rotation.
+type RotationPhase string
+
+// The phases, in the order a rotation goes through them.
+const (
+	RotationTrust    RotationPhase = "trust"
+	RotationReissue  RotationPhase = "reissue"
+	RotationComplete RotationPhase = "complete"
+)
+
+// CAGeneration returns the spec's CA generation and rotation phase, with
+// their defaults (1, complete) for an absent pki.
+func (s *Spec) CAGeneration() (int, RotationPhase) {
+	if s.PKI == nil {
+		return 1, RotationComplete
+	}
+	return max(s.PKI.Generation, 1), cmp.Or(s.PKI.Phase, RotationComplete)
 }
 
 // Backup schedules etcd snapshots into a Swift container.

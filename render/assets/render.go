@@ -129,8 +129,8 @@ func (r *renderer) tlsFiles(dir string, pairs [][2]string, restart ...string) ([
 		}
 		base := dir + "/" + p[1]
 		switch {
-		case strings.HasSuffix(base, ".crt"):
-			out = append(out, newFile(base, 0o600, m.Cert, restart...))
+		case strings.HasSuffix(base, ".crt"): // a CA's: every generation trusted
+			out = append(out, newFile(base, 0o600, r.in.PKI.Trust(p[0]), restart...))
 			continue
 		case strings.HasSuffix(base, ".key"):
 			out = append(out, secretFile(base, m.Key, restart...))
@@ -175,8 +175,7 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMissingMaterial, err)
 	}
-	ca, err := r.material(pki.CA)
-	if err != nil {
+	if _, err := r.material(pki.CA); err != nil {
 		return nil, err
 	}
 	runtime, err := r.runtimeFiles()
@@ -187,7 +186,7 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 		newFile(PathKubeletEnv, 0o644, []byte(env), UnitKubelet),
 		newFile(pathKubeletConfig, 0o644, config, UnitKubelet),
 		secretFile(pathKubeletConf, kubeconf, UnitKubelet),
-		newFile(PathPKI+"/ca.crt", 0o600, ca.Cert, UnitKubelet),
+		newFile(PathPKI+"/ca.crt", 0o600, r.in.PKI.Trust(pki.CA), UnitKubelet),
 	}, runtime...), nil
 }
 
@@ -233,11 +232,22 @@ func (r *renderer) controller(h Host, start EtcdStart) ([]File, error) {
 		return nil, err
 	}
 	files = append(files, tls...)
+	if r.rotating() {
+		// The controller-manager's CSR signer takes one certificate, the
+		// one of its key: ca.crt holds two during a rotation.
+		ca, err := r.material(pki.CA)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, newFile(pathSigningCA, 0o600, ca.Cert))
+	}
 	sa, err := r.material(pki.ServiceAccount)
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, secretFile(PathPKI+"/sa.key", sa.Key), newFile(PathPKI+"/sa.pub", 0o600, sa.Cert))
+	// The API servers verify tokens signed with any key trusted; they
+	// and the controller-manager sign with the signing generation's.
+	files = append(files, secretFile(PathPKI+"/sa.key", sa.Key), newFile(PathPKI+"/sa.pub", 0o600, r.in.PKI.Trust(pki.ServiceAccount)))
 	enc, err := r.material(pki.SecretsEncryption)
 	if err != nil {
 		return nil, err
@@ -273,6 +283,19 @@ func (r *renderer) controller(h Host, start EtcdStart) ([]File, error) {
 		files = append(files, r.cloudConf())
 	}
 	return files, nil
+}
+
+// pathSigningCA is the cluster CA's certificate alone, for the
+// controller-manager's CSR signer, while ca.crt holds two generations
+// (a rotation's trust and reissue phases). It stays after the rotation,
+// unread.
+const pathSigningCA = PathPKI + "/ca-signing.crt"
+
+// rotating reports whether the cluster's CAs are in a rotation: two
+// generations trusted.
+func (r *renderer) rotating() bool {
+	ca, _ := r.in.PKI.Get(pki.CA)
+	return !bytes.Equal(ca.Cert, r.in.PKI.Trust(pki.CA))
 }
 
 // pathEncryptionConfig is the API server's encryption configuration, in
@@ -486,6 +509,9 @@ func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 	}
 	if r.data.CloudProvider {
 		flags["kube-controller-manager"]["cloud-provider"] = "external"
+	}
+	if r.rotating() {
+		flags["kube-controller-manager"]["cluster-signing-cert-file"] = pathSigningCA
 	}
 	var out []File
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {

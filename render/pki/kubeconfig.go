@@ -48,7 +48,7 @@ var (
 // ControllerManager, Scheduler, Kubelet(host)) of cluster, talking to server.
 func (b *Bundle) Kubeconfig(cluster, name, server string) ([]byte, error) {
 	m, ok := b.m[name]
-	ca, okCA := b.m[CA]
+	_, okCA := b.m[CA]
 	if !ok || !okCA {
 		return nil, fmt.Errorf("kubeconfig %s: material %s or the CA is missing", cluster, name)
 	}
@@ -56,7 +56,7 @@ func (b *Bundle) Kubeconfig(cluster, name, server string) ([]byte, error) {
 		return nil, fmt.Errorf("kubeconfig %s: %q or %q would need quoting", cluster, name, server)
 	}
 	b64 := base64.StdEncoding.EncodeToString
-	return fmt.Appendf(nil, kubeconfigFormat, cluster, server, b64(ca.Cert), name+"@"+cluster, b64(m.Cert), b64(m.Key)), nil
+	return fmt.Appendf(nil, kubeconfigFormat, cluster, server, b64(b.Trust(CA)), name+"@"+cluster, b64(m.Cert), b64(m.Key)), nil
 }
 
 // StoreAdminKubeconfig writes the admin kubeconfig to /opke/<cluster>/kubeconfig,

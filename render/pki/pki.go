@@ -16,11 +16,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +74,9 @@ type Request struct {
 	APIVIP        netip.Addr
 	APIFloatingIP netip.Addr
 	ServiceCIDR   netip.Prefix
+	// Rotation is where the cluster's CAs and service account key stand
+	// in a rotation (spec.pki); the zero value is generation 1, complete.
+	Rotation Rotation
 	// Now is the time of issue; RenewWithin re-issues certs that expire
 	// within it (default DefaultRenew).
 	Now         time.Time
@@ -87,6 +93,21 @@ type Material struct {
 // Bundle is a cluster's PKI by name.
 type Bundle struct {
 	m map[string]Material
+	// trust holds, for each CA and the service account key, the PEM of
+	// every generation trusted (the signing one first): what the hosts'
+	// ca.crt and sa.pub, the kubeconfigs and OPKE's clients trust.
+	trust map[string][]byte
+}
+
+// Trust returns what trusting the CA name means: the PEM certificates of
+// every generation of it trusted now, the one that signs first (for the
+// service account key, its public keys). Outside a rotation, the CA's
+// one certificate.
+func (b *Bundle) Trust(name string) []byte {
+	if t, ok := b.trust[name]; ok {
+		return t
+	}
+	return b.m[name].Cert
 }
 
 // Get returns the named material and whether it exists.
@@ -127,35 +148,42 @@ func Kubelet(host string) string    { return "kubelet-" + host }
 func (r Request) specs() []spec {
 	loop := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
 	svcIP := r.ServiceCIDR.Masked().Addr().Next()
-	out := []spec{
-		{name: CA, cn: "kubernetes", validity: caValidity},
-		{name: EtcdCA, cn: "etcd-ca", validity: caValidity},
-		{name: FrontProxyCA, cn: "front-proxy-ca", validity: caValidity},
-		{name: APIServerEtcdClient, ca: EtcdCA, cn: "kube-apiserver-etcd-client", client: true},
-		{name: APIServerKubelet, ca: CA, cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, client: true},
-		{name: FrontProxyClient, ca: FrontProxyCA, cn: "front-proxy-client", client: true},
-		{name: ControllerManager, ca: CA, cn: "system:kube-controller-manager", client: true},
-		{name: Scheduler, ca: CA, cn: "system:kube-scheduler", client: true},
-		{name: Admin, ca: CA, cn: "kubernetes-admin", orgs: []string{"system:masters"}, client: true},
-		{name: EtcdOPKEClient, ca: EtcdCA, cn: "opke", client: true},
-		{name: EtcdBackupClient, ca: EtcdCA, cn: "opke-etcd-backup", client: true},
+	signing, trusted := r.Rotation.generations()
+	var out []spec
+	for _, ca := range caSubjects {
+		for _, g := range trusted {
+			out = append(out, spec{name: generationName(ca.name, g), cn: generationName(ca.cn, g), validity: caValidity})
+		}
 	}
+	// Every leaf is signed by the signing generation: a leaf of another
+	// one no longer chains to its CA, and is issued again.
+	clusterCA, etcdCA, frontProxyCA := generationName(CA, signing), generationName(EtcdCA, signing), generationName(FrontProxyCA, signing)
+	out = append(out, []spec{
+		{name: APIServerEtcdClient, ca: etcdCA, cn: "kube-apiserver-etcd-client", client: true},
+		{name: APIServerKubelet, ca: clusterCA, cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, client: true},
+		{name: FrontProxyClient, ca: frontProxyCA, cn: "front-proxy-client", client: true},
+		{name: ControllerManager, ca: clusterCA, cn: "system:kube-controller-manager", client: true},
+		{name: Scheduler, ca: clusterCA, cn: "system:kube-scheduler", client: true},
+		{name: Admin, ca: clusterCA, cn: "kubernetes-admin", orgs: []string{"system:masters"}, client: true},
+		{name: EtcdOPKEClient, ca: etcdCA, cn: "opke", client: true},
+		{name: EtcdBackupClient, ca: etcdCA, cn: "opke-etcd-backup", client: true},
+	}...)
 	for _, h := range r.Controllers {
 		etcdIPs := append([]netip.Addr{h.IP}, loop...)
 		out = append(out,
-			spec{name: EtcdServer(h.Name), ca: EtcdCA, cn: h.Name, dns: []string{h.Name, "localhost"}, ips: etcdIPs, server: true, client: true},
-			spec{name: EtcdPeer(h.Name), ca: EtcdCA, cn: h.Name, dns: []string{h.Name, "localhost"}, ips: etcdIPs, server: true, client: true})
+			spec{name: EtcdServer(h.Name), ca: etcdCA, cn: h.Name, dns: []string{h.Name, "localhost"}, ips: etcdIPs, server: true, client: true},
+			spec{name: EtcdPeer(h.Name), ca: etcdCA, cn: h.Name, dns: []string{h.Name, "localhost"}, ips: etcdIPs, server: true, client: true})
 		apiIPs := []netip.Addr{svcIP, h.IP, r.APIVIP}
 		if r.APIFloatingIP.IsValid() {
 			apiIPs = append(apiIPs, r.APIFloatingIP)
 		}
 		apiIPs = append(apiIPs, loop[0])
-		out = append(out, spec{name: APIServer(h.Name), ca: CA, cn: "kube-apiserver", server: true,
+		out = append(out, spec{name: APIServer(h.Name), ca: clusterCA, cn: "kube-apiserver", server: true,
 			dns: []string{h.Name, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDomain, "localhost"},
 			ips: apiIPs})
 	}
 	for _, h := range slices.Concat(r.Controllers, r.Workers) {
-		out = append(out, spec{name: Kubelet(h.Name), ca: CA, cn: "system:node:" + h.Name, orgs: []string{"system:nodes"}, client: true})
+		out = append(out, spec{name: Kubelet(h.Name), ca: clusterCA, cn: "system:node:" + h.Name, orgs: []string{"system:nodes"}, client: true})
 	}
 	return out
 }
@@ -170,7 +198,7 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	if r.RenewWithin == 0 {
 		r.RenewWithin = DefaultRenew
 	}
-	b := &Bundle{m: map[string]Material{}}
+	b := &Bundle{m: map[string]Material{}, trust: map[string][]byte{}}
 	parsed := map[string]*x509.Certificate{}
 	signers := map[string]crypto.Signer{} // parsed on demand: only a CA that signs needs its key
 	// One range read for everything the cluster holds, one batch of writes
@@ -211,11 +239,18 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	}
 	// The keys that are no certificate: each a sealed key beside a public
 	// part (the service account key's public half, the Secrets' key's
-	// name), loaded if held, else generated once.
-	for _, k := range []struct {
+	// name), loaded if held, else generated once. The service account
+	// key has generations as the CAs do.
+	signing, trusted := r.Rotation.generations()
+	type key struct {
 		name, ext string
 		generate  func() (Material, error)
-	}{{ServiceAccount, ".pub", newServiceAccountKey}, {SecretsEncryption, ".name", newSecretsKey}} {
+	}
+	keys := []key{{SecretsEncryption, ".name", newSecretsKey}}
+	for _, g := range trusted {
+		keys = append(keys, key{generationName(ServiceAccount, g), ".pub", newServiceAccountKey})
+	}
+	for _, k := range keys {
 		m, fresh, err := heldOrNew(kv, held, r.Cluster, k.name, k.ext, k.generate)
 		if err != nil {
 			return nil, nil, err
@@ -226,6 +261,7 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 			issued = append(issued, k.name)
 		}
 	}
+	b.byGeneration(signing, trusted)
 	// Keys before certs: a crash between two transactions leaves a key
 	// without its cert, which the next Issue replaces, never a cert
 	// without its key.
@@ -241,7 +277,146 @@ func Issue(ctx context.Context, kv state.KV, r Request) (*Bundle, []string, erro
 	if err := kv.PutMany(ctx, writes); err != nil {
 		return nil, nil, fmt.Errorf("store PKI of %s: %w", r.Cluster, err)
 	}
+	// The generations no longer trusted are forgotten, their keys first:
+	// a CA key kept after its rotation could still sign what the hosts
+	// no longer trust, and no one should hold it.
+	if stale := staleGenerations(kv, held, r.Cluster, trusted); len(stale) > 0 {
+		d, ok := kv.(deleter)
+		if !ok {
+			return nil, nil, fmt.Errorf("PKI of %s: the store cannot delete the CAs no longer trusted", r.Cluster)
+		}
+		for _, k := range stale {
+			if err := d.Delete(ctx, k); err != nil {
+				return nil, nil, fmt.Errorf("forget a rotated CA of %s: %w", r.Cluster, err)
+			}
+		}
+	}
 	return b, issued, nil
+}
+
+// deleter is a store that deletes keys (state.Store and its overlay).
+type deleter interface {
+	Delete(ctx context.Context, key string) error
+}
+
+// Phase is a step of a CA rotation (spec.pki.phase).
+type Phase string
+
+// The phases of a rotation from generation N-1 to N, each rolled to every
+// host (one commit each), as Kubernetes' manual CA rotation goes:
+const (
+	// PhaseTrust: generation N is created and trusted beside N-1, which
+	// still signs every leaf.
+	PhaseTrust Phase = "trust"
+	// PhaseReissue: generation N signs: every leaf is issued again by it
+	// (and the service account tokens signed with the new key); N-1 is
+	// still trusted, for what has not rolled yet.
+	PhaseReissue Phase = "reissue"
+	// PhaseComplete: only generation N is trusted; N-1 is deleted. The
+	// state outside a rotation.
+	PhaseComplete Phase = "complete"
+)
+
+// Rotation is where a cluster's CAs stand (spec.pki): their generation
+// (1 is the cluster's first) and the phase of the rotation to it.
+type Rotation struct {
+	Generation int
+	Phase      Phase
+}
+
+// generations returns the generation that signs and the ones trusted,
+// the signing one first.
+func (r Rotation) generations() (signing int, trusted []int) {
+	g := max(r.Generation, 1)
+	switch {
+	case g > 1 && r.Phase == PhaseTrust:
+		return g - 1, []int{g - 1, g}
+	case g > 1 && r.Phase == PhaseReissue:
+		return g, []int{g, g - 1}
+	}
+	return g, []int{g}
+}
+
+// caSubjects are the CAs, each rotated by generation, with the common
+// name of their first.
+var caSubjects = []struct{ name, cn string }{{CA, "kubernetes"}, {EtcdCA, "etcd-ca"}, {FrontProxyCA, "front-proxy-ca"}}
+
+// rotated are the names of the material that has generations: the CAs
+// and the service account key.
+var rotated = []string{CA, EtcdCA, FrontProxyCA, ServiceAccount}
+
+// generationName is the name of generation g of the CA (or key, or
+// common name) name: name itself for the first, as clusters made before
+// rotations have it, then name.2, name.3...
+func generationName(name string, g int) string {
+	if g <= 1 {
+		return name
+	}
+	return name + "." + strconv.Itoa(g)
+}
+
+// heldGenerations returns the store keys of each generation of base that
+// held has, by generation.
+func heldGenerations(kv state.KV, held map[string][]byte, cluster, base string) map[int][]string {
+	prefix := state.KeysOf(kv).PKI(cluster)
+	out := map[int][]string{}
+	for k := range held {
+		file, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		stem := file[:max(strings.LastIndexByte(file, '.'), 0)]
+		if stem == base {
+			out[1] = append(out[1], k)
+			continue
+		}
+		if n, ok := strings.CutPrefix(stem, base+"."); ok {
+			if g, err := strconv.Atoi(n); err == nil && g > 1 && strconv.Itoa(g) == n {
+				out[g] = append(out[g], k)
+			}
+		}
+	}
+	return out
+}
+
+// staleGenerations returns the store keys of the generations of the
+// rotated material that are not trusted, keys (.key) first.
+func staleGenerations(kv state.KV, held map[string][]byte, cluster string, trusted []int) []string {
+	var out []string
+	for _, base := range rotated {
+		for g, keys := range heldGenerations(kv, held, cluster, base) {
+			if !slices.Contains(trusted, g) {
+				out = append(out, keys...)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		if ka, kb := strings.HasSuffix(a, ".key"), strings.HasSuffix(b, ".key"); ka != kb {
+			if ka {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return out
+}
+
+// byGeneration files each rotated material under its own name (its
+// signing generation's) and its trust (every trusted generation, the
+// signing one first), dropping the generations' own names.
+func (b *Bundle) byGeneration(signing int, trusted []int) {
+	for _, base := range rotated {
+		var trust []byte
+		for _, g := range trusted {
+			trust = append(trust, b.m[generationName(base, g)].Cert...)
+		}
+		sign := b.m[generationName(base, signing)]
+		for _, g := range trusted {
+			delete(b.m, generationName(base, g))
+		}
+		b.m[base], b.trust[base] = sign, trust
+	}
 }
 
 // usable reports whether an existing cert may be kept: signed by the
@@ -491,8 +666,13 @@ func parseKey(b []byte) (crypto.Signer, error) {
 
 // Equal reports whether two bundles hold the same bytes.
 func (b *Bundle) Equal(o *Bundle) bool {
-	if len(b.m) != len(o.m) {
+	if len(b.m) != len(o.m) || len(b.trust) != len(o.trust) {
 		return false
+	}
+	for n, t := range b.trust {
+		if !bytes.Equal(t, o.trust[n]) {
+			return false
+		}
 	}
 	for n, m := range b.m {
 		om, ok := o.m[n]
@@ -516,8 +696,31 @@ func Load(ctx context.Context, kv state.KV, cluster string, names ...string) (*B
 	if err != nil {
 		return nil, fmt.Errorf("load PKI of %s: %w", cluster, err)
 	}
-	b := &Bundle{m: map[string]Material{}}
+	b := &Bundle{m: map[string]Material{}, trust: map[string][]byte{}}
 	for _, name := range names {
+		if slices.ContainsFunc(caSubjects, func(ca struct{ name, cn string }) bool { return ca.name == name }) {
+			// Every generation held is trusted (two during a rotation),
+			// the newest first; the newest is the material.
+			gens := slices.Sorted(maps.Keys(heldGenerations(kv, held, cluster, name)))
+			slices.Reverse(gens)
+			for i, g := range gens {
+				m, cert, err := load(kv, held, cluster, generationName(name, g))
+				if err != nil {
+					return nil, err
+				}
+				if cert == nil {
+					continue
+				}
+				if i == 0 {
+					b.m[name] = m
+				}
+				b.trust[name] = append(b.trust[name], m.Cert...)
+			}
+			if _, ok := b.m[name]; !ok {
+				return nil, fmt.Errorf("PKI of %s: %s: %w", cluster, name, state.ErrNotFound)
+			}
+			continue
+		}
 		m, cert, err := load(kv, held, cluster, name)
 		if err != nil {
 			return nil, err
@@ -532,13 +735,13 @@ func Load(ctx context.Context, kv state.KV, cluster string, names ...string) (*B
 
 // TLS is a client configuration that trusts ca and presents client.
 func (b *Bundle) TLS(ca, client string) (*tls.Config, error) {
-	caM, ok1 := b.m[ca]
+	_, ok1 := b.m[ca]
 	cl, ok2 := b.m[client]
 	if !ok1 || !ok2 {
 		return nil, fmt.Errorf("TLS with %s trusting %s: not in the bundle", client, ca)
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caM.Cert) {
+	if !pool.AppendCertsFromPEM(b.Trust(ca)) {
 		return nil, fmt.Errorf("%s: no certificate", ca)
 	}
 	pair, err := tls.X509KeyPair(cl.Cert, cl.Key)

@@ -7,7 +7,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -383,6 +385,222 @@ func TestWithProxy(t *testing.T) {
 	for _, bad := range []string{"127.0.0.1:1080", "ftp://127.0.0.1", "socks5://", "::"} {
 		if _, err := WithProxy(kc, bad); err == nil {
 			t.Errorf("proxy %q: accepted", bad)
+		}
+	}
+}
+
+// pemBlocks returns the types of the PEM blocks in b, in order.
+func pemBlocks(b []byte) []string {
+	var out []string
+	for {
+		var block *pem.Block
+		if block, b = pem.Decode(b); block == nil {
+			return out
+		}
+		out = append(out, block.Type)
+	}
+}
+
+// handshake reports whether a client presenting client and trusting
+// clientTrust completes mutual TLS with a server presenting server and
+// trusting serverTrust, as a kubelet and an API server do.
+func handshake(t *testing.T, client Material, clientTrust []byte, server Material, serverTrust []byte) error {
+	t.Helper()
+	pair := func(m Material) tls.Certificate {
+		c, err := tls.X509KeyPair(m.Cert, m.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	pool := func(b []byte) *x509.CertPool {
+		p := x509.NewCertPool()
+		if !p.AppendCertsFromPEM(b) {
+			t.Fatal("no certificate to trust")
+		}
+		return p
+	}
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	srv := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{pair(server)}, ClientCAs: pool(serverTrust),
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13})
+	done := make(chan error, 1)
+	go func() { done <- srv.Handshake() }()
+	cl := tls.Client(c, &tls.Config{RootCAs: pool(clientTrust), ServerName: "kubernetes.default.svc",
+		Certificates: []tls.Certificate{pair(client)}, MinVersion: tls.VersionTLS13})
+	if err := cl.Handshake(); err != nil {
+		c.Close() // the server's handshake ends too
+		<-done
+		return err
+	}
+	// TLS 1.3: the client is done before the server checks its
+	// certificate; read what the server says (its alert, on a refusal).
+	go func() { _, _ = io.Copy(io.Discard, cl) }()
+	return <-done
+}
+
+// TestRotation walks a CA rotation's three phases on one store, as three
+// commits would: what each issues, what each trusts, that a host rolled
+// to a phase and one not rolled yet still talk (the point of the
+// phases), and that the old generation is gone at the end.
+func TestRotation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := statetest.Open(t)
+	issueAt := func(r Rotation) (*Bundle, []string) {
+		t.Helper()
+		req := request()
+		req.Now, req.Rotation = time.Now(), r // handshakes check validity against the real clock
+		b, issued, err := Issue(ctx, s, req)
+		if err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		return b, issued
+	}
+	leaves := []string{APIServerEtcdClient, APIServerKubelet, FrontProxyClient, ControllerManager, Scheduler, Admin, EtcdOPKEClient, EtcdBackupClient}
+	for _, h := range request().Controllers {
+		leaves = append(leaves, HostMaterial(h.Name)...)
+	}
+	leaves = append(leaves, Kubelet("prod-general-0"))
+	get := func(b *Bundle, name string) Material {
+		m, ok := b.Get(name)
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		return m
+	}
+	first, _ := issueAt(Rotation{})
+	for _, name := range rotated {
+		if got := pemBlocks(first.Trust(name)); len(got) != 1 {
+			t.Errorf("generation 1 trusts %d of %s", len(got), name)
+		}
+	}
+
+	trust, issued := issueAt(Rotation{Generation: 2, Phase: PhaseTrust})
+	if diff := cmp.Diff([]string{"ca.2", "etcd-ca.2", "front-proxy-ca.2", "sa.2"}, issued); diff != "" {
+		t.Errorf("trust issues the new CAs and key only (-want +got):\n%s", diff)
+	}
+	for _, name := range slices.Concat([]string{CA, EtcdCA, FrontProxyCA, ServiceAccount}, leaves) {
+		if !bytes.Equal(get(trust, name).Cert, get(first, name).Cert) {
+			t.Errorf("trust: %s changed: the old generation still signs", name)
+		}
+	}
+	for _, name := range rotated {
+		want := []string{"CERTIFICATE", "CERTIFICATE"}
+		if name == ServiceAccount {
+			want = []string{"PUBLIC KEY", "PUBLIC KEY"}
+		}
+		if diff := cmp.Diff(want, pemBlocks(trust.Trust(name))); diff != "" {
+			t.Errorf("trust: %s trusts (-want +got):\n%s", name, diff)
+		}
+		if !bytes.HasPrefix(trust.Trust(name), get(first, name).Cert) {
+			t.Errorf("trust: %s's bundle does not start with the signing generation", name)
+		}
+	}
+
+	reissue, issued := issueAt(Rotation{Generation: 2, Phase: PhaseReissue})
+	if diff := cmp.Diff(slices.Sorted(slices.Values(leaves)), slices.Sorted(slices.Values(issued))); diff != "" {
+		t.Errorf("reissue issues every leaf, nothing else (-want +got):\n%s", diff)
+	}
+	newCA := cert(t, reissue, CA)
+	if newCA.Subject.CommonName != "kubernetes.2" || bytes.Equal(get(reissue, CA).Cert, get(first, CA).Cert) {
+		t.Errorf("reissue: the signing CA is %q, want generation 2", newCA.Subject.CommonName)
+	}
+	if bytes.Equal(get(reissue, ServiceAccount).Key, get(trust, ServiceAccount).Key) {
+		t.Error("reissue: the service account signing key is still generation 1's")
+	}
+	for _, name := range leaves {
+		ca := CA
+		if strings.HasPrefix(name, "etcd-") || name == APIServerEtcdClient {
+			ca = EtcdCA
+		} else if name == FrontProxyClient {
+			ca = FrontProxyCA
+		}
+		if err := cert(t, reissue, name).CheckSignatureFrom(cert(t, reissue, ca)); err != nil {
+			t.Errorf("reissue: %s is not signed by %s generation 2: %v", name, ca, err)
+		}
+	}
+	// Mid-roll: a host rolled to reissue and one still at trust talk
+	// both ways, each trusting both generations.
+	oldKubelet, newServer := get(trust, Kubelet("prod-general-0")), get(reissue, APIServer("prod-controller-0"))
+	if err := handshake(t, oldKubelet, trust.Trust(CA), newServer, reissue.Trust(CA)); err != nil {
+		t.Errorf("a kubelet at trust and an API server at reissue: %v", err)
+	}
+	if err := handshake(t, get(reissue, Admin), reissue.Trust(CA), get(trust, APIServer("prod-controller-1")), trust.Trust(CA)); err != nil {
+		t.Errorf("a client at reissue and an API server at trust: %v", err)
+	}
+	loaded, err := Load(ctx, s, "prod", CA, EtcdCA, Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pemBlocks(loaded.Trust(EtcdCA)); len(got) != 2 {
+		t.Errorf("Load mid-rotation trusts %d etcd CAs, want both", len(got))
+	}
+
+	done, issued := issueAt(Rotation{Generation: 2, Phase: PhaseComplete})
+	if len(issued) != 0 {
+		t.Errorf("complete issues nothing, issued %v", issued)
+	}
+	for _, name := range rotated {
+		if !bytes.Equal(done.Trust(name), get(reissue, name).Cert) {
+			t.Errorf("complete: %s trusts more than generation 2", name)
+		}
+	}
+	held, err := s.List(ctx, s.Key("prod", "pki")+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ca.crt", "ca.key", "etcd-ca.key", "front-proxy-ca.crt", "sa.key", "sa.pub"} {
+		if _, ok := held[s.Key("prod", "pki", f)]; ok {
+			t.Errorf("complete: generation 1's %s is still in the store", f)
+		}
+	}
+	if _, ok := held[s.Key("prod", "pki", "ca.2.key")]; !ok {
+		t.Error("complete: generation 2's CA key is not in the store")
+	}
+	if err := handshake(t, oldKubelet, trust.Trust(CA), get(done, APIServer("prod-controller-0")), done.Trust(CA)); err == nil {
+		t.Error("complete: a client certificate of generation 1 is still accepted")
+	}
+	loaded, err = Load(ctx, s, "prod", CA)
+	if err != nil || !bytes.Equal(loaded.Trust(CA), get(done, CA).Cert) {
+		t.Errorf("Load after the rotation: %v", err)
+	}
+	again, issued := issueAt(Rotation{Generation: 2})
+	if len(issued) != 0 || !again.Equal(done) {
+		t.Errorf("an issue after the rotation: issued %v, identical %v", issued, again.Equal(done))
+	}
+}
+
+// TestRotationAbandoned goes back from trust to the generation before:
+// the new CAs are deleted, nothing was signed by them, nothing reissued.
+func TestRotationAbandoned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := statetest.Open(t)
+	issueAt := func(r Rotation) (*Bundle, []string) {
+		t.Helper()
+		req := request()
+		req.Rotation = r
+		b, issued, err := Issue(ctx, s, req)
+		if err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		return b, issued
+	}
+	first, _ := issueAt(Rotation{})
+	issueAt(Rotation{Generation: 2, Phase: PhaseTrust})
+	back, issued := issueAt(Rotation{Generation: 1})
+	if len(issued) != 0 || !back.Equal(first) {
+		t.Errorf("abandoned: issued %v, back to the first bundle %v", issued, back.Equal(first))
+	}
+	held, err := s.List(ctx, s.Key("prod", "pki")+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range held {
+		if strings.Contains(k, ".2.") {
+			t.Errorf("abandoned: %s is still in the store", k)
 		}
 	}
 }
