@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -506,24 +507,61 @@ func fixedPort(taken map[string]int) (int, error) {
 	return 0, errors.New("no free port between 20000 and 32767")
 }
 
+// kubeKey returns the key of the Kubernetes cluster whose hosts trust
+// the CA bundle ca (a ca.crt): the cluster of any certificate in it seen
+// before, else a new one keyed by the bundle's digest. Every certificate
+// of the bundle is noted as the cluster's, so a CA rotation (a bundle of
+// the old and new CAs, then the new one alone) keeps the cluster, as its
+// hosts trust one another throughout. The caller holds s.mu.
+func (w *world) kubeKey(ca []byte) string {
+	if len(ca) == 0 {
+		return ""
+	}
+	var certs []string
+	for rest := ca; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		certs = append(certs, digestOf(block.Bytes))
+	}
+	key := digestOf(ca)
+	for _, c := range certs {
+		if k, ok := w.KubeTrust[c]; ok {
+			key = k
+			break
+		}
+	}
+	if w.KubeTrust == nil {
+		w.KubeTrust = map[string]string{}
+	}
+	for _, c := range certs {
+		w.KubeTrust[c] = key
+	}
+	return key
+}
+
 // kubeletSeen notes the cluster the host's kubelet belongs to (by its CA)
 // and the version it runs, and registers its node there, as a starting
 // kubelet does; the caller holds svcMu.
 func (h *simHost) kubeletSeen() {
 	ca, _ := h.root.ReadFile(pathClusterCA)
 	version := kubestub.ImageTag(h.kubeletImage())
+	h.s.mu.Lock()
+	key := h.s.w.kubeKey(ca)
+	h.s.mu.Unlock()
 	h.mu.Lock()
-	h.kubeCA, h.kubeletVersion = digestOf(ca), version
+	h.kubeCA, h.kubeletVersion = key, version
 	h.mu.Unlock()
 	if len(ca) == 0 {
 		return
 	}
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
-	o := h.s.w.Kube[digestOf(ca)]
+	o := h.s.w.Kube[key]
 	if o == nil {
 		o = &kubestub.Objects{}
-		h.s.w.Kube[digestOf(ca)] = o
+		h.s.w.Kube[key] = o
 	}
 	o.Register(kubestub.Node{Name: h.name, InternalIP: h.s.w.serverIP(h.id), KubeletVersion: version})
 	h.s.dirty = true
@@ -575,7 +613,10 @@ func (h *simHost) syncStaticPods() error {
 		}
 	}
 	digest := digestOf(manifest, files[0], files[1], files[2])
-	defer h.syncMirrors(digestOf(files[2]))
+	h.s.mu.Lock()
+	key := h.s.w.kubeKey(files[2])
+	h.s.mu.Unlock()
+	defer h.syncMirrors(key)
 	if a := h.api.Load(); a != nil && a.digest == digest {
 		return nil
 	}
@@ -597,7 +638,7 @@ func (h *simHost) syncStaticPods() error {
 	h.s.mu.Lock()
 	nets := h.s.w.networksOf(h.id)
 	h.s.mu.Unlock()
-	b := &kubeBackend{s: h.s, ca: digestOf(files[2]), nets: nets, etcd: m.EtcdServers}
+	b := &kubeBackend{s: h.s, ca: key, nets: nets, etcd: m.EtcdServers}
 	srv := kubestub.Serve(ln, kubestub.Config{Version: m.Version, Certificate: cert, ClientCAs: pool, Backend: b, Logger: h.s.log})
 	h.api.Store(&apiServer{srv: srv, port: m.Port, digest: digest})
 	h.s.log.Debug("kube-apiserver stub started", "host", h.name, "version", m.Version, "addr", srv.Addr())
@@ -630,11 +671,41 @@ func (h *simHost) syncMirrors(ca string) {
 		}
 		pods = append(pods, p)
 	}
+	rootCA := h.publishedRootCA(pods)
 	b := &kubeBackend{s: h.s, ca: ca}
 	_ = b.Update(func(o *kubestub.Objects) error {
 		o.SetMirrors(h.name, pods)
+		if rootCA != nil {
+			o.RootCA = string(rootCA)
+		}
 		return nil
 	})
+}
+
+// publishedRootCA is what the host's kube-controller-manager (among its
+// static pods) publishes as kube-root-ca.crt: the file its --root-ca-file
+// names, read from the host; nil without one. The simulator runs no
+// controller-manager: this is the one thing of it OPKE depends on (a CA
+// rotation's workloads restart waits for the bundle to be published).
+func (h *simHost) publishedRootCA(pods []kubestub.Pod) []byte {
+	for _, p := range pods {
+		for _, c := range p.Containers {
+			if c.Name != "kube-controller-manager" {
+				continue
+			}
+			for _, arg := range c.Command {
+				if f, ok := strings.CutPrefix(arg, "--root-ca-file="); ok {
+					b, err := h.root.ReadFile(rel(f))
+					if err != nil {
+						h.s.log.Info("kube-controller-manager: root CA file", "host", h.name, "err", err)
+						return nil
+					}
+					return b
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // manifestWritten is the kubelet's watch of its manifests: a static
@@ -772,7 +843,9 @@ func (s *Sim) kubeCluster(server string) (string, error) {
 	if err != nil || len(ca) == 0 {
 		return "", fmt.Errorf("server %s: no cluster CA at /%s", server, pathClusterCA)
 	}
-	return digestOf(ca), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.kubeKey(ca), nil
 }
 
 // KubeObjects returns the objects (cordons, pods, disruption budgets) of

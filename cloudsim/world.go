@@ -48,8 +48,13 @@ type world struct {
 	// restarts.
 	PeerPorts map[string]int `json:"peer_ports"`
 	// Kube holds each Kubernetes cluster's objects (cordons, pods,
-	// disruption budgets), by the sha256 of the cluster's CA certificate.
+	// disruption budgets), by the cluster's key: the digest of the CA
+	// bundle its first kubelet started with (kubeKey).
 	Kube map[string]*kubestub.Objects `json:"kube"`
+	// KubeTrust maps the digest of every CA certificate a cluster's hosts
+	// have trusted to the cluster's key: a CA rotation changes the
+	// bundle, the cluster stays the one it trusted before.
+	KubeTrust map[string]string `json:"kube_trust,omitempty"`
 
 	// Pending are state changes due at a time: BUILD -> ACTIVE and the like.
 	Pending []pendingChange `json:"pending"`

@@ -25,6 +25,7 @@ const (
 	TargetBackup          // backup/<cluster>: a scheduled etcd snapshot
 	TargetSnapshot        // backup/<cluster>/before-rollout
 	TargetState           // state/<cluster>: what only the state store keeps
+	TargetWorkloads       // kubernetes/<cluster>/workloads/restart: a rolling restart of the cluster's workloads
 )
 
 // Address names what a change is about, as Terraform's addrs do: a typed
@@ -92,6 +93,12 @@ func SnapshotAddress(cluster string) Address {
 // cluster (its deletion policy; forgetting it).
 func StateAddress(cluster string) Address { return Address{Target: TargetState, Cluster: cluster} }
 
+// WorkloadsAddress is the address of the rolling restart of a cluster's
+// workloads, after its trust bundles or its service account key changed.
+func WorkloadsAddress(cluster string) Address {
+	return Address{Target: TargetWorkloads, Cluster: cluster}
+}
+
 // The fixed parts of the string forms.
 const (
 	spaceOpenStack  = "openstack/"
@@ -105,6 +112,7 @@ const (
 	nodeSuffix      = "/node"
 	memberSuffix    = "/etcd-member"
 	snapshotSuffix  = "/before-rollout"
+	workloadsSuffix = "/workloads/restart"
 )
 
 // String is the address's stable string form.
@@ -132,6 +140,8 @@ func (a Address) String() string {
 		return spaceBackup + a.Cluster + snapshotSuffix
 	case TargetState:
 		return spaceState + a.Cluster
+	case TargetWorkloads:
+		return spaceKubernetes + a.Cluster + workloadsSuffix
 	}
 	return ""
 }
@@ -211,6 +221,9 @@ func ParseAddress(s string) (Address, error) {
 		}
 		return bad("no file")
 	case strings.HasPrefix(s, spaceKubernetes):
+		if cluster, ok := strings.CutSuffix(s[len(spaceKubernetes):], workloadsSuffix); ok && segment(cluster) {
+			return WorkloadsAddress(cluster), nil
+		}
 		cluster, name, ok := strings.Cut(s[len(spaceKubernetes):], "/")
 		if !ok || cluster == "" || !segment(name) {
 			return bad("no cluster or manifest")

@@ -26,6 +26,7 @@ func TestAddresses(t *testing.T) {
 		{NodeAddress("prod-general-0"), "host/prod-general-0/node"},
 		{MemberAddress("prod-controller-1"), "host/prod-controller-1/etcd-member"},
 		{ManifestAddress("prod", "00-kube-proxy.yaml"), "kubernetes/prod/00-kube-proxy.yaml"},
+		{WorkloadsAddress("prod"), "kubernetes/prod/workloads/restart"},
 		{BackupAddress("prod"), "backup/prod"},
 		{SnapshotAddress("prod"), "backup/prod/before-rollout"},
 		{StateAddress("prod"), "state/prod"},
@@ -63,7 +64,7 @@ func TestParseAddressRefuses(t *testing.T) {
 	for _, s := range []string{
 		"", "openstack", "openstack/", "openstack/server", "openstack/server/", "openstack/volume/x", "openstack/server//x",
 		"host/", "host/x", "host//etc/x", "host/x/", "host/x/units/", "host/x/units/a/b", "host/x/etc//y",
-		"kubernetes/prod", "kubernetes//a.yaml", "kubernetes/prod/a/b",
+		"kubernetes/prod", "kubernetes//a.yaml", "kubernetes/prod/a/b", "kubernetes//workloads/restart", "kubernetes/a/b/workloads/restart",
 		"backup/", "backup/a/b", "state/", "state/a/b", "elsewhere/x",
 	} {
 		if a, err := ParseAddress(s); !errors.Is(err, ErrAddress) {
@@ -82,7 +83,7 @@ func TestParseAddressRefuses(t *testing.T) {
 // same string and parses to the same address.
 func FuzzParseAddress(f *testing.F) {
 	for _, s := range []string{"openstack/server/a-b-0", "host/a/etc/x", "host/a/units/u", "host/a/health", "kubernetes/c/m.yaml",
-		"backup/c", "backup/c/before-rollout", "state/c", "openstack/security-group-rule/g/ingress-any-any-group:g"} {
+		"backup/c", "backup/c/before-rollout", "state/c", "kubernetes/c/workloads/restart", "openstack/security-group-rule/g/ingress-any-any-group:g"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

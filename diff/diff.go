@@ -170,7 +170,46 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	b.hosts(d, o, joins)
 	b.members(d, o, joins, deletes)
 	b.manifests(d, o)
+	b.workloads(d)
 	b.stateChanges(d, o)
+}
+
+// trustFiles are the files whose change on the controllers of a cluster
+// that runs means its pods must start again: what the controller-manager
+// publishes to every namespace (kube-root-ca.crt, from ca.crt), which
+// pods read once, at start, and the keys their tokens are checked with.
+var trustFiles = []string{assets.PathPKI + "/ca.crt", assets.PathPKI + "/sa.pub"}
+
+// workloads plans a rolling restart of the cluster's workloads (every
+// Deployment, DaemonSet and StatefulSet) after a roll that changed what
+// the controllers trust or sign tokens with: a CA rotation's phases. A
+// pod keeps the CA bundle it started with; without the restart, pods
+// started before a rotation's trust phase refuse the API servers once
+// they serve with the new CA's certificates, and pods whose tokens the
+// old key signed are refused once it is dropped. It comes after every
+// other change of the cluster's host phase: the controllers rolled, the
+// bundle published.
+func (b *builder) workloads(d *Desired) {
+	var why []string
+	var deps []string
+	for _, p := range b.list {
+		if p.Cluster != d.Cluster || p.Phase != PhaseHosts {
+			continue
+		}
+		deps = append(deps, p.key)
+		if p.Action == ActionUpload && !p.drift && p.Before != nil && slices.Contains(trustFiles, p.Address.Name) &&
+			b.isController(d, p.Address.Host) && !slices.Contains(why, p.Address.Name) {
+			why = append(why, p.Address.Name)
+		}
+	}
+	if len(why) == 0 {
+		return
+	}
+	slices.Sort(why)
+	p := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: WorkloadsAddress(d.Cluster), Action: ActionRestart,
+		After:  Attrs{"kinds": Known("Deployment,DaemonSet,StatefulSet")},
+		Reason: "the controllers' " + strings.Join(why, " and ") + " changed (a CA rotation): pods read what they trust at start"}})
+	p.deps = append(p.deps, deps...)
 }
 
 // drains adds, before the deletion of a worker that ran a kubelet, its

@@ -833,3 +833,55 @@ func addrs(cs []Change) []string {
 	}
 	return out
 }
+
+// TestRotationPlans plans a CA rotation's phases, each from the cluster
+// converged at the phase before (its own store: each render issues).
+// Every phase is a roll of files and restarts, no server touched (no
+// CA goes into user_data), and ends with the workloads' restart when
+// what the controllers trust changed.
+func TestRotationPlans(t *testing.T) {
+	kv := statetest.Open(t)
+	at := func(g int, phase schemas.RotationPhase) *Desired {
+		return desire(t, kv, spec(t, "demo", func(c *schemas.Cluster) {
+			if g > 1 {
+				c.Spec.PKI = &schemas.PKI{Generation: g, Phase: phase}
+			}
+		}), true)
+	}
+	prev := at(1, schemas.RotationComplete)
+	for _, step := range []struct {
+		name       string
+		generation int
+		phase      schemas.RotationPhase
+	}{
+		{"ca-rotation-trust", 2, schemas.RotationTrust},
+		{"ca-rotation-reissue", 2, schemas.RotationReissue},
+		{"ca-rotation-complete", 2, schemas.RotationComplete},
+	} {
+		next := at(step.generation, step.phase)
+		p := Diff([]*Desired{next}, []*Observed{converged(prev)})
+		t.Run(step.name, func(t *testing.T) {
+			restart := find(t, p.Changes, WorkloadsAddress("demo"), ActionRestart)
+			for _, c := range p.Changes {
+				if c.Phase == PhaseInfrastructure {
+					t.Errorf("a rotation changes %s %s", c.Action, c.Address)
+				}
+				if c.Address.Target == TargetGate && !slices.Contains(restart.DependsOn, c.ID) {
+					t.Errorf("the workloads restart before %s's gate", c.Address.Host)
+				}
+			}
+			for _, h := range []string{"demo-controller-0", "demo-default-0"} {
+				find(t, p.Changes, "host/"+h+"/etc/kubernetes/pki/ca.crt", ActionUpload)
+				find(t, p.Changes, GateAddress(h), ActionCheck)
+			}
+			checkPlan(t, step.name, p)
+		})
+		prev = next
+	}
+	// Leaves renewed near expiry: a roll, but nothing pods trust changed.
+	p := Diff([]*Desired{desire(t, kv, spec(t, "demo", func(c *schemas.Cluster) { c.Spec.PKI = &schemas.PKI{Generation: 2} }), true)},
+		[]*Observed{converged(prev)})
+	if !p.Empty() {
+		t.Errorf("after the rotation: %d changes", len(p.Changes))
+	}
+}

@@ -371,6 +371,9 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		}
 		return recordFile(ctx, store, c.Cluster, host, path, f.SHA256)
 	case diff.ActionRestart:
+		if c.Address.Target == diff.TargetWorkloads {
+			return h.a.restartWorkloads(ctx, h.j, h.t, h.pki, c)
+		}
 		if c.Address.Target != diff.TargetUnit {
 			return fmt.Errorf("%s: not a unit", c.Address)
 		}

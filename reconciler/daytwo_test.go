@@ -363,6 +363,99 @@ func TestDayTwo(t *testing.T) {
 		}
 	})
 
+	t.Run("a CA rotation in three commits rolls every host and restarts the workloads, no server replaced; generation 1 is gone at the end", func(t *testing.T) {
+		before := serverIDs(r.checkClean(t, "before the CA rotation"))
+		annotations := map[string]bool{}
+		for _, step := range []struct {
+			phase  schemas.RotationPhase
+			issuer string // of the certificate the API servers serve
+		}{
+			{schemas.RotationTrust, "kubernetes"},
+			{schemas.RotationReissue, "kubernetes.2"},
+			{schemas.RotationComplete, "kubernetes.2"},
+		} {
+			demo.Spec.PKI = &schemas.PKI{Generation: 2, Phase: step.phase}
+			plan := r.mustApply(t, a, demo)
+			byAddr := addresses(plan.Changes)
+			if byAddr[diff.WorkloadsAddress("demo").String()] != diff.ActionRestart {
+				t.Errorf("%s: no workloads restart: %v", step.phase, byAddr)
+			}
+			for _, c := range plan.Changes {
+				if c.Phase != diff.PhaseHosts {
+					t.Errorf("%s plans %s %s", step.phase, c.Action, c.Address)
+				}
+			}
+			res := r.observed(t)
+			for _, ctl := range controllers {
+				c, base, state := r.apiClient(t, res, ctl)
+				resp, err := c.Get(base + "/readyz")
+				if err != nil {
+					t.Fatalf("%s: %s: %v", step.phase, ctl, err)
+				}
+				resp.Body.Close()
+				if got := state().PeerCertificates[0].Issuer.CommonName; got != step.issuer {
+					t.Errorf("%s: %s serves a certificate of %q, want %q", step.phase, ctl, got, step.issuer)
+				}
+			}
+			objects, err := r.sim.KubeObjects("demo-controller-0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var restarted int
+			phase := map[string]bool{}
+			for key, raw := range objects.Applied {
+				if !strings.HasPrefix(key, "apps/v1/") {
+					continue
+				}
+				var w struct {
+					Spec struct {
+						Template struct {
+							Metadata struct {
+								Annotations map[string]string `json:"annotations"`
+							} `json:"metadata"`
+						} `json:"template"`
+					} `json:"spec"`
+				}
+				if err := json.Unmarshal(raw, &w); err != nil {
+					t.Fatal(err)
+				}
+				v := w.Spec.Template.Metadata.Annotations["opke.dev/trust-sha256"]
+				if v == "" || annotations[v] {
+					t.Errorf("%s: %s was not restarted for this phase (annotation %q)", step.phase, key, v)
+				}
+				phase[v] = true
+				restarted++
+			}
+			if len(phase) != 1 {
+				t.Errorf("%s: the workloads were restarted for %d different bundles", step.phase, len(phase))
+			}
+			maps.Copy(annotations, phase)
+			if restarted < 2 {
+				t.Errorf("%s: %d workloads restarted, want kube-proxy, CoreDNS and flannel's at least", step.phase, restarted)
+			}
+			if objects.RootCA == "" || len(objects.Nodes) != len(nodes) {
+				t.Errorf("%s: the cluster lost its nodes or its published CA: %d nodes", step.phase, len(objects.Nodes))
+			}
+		}
+		held, err := r.store.List(ctx, r.store.Key("demo", "pki")+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"ca.key", "etcd-ca.key", "front-proxy-ca.key", "sa.key"} {
+			if _, ok := held[r.store.Key("demo", "pki", f)]; ok {
+				t.Errorf("%s of generation 1 is still in the store after the rotation", f)
+			}
+		}
+		for address, action := range addresses(r.plan(t, demo).Changes) {
+			if action != diff.ActionBackup { // a scheduled one may be due
+				t.Errorf("after the rotation the plan has %s %s", action, address)
+			}
+		}
+		if after := serverIDs(r.checkClean(t, "after the CA rotation")); !maps.Equal(before, after) {
+			t.Errorf("a server changed in the CA rotation:\n%v\n%v", before, after)
+		}
+	})
+
 	t.Run("scale in drains highest first, a refusing budget and a pod that does not terminate fail after the timeout, named; DaemonSet, mirror and finished pods are left", func(t *testing.T) {
 		demo.Spec.WorkerPools[0].Count = 5
 		r.mustApply(t, a, demo)

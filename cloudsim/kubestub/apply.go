@@ -31,6 +31,7 @@ var resources = map[string][]metav1.APIResource{
 	"apps/v1": {
 		{Name: "daemonsets", Namespaced: true, Kind: "DaemonSet"},
 		{Name: "deployments", Namespaced: true, Kind: "Deployment"},
+		{Name: "statefulsets", Namespaced: true, Kind: "StatefulSet"},
 	},
 	"rbac.authorization.k8s.io/v1": {
 		{Name: "clusterrolebindings", Namespaced: false, Kind: "ClusterRoleBinding"},
@@ -124,8 +125,13 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
 		return
 	}
-	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); ct != "application/apply-patch+yaml" {
-		writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/apply-patch+yaml (OPKE's stub serves only server-side apply here, not %q)", ct), nil)
+	ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+	if ct == "application/merge-patch+json" {
+		h.mergePatch(w, r, t)
+		return
+	}
+	if ct != "application/apply-patch+yaml" {
+		writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/apply-patch+yaml, application/merge-patch+json (OPKE's stub serves only these here, not %q)", ct), nil)
 		return
 	}
 	if r.URL.Query().Get("fieldManager") == "" {
@@ -204,4 +210,110 @@ func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(data)
+}
+
+// mergePatch is a JSON merge patch (RFC 7386) of an object a server-side
+// apply made, as kubectl rollout restart sends one. A change to the spec
+// raises metadata.generation, as the real API server does for the
+// workloads.
+func (h *handler) mergePatch(w http.ResponseWriter, r *http.Request, t target) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 3<<20))
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
+		return
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(body, &patch); err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("error decoding the merge patch: %v", err), nil)
+		return
+	}
+	var data []byte
+	err = h.b.Update(func(o *Objects) error {
+		had, ok := o.Applied[t.key()]
+		if !ok {
+			return &notFound{t.res.Name, t.name}
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(had, &obj); err != nil {
+			return err
+		}
+		before, _ := json.Marshal(obj["spec"])
+		merged, _ := merge(obj, patch).(map[string]any)
+		if after, _ := json.Marshal(merged["spec"]); string(after) != string(before) {
+			md, _ := merged["metadata"].(map[string]any)
+			g, _ := md["generation"].(float64)
+			md["generation"] = max(g, 1) + 1
+		}
+		if data, err = json.Marshal(merged); err != nil {
+			return err
+		}
+		o.Applied[t.key()] = data
+		return nil
+	})
+	if err != nil {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, err.Error(), &metav1.StatusDetails{Name: t.name, Kind: t.res.Name})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(data)
+}
+
+// merge applies a JSON merge patch to v: objects merge key by key, a
+// null removes the key, anything else replaces.
+func merge(v, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		obj = map[string]any{}
+	}
+	for k, pv := range p {
+		if pv == nil {
+			delete(obj, k)
+			continue
+		}
+		obj[k] = merge(obj[k], pv)
+	}
+	return obj
+}
+
+// listApplied lists, across namespaces, the objects of a resource that
+// server-side applies made (GET /apis/GROUP/VERSION/RESOURCE).
+func (h *handler) listApplied(w http.ResponseWriter, r *http.Request) {
+	gv := r.PathValue("group") + "/" + r.PathValue("version")
+	res := r.PathValue("resource")
+	i := slices.IndexFunc(resources[gv], func(x metav1.APIResource) bool { return x.Name == res })
+	if i < 0 {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
+		return
+	}
+	prefix := gv + "/" + res + "/"
+	items := []json.RawMessage{}
+	h.b.View(func(o *Objects) {
+		for _, k := range slices.Sorted(maps.Keys(o.Applied)) {
+			if strings.HasPrefix(k, prefix) {
+				items = append(items, o.Applied[k])
+			}
+		}
+	})
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": gv, "kind": resources[gv][i].Kind + "List",
+		"metadata": map[string]any{}, "items": items})
+}
+
+// rootCA serves kube-root-ca.crt as the controller-manager publishes it
+// in every namespace; 404 until one has.
+func (h *handler) rootCA(w http.ResponseWriter, r *http.Request) {
+	var ca string
+	h.b.View(func(o *Objects) { ca = o.RootCA })
+	if ca == "" {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `configmaps "kube-root-ca.crt" not found`,
+			&metav1.StatusDetails{Name: "kube-root-ca.crt", Kind: "configmaps"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "kube-root-ca.crt", "namespace": r.PathValue("ns")}, "data": map[string]string{"ca.crt": ca}})
 }

@@ -119,6 +119,11 @@ type Objects struct {
 	NodeLabels map[string]map[string]string `json:"nodeLabels,omitempty"`
 	// Recreated counts the DaemonSet pods made again, for their names.
 	Recreated int `json:"recreated,omitempty"`
+	// RootCA is what the controller-manager publishes as kube-root-ca.crt
+	// in every namespace: the content of its --root-ca-file. The
+	// simulator sets it from the controller-manager's static pod of the
+	// controller whose kubelet last started it.
+	RootCA string `json:"rootCA,omitempty"`
 }
 
 // PodsOn returns the pods bound to node, or every pod when node is empty,
@@ -230,7 +235,7 @@ func selects(selector, labels map[string]string) bool {
 
 // Clone returns a deep copy.
 func (o *Objects) Clone() *Objects {
-	c := &Objects{Nodes: maps.Clone(o.Nodes), Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied), Recreated: o.Recreated}
+	c := &Objects{Nodes: maps.Clone(o.Nodes), Unschedulable: maps.Clone(o.Unschedulable), Applied: maps.Clone(o.Applied), Recreated: o.Recreated, RootCA: o.RootCA}
 	for n, l := range o.NodeLabels {
 		if c.NodeLabels == nil {
 			c.NodeLabels = map[string]map[string]string{}

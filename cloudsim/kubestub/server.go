@@ -122,6 +122,8 @@ func Handler(gitVersion string, b Backend) http.Handler {
 	mux.HandleFunc("GET /apis", h.groups)
 	mux.HandleFunc("GET /api/v1", h.discover)
 	mux.HandleFunc("GET /apis/{group}/{version}", h.discover)
+	mux.HandleFunc("GET /api/v1/namespaces/{ns}/configmaps/kube-root-ca.crt", h.rootCA)
+	mux.HandleFunc("GET /apis/{group}/{version}/{resource}", h.listApplied)
 	for _, p := range []string{"/api/v1/{resource}/{name}", "/api/v1/namespaces/{ns}/{resource}/{name}",
 		"/apis/{group}/{version}/{resource}/{name}", "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}"} {
 		mux.HandleFunc("PATCH "+p, h.apply)
