@@ -13,19 +13,19 @@ type Target uint8
 // named by its absolute path; a security group rule's name holds a slash
 // (<group>/ingress-...), which the resource's form allows.
 const (
-	_              Target = iota
-	TargetResource        // openstack/<kind>/<name>
-	TargetFile            // host/<host><path>
-	TargetUnit            // host/<host>/units/<unit>
-	TargetGate            // host/<host>/health: the host's health gate
-	TargetDrain           // host/<host>/drain: a worker's cordon and evictions
-	TargetNode            // host/<host>/node: the host's Node object
-	TargetMember          // host/<host>/etcd-member: a controller's etcd membership
-	TargetManifest        // kubernetes/<cluster>/<name>
-	TargetBackup          // backup/<cluster>: a scheduled etcd snapshot
-	TargetSnapshot        // backup/<cluster>/before-rollout
-	TargetState           // state/<cluster>: what only the state store keeps
-	TargetWorkloads       // kubernetes/<cluster>/workloads/restart: a rolling restart of the cluster's workloads
+	_               Target = iota
+	TargetResource         // openstack/<kind>/<name>
+	TargetFile             // host/<host><path>
+	TargetUnit             // host/<host>/units/<unit>
+	TargetGate             // host/<host>/health: the host's health gate
+	TargetDrain            // host/<host>/drain: a worker's cordon and evictions
+	TargetNode             // host/<host>/node: the host's Node object
+	TargetMember           // host/<host>/etcd-member: a controller's etcd membership
+	TargetManifest         // kubernetes/<cluster>/<name>
+	TargetBackup           // backup/<cluster>: a scheduled etcd snapshot
+	TargetSnapshot         // backup/<cluster>/before-rollout
+	TargetState            // state/<cluster>: what only the state store keeps
+	TargetWorkloads        // kubernetes/<cluster>/workloads/restart: a rolling restart of the cluster's workloads
 )
 
 // Address names what a change is about, as Terraform's addrs do: a typed
