@@ -4,7 +4,9 @@ package chaos
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"maps"
@@ -19,6 +21,7 @@ import (
 	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/render/pki"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
 )
@@ -33,6 +36,7 @@ const (
 	scenarioAPIErrors   = "30 % API errors"
 	scenarioTwoDaemons  = "two daemons, the leader paused"
 	scenarioKillRemedy  = "kill -9 serve during a remediation"
+	scenarioKillRotate  = "kill -9 serve during a CA rotation"
 )
 
 // runs is how many times a scenario runs: full for make chaos, short for
@@ -210,6 +214,56 @@ func TestKillDuringRemediation(t *testing.T) {
 				o.Converged = false
 				t.Errorf("%s was replaced too: %s, was %s", name, id, ids[name])
 			}
+		}
+		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
+		if !o.Reported {
+			t.Error("the restarted daemon did not resume the journal the killed one left")
+		}
+	})
+}
+
+// TestKillDuringRotation: opke serve is killed (-9) at a random point of
+// a CA rotation's reissue phase (every certificate issued again by the
+// new CAs and rolled host by host, then the workloads restarted) and
+// started again: it resumes; no server is made again; the plan after it
+// is empty, so every host holds the certificates the store holds (none
+// issued twice: a second issue would differ from what a host got); the
+// API servers serve the new CA's.
+func TestKillDuringRotation(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	rotation := func(phase string) string {
+		return spec(t, v1) + "  pki:\n    generation: 2\n    phase: " + phase + "\n"
+	}
+	each(t, scenarioKillRotate, runs(10, 2), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		if c := w.commit(v1); !w.settled(c, settleTimeout) {
+			t.Fatal("the create did not converge")
+		}
+		ids := w.serverIDs()
+		if c := w.commitSpec(v1, rotation("trust")); !w.settled(c, settleTimeout) {
+			t.Fatal("the rotation's trust phase did not converge")
+		}
+		w.commitSpec(v1, rotation("reissue"))
+		o.Hit = w.strikeAtStep(rng)
+		a.Kill()
+		w.serve("a")
+		w.verify(o, ref, v1, time.Now())
+		if got := w.serverIDs(); !maps.Equal(got, ids) {
+			o.Converged = false
+			t.Errorf("the rotation made servers again: %v, were %v", got, ids)
+		}
+		b, err := pki.Load(context.Background(), w.store, cluster, pki.APIServer(cluster+"-controller-0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := b.Get(pki.APIServer(cluster + "-controller-0"))
+		if block, _ := pem.Decode(m.Cert); block == nil {
+			t.Error("no API server certificate in the store")
+		} else if c, err := x509.ParseCertificate(block.Bytes); err != nil || c.Issuer.CommonName != "kubernetes.2" {
+			o.Converged = false
+			t.Errorf("the API server's certificate after the reissue: issuer %v (%v)", c.Issuer.CommonName, err)
 		}
 		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
 		if !o.Reported {

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -152,7 +153,7 @@ func (w *world) verify(o *outcome, ref *reference, version string, faultEnded ti
 	}
 
 	// A plan made from outside, as `opke plan` would: nothing to do.
-	data := []byte(spec(w.t, version))
+	data := []byte(cmp.Or(w.spec, spec(w.t, version)))
 	f := schemas.Parse("clusters/demo/cluster.yaml", data)
 	if f.Cluster == nil || f.Findings.HasErrors() {
 		w.t.Fatalf("the spec: %v", f.Findings)

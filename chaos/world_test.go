@@ -78,6 +78,8 @@ type world struct {
 
 	daemons map[string]*serveProc
 	commits []string
+	// spec is the spec last committed.
+	spec string
 }
 
 // serveProc is a running opke serve.
@@ -199,7 +201,7 @@ func (w *world) commitSpec(version, data string) string {
 	gittest.Git(w.t, w.work, "commit", "-qm", "demo at "+version)
 	gittest.Git(w.t, w.work, "push", "-q", "origin", "main")
 	c := gittest.Git(w.t, w.work, "rev-parse", "HEAD")
-	w.commits = append(w.commits, c)
+	w.commits, w.spec = append(w.commits, c), data
 	return c
 }
 

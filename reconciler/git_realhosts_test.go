@@ -54,11 +54,11 @@ func TestClusterFromGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca := "      " + strings.ReplaceAll(strings.TrimSpace(string(reg.CACert)), "\n", "\n      ")
-	controllers := 1
+	controllers, pkiSpec := 1, ""
 	specAt := func(version string) string {
 		return strings.NewReplacer("count: 2", "count: 1", "    - name: metrics-server\n", "    - name: openstack-cloud-controller-manager\n",
 			"version: v1.35.1", "version: "+version, "  controllers:\n    count: 1\n", fmt.Sprintf("  controllers:\n    count: %d\n", controllers)).Replace(string(base)) +
-			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n"
+			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n" + pkiSpec
 	}
 	if err := os.MkdirAll(filepath.Join(fleet, "clusters", "demo"), 0o755); err != nil {
 		t.Fatal(err)
@@ -199,6 +199,12 @@ func TestClusterFromGit(t *testing.T) {
 		waitFor(t, 5*time.Minute, nodesAt("v1.35.4", names...))
 		waitFor(t, 3*time.Minute, apiServers(n))
 		t.Logf("controllers.count %d, committed, ran in %s", n, time.Since(step).Round(time.Second))
+		if n == 3 {
+			rotateCAs(t, opke, data, kc, kubectlBin, func(phase string) {
+				pkiSpec = "  pki:\n    generation: 2\n    phase: " + phase + "\n"
+				applied(commit("v1.35.4", "demo: CA rotation, "+phase), 15*time.Minute)
+			}, nodesAt("v1.35.4", names...))
+		}
 	}
 
 	step = time.Now()
@@ -224,5 +230,53 @@ func TestClusterFromGit(t *testing.T) {
 	// The audit trail: each commit's note, pushed to the fleet repository.
 	if note := git("notes", "--ref=opke", "show", first); !strings.Contains(note, `"success"`) {
 		t.Errorf("the first commit's note: %.300s", note)
+	}
+}
+
+// rotateCAs rotates the cluster's CAs in three commits (apply commits
+// the phase and waits for it to be applied) and checks, after each, that
+// a kubeconfig from opke kubeconfig works with kubectl, every node is
+// Ready and every pod of the cluster runs and is ready (the workloads
+// restarted on the new bundles, talking to the API); at the end, that
+// the kubeconfig from before the rotation is refused (the API servers
+// neither serve with nor trust generation 1), and that the API servers'
+// certificates are generation 2's.
+func rotateCAs(t *testing.T, opke, data, before, kubectlBin string, apply func(phase string), nodes func() string) {
+	t.Helper()
+	kc := filepath.Join(filepath.Dir(before), "rotated.kubeconfig")
+	kubectl := func(config string, args ...string) (string, error) {
+		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", config, "--request-timeout", "10s"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	podsUp := func() string {
+		out, err := kubectl(kc, "get", "pods", "-A", "-o",
+			`jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		if err != nil {
+			return fmt.Sprintf("kubectl get pods: %v: %s", err, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if !strings.HasSuffix(l, " Running True") {
+				return "a pod is not up: " + l
+			}
+		}
+		return ""
+	}
+	for _, phase := range []string{"trust", "reissue", "complete"} {
+		step := time.Now()
+		apply(phase)
+		if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
+			t.Fatalf("%s: opke kubeconfig: %v\n%s", phase, err, out)
+		}
+		waitFor(t, 3*time.Minute, nodes)
+		waitFor(t, 5*time.Minute, podsUp)
+		out, _ := kubectl(kc, "get", "pods", "-A", "-o", "wide")
+		t.Logf("CA rotation, phase %s, committed, ran in %s; kubectl get pods -A:\n%s", phase, time.Since(step).Round(time.Second), out)
+	}
+	if out, err := kubectl(before, "get", "nodes"); err == nil || !strings.Contains(out, "certificate") {
+		t.Errorf("the kubeconfig of generation 1 still works after the rotation: %v\n%s", err, out)
+	}
+	out, err := kubectl(kc, "get", "--raw", "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt")
+	if err != nil || strings.Count(out, "BEGIN CERTIFICATE") != 1 {
+		t.Errorf("kube-root-ca.crt after the rotation (one CA): %v\n%.400s", err, out)
 	}
 }

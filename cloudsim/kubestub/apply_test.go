@@ -25,7 +25,9 @@ func TestServerSideApply(t *testing.T) {
 		{"discovery of apps", "GET", "/apis/apps/v1", "", "", 200, `"kind":"DaemonSet"`},
 		{"discovery of a group not served", "GET", "/apis/example.org/v1", "", "", 404, "could not find"},
 		{"no field manager", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", apply, ds, 422, "fieldManager: Required value"},
-		{"a merge patch", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy?fieldManager=t", "application/merge-patch+json", ds, 415, "unknown format"},
+		{"a strategic merge patch", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy?fieldManager=t", "application/strategic-merge-patch+json", ds, 415, "unknown format"},
+		{"a merge patch of an object not there", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", "application/merge-patch+json",
+			`{"spec":{"template":{"metadata":{"annotations":{"a":"b"}}}}}`, 404, `daemonsets \"kube-proxy\" not found`},
 		{"another name", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/other?fieldManager=t", apply, ds, 400, "does not match the name"},
 		{"another kind", "PATCH", "/apis/apps/v1/namespaces/kube-system/deployments/kube-proxy?fieldManager=t", apply, ds, 400, "not a Deployment"},
 		{"a resource not served", "PATCH", "/apis/apps/v1/namespaces/kube-system/widgets/kube-proxy?fieldManager=t", apply, ds, 404, "could not find"},
@@ -38,6 +40,10 @@ func TestServerSideApply(t *testing.T) {
 		{"created", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy?fieldManager=t", apply, ds, 201, `"kube-proxy"`},
 		{"applied again", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy?fieldManager=t", apply, ds, 200, `"kube-proxy"`},
 		{"read back", "GET", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", "", "", 200, `"kind":"DaemonSet"`},
+		{"a merge patch, as kubectl rollout restart sends", "PATCH", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", "application/merge-patch+json",
+			`{"spec":{"template":{"metadata":{"annotations":{"a":"b"}}}}}`, 200, `"generation":2`},
+		{"the patch kept", "GET", "/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", "", "", 200, `"annotations":{"a":"b"}`},
+		{"listed", "GET", "/apis/apps/v1/daemonsets", "", "", 200, `"kind":"DaemonSetList"`},
 		{"one never applied", "GET", "/apis/apps/v1/namespaces/kube-system/daemonsets/flannel", "", "", 404, `daemonsets \"flannel\" not found`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

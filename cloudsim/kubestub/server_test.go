@@ -401,7 +401,7 @@ func TestUnknownPathIsAStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := (&http.Client{Transport: tr}).Get(cfg.Host + "/apis/apps/v1/deployments")
+	resp, err := (&http.Client{Transport: tr}).Get(cfg.Host + "/apis/apps/v1/widgets")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,4 +14,12 @@
 //	b, issued, err := pki.Issue(ctx, store, pki.Request{Cluster: "prod", ...})
 //	// b.Get("apiserver-prod-controller-0") is the cert and key of that host;
 //	// issued names what was new this time.
+//
+// The CAs and the service account key have generations (ca, ca.2, ...),
+// rotated in phases ([Rotation]): the new generation trusted beside the
+// old (trust), then signing every leaf (reissue), then alone (complete:
+// the old one deleted from the store). [Bundle.Get] of a CA is the
+// generation that signs; [Bundle.Trust] every generation trusted, the
+// signing one first, which the hosts' CA files, the kubeconfigs and
+// OPKE's own clients hold.
 package pki
