@@ -203,7 +203,11 @@ func TestClusterFromGit(t *testing.T) {
 			rotateCAs(t, opke, data, kc, kubectlBin, func(phase string) {
 				pkiSpec = "  pki:\n    generation: 2\n    phase: " + phase + "\n"
 				applied(commit("v1.35.4", "demo: CA rotation, "+phase), 15*time.Minute)
-			}, nodesAt("v1.35.4", names...))
+			}, names)
+			// kubectl goes on with a kubeconfig of the new CAs.
+			if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
+				t.Fatalf("opke kubeconfig: %v\n%s", err, out)
+			}
 		}
 	}
 
@@ -241,12 +245,26 @@ func TestClusterFromGit(t *testing.T) {
 // the kubeconfig from before the rotation is refused (the API servers
 // neither serve with nor trust generation 1), and that the API servers'
 // certificates are generation 2's.
-func rotateCAs(t *testing.T, opke, data, before, kubectlBin string, apply func(phase string), nodes func() string) {
+func rotateCAs(t *testing.T, opke, data, before, kubectlBin string, apply func(phase string), controllers []string) {
 	t.Helper()
 	kc := filepath.Join(filepath.Dir(before), "rotated.kubeconfig")
 	kubectl := func(config string, args ...string) (string, error) {
 		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", config, "--request-timeout", "10s"}, args...)...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
+	}
+	nodes := func() string {
+		out, err := kubectl(kc, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		if err != nil {
+			return fmt.Sprintf("kubectl get nodes: %v: %s", err, out)
+		}
+		var want []string
+		for _, n := range append(slices.Clone(controllers), "demo-default-0") {
+			want = append(want, n+" True")
+		}
+		if out != strings.Join(want, "\n") {
+			return fmt.Sprintf("nodes (name, Ready): %q, want %q", out, strings.Join(want, "\n"))
+		}
+		return ""
 	}
 	podsUp := func() string {
 		out, err := kubectl(kc, "get", "pods", "-A", "-o",

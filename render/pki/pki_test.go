@@ -440,6 +440,21 @@ func handshake(t *testing.T, client Material, clientTrust []byte, server Materia
 	return <-done
 }
 
+// rotator issues the request's PKI on s at a rotation, now (the
+// handshakes check validity against the real clock).
+func rotator(t *testing.T, s state.KV) func(Rotation) (*Bundle, []string) {
+	return func(r Rotation) (*Bundle, []string) {
+		t.Helper()
+		req := request()
+		req.Now, req.Rotation = time.Now(), r
+		b, issued, err := Issue(context.Background(), s, req)
+		if err != nil {
+			t.Fatalf("%+v: %v", r, err)
+		}
+		return b, issued
+	}
+}
+
 // TestRotation walks a CA rotation's three phases on one store, as three
 // commits would: what each issues, what each trusts, that a host rolled
 // to a phase and one not rolled yet still talk (the point of the
@@ -448,16 +463,7 @@ func TestRotation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := statetest.Open(t)
-	issueAt := func(r Rotation) (*Bundle, []string) {
-		t.Helper()
-		req := request()
-		req.Now, req.Rotation = time.Now(), r // handshakes check validity against the real clock
-		b, issued, err := Issue(ctx, s, req)
-		if err != nil {
-			t.Fatalf("%+v: %v", r, err)
-		}
-		return b, issued
-	}
+	issueAt := rotator(t, s)
 	leaves := []string{APIServerEtcdClient, APIServerKubelet, FrontProxyClient, ControllerManager, Scheduler, Admin, EtcdOPKEClient, EtcdBackupClient}
 	for _, h := range request().Controllers {
 		leaves = append(leaves, HostMaterial(h.Name)...)
@@ -578,16 +584,7 @@ func TestRotationAbandoned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := statetest.Open(t)
-	issueAt := func(r Rotation) (*Bundle, []string) {
-		t.Helper()
-		req := request()
-		req.Rotation = r
-		b, issued, err := Issue(ctx, s, req)
-		if err != nil {
-			t.Fatalf("%+v: %v", r, err)
-		}
-		return b, issued
-	}
+	issueAt := rotator(t, s)
 	first, _ := issueAt(Rotation{})
 	issueAt(Rotation{Generation: 2, Phase: PhaseTrust})
 	back, issued := issueAt(Rotation{Generation: 1})
