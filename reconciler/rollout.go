@@ -357,19 +357,32 @@ func (p *prober) nodeReady(ctx context.Context) error {
 	return nil
 }
 
-// api calls the first controller's API server that answers.
+// api calls the first controller's API server that answers, and goes on
+// to the next one on a server error: an API server whose etcd connection
+// broke (a member just removed from the membership) answers 500
+// "Unavailable" while the others serve. If every one answers with a
+// server error, the last answer is returned.
 func (c *apiAt) api(ctx context.Context, method, path, contentType string, body, out any) (int, []byte, error) {
 	var errs []error
+	var lastCode int
+	var lastBody []byte
 	for _, ip := range controllerIPs(c.t) {
 		k, err := c.client(ip)
 		if err != nil {
 			return 0, nil, err
 		}
 		code, b, err := k.do(ctx, method, path, contentType, body, out)
-		if err == nil {
+		switch {
+		case err == nil && code < 500:
 			return code, b, nil
+		case err == nil:
+			lastCode, lastBody = code, b
+		default:
+			errs = append(errs, err)
 		}
-		errs = append(errs, err)
+	}
+	if lastCode != 0 {
+		return lastCode, lastBody, nil
 	}
 	if len(errs) == 0 {
 		return 0, nil, errors.New("no controller to ask")
@@ -472,15 +485,22 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 func (a *Applier) deleteNode(ctx context.Context, t HostTarget, b *pki.Bundle, host string) error {
 	p := &apiAt{h: a.Hosts, t: t, b: b}
 	defer p.close()
-	code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
-	switch {
-	case err != nil:
-		return fmt.Errorf("delete node %s: %w", host, err)
-	case code == http.StatusNotFound, code/100 == 2:
-		a.log().Info("node deleted", "cluster", t.Cluster, "host", host)
-		return nil
+	// A server error right after a membership change passes: a few tries.
+	for try := 1; ; try++ {
+		code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
+		switch {
+		case err != nil:
+			return fmt.Errorf("delete node %s: %w", host, err)
+		case code == http.StatusNotFound, code/100 == 2:
+			a.log().Info("node deleted", "cluster", t.Cluster, "host", host)
+			return nil
+		case code < 500 || try == 5:
+			return fmt.Errorf("delete node %s: %d %s", host, code, firstLine(body))
+		}
+		if err := sleepCtx(ctx, 2*time.Second); err != nil {
+			return err
+		}
 	}
-	return fmt.Errorf("delete node %s: %d %s", host, code, firstLine(body))
 }
 
 // drainPod is what a drain reads of a pod.
