@@ -70,9 +70,8 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
-	gen, phase := c.Spec.CAGeneration()
 	req := pki.Request{Cluster: name, APIVIP: vip, APIFloatingIP: o.APIFloatingIP, ServiceCIDR: svc, Now: o.Now, RenewWithin: o.RenewWithin,
-		Rotation: pki.Rotation{Generation: gen, Phase: pki.Phase(phase)}}
+		Rotation: pki.Rotation{Trusted: c.Spec.CAGenerations()}}
 	for _, h := range hosts {
 		switch h.Role {
 		case schemas.RoleController:

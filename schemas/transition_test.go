@@ -229,3 +229,24 @@ func TestCheckRotationStep(t *testing.T) {
 		})
 	}
 }
+
+// TestCAGenerations: what each phase trusts, the signing generation first.
+func TestCAGenerations(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		pki  *PKI
+		want []int
+	}{
+		{nil, []int{1}},
+		{&PKI{Generation: 1}, []int{1}},
+		{&PKI{Generation: 2, Phase: RotationTrust}, []int{1, 2}},
+		{&PKI{Generation: 2, Phase: RotationReissue}, []int{2, 1}},
+		{&PKI{Generation: 2, Phase: RotationComplete}, []int{2}},
+		{&PKI{Generation: 3}, []int{3}},
+	} {
+		s := Spec{PKI: tt.pki}
+		if diff := cmp.Diff(tt.want, s.CAGenerations()); diff != "" {
+			t.Errorf("%+v: (-want +got):\n%s", tt.pki, diff)
+		}
+	}
+}

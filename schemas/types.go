@@ -170,6 +170,20 @@ func (s *Spec) CAGeneration() (int, RotationPhase) {
 	return max(s.PKI.Generation, 1), cmp.Or(s.PKI.Phase, RotationComplete)
 }
 
+// CAGenerations returns the CA generations the spec's rotation phase
+// trusts, the one that signs first: at generation N, trust: N-1 (still
+// signing) and N; reissue: N (signing) and N-1; complete: N alone.
+func (s *Spec) CAGenerations() []int {
+	g, phase := s.CAGeneration()
+	switch {
+	case g > 1 && phase == RotationTrust:
+		return []int{g - 1, g}
+	case g > 1 && phase == RotationReissue:
+		return []int{g, g - 1}
+	}
+	return []int{g}
+}
+
 // Backup schedules etcd snapshots into a Swift container.
 type Backup struct {
 	Interval  Duration `json:"interval,omitempty" yaml:"interval,omitempty"`

@@ -17,8 +17,8 @@
 //
 // The CAs and the service account key have generations (ca, ca.2, ...),
 // rotated in phases ([Rotation]): the new generation trusted beside the
-// old (trust), then signing every leaf (reissue), then alone (complete:
-// the old one deleted from the store). [Bundle.Get] of a CA is the
+// old, then signing every leaf, then alone (the old one deleted from the
+// store). [Bundle.Get] of a CA is the
 // generation that signs; [Bundle.Trust] every generation trusted, the
 // signing one first, which the hosts' CA files, the kubeconfigs and
 // OPKE's own clients hold.

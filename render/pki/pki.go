@@ -16,7 +16,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"maps"
 	"math/big"
 	"net"
 	"net/netip"
@@ -299,42 +298,22 @@ type deleter interface {
 	Delete(ctx context.Context, key string) error
 }
 
-// Phase is a step of a CA rotation (spec.pki.phase).
-type Phase string
-
-// The phases of a rotation from generation N-1 to N, each rolled to every
-// host (one commit each), as Kubernetes' manual CA rotation goes:
-const (
-	// PhaseTrust: generation N is created and trusted beside N-1, which
-	// still signs every leaf.
-	PhaseTrust Phase = "trust"
-	// PhaseReissue: generation N signs: every leaf is issued again by it
-	// (and the service account tokens signed with the new key); N-1 is
-	// still trusted, for what has not rolled yet.
-	PhaseReissue Phase = "reissue"
-	// PhaseComplete: only generation N is trusted; N-1 is deleted. The
-	// state outside a rotation.
-	PhaseComplete Phase = "complete"
-)
-
-// Rotation is where a cluster's CAs stand (spec.pki): their generation
-// (1 is the cluster's first) and the phase of the rotation to it.
+// Rotation says which generations of the CAs and the service account key
+// a render holds (spec.pki; schemas.Spec.CAGenerations): Trusted are
+// trusted, the first of them signs. Generation 1 is a cluster's first;
+// the zero value is generation 1 alone. During a rotation to N: N-1 and
+// N trusted, N-1 signing (trust), then N signing (reissue), then N alone.
 type Rotation struct {
-	Generation int
-	Phase      Phase
+	Trusted []int
 }
 
 // generations returns the generation that signs and the ones trusted,
 // the signing one first.
 func (r Rotation) generations() (signing int, trusted []int) {
-	g := max(r.Generation, 1)
-	switch {
-	case g > 1 && r.Phase == PhaseTrust:
-		return g - 1, []int{g - 1, g}
-	case g > 1 && r.Phase == PhaseReissue:
-		return g, []int{g, g - 1}
+	if len(r.Trusted) == 0 {
+		return 1, []int{1}
 	}
-	return g, []int{g}
+	return r.Trusted[0], r.Trusted
 }
 
 // caSubjects are the CAs, each rotated by generation, with the common
@@ -355,39 +334,51 @@ func generationName(name string, g int) string {
 	return name + "." + strconv.Itoa(g)
 }
 
-// heldGenerations returns the store keys of each generation of base that
-// held has, by generation.
-func heldGenerations(kv state.KV, held map[string][]byte, cluster, base string) map[int][]string {
+// generationOf reads a store key of cluster's PKI as generation g of the
+// rotated material base ("ca.2.key": ca, 2); ok is false for any other.
+func generationOf(prefix, key string) (base string, g int, ok bool) {
+	file, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return "", 0, false
+	}
+	stem := file[:max(strings.LastIndexByte(file, '.'), 0)]
+	if slices.Contains(rotated, stem) {
+		return stem, 1, true
+	}
+	i := strings.LastIndexByte(stem, '.')
+	if i < 0 || !slices.Contains(rotated, stem[:i]) {
+		return "", 0, false
+	}
+	n := stem[i+1:]
+	if g, err := strconv.Atoi(n); err == nil && g > 1 && strconv.Itoa(g) == n {
+		return stem[:i], g, true
+	}
+	return "", 0, false
+}
+
+// heldGenerations returns the generations of base that held has, newest
+// first.
+func heldGenerations(kv state.KV, held map[string][]byte, cluster, base string) []int {
 	prefix := state.KeysOf(kv).PKI(cluster)
-	out := map[int][]string{}
+	var out []int
 	for k := range held {
-		file, ok := strings.CutPrefix(k, prefix)
-		if !ok {
-			continue
-		}
-		stem := file[:max(strings.LastIndexByte(file, '.'), 0)]
-		if stem == base {
-			out[1] = append(out[1], k)
-			continue
-		}
-		if n, ok := strings.CutPrefix(stem, base+"."); ok {
-			if g, err := strconv.Atoi(n); err == nil && g > 1 && strconv.Itoa(g) == n {
-				out[g] = append(out[g], k)
-			}
+		if b, g, ok := generationOf(prefix, k); ok && b == base && !slices.Contains(out, g) {
+			out = append(out, g)
 		}
 	}
+	slices.Sort(out)
+	slices.Reverse(out)
 	return out
 }
 
 // staleGenerations returns the store keys of the generations of the
 // rotated material that are not trusted, keys (.key) first.
 func staleGenerations(kv state.KV, held map[string][]byte, cluster string, trusted []int) []string {
+	prefix := state.KeysOf(kv).PKI(cluster)
 	var out []string
-	for _, base := range rotated {
-		for g, keys := range heldGenerations(kv, held, cluster, base) {
-			if !slices.Contains(trusted, g) {
-				out = append(out, keys...)
-			}
+	for k := range held {
+		if _, g, ok := generationOf(prefix, k); ok && !slices.Contains(trusted, g) {
+			out = append(out, k)
 		}
 	}
 	slices.SortFunc(out, func(a, b string) int {
@@ -698,12 +689,10 @@ func Load(ctx context.Context, kv state.KV, cluster string, names ...string) (*B
 	}
 	b := &Bundle{m: map[string]Material{}, trust: map[string][]byte{}}
 	for _, name := range names {
-		if slices.ContainsFunc(caSubjects, func(ca struct{ name, cn string }) bool { return ca.name == name }) {
-			// Every generation held is trusted (two during a rotation),
-			// the newest first; the newest is the material.
-			gens := slices.Sorted(maps.Keys(heldGenerations(kv, held, cluster, name)))
-			slices.Reverse(gens)
-			for i, g := range gens {
+		if name != ServiceAccount && slices.Contains(rotated, name) {
+			// A CA: every generation held is trusted (two during a
+			// rotation), the newest first; the newest is the material.
+			for i, g := range heldGenerations(kv, held, cluster, name) {
 				m, cert, err := load(kv, held, cluster, generationName(name, g))
 				if err != nil {
 					return nil, err

@@ -483,7 +483,7 @@ func TestRotation(t *testing.T) {
 		}
 	}
 
-	trust, issued := issueAt(Rotation{Generation: 2, Phase: PhaseTrust})
+	trust, issued := issueAt(Rotation{Trusted: []int{1, 2}}) // trust
 	if diff := cmp.Diff([]string{"ca.2", "etcd-ca.2", "front-proxy-ca.2", "sa.2"}, issued); diff != "" {
 		t.Errorf("trust issues the new CAs and key only (-want +got):\n%s", diff)
 	}
@@ -505,7 +505,7 @@ func TestRotation(t *testing.T) {
 		}
 	}
 
-	reissue, issued := issueAt(Rotation{Generation: 2, Phase: PhaseReissue})
+	reissue, issued := issueAt(Rotation{Trusted: []int{2, 1}}) // reissue
 	if diff := cmp.Diff(slices.Sorted(slices.Values(leaves)), slices.Sorted(slices.Values(issued))); diff != "" {
 		t.Errorf("reissue issues every leaf, nothing else (-want +got):\n%s", diff)
 	}
@@ -544,7 +544,7 @@ func TestRotation(t *testing.T) {
 		t.Errorf("Load mid-rotation trusts %d etcd CAs, want both", len(got))
 	}
 
-	done, issued := issueAt(Rotation{Generation: 2, Phase: PhaseComplete})
+	done, issued := issueAt(Rotation{Trusted: []int{2}}) // complete
 	if len(issued) != 0 {
 		t.Errorf("complete issues nothing, issued %v", issued)
 	}
@@ -572,7 +572,7 @@ func TestRotation(t *testing.T) {
 	if err != nil || !bytes.Equal(loaded.Trust(CA), get(done, CA).Cert) {
 		t.Errorf("Load after the rotation: %v", err)
 	}
-	again, issued := issueAt(Rotation{Generation: 2})
+	again, issued := issueAt(Rotation{Trusted: []int{2}})
 	if len(issued) != 0 || !again.Equal(done) {
 		t.Errorf("an issue after the rotation: issued %v, identical %v", issued, again.Equal(done))
 	}
@@ -586,8 +586,8 @@ func TestRotationAbandoned(t *testing.T) {
 	s := statetest.Open(t)
 	issueAt := rotator(t, s)
 	first, _ := issueAt(Rotation{})
-	issueAt(Rotation{Generation: 2, Phase: PhaseTrust})
-	back, issued := issueAt(Rotation{Generation: 1})
+	issueAt(Rotation{Trusted: []int{1, 2}}) // trust
+	back, issued := issueAt(Rotation{Trusted: []int{1}})
 	if len(issued) != 0 || !back.Equal(first) {
 		t.Errorf("abandoned: issued %v, back to the first bundle %v", issued, back.Equal(first))
 	}
