@@ -460,6 +460,30 @@ func waiting(ctx context.Context, err error) {
 	}
 }
 
+// pollUntil runs check every gate interval until it says nothing is
+// pending any more, up to the gate timeout: pending is why it is not done
+// yet (reported as the step's progress, and in the timeout's error), err
+// a failure that ends the wait at once.
+func (a *Applier) pollUntil(ctx context.Context, what string, check func() (pending, err error)) error {
+	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
+	deadline := time.Now().Add(timeout)
+	for {
+		pending, err := check()
+		switch {
+		case err != nil:
+			return err
+		case pending == nil:
+			return nil
+		case time.Now().After(deadline):
+			return waitedOut{fmt.Errorf("%s: not within %s: %w", what, timeout, pending)}
+		}
+		waiting(ctx, fmt.Errorf("%s: %w", what, pending))
+		if err := sleepCtx(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+			return errors.Join(err, pending)
+		}
+	}
+}
+
 // allDone reports whether every step of a run is done.
 func allDone(states map[string]StepState) bool {
 	for _, st := range states {

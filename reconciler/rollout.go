@@ -360,35 +360,47 @@ func (p *prober) nodeReady(ctx context.Context) error {
 // api calls the first controller's API server that answers, and goes on
 // to the next one on a server error: an API server whose etcd connection
 // broke (a member just removed from the membership) answers 500
-// "Unavailable" while the others serve. If every one answers with a
-// server error, the last answer is returned.
+// "Unavailable" for a moment while the others serve. When every one
+// answers with a server error, it asks them all again, up to
+// apiRounds times a second apart, then returns the last answer.
 func (c *apiAt) api(ctx context.Context, method, path, contentType string, body, out any) (int, []byte, error) {
-	var errs []error
-	var lastCode int
-	var lastBody []byte
-	for _, ip := range controllerIPs(c.t) {
-		k, err := c.client(ip)
-		if err != nil {
-			return 0, nil, err
+	for round := 1; ; round++ {
+		var errs []error
+		var lastCode int
+		var lastBody []byte
+		for _, ip := range controllerIPs(c.t) {
+			k, err := c.client(ip)
+			if err != nil {
+				return 0, nil, err
+			}
+			code, b, err := k.do(ctx, method, path, contentType, body, out)
+			switch {
+			case err == nil && code < 500:
+				return code, b, nil
+			case err == nil:
+				lastCode, lastBody = code, b
+			default:
+				errs = append(errs, err)
+			}
 		}
-		code, b, err := k.do(ctx, method, path, contentType, body, out)
 		switch {
-		case err == nil && code < 500:
-			return code, b, nil
-		case err == nil:
-			lastCode, lastBody = code, b
-		default:
-			errs = append(errs, err)
+		case lastCode != 0 && round < apiRounds:
+			if err := sleepCtx(ctx, time.Second); err != nil {
+				return lastCode, lastBody, nil
+			}
+			continue
+		case lastCode != 0:
+			return lastCode, lastBody, nil
+		case len(errs) == 0:
+			return 0, nil, errors.New("no controller to ask")
 		}
+		return 0, nil, fmt.Errorf("API server: %w", errors.Join(errs...))
 	}
-	if lastCode != 0 {
-		return lastCode, lastBody, nil
-	}
-	if len(errs) == 0 {
-		return 0, nil, errors.New("no controller to ask")
-	}
-	return 0, nil, fmt.Errorf("API server: %w", errors.Join(errs...))
 }
+
+// apiRounds is how many times api asks every API server while all of
+// them answer with a server error.
+const apiRounds = 5
 
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
@@ -485,22 +497,15 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 func (a *Applier) deleteNode(ctx context.Context, t HostTarget, b *pki.Bundle, host string) error {
 	p := &apiAt{h: a.Hosts, t: t, b: b}
 	defer p.close()
-	// A server error right after a membership change passes: a few tries.
-	for try := 1; ; try++ {
-		code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
-		switch {
-		case err != nil:
-			return fmt.Errorf("delete node %s: %w", host, err)
-		case code == http.StatusNotFound, code/100 == 2:
-			a.log().Info("node deleted", "cluster", t.Cluster, "host", host)
-			return nil
-		case code < 500 || try == 5:
-			return fmt.Errorf("delete node %s: %d %s", host, code, firstLine(body))
-		}
-		if err := sleepCtx(ctx, 2*time.Second); err != nil {
-			return err
-		}
+	code, body, err := p.api(ctx, http.MethodDelete, "/api/v1/nodes/"+host, "", nil, nil)
+	switch {
+	case err != nil:
+		return fmt.Errorf("delete node %s: %w", host, err)
+	case code == http.StatusNotFound, code/100 == 2:
+		a.log().Info("node deleted", "cluster", t.Cluster, "host", host)
+		return nil
 	}
+	return fmt.Errorf("delete node %s: %d %s", host, code, firstLine(body))
 }
 
 // drainPod is what a drain reads of a pod.

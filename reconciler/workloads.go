@@ -1,15 +1,14 @@
 package reconciler
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/pki"
@@ -108,72 +107,55 @@ func (w *workload) rolledOut(kind string) bool {
 // timeout. A workload that was not up before is restarted, not waited
 // for. A bare pod is left as it is: it keeps what it trusted at start.
 func (a *Applier) restartWorkloads(ctx context.Context, j *journal, t HostTarget, b *pki.Bundle, c diff.Change) error {
-	p := &apiAt{h: a.Hosts, t: t, b: b}
-	defer p.close()
+	api := &apiAt{h: a.Hosts, t: t, b: b}
+	defer api.close()
 	bundle := b.Trust(pki.CA)
 	sum := sha256.Sum256(slices.Concat(bundle, b.Trust(pki.ServiceAccount)))
 	digest := hex.EncodeToString(sum[:])
-	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
-	deadline := time.Now().Add(timeout)
-	interval := cmp.Or(a.GateInterval, time.Second)
-	const rootCA = "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt"
-	for {
+	err := a.pollUntil(ctx, "the controller-manager to publish the controllers' CA bundle (kube-root-ca.crt in kube-system)", func() (error, error) {
 		var cm struct {
 			Data map[string]string `json:"data"`
 		}
-		code, body, err := p.api(ctx, http.MethodGet, rootCA, "", nil, &cm)
-		var why string
+		code, body, err := api.api(ctx, http.MethodGet, "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt", "", nil, &cm)
 		switch {
 		case err != nil:
-			why = err.Error()
+			return err, nil
 		case code != http.StatusOK:
-			why = fmt.Sprintf("%d %s", code, firstLine(body))
+			return fmt.Errorf("%d %s", code, firstLine(body)), nil
 		case cm.Data["ca.crt"] != string(bundle):
-			why = "it holds another bundle"
+			return errors.New("it holds another bundle"), nil
 		}
-		if why == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: the controller-manager has not published the controllers' CA bundle (kube-root-ca.crt in kube-system) after %s: %s",
-				c.Address, timeout, why)
-		}
-		if err := sleepCtx(ctx, interval); err != nil {
-			return err
-		}
+		return nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Address, err)
 	}
-	type ref struct{ resource, kind, namespace, name string }
-	var wait []ref
+	wait := map[string]bool{} // the workloads that were up, by ref
 	restarted := 0
 	for _, k := range workloadKinds {
-		var list struct {
-			Items []workload `json:"items"`
+		items, err := listWorkloads(ctx, api, k.resource)
+		if err != nil {
+			return err
 		}
-		code, body, err := p.api(ctx, http.MethodGet, "/apis/apps/v1/"+k.resource, "", nil, &list)
-		switch {
-		case err != nil:
-			return fmt.Errorf("list %s: %w", k.resource, err)
-		case code != http.StatusOK:
-			return fmt.Errorf("list %s: %d %s", k.resource, code, firstLine(body))
-		}
-		for _, w := range list.Items {
-			r := ref{k.resource, k.kind, w.Metadata.Namespace, w.Metadata.Name}
+		for _, w := range items {
+			ref := w.ref(k.kind)
 			if w.available(k.kind) && w.want(k.kind) > 0 {
-				wait = append(wait, r)
+				wait[ref] = true
 			}
 			if w.Spec.Template.Metadata.Annotations[annotationTrust] == digest {
 				continue // restarted before a crash
 			}
 			patch := map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
 				"annotations": map[string]string{annotationTrust: digest}}}}}
-			code, body, err := p.api(ctx, http.MethodPatch, workloadPath(r.resource, r.namespace, r.name), "application/merge-patch+json", patch, nil)
+			path := "/apis/apps/v1/namespaces/" + w.Metadata.Namespace + "/" + k.resource + "/" + w.Metadata.Name
+			code, body, err := api.api(ctx, http.MethodPatch, path, "application/merge-patch+json", patch, nil)
 			switch {
 			case err != nil:
-				return fmt.Errorf("restart %s %s/%s: %w", k.kind, r.namespace, r.name, err)
+				return fmt.Errorf("restart %s: %w", ref, err)
 			case code == http.StatusNotFound:
 				continue // gone since the list
 			case code/100 != 2:
-				return fmt.Errorf("restart %s %s/%s: %d %s", k.kind, r.namespace, r.name, code, firstLine(body))
+				return fmt.Errorf("restart %s: %d %s", ref, code, firstLine(body))
 			}
 			restarted++
 		}
@@ -182,39 +164,47 @@ func (a *Applier) restartWorkloads(ctx context.Context, j *journal, t HostTarget
 	if err := j.hook("workloads restarted " + c.Address.String()); err != nil {
 		return err
 	}
-	for len(wait) > 0 {
-		var left []ref
-		var why []string
-		for _, r := range wait {
-			var w workload
-			code, body, err := p.api(ctx, http.MethodGet, workloadPath(r.resource, r.namespace, r.name), "", nil, &w)
-			switch {
-			case err != nil:
-				return fmt.Errorf("%s %s/%s: %w", r.kind, r.namespace, r.name, err)
-			case code == http.StatusNotFound:
-				continue
-			case code != http.StatusOK:
-				return fmt.Errorf("%s %s/%s: %d %s", r.kind, r.namespace, r.name, code, firstLine(body))
-			case !w.rolledOut(r.kind):
-				left = append(left, r)
-				why = append(why, fmt.Sprintf("%s %s/%s", r.kind, r.namespace, r.name))
+	err = a.pollUntil(ctx, "the restarted workloads to roll out", func() (error, error) {
+		var left []string
+		for _, k := range workloadKinds {
+			items, err := listWorkloads(ctx, api, k.resource)
+			if err != nil {
+				return nil, err
+			}
+			for _, w := range items {
+				if ref := w.ref(k.kind); wait[ref] && !w.rolledOut(k.kind) {
+					left = append(left, ref)
+				}
 			}
 		}
-		if wait = left; len(wait) == 0 {
-			break
+		if len(left) > 0 {
+			return errors.New(strings.Join(left, ", ")), nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not rolled out after %s: %s", c.Address, timeout, strings.Join(why, ", "))
-		}
-		if err := sleepCtx(ctx, interval); err != nil {
-			return err
-		}
+		return nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Address, err)
 	}
 	a.log().Info("workloads rolled out", "cluster", t.Cluster)
 	return nil
 }
 
-// workloadPath is the API path of a namespaced apps/v1 object.
-func workloadPath(resource, namespace, name string) string {
-	return "/apis/apps/v1/namespaces/" + namespace + "/" + resource + "/" + name
+// ref names a workload in messages: "DaemonSet kube-system/kube-proxy".
+func (w *workload) ref(kind string) string {
+	return kind + " " + w.Metadata.Namespace + "/" + w.Metadata.Name
+}
+
+// listWorkloads lists an apps/v1 resource in every namespace.
+func listWorkloads(ctx context.Context, api *apiAt, resource string) ([]workload, error) {
+	var list struct {
+		Items []workload `json:"items"`
+	}
+	code, body, err := api.api(ctx, http.MethodGet, "/apis/apps/v1/"+resource, "", nil, &list)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("list %s: %w", resource, err)
+	case code != http.StatusOK:
+		return nil, fmt.Errorf("list %s: %d %s", resource, code, firstLine(body))
+	}
+	return list.Items, nil
 }
