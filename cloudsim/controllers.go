@@ -510,10 +510,12 @@ func fixedPort(taken map[string]int) (int, error) {
 // kubeKey returns the key of the Kubernetes cluster whose hosts trust
 // the CA bundle ca (a ca.crt): the cluster of any certificate in it seen
 // before, else a new one keyed by the bundle's digest. Every certificate
-// of the bundle is noted as the cluster's, so a CA rotation (a bundle of
-// the old and new CAs, then the new one alone) keeps the cluster, as its
-// hosts trust one another throughout. The caller holds s.mu.
-func (w *world) kubeKey(ca []byte) string {
+// of the bundle is noted as the cluster's (in the state saved), so a CA
+// rotation (a bundle of the old and new CAs, then the new one alone)
+// keeps the cluster, as its hosts trust one another throughout. The
+// caller holds s.mu.
+func (s *Sim) kubeKey(ca []byte) string {
+	w := s.w
 	if len(ca) == 0 {
 		return ""
 	}
@@ -536,7 +538,9 @@ func (w *world) kubeKey(ca []byte) string {
 		w.KubeTrust = map[string]string{}
 	}
 	for _, c := range certs {
-		w.KubeTrust[c] = key
+		if w.KubeTrust[c] != key {
+			w.KubeTrust[c], s.dirty = key, true
+		}
 	}
 	return key
 }
@@ -548,10 +552,10 @@ func (h *simHost) kubeletSeen() {
 	ca, _ := h.root.ReadFile(pathClusterCA)
 	version := kubestub.ImageTag(h.kubeletImage())
 	h.s.mu.Lock()
-	key := h.s.w.kubeKey(ca)
+	key := h.s.kubeKey(ca)
 	h.s.mu.Unlock()
 	h.mu.Lock()
-	h.kubeCA, h.kubeletVersion = key, version
+	h.kubeCluster, h.kubeletVersion = key, version
 	h.mu.Unlock()
 	if len(ca) == 0 {
 		return
@@ -614,7 +618,7 @@ func (h *simHost) syncStaticPods() error {
 	}
 	digest := digestOf(manifest, files[0], files[1], files[2])
 	h.s.mu.Lock()
-	key := h.s.w.kubeKey(files[2])
+	key := h.s.kubeKey(files[2])
 	h.s.mu.Unlock()
 	defer h.syncMirrors(key)
 	if a := h.api.Load(); a != nil && a.digest == digest {
@@ -638,19 +642,19 @@ func (h *simHost) syncStaticPods() error {
 	h.s.mu.Lock()
 	nets := h.s.w.networksOf(h.id)
 	h.s.mu.Unlock()
-	b := &kubeBackend{s: h.s, ca: key, nets: nets, etcd: m.EtcdServers}
+	b := &kubeBackend{s: h.s, cluster: key, nets: nets, etcd: m.EtcdServers}
 	srv := kubestub.Serve(ln, kubestub.Config{Version: m.Version, Certificate: cert, ClientCAs: pool, Backend: b, Logger: h.s.log})
 	h.api.Store(&apiServer{srv: srv, port: m.Port, digest: digest})
 	h.s.log.Debug("kube-apiserver stub started", "host", h.name, "version", m.Version, "addr", srv.Addr())
 	return nil
 }
 
-// syncMirrors keeps the host's mirror pods in its cluster (ca, the
-// digest of its CA), one per manifest of /etc/kubernetes/manifests with
+// syncMirrors keeps the host's mirror pods in its cluster (by its key,
+// Sim.kubeKey), one per manifest of /etc/kubernetes/manifests with
 // its annotations and containers, as the kubelet keeps them. The
 // simulator runs only the API server's; the others' mirrors say what the
 // kubelet was given.
-func (h *simHost) syncMirrors(ca string) {
+func (h *simHost) syncMirrors(cluster string) {
 	entries, err := fs.ReadDir(h.root.FS(), path.Dir(pathAPIServerPod))
 	if err != nil {
 		return
@@ -672,7 +676,7 @@ func (h *simHost) syncMirrors(ca string) {
 		pods = append(pods, p)
 	}
 	rootCA := h.publishedRootCA(pods)
-	b := &kubeBackend{s: h.s, ca: ca}
+	b := &kubeBackend{s: h.s, cluster: cluster}
 	_ = b.Update(func(o *kubestub.Objects) error {
 		o.SetMirrors(h.name, pods)
 		if rootCA != nil {
@@ -689,19 +693,18 @@ func (h *simHost) syncMirrors(ca string) {
 // rotation's workloads restart waits for the bundle to be published).
 func (h *simHost) publishedRootCA(pods []kubestub.Pod) []byte {
 	for _, p := range pods {
-		for _, c := range p.Containers {
-			if c.Name != "kube-controller-manager" {
-				continue
-			}
-			for _, arg := range c.Command {
-				if f, ok := strings.CutPrefix(arg, "--root-ca-file="); ok {
-					b, err := h.root.ReadFile(rel(f))
-					if err != nil {
-						h.s.log.Info("kube-controller-manager: root CA file", "host", h.name, "err", err)
-						return nil
-					}
-					return b
+		i := slices.IndexFunc(p.Containers, func(c kubestub.Container) bool { return c.Name == "kube-controller-manager" })
+		if i < 0 {
+			continue
+		}
+		for _, arg := range p.Containers[i].Command {
+			if f, ok := strings.CutPrefix(arg, "--root-ca-file="); ok {
+				b, err := h.root.ReadFile(rel(f))
+				if err != nil {
+					h.s.log.Info("kube-controller-manager: root CA file", "host", h.name, "err", err)
+					return nil
 				}
+				return b
 			}
 		}
 	}
@@ -736,10 +739,10 @@ func (h *simHost) manifestWritten(p string) {
 // kubeBackend is a Kubernetes cluster as the simulator sees it: the hosts
 // whose kubelet trusts its CA, and the objects kept in the world.
 type kubeBackend struct {
-	s    *Sim
-	ca   string
-	nets []string
-	etcd []string
+	s       *Sim
+	cluster string // its key (Sim.kubeKey)
+	nets    []string
+	etcd    []string
 }
 
 func (b *kubeBackend) Nodes() []kubestub.Node {
@@ -753,9 +756,9 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 	var ids []string
 	for _, h := range hosts {
 		h.mu.Lock()
-		ca, ready, version, since := h.kubeCA, h.rec.Units[unitKubelet] == "active", h.kubeletVersion, h.kubeletSince
+		cluster, ready, version, since := h.kubeCluster, h.rec.Units[unitKubelet] == "active", h.kubeletVersion, h.kubeletSince
 		h.mu.Unlock()
-		if ca != b.ca {
+		if cluster != b.cluster {
 			continue
 		}
 		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version, Since: since})
@@ -773,7 +776,7 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 func (b *kubeBackend) View(fn func(*kubestub.Objects)) {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	o := b.s.w.Kube[b.ca]
+	o := b.s.w.Kube[b.cluster]
 	if o == nil {
 		o = &kubestub.Objects{}
 	}
@@ -785,7 +788,7 @@ func (b *kubeBackend) View(fn func(*kubestub.Objects)) {
 func (b *kubeBackend) Update(fn func(*kubestub.Objects) error) error {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	o := b.s.w.Kube[b.ca]
+	o := b.s.w.Kube[b.cluster]
 	if o == nil {
 		o = &kubestub.Objects{}
 	}
@@ -793,7 +796,7 @@ func (b *kubeBackend) Update(fn func(*kubestub.Objects) error) error {
 	if err := fn(c); err != nil {
 		return err
 	}
-	b.s.w.Kube[b.ca] = c
+	b.s.w.Kube[b.cluster] = c
 	b.s.dirty = true
 	return nil
 }
@@ -845,7 +848,7 @@ func (s *Sim) kubeCluster(server string) (string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.w.kubeKey(ca), nil
+	return s.kubeKey(ca), nil
 }
 
 // KubeObjects returns the objects (cordons, pods, disruption budgets) of

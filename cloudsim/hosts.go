@@ -70,7 +70,7 @@ type simHost struct {
 
 	mu             sync.Mutex
 	rec            hostRecord
-	kubeCA         string // the sha256 of the cluster CA its kubelet last started with
+	kubeCluster    string // the key of the cluster its kubelet last started in (Sim.kubeKey)
 	kubeletVersion string // the tag of the kubelet image it last started with
 	// kubeletSince is when its kubelet's unit last changed state: its
 	// Node's Ready condition's last transition (kubestub.Node.Since).

@@ -49,7 +49,7 @@ type world struct {
 	PeerPorts map[string]int `json:"peer_ports"`
 	// Kube holds each Kubernetes cluster's objects (cordons, pods,
 	// disruption budgets), by the cluster's key: the digest of the CA
-	// bundle its first kubelet started with (kubeKey).
+	// bundle its first kubelet started with (Sim.kubeKey).
 	Kube map[string]*kubestub.Objects `json:"kube"`
 	// KubeTrust maps the digest of every CA certificate a cluster's hosts
 	// have trusted to the cluster's key: a CA rotation changes the

@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	corev1 "k8s.io/api/core/v1"
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/cloud"
@@ -407,19 +408,13 @@ func TestDayTwo(t *testing.T) {
 				if !strings.HasPrefix(key, "apps/v1/") {
 					continue
 				}
-				var w struct {
-					Spec struct {
-						Template struct {
-							Metadata struct {
-								Annotations map[string]string `json:"annotations"`
-							} `json:"metadata"`
-						} `json:"template"`
-					} `json:"spec"`
+				var w struct { // a Deployment, DaemonSet or StatefulSet
+					Spec struct{ Template corev1.PodTemplateSpec }
 				}
 				if err := json.Unmarshal(raw, &w); err != nil {
 					t.Fatal(err)
 				}
-				v := w.Spec.Template.Metadata.Annotations["opke.dev/trust-sha256"]
+				v := w.Spec.Template.Annotations["opke.dev/trust-sha256"]
 				if v == "" || annotations[v] {
 					t.Errorf("%s: %s was not restarted for this phase (annotation %q)", step.phase, key, v)
 				}
