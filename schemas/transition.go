@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 )
 
 // Effect is what changing a field of a live cluster does. The plan follows
@@ -221,9 +222,9 @@ func checkVersionStep(cluster, oldS, newS string, facts *TransitionFacts) string
 func rotationNote(g int, p RotationPhase) string {
 	switch p {
 	case RotationTrust:
-		return fmt.Sprintf("CA generation %d is created and trusted beside %d, which still signs: every host gets the CA bundles and restarts, controllers first; then the kube-system workloads restart", g, g-1)
+		return fmt.Sprintf("CA generation %d is created and trusted beside %d, which still signs: every host gets the CA bundles and restarts, controllers first; then every Deployment, DaemonSet and StatefulSet restarts", g, g-1)
 	case RotationReissue:
-		return fmt.Sprintf("CA generation %d signs: every certificate is issued again and rolled, tokens are signed with the new service account key; then the kube-system workloads restart", g)
+		return fmt.Sprintf("CA generation %d signs: every certificate is issued again and rolled, tokens are signed with the new service account key; then every Deployment, DaemonSet and StatefulSet restarts", g)
 	}
 	return fmt.Sprintf("only CA generation %d is trusted: the bundles drop the others, which are deleted; rolled to every host", g)
 }
@@ -240,29 +241,41 @@ func checkRotationStep(o, n *Spec) string {
 	if og == ng && op == np {
 		return ""
 	}
-	ok := false
-	switch op {
-	case RotationComplete:
-		ok = ng == og+1 && np == RotationTrust
-	case RotationTrust:
-		ok = ng == og && np == RotationReissue || ng == og-1 && np == RotationComplete
-	case RotationReissue:
-		ok = ng == og && (np == RotationComplete || np == RotationTrust)
-	}
-	if ok {
-		return ""
+	next := nextRotations(og, op)
+	var names []string
+	for _, r := range next {
+		if r.generation == ng && r.phase == np {
+			return ""
+		}
+		names = append(names, r.String())
 	}
 	return fmt.Sprintf("a CA rotation goes one phase per commit, each rolled before the next: from generation %d (%s) the next step is %s, not generation %d (%s)",
-		og, op, nextRotation(og, op), ng, np)
+		og, op, strings.Join(names, ", or "), ng, np)
 }
 
-// nextRotation names the steps a rotation may take from g in phase p.
-func nextRotation(g int, p RotationPhase) string {
+// rotationStep is a commit's place in a CA rotation; note says what it
+// means, where that is not plain.
+type rotationStep struct {
+	generation int
+	phase      RotationPhase
+	note       string
+}
+
+func (r rotationStep) String() string {
+	if r.phase == RotationComplete {
+		return fmt.Sprintf("{generation: %d}%s", r.generation, r.note)
+	}
+	return fmt.Sprintf("{generation: %d, phase: %s}%s", r.generation, r.phase, r.note)
+}
+
+// nextRotations are the steps a rotation may take from generation g in
+// phase p.
+func nextRotations(g int, p RotationPhase) []rotationStep {
 	switch p {
 	case RotationTrust:
-		return fmt.Sprintf("{generation: %d, phase: reissue}, or {generation: %d} to abandon it", g, g-1)
+		return []rotationStep{{g, RotationReissue, ""}, {g - 1, RotationComplete, " to abandon it"}}
 	case RotationReissue:
-		return fmt.Sprintf("{generation: %d} (complete), or {generation: %d, phase: trust}", g, g)
+		return []rotationStep{{g, RotationComplete, " (complete)"}, {g, RotationTrust, ""}}
 	}
-	return fmt.Sprintf("{generation: %d, phase: trust}", g+1)
+	return []rotationStep{{g + 1, RotationTrust, ""}}
 }
