@@ -2,14 +2,18 @@ package kubestub
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -217,14 +221,9 @@ func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
 // raises metadata.generation, as the real API server does for the
 // workloads.
 func (h *handler) mergePatch(w http.ResponseWriter, r *http.Request, t target) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 3<<20))
+	patch, err := io.ReadAll(io.LimitReader(r.Body, 3<<20))
 	if err != nil {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
-		return
-	}
-	var patch map[string]any
-	if err := json.Unmarshal(body, &patch); err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("error decoding the merge patch: %v", err), nil)
 		return
 	}
 	var data []byte
@@ -233,51 +232,36 @@ func (h *handler) mergePatch(w http.ResponseWriter, r *http.Request, t target) {
 		if !ok {
 			return &notFound{t.res.Name, t.name}
 		}
-		var obj map[string]any
-		if err := json.Unmarshal(had, &obj); err != nil {
+		merged, err := jsonpatch.MergePatch(had, patch)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errBadPatch, err)
+		}
+		var before, after map[string]any
+		if err := errors.Join(json.Unmarshal(had, &before), json.Unmarshal(merged, &after)); err != nil {
 			return err
 		}
-		before, _ := json.Marshal(obj["spec"])
-		merged, _ := merge(obj, patch).(map[string]any)
-		if after, _ := json.Marshal(merged["spec"]); string(after) != string(before) {
-			md, _ := merged["metadata"].(map[string]any)
+		if md, ok := after["metadata"].(map[string]any); ok && !reflect.DeepEqual(before["spec"], after["spec"]) {
 			g, _ := md["generation"].(float64)
 			md["generation"] = max(g, 1) + 1
 		}
-		if data, err = json.Marshal(merged); err != nil {
+		if data, err = json.Marshal(after); err != nil {
 			return err
 		}
 		o.Applied[t.key()] = data
 		return nil
 	})
-	if err != nil {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, err.Error(), &metav1.StatusDetails{Name: t.name, Kind: t.res.Name})
-		return
+	switch {
+	case errors.Is(err, errBadPatch):
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
+	case err != nil:
+		writeError(w, err)
+	default:
+		writeJSON(w, http.StatusOK, json.RawMessage(data))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(data)
 }
 
-// merge applies a JSON merge patch to v: objects merge key by key, a
-// null removes the key, anything else replaces.
-func merge(v, patch any) any {
-	p, ok := patch.(map[string]any)
-	if !ok {
-		return patch
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		obj = map[string]any{}
-	}
-	for k, pv := range p {
-		if pv == nil {
-			delete(obj, k)
-			continue
-		}
-		obj[k] = merge(obj[k], pv)
-	}
-	return obj
-}
+// errBadPatch is a merge patch that is not one.
+var errBadPatch = errors.New("the merge patch cannot be applied")
 
 // listApplied lists, across namespaces, the objects of a resource that
 // server-side applies made (GET /apis/GROUP/VERSION/RESOURCE).
@@ -298,9 +282,7 @@ func (h *handler) listApplied(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	})
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": gv, "kind": resources[gv][i].Kind + "List",
-		"metadata": map[string]any{}, "items": items})
+	writeJSON(w, http.StatusOK, map[string]any{"apiVersion": gv, "kind": resources[gv][i].Kind + "List", "metadata": map[string]any{}, "items": items})
 }
 
 // rootCA serves kube-root-ca.crt as the controller-manager publishes it
@@ -309,11 +291,9 @@ func (h *handler) rootCA(w http.ResponseWriter, r *http.Request) {
 	var ca string
 	h.b.View(func(o *Objects) { ca = o.RootCA })
 	if ca == "" {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, `configmaps "kube-root-ca.crt" not found`,
-			&metav1.StatusDetails{Name: "kube-root-ca.crt", Kind: "configmaps"})
+		writeError(w, &notFound{"configmaps", "kube-root-ca.crt"})
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "kube-root-ca.crt", "namespace": r.PathValue("ns")}, "data": map[string]string{"ca.crt": ca}})
+	writeJSON(w, http.StatusOK, corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: r.PathValue("ns")}, Data: map[string]string{"ca.crt": ca}})
 }
