@@ -126,14 +126,21 @@ func TestClusterFromGit(t *testing.T) {
 	applied(first, 10*time.Minute)
 	t.Logf("the daemon applied the first commit in %s", time.Since(step).Round(time.Second))
 
+	// kc is the kubeconfig opke kubeconfig gives now (fetched again after
+	// each phase of the CA rotation).
 	kc := filepath.Join(work, "demo.kubeconfig")
-	if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
-		t.Fatalf("opke kubeconfig: %v\n%s", err, out)
+	fetchKubeconfig := func() {
+		t.Helper()
+		if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
+			t.Fatalf("opke kubeconfig: %v\n%s", err, out)
+		}
 	}
-	kubectl := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", kc, "--request-timeout", "10s"}, args...)...).CombinedOutput()
+	fetchKubeconfig()
+	kubectlWith := func(config string, args ...string) (string, error) {
+		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", config, "--request-timeout", "10s"}, args...)...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
+	kubectl := func(args ...string) (string, error) { return kubectlWith(kc, args...) }
 	nodesAt := func(version string, controllers ...string) func() string {
 		return func() string {
 			out, err := kubectl("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
@@ -188,6 +195,50 @@ func TestClusterFromGit(t *testing.T) {
 			return ""
 		}
 	}
+	// The CAs rotated in three commits, at three controllers. After each
+	// phase, a kubeconfig from opke kubeconfig works with kubectl, every
+	// node is Ready and every pod of the cluster runs and is ready (the
+	// workloads restarted on the new bundles, talking to the API); at the
+	// end the kubeconfig from before the rotation is refused (the API
+	// servers neither serve with nor trust generation 1) and the bundle
+	// published to the pods holds one CA.
+	rotateCAs := func(controllers []string) {
+		t.Helper()
+		before := filepath.Join(work, "generation-1.kubeconfig")
+		if err := os.Rename(kc, before); err != nil {
+			t.Fatal(err)
+		}
+		podsUp := func() string {
+			out, err := kubectl("get", "pods", "-A", "-o",
+				`jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+			if err != nil {
+				return fmt.Sprintf("kubectl get pods: %v: %s", err, out)
+			}
+			for _, l := range strings.Split(out, "\n") {
+				if !strings.HasSuffix(l, " Running True") {
+					return "a pod is not up: " + l
+				}
+			}
+			return ""
+		}
+		for _, phase := range []string{"trust", "reissue", "complete"} {
+			began := time.Now()
+			pkiSpec = "  pki:\n    generation: 2\n    phase: " + phase + "\n"
+			applied(commit("v1.35.4", "demo: CA rotation, "+phase), 15*time.Minute)
+			fetchKubeconfig()
+			waitFor(t, 3*time.Minute, nodesAt("v1.35.4", controllers...))
+			waitFor(t, 5*time.Minute, podsUp)
+			out, _ := kubectl("get", "pods", "-A", "-o", "wide")
+			t.Logf("CA rotation, phase %s, committed, ran in %s; kubectl get pods -A:\n%s", phase, time.Since(began).Round(time.Second), out)
+		}
+		if out, err := kubectlWith(before, "get", "nodes"); err == nil || !strings.Contains(out, "certificate") {
+			t.Errorf("the kubeconfig of generation 1 still works after the rotation: %v\n%s", err, out)
+		}
+		out, err := kubectl("get", "--raw", "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt")
+		if err != nil || strings.Count(out, "BEGIN CERTIFICATE") != 1 {
+			t.Errorf("kube-root-ca.crt after the rotation (one CA): %v\n%.400s", err, out)
+		}
+	}
 	for _, n := range []int{3, 1} {
 		step = time.Now()
 		controllers = n
@@ -200,14 +251,7 @@ func TestClusterFromGit(t *testing.T) {
 		waitFor(t, 3*time.Minute, apiServers(n))
 		t.Logf("controllers.count %d, committed, ran in %s", n, time.Since(step).Round(time.Second))
 		if n == 3 {
-			rotateCAs(t, opke, data, kc, kubectlBin, func(phase string) {
-				pkiSpec = "  pki:\n    generation: 2\n    phase: " + phase + "\n"
-				applied(commit("v1.35.4", "demo: CA rotation, "+phase), 15*time.Minute)
-			}, names)
-			// kubectl goes on with a kubeconfig of the new CAs.
-			if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
-				t.Fatalf("opke kubeconfig: %v\n%s", err, out)
-			}
+			rotateCAs(names)
 		}
 	}
 
@@ -234,67 +278,5 @@ func TestClusterFromGit(t *testing.T) {
 	// The audit trail: each commit's note, pushed to the fleet repository.
 	if note := git("notes", "--ref=opke", "show", first); !strings.Contains(note, `"success"`) {
 		t.Errorf("the first commit's note: %.300s", note)
-	}
-}
-
-// rotateCAs rotates the cluster's CAs in three commits (apply commits
-// the phase and waits for it to be applied) and checks, after each, that
-// a kubeconfig from opke kubeconfig works with kubectl, every node is
-// Ready and every pod of the cluster runs and is ready (the workloads
-// restarted on the new bundles, talking to the API); at the end, that
-// the kubeconfig from before the rotation is refused (the API servers
-// neither serve with nor trust generation 1), and that the API servers'
-// certificates are generation 2's.
-func rotateCAs(t *testing.T, opke, data, before, kubectlBin string, apply func(phase string), controllers []string) {
-	t.Helper()
-	kc := filepath.Join(filepath.Dir(before), "rotated.kubeconfig")
-	kubectl := func(config string, args ...string) (string, error) {
-		out, err := exec.CommandContext(t.Context(), kubectlBin, append([]string{"--kubeconfig", config, "--request-timeout", "10s"}, args...)...).CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
-	nodes := func() string {
-		out, err := kubectl(kc, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
-		if err != nil {
-			return fmt.Sprintf("kubectl get nodes: %v: %s", err, out)
-		}
-		var want []string
-		for _, n := range append(slices.Clone(controllers), "demo-default-0") {
-			want = append(want, n+" True")
-		}
-		if out != strings.Join(want, "\n") {
-			return fmt.Sprintf("nodes (name, Ready): %q, want %q", out, strings.Join(want, "\n"))
-		}
-		return ""
-	}
-	podsUp := func() string {
-		out, err := kubectl(kc, "get", "pods", "-A", "-o",
-			`jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
-		if err != nil {
-			return fmt.Sprintf("kubectl get pods: %v: %s", err, out)
-		}
-		for _, l := range strings.Split(out, "\n") {
-			if !strings.HasSuffix(l, " Running True") {
-				return "a pod is not up: " + l
-			}
-		}
-		return ""
-	}
-	for _, phase := range []string{"trust", "reissue", "complete"} {
-		step := time.Now()
-		apply(phase)
-		if out, err := exec.Command(opke, "kubeconfig", "--cluster", "demo", "--data-dir", data, "--out", kc).CombinedOutput(); err != nil {
-			t.Fatalf("%s: opke kubeconfig: %v\n%s", phase, err, out)
-		}
-		waitFor(t, 3*time.Minute, nodes)
-		waitFor(t, 5*time.Minute, podsUp)
-		out, _ := kubectl(kc, "get", "pods", "-A", "-o", "wide")
-		t.Logf("CA rotation, phase %s, committed, ran in %s; kubectl get pods -A:\n%s", phase, time.Since(step).Round(time.Second), out)
-	}
-	if out, err := kubectl(before, "get", "nodes"); err == nil || !strings.Contains(out, "certificate") {
-		t.Errorf("the kubeconfig of generation 1 still works after the rotation: %v\n%s", err, out)
-	}
-	out, err := kubectl(kc, "get", "--raw", "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt")
-	if err != nil || strings.Count(out, "BEGIN CERTIFICATE") != 1 {
-		t.Errorf("kube-root-ca.crt after the rotation (one CA): %v\n%.400s", err, out)
 	}
 }
