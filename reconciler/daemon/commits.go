@@ -102,8 +102,45 @@ func (d *Daemon) firstHead(ctx context.Context, branch, head string) {
 	default:
 		if accepted != "" {
 			d.loadHead(ctx, accepted)
+			d.catchUp(ctx, accepted)
 		}
 		d.resync(ctx)
+	}
+}
+
+// catchUp brings the statuses up to the note of commit, the handled head,
+// at the first poll of a leadership. A leader stores a reconcile's entry
+// in the note, hands the note to the reporters and then records the
+// status: one killed in between left a status pending on an apply that
+// ended, and nothing would ever say otherwise (the head is handled, and
+// a drift check that changes nothing keeps the commit's result). The
+// note goes to the reporters again (they replace what they wrote) and
+// the statuses are recorded from it.
+func (d *Daemon) catchUp(ctx context.Context, commit string) {
+	n, err := d.Note(ctx, commit)
+	if err != nil {
+		return
+	}
+	var stale []string
+	for _, name := range slices.Sorted(maps.Keys(n.Clusters)) {
+		if n.Clusters[name].State == report.Pending {
+			continue
+		}
+		if s, ok := d.status(ctx, name); ok && s.Commit == commit && s.State == report.Pending {
+			stale = append(stale, name)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	d.log.Info("the last leader ended these reconciles but died before it recorded them: recorded from the commit's note",
+		"commit", commit, "clusters", stale)
+	d.publish(ctx, n)
+	d.mu.Lock()
+	w := &work{commit: commit, ref: n.Ref, clusters: d.fleet}
+	d.mu.Unlock()
+	for _, name := range stale {
+		d.record(ctx, name, w.reconciled(name, n.Clusters[name]))
 	}
 }
 

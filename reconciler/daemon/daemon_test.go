@@ -22,6 +22,8 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	gogit "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/cloud"
@@ -912,5 +914,54 @@ func TestDaemonDeletesTheLastCluster(t *testing.T) {
 	}
 	if got := e.servers(t); len(got) != 0 {
 		t.Errorf("servers left: %v", got)
+	}
+}
+
+// TestDaemonRecordsWhatADeadLeaderEnded: a leader killed after it stored
+// a reconcile's entry in the note but before it recorded the status (the
+// reporters run in between) left the status pending on an apply that
+// ended. The next leader records the status from the note and hands the
+// note to the reporters again, at its first poll, with no new commit.
+func TestDaemonRecordsWhatADeadLeaderEnded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0, "")
+	head := commitSpec(t, e.work, "demo", demoSpec(1), "demo")
+	e.push(t, main)
+	if n := e.waitNote(t, head, main); n.State != report.Success {
+		t.Fatalf("create: %+v", n)
+	}
+	done := e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.Commit == head && s.State == report.Success })
+	e.stop()
+
+	// The status as the dead leader left it: the apply under way.
+	ctx := context.Background()
+	key := state.KeysOf(e.store).Status("demo")
+	left := done
+	left.State, left.Summary, left.Applied = report.Pending, "applying: "+report.PlanSummary(e.gitNote(t, head).Clusters["demo"].Plan), ""
+	data, err := json.Marshal(left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Put(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	// And the forge's last post the pending one: what it was told last is
+	// forgotten.
+	if err := e.store.Delete(ctx, state.KeysOf(e.store).Reported(string(report.GitHub)+"/"+head+"/opke/demo")); err != nil {
+		t.Fatal(err)
+	}
+	reported := len(e.forge.of(head, "opke/demo"))
+
+	e.start(t)
+	got := e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.State != report.Pending })
+	if diff := cmp.Diff(done, got, cmpopts.IgnoreFields(daemon.ClusterStatus{}, "Updated", "LastResync")); diff != "" {
+		t.Errorf("the status recorded from the note (-after the apply +after the next leader):\n%s", diff)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(e.forge.of(head, "opke/demo")) == reported && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if all := e.forge.of(head, "opke/demo"); len(all) == reported || !strings.HasPrefix(all[len(all)-1], "success: applied") {
+		t.Errorf("the forge was not told again: %q", all)
 	}
 }

@@ -303,6 +303,14 @@ func (d *Daemon) record(ctx context.Context, name string, e event) {
 	}
 }
 
+// status reads a cluster's status; false if there is none or it cannot
+// be read.
+func (d *Daemon) status(ctx context.Context, name string) (ClusterStatus, bool) {
+	var s ClusterStatus
+	data, err := d.cfg.Store.Get(ctx, state.KeysOf(d.cfg.Store).Status(name))
+	return s, err == nil && json.Unmarshal(data, &s) == nil
+}
+
 // ledgerFacts reads what the ledger says of a cluster for its status:
 // the hosts' versions (when versions) and the newest backup. What cannot
 // be read is left out: the status keeps what it said.
