@@ -168,6 +168,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	b.drains(d, o, deletes)
 	joins := Joins(d, o)
 	b.hosts(d, o, joins)
+	b.gatedRolls(d)
 	b.members(d, o, joins, deletes)
 	b.manifests(d, o)
 	b.workloads(d)
@@ -210,6 +211,38 @@ func (b *builder) workloads(d *Desired) {
 		After:  Attrs{"kinds": Known("Deployment,DaemonSet,StatefulSet")},
 		Reason: "the controllers' " + strings.Join(why, " and ") + " changed (a CA rotation): pods read what they trust at start"}})
 	p.deps = append(p.deps, deps...)
+}
+
+// gatedRolls makes a pool's workers rolled to new servers (its flavor or
+// the image changed) go one at a time with each back before the next
+// leaves: a worker's drain waits for the gate (node Ready) of the worker
+// replaced before it, not only for its server's replacement. Replacements
+// for health (drift: in ERROR, remediated) are not held so: their nodes
+// are out already. Controllers are held by their etcd membership's
+// chain (members), the gateway is one.
+func (b *builder) gatedRolls(d *Desired) {
+	pools := map[string][]*pending{}
+	for _, p := range b.list {
+		if p.Cluster == d.Cluster && p.Action == ActionReplace && p.Address.Kind == KindServer && !p.drift &&
+			schemas.RoleOf(d.Cluster, p.Address.Name) == schemas.RoleWorker {
+			pool, _ := index(p.Address.Name)
+			pools[pool] = append(pools[pool], p)
+		}
+	}
+	for _, list := range pools {
+		slices.SortFunc(list, func(x, y *pending) int { return byIndex(x.Address.Name, y.Address.Name) })
+		for i := 1; i < len(list); i++ {
+			gate := b.find(d.Cluster, GateAddress(list[i-1].Address.Name), ActionCheck)
+			if gate == nil {
+				continue
+			}
+			first := b.find(d.Cluster, DrainAddress(list[i].Address.Name), ActionDrain)
+			if first == nil {
+				first = list[i]
+			}
+			first.deps = append(first.deps, gate.key)
+		}
+	}
 }
 
 // drains adds, before the deletion of a worker that ran a kubelet, its

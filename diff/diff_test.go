@@ -334,6 +334,9 @@ func TestPlans(t *testing.T) {
 				if !slices.Contains(drain.DependsOn, first.ID) || !slices.Equal(second.DependsOn, []string{drain.ID}) || BestEffort(drain) {
 					t.Errorf("the replace is not rolling (surge 1), each worker drained (not best effort) first: %v, %v, %v", drain.DependsOn, second.DependsOn, drain.After)
 				}
+				if gate := find(t, p.Changes, GateAddress("demo-default-0").String(), ActionCheck); !slices.Contains(drain.DependsOn, gate.ID) {
+					t.Errorf("the second worker is drained before the first is back (its gate): %v", drain.DependsOn)
+				}
 				if node := find(t, p.Changes, NodeAddress("demo-default-1").String(), ActionDelete); !slices.Equal(node.DependsOn, []string{second.ID}) {
 					t.Errorf("the replaced worker's Node object is not deleted after its server: %v", node.DependsOn)
 				}

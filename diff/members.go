@@ -20,17 +20,22 @@ import (
 //     membership after the API's load balancer dropped it and before its
 //     server is deleted, highest index first.
 //   - A controller whose member must join the etcd that runs (a server
-//     lost and made again, or controllers.count raised) is added as a
-//     learner before its etcd starts, with ETCD_INITIAL_CLUSTER_STATE
-//     existing and the membership it was added to; promoted to a voting
-//     member once it caught up; then gated healthy. The member of a lost
-//     server is removed before its server is made again (a member that
-//     answers is never removed so: a controller that runs is not
-//     replaced).
-//   - The next membership change waits for the gate of the one before.
+//     lost and made again, one rolled to a new server, or
+//     controllers.count raised) is added as a learner before its etcd
+//     starts, with ETCD_INITIAL_CLUSTER_STATE existing and the membership
+//     it was added to; promoted to a voting member once it caught up;
+//     then gated healthy. The member of a lost server is removed before
+//     its server is made again (a member that answers is never removed
+//     so: a controller that runs is not replaced for its health); the
+//     member of a controller rolled (its flavor or image changed) is
+//     removed while it answers, only when every other member answers.
+//   - The next membership change waits for the gate of the one before:
+//     a controller replaced leaves and joins again before the next
+//     leaves.
 //
-// The phases order the rest: removals run in the infrastructure phase
-// (before the servers go or come), joins in the host phase.
+// Removals are infrastructure changes (before the servers go or come),
+// joins host changes; the apply runs a removal that waits for a gate
+// once the gate passed, with the host changes (reconciler/clusterapply.go).
 
 // Attributes of membership changes.
 const (
@@ -50,8 +55,14 @@ const (
 	// does not answer.
 	RemovalLost = "lost"
 	// RemovalReplace is a member whose server is to be replaced while it
-	// exists: refused while the member answers.
+	// exists, for its health (in ERROR, remediated): refused while the
+	// member answers.
 	RemovalReplace = "replace"
+	// RemovalRoll is a member whose server is replaced because its flavor
+	// or image changed: removed while it answers, when every other member
+	// answers (etcd keeps its quorum, and one failure more is the most it
+	// loses for the while).
+	RemovalRoll = "roll"
 )
 
 // Join is a controller whose etcd member joins the etcd that runs.
@@ -98,7 +109,10 @@ func PeerURL(ip netip.Addr) string { return "https://" + netip.AddrPortFrom(ip, 
 // runs, in the order they join (by index). The etcd runs once a
 // controller of the cluster ran (the ledger has its version); a member
 // runs if its controller ran and keeps its server. Before that, every
-// controller founds the cluster and none joins.
+// controller founds the cluster and none joins. Each joins the members
+// there are then: those that run, those that ran and are still to be
+// removed and join again later (one at a time, each removed just before
+// its own join), and those joined before it.
 func Joins(d *Desired, o *Observed) []Join {
 	if o.Applied == nil {
 		return nil
@@ -125,11 +139,18 @@ func Joins(d *Desired, o *Observed) []Join {
 		}
 	}
 	slices.SortFunc(joining, byIndex)
-	var out []Join
 	members := running
 	for _, host := range joining {
-		members = slices.SortedFunc(slices.Values(append(slices.Clone(members), host)), byIndex)
-		j := Join{Host: host, Members: members}
+		if o.Applied.Knows(host) {
+			members = append(members, host) // in the membership until its turn
+		}
+	}
+	var out []Join
+	for _, host := range joining {
+		if !slices.Contains(members, host) {
+			members = append(members, host)
+		}
+		j := Join{Host: host, Members: slices.SortedFunc(slices.Values(members), byIndex)}
 		if o.Applied.Knows(host) {
 			j.Removal = cmp.Or(renewed[host], RemovalLost)
 		}
@@ -181,9 +202,9 @@ func Renewed(d *Desired, o *Observed) []string {
 }
 
 // renewedServers are the servers of d the plan creates (RemovalLost: not
-// in the cloud) or replaces (RemovalReplace: an attribute that forces a
-// new one changed, one in ERROR, or a worker remediated), as the builder
-// finds them (changedAttrs, renewals).
+// in the cloud) or replaces (RemovalRoll: an attribute that forces a new
+// one changed; RemovalReplace: one in ERROR, or remediated), as the
+// builder finds them (changedAttrs, renewals).
 func renewedServers(d *Desired, o *Observed) map[string]string {
 	cloud := map[string]Resource{}
 	for _, r := range o.Cloud {
@@ -202,7 +223,7 @@ func renewedServers(d *Desired, o *Observed) map[string]string {
 			continue
 		}
 		if slices.ContainsFunc(changedAttrs(r, got), func(k string) bool { return slices.Contains(r.ForceNew, k) }) {
-			out[r.Name] = RemovalReplace
+			out[r.Name] = RemovalRoll
 		}
 	}
 	renew, _ := renewals(d, o)
@@ -254,28 +275,37 @@ func (b *builder) members(d *Desired, o *Observed, joins []Join, deletes []*pend
 		}
 		chain = append(chain, m)
 	}
-	// Members of lost servers, before their servers are made again.
-	for _, j := range joins {
-		if j.Removal == "" {
-			continue
-		}
-		reason := "the member of the lost server leaves etcd's membership before its server is made again"
-		if j.Removal == RemovalReplace {
-			reason = "the member leaves etcd's membership before its server is replaced (refused while it answers)"
-		}
-		m := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: MemberAddress(j.Host), Action: ActionDelete,
-			Before: Attrs{attrPeerURL: Known(urls[j.Host]), attrRemoval: Known(j.Removal)}, Reason: reason}})
-		if s := b.find(d.Cluster, ResourceAddress(KindServer, j.Host), ActionCreate, ActionReplace); s != nil {
-			m.drift = s.drift
-			s.deps = append(s.deps, m.key)
-		}
-		chain = append(chain, m)
-	}
-	// Joins: added as a learner before its etcd starts, promoted once
-	// caught up, then gated.
+	// Joins, each after the removal of its host's old member if it has
+	// one (a lost server's, one replaced): added as a learner before its
+	// etcd starts, promoted once caught up, then gated.
 	for _, j := range joins {
 		server := b.find(d.Cluster, ResourceAddress(KindServer, j.Host), ActionCreate, ActionReplace)
 		drift := server != nil && server.drift
+		if j.Removal != "" {
+			reason := "the member of the lost server leaves etcd's membership before its server is made again"
+			switch j.Removal {
+			case RemovalReplace:
+				reason = "the member leaves etcd's membership before its server is replaced (refused while it answers)"
+			case RemovalRoll:
+				reason = "the member leaves etcd's membership before its server is replaced (every other member answering)"
+			}
+			m := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseInfrastructure, Address: MemberAddress(j.Host), Action: ActionDelete,
+				Before: Attrs{attrPeerURL: Known(urls[j.Host]), attrRemoval: Known(j.Removal)}, Reason: reason}, drift: drift})
+			if server != nil {
+				server.deps = append(server.deps, m.key)
+			}
+			if j.Removal == RemovalRoll && !drift {
+				// A roll of the controllers takes etcd's snapshot first,
+				// as a rollout does (roll).
+				snapshot := b.find(d.Cluster, SnapshotAddress(d.Cluster), ActionBackup)
+				if snapshot == nil {
+					snapshot = b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: SnapshotAddress(d.Cluster),
+						Action: ActionBackup, Reason: "etcd snapshot before the first controller leaves etcd's membership, to restore if the roll must be undone"}})
+				}
+				m.deps = append(m.deps, snapshot.key)
+			}
+			chain = append(chain, m)
+		}
 		add := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: MemberAddress(j.Host), Action: ActionCreate,
 			After:  Attrs{attrPeerURL: Known(urls[j.Host]), attrMembers: Known(strings.Join(j.Members, ",")), attrLearner: Known("true")},
 			Reason: fmt.Sprintf("added to etcd as a learner before its etcd starts: %d members with it", len(j.Members))}})

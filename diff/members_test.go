@@ -184,6 +184,35 @@ func TestMembership(t *testing.T) {
 				}
 			}
 		}},
+		{"controllers-flavor", func() *schemas.Cluster {
+			c := controllers(3)
+			c.Spec.Controllers.Flavor = "m1.xlarge"
+			return c
+		}(), three, func(t *testing.T, p *Plan) {
+			if len(p.Drift) != 0 || len(p.Warnings) != 0 {
+				t.Errorf("a flavor change is a change, not drift: %v %v", addrs(p.Drift), p.Warnings)
+			}
+			var prevGate *Change
+			for i := range 3 {
+				rm := find(t, p.Changes, MemberAddress(ctl(i)), ActionDelete)
+				server := find(t, p.Changes, ResourceAddress(KindServer, ctl(i)), ActionReplace)
+				add := find(t, p.Changes, MemberAddress(ctl(i)), ActionCreate)
+				gate := find(t, p.Changes, GateAddress(ctl(i)), ActionCheck)
+				if rm.Before[attrRemoval].Value != RemovalRoll || !after(p, server, rm) || !after(p, add, rm) || !after(p, gate, server) || !after(p, gate, add) {
+					t.Errorf("%s: want its member removed (a roll), its server replaced, the new member added, gated: %+v", ctl(i), rm.Before)
+				}
+				if got := add.After[attrMembers].Value; got != "demo-controller-0,demo-controller-1,demo-controller-2" {
+					t.Errorf("%s joins with members %s", ctl(i), got)
+				}
+				if prevGate != nil && !after(p, rm, *prevGate) {
+					t.Errorf("%s leaves etcd before the controller before it passed its gate", ctl(i))
+				}
+				prevGate = &gate
+				if snapshot := find(t, p.Changes, SnapshotAddress("demo"), ActionBackup); !after(p, rm, snapshot) {
+					t.Errorf("%s leaves etcd before the snapshot", ctl(i))
+				}
+			}
+		}},
 		{"controllers-scale-in", controllers(3), five, func(t *testing.T, p *Plan) {
 			rm4 := find(t, p.Changes, MemberAddress(ctl(4)), ActionDelete)
 			rm3 := find(t, p.Changes, MemberAddress(ctl(3)), ActionDelete)
@@ -249,7 +278,7 @@ func TestJoins(t *testing.T) {
 				}
 			}
 			return &o
-		}(), []Join{{Host: "demo-controller-0", Members: []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}, Removal: RemovalReplace}}},
+		}(), []Join{{Host: "demo-controller-0", Members: []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}, Removal: RemovalRoll}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, Joins(d, tc.o)); diff != "" {

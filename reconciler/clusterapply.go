@@ -24,14 +24,17 @@ import (
 
 // clusterApply is one cluster's apply: what its phases share. The plan
 // it is given is what it executes, the infrastructure phase then the host
-// phase, nothing planned again. Its values known only after apply (the
-// API's floating IP, the bytes that carry keys and certificates issued
-// now) come from one render made through the lease, which issues what
-// the cluster lacks for good; it is made again only when what it was
-// made from moved in the infrastructure phase (the API's floating IP or
-// the cloud credential created, a host made again: renderKey). The cloud is observed once for the
-// infrastructure phase and once more, for the real addresses, only if
-// that phase changed something.
+// phase, nothing planned again; an infrastructure change that waits for a
+// host change (a rolled server waits for the gate of the one before it)
+// runs with the host phase, once what it waits for is done. Its values
+// known only after apply (the API's floating IP, the bytes that carry
+// keys and certificates issued now) come from one render made through
+// the lease, which issues what the cluster lacks for good; it is made
+// again only when what it was made from moved in an infrastructure step
+// (the API's floating IP or the cloud credential created, a host made
+// again: renderKey). The cloud is observed once for the infrastructure
+// phase and once more, for the real addresses, after each infrastructure
+// step that ran before a host step.
 type clusterApply struct {
 	a       *Applier
 	j       *journal
@@ -44,12 +47,20 @@ type clusterApply struct {
 	stepCtx context.Context // the steps run on it
 	clients *cloud.Clients
 
-	// observed is the cloud as last observed, ledger the ledger read with
-	// it; stale once the infrastructure phase ran a step. owner is the
-	// installation id the observations filter by.
+	// mu guards what the host phase's steps share with the
+	// infrastructure steps that run beside them: observed is the cloud as
+	// last observed, ledger the ledger read with it; stale once an
+	// infrastructure step ran. hs is the host steps' context, made from
+	// them, and made again once stale; made lists the hosts whose servers
+	// were made since it was (what they have is not what hs read). owner
+	// is the installation id the observations filter by.
+	mu       sync.Mutex
 	observed []diff.Resource
 	ledger   *Ledger
 	stale    bool
+	hs       *hostStep
+	made     []string
+	uploads  map[string][]string
 	owner    string
 	// out is the render the steps use, made with the options in key;
 	// renderMu makes the steps that run at once share one (two renders
@@ -87,7 +98,8 @@ func consistent(c diff.Change, sum string) error {
 }
 
 // phases runs the infrastructure phase, then the host phase. It returns
-// how the apply ended: done or failed.
+// how the apply ended: done or failed. The infrastructure changes that
+// wait for a host change run in the host phase (laterInfra).
 func (ca *clusterApply) phases() (string, error) {
 	var infra, hosts []diff.Change
 	for _, c := range slices.Concat(ca.plan.Changes, ca.plan.Drift) {
@@ -97,10 +109,15 @@ func (ca *clusterApply) phases() (string, error) {
 			hosts = append(hosts, c)
 		}
 	}
+	early, later := laterInfra(infra, hosts)
+	var step func(context.Context, diff.Change) error
 	if len(infra) > 0 {
-		states, err := ca.infra(infra)
-		if err != nil || !allDone(states) {
-			return resultFailed, err // the failed steps are in the summary
+		var err error
+		if step, err = ca.infra(); err != nil {
+			return resultFailed, err
+		}
+		if states := ca.run(early, step); !allDone(states) {
+			return resultFailed, nil // the failed steps are in the summary
 		}
 	}
 	if ca.spec == nil {
@@ -116,11 +133,40 @@ func (ca *clusterApply) phases() (string, error) {
 		}
 		return resultDone, nil
 	}
-	return ca.hosts(hosts)
+	return ca.hosts(hosts, later, step)
+}
+
+// laterInfra splits a plan's infrastructure changes into those that run
+// first and those that wait for a host change, directly or through
+// another: a worker rolled to a new server is drained once the one
+// before it passed its gate, a controller leaves etcd's membership once
+// the one before it joined again.
+func laterInfra(infra, hosts []diff.Change) (early, later []diff.Change) {
+	wait := map[string]bool{}
+	for _, c := range hosts {
+		wait[c.ID] = true
+	}
+	for moved := true; moved; {
+		moved = false
+		for _, c := range infra {
+			if !wait[c.ID] && slices.ContainsFunc(c.DependsOn, func(id string) bool { return wait[id] }) {
+				wait[c.ID], moved = true, true
+			}
+		}
+	}
+	for _, c := range infra {
+		if wait[c.ID] {
+			later = append(later, c)
+		} else {
+			early = append(early, c)
+		}
+	}
+	return early, later
 }
 
 // observe returns the cloud's resources of the cluster, observed again
-// when the infrastructure phase changed them.
+// when an infrastructure step changed them. The caller holds mu, or no
+// step runs.
 func (ca *clusterApply) observe() ([]diff.Resource, error) {
 	if ca.observed != nil && !ca.stale {
 		return ca.observed, nil
@@ -157,7 +203,7 @@ func (ca *clusterApply) observe() ([]diff.Resource, error) {
 // last observed, rendering again only when what it depends on moved since
 // (renderKey). cloud.conf waits for the credential: it
 // is not rendered while there is none.
-func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error) {
+func (ca *clusterApply) render(observed []diff.Resource, ledger *Ledger) (*render.Output, error) {
 	ca.renderMu.Lock()
 	defer ca.renderMu.Unlock()
 	opts, placeholder, err := ca.a.Planner.renderOptions(ca.stepCtx, ca.j.w, ca.spec, ca.clients, observed)
@@ -175,7 +221,7 @@ func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error)
 			joins = append(joins, diff.Join{Host: c.Address.Host, Members: start.Members})
 		}
 	}
-	opts.Etcd = etcdStarts(ca.name, ca.ledger, joins)
+	opts.Etcd = etcdStarts(ca.name, ledger, joins)
 	key := renderKey{apiFIP: opts.APIFloatingIP, renewed: ca.renewed}
 	if opts.Cloud != nil {
 		key.cloud = *opts.Cloud
@@ -192,16 +238,22 @@ func (ca *clusterApply) render(observed []diff.Resource) (*render.Output, error)
 	return out, nil
 }
 
-// infra runs the cluster's infrastructure changes, with the ids of what
-// the cloud and the ledger hold and, for servers, the user_data of the
-// render.
-func (ca *clusterApply) infra(changes []diff.Change) (map[string]StepState, error) {
+// infra prepares the cluster's infrastructure steps: with the ids of
+// what the cloud and the ledger hold (as they are before the first step)
+// and, for servers, the user_data of the render. The step it returns
+// marks the observation stale: the host steps that follow observe again.
+func (ca *clusterApply) infra() (func(context.Context, diff.Change) error, error) {
 	name := ca.name
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
 	found, err := ca.observe()
 	if err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(changes, func(c diff.Change) bool {
+	ledger := ca.ledger
+	if slices.ContainsFunc(ca.plan.Changes, func(c diff.Change) bool {
+		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
+	}) || slices.ContainsFunc(ca.plan.Drift, func(c diff.Change) bool {
 		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
 	}) {
 		// The plan deletes what the cluster's cloud controller manager
@@ -215,19 +267,40 @@ func (ca *clusterApply) infra(changes []diff.Change) (map[string]StepState, erro
 	// What the ledger knows comes first: a resource the cloud does not
 	// list by tags (a server group before its servers) made by a step
 	// done before a crash.
-	ops := cloud.NewApplier(ca.clients, ca.owner, name, slices.Concat(slices.Collect(maps.Values(ca.ledger.Resources)), found))
+	ops := cloud.NewApplier(ca.clients, ca.owner, name, slices.Concat(slices.Collect(maps.Values(ledger.Resources)), found))
 	byAddr := map[diff.Address]diff.Resource{}
 	for _, r := range found {
 		byAddr[r.Address()] = r
 	}
 	ca.stale = true
-	return ca.run(changes, func(ctx context.Context, c diff.Change) error {
+	return func(ctx context.Context, c diff.Change) error {
+		defer ca.changed(c)
 		switch c.Address.Target {
 		case diff.TargetDrain, diff.TargetNode, diff.TargetMember:
 			return ca.nodeStep(ctx, c)
 		}
-		return ca.infraStep(ctx, ops, byAddr[c.Address], c)
-	}), nil
+		return ca.infraStep(ctx, ops, ledger, byAddr[c.Address], c)
+	}, nil
+}
+
+// changed marks what an infrastructure step changed: the cloud is
+// observed again, and the host steps' context made again, before the
+// next host step; a server made anew has nothing of what was read of
+// its host.
+func (ca *clusterApply) changed(c diff.Change) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	ca.stale = true
+	if c.Address.Kind == diff.KindServer && (c.Action == diff.ActionCreate || c.Action == diff.ActionReplace) {
+		ca.made = append(ca.made, c.Address.Name)
+	}
+}
+
+// current returns the cloud as last observed and the ledger read with it.
+func (ca *clusterApply) current() ([]diff.Resource, *Ledger) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	return ca.observed, ca.ledger
 }
 
 // nodeStep drains a worker, deletes a Node object or removes an etcd
@@ -236,11 +309,12 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	if ca.spec == nil {
 		return fmt.Errorf("%s: no spec to reach the cluster's API with", c.Address)
 	}
-	out, err := ca.render(ca.observed)
+	observed, ledger := ca.current()
+	out, err := ca.render(observed, ledger)
 	if err != nil {
 		return err
 	}
-	t, err := hostTarget(ca.name, ca.clients, ca.observed, ca.j.w)
+	t, err := hostTarget(ca.name, ca.clients, observed, ca.j.w)
 	if err != nil {
 		return err
 	}
@@ -271,7 +345,7 @@ func resourceOf(c diff.Change, observed diff.Resource) (diff.Resource, error) {
 
 // infraStep creates, updates, replaces or deletes one resource, and
 // records it in the ledger.
-func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, observed diff.Resource, c diff.Change) error {
+func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, ledger *Ledger, observed diff.Resource, c diff.Change) error {
 	j, store := ca.j, ca.j.w
 	r, err := resourceOf(c, observed)
 	if err != nil {
@@ -293,7 +367,7 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 		// A host the ledger knew before the apply had material issued for
 		// it, which goes; one it did not know has only what this apply's
 		// render issued for it, which stays.
-		knew := ca.ledger != nil && ca.ledger.Applied.Knows(r.Name)
+		knew := ledger != nil && ledger.Applied.Knows(r.Name)
 		if err := forgetHost(ctx, store, c.Cluster, r.Name, keep, knew); err != nil {
 			return err
 		}
@@ -325,7 +399,7 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 			if ca.spec == nil {
 				return fmt.Errorf("%s: no spec to render its user_data from", c.Address)
 			}
-			out, err := ca.render(ca.observed)
+			out, err := ca.render(ca.current())
 			if err != nil {
 				return err
 			}
@@ -351,9 +425,10 @@ func (ca *clusterApply) infraStep(ctx context.Context, ops *cloud.Applier, obser
 
 // hosts runs the plan's host phase: its uploads, restarts, gates,
 // backups and manifests, with the bytes of the render made from the real
-// addresses; then records the hosts' versions, the kubeconfig and the
-// spec.
-func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
+// addresses, and the infrastructure changes that wait for some of them
+// (later, run by infraStep); then records the hosts' versions, the
+// kubeconfig and the spec.
+func (ca *clusterApply) hosts(changes, later []diff.Change, infraStep func(context.Context, diff.Change) error) (string, error) {
 	name, w := ca.name, ca.j.w
 	var hostChanges, stateChanges []diff.Change
 	uploads := map[string][]string{}
@@ -367,39 +442,32 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 			uploads[c.Address.Host] = append(uploads[c.Address.Host], c.Address.Name)
 		}
 	}
-	observed, err := ca.observe()
-	if err != nil {
-		return resultFailed, err
-	}
-	out, err := ca.render(observed)
-	if err != nil {
-		return resultFailed, err
-	}
+	ca.uploads = uploads
 	states := map[string]StepState{}
-	if len(hostChanges) > 0 {
-		target, err := hostTarget(name, ca.clients, observed, w)
-		if err != nil {
+	if len(hostChanges) > 0 || len(later) > 0 {
+		if _, err := ca.hostContext(); err != nil {
 			return resultFailed, err
 		}
-		files := map[string]map[string]assets.File{}
-		etcd := map[string]assets.EtcdStart{}
-		for _, h := range out.Assets.Hosts {
-			files[h.Name] = map[string]assets.File{}
-			for _, f := range h.Files {
-				files[h.Name][f.Path] = f
+		states = ca.run(slices.Concat(hostChanges, later), func(ctx context.Context, c diff.Change) error {
+			if c.Phase == diff.PhaseInfrastructure {
+				return infraStep(ctx, c)
 			}
-			if h.Etcd != nil {
-				etcd[h.Name] = *h.Etcd
+			hs, err := ca.hostContext()
+			if err != nil {
+				return err
 			}
-		}
-		// A host that already has a file's bytes (a step that ran before a
-		// crash) is not sent them again: one sha256sum per host says.
-		have, err := ca.a.Hosts.Checksums(ca.stepCtx, target, uploads)
-		if err != nil {
-			ca.a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", name, "err", err)
-		}
-		hs := hostStep{a: ca.a, j: ca.j, t: target, files: files, etcd: etcd, have: have, uploads: uploads, pki: out.PKI, spec: ca.spec}
-		states = ca.run(hostChanges, hs.do)
+			return hs.do(ctx, c)
+		})
+	}
+	ca.mu.Lock()
+	observed, err := ca.observe()
+	var out *render.Output
+	if err == nil {
+		out, err = ca.render(observed, ca.ledger)
+	}
+	ca.mu.Unlock()
+	if err != nil {
+		return resultFailed, err
 	}
 	// A change of what only the store keeps (the deletion policy) is made
 	// by recording the spec, below.
@@ -415,6 +483,7 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 			notDone[c.Address.Host] = true
 		}
 	}
+	laterDone := !slices.ContainsFunc(later, func(c diff.Change) bool { return states[c.ID] != StepDone })
 	versions, err := recordedVersions(ca.stepCtx, w, name)
 	if err != nil {
 		return resultFailed, err
@@ -426,7 +495,7 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 			}
 		}
 	}
-	if len(notDone) > 0 || !stateDone {
+	if len(notDone) > 0 || !stateDone || !laterDone {
 		return resultFailed, nil
 	}
 	if fip := apiFloatingIP(name, observed); fip.IsValid() {
@@ -437,6 +506,59 @@ func (ca *clusterApply) hosts(changes []diff.Change) (string, error) {
 		}
 	}
 	return resultDone, RecordSpec(ca.stepCtx, w, ca.spec, ca.plan.Commit)
+}
+
+// hostContext returns what the host steps run with: the hosts' target,
+// the render's files and material, and what the hosts have of the files
+// to upload. It is made again when an infrastructure step ran since (a
+// server made again, whose new certificates the render issues anew:
+// renderKey); what was read of a host whose server was made since is
+// dropped (it is a new machine).
+func (ca *clusterApply) hostContext() (*hostStep, error) {
+	ca.mu.Lock()
+	defer ca.mu.Unlock()
+	if ca.hs != nil && !ca.stale {
+		return ca.hs, nil
+	}
+	observed, err := ca.observe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := ca.render(observed, ca.ledger)
+	if err != nil {
+		return nil, err
+	}
+	target, err := hostTarget(ca.name, ca.clients, observed, ca.j.w)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]map[string]assets.File{}
+	etcd := map[string]assets.EtcdStart{}
+	for _, h := range out.Assets.Hosts {
+		files[h.Name] = map[string]assets.File{}
+		for _, f := range h.Files {
+			files[h.Name][f.Path] = f
+		}
+		if h.Etcd != nil {
+			etcd[h.Name] = *h.Etcd
+		}
+	}
+	var have map[string]map[string]string
+	if ca.hs == nil {
+		// A host that already has a file's bytes (a step that ran before a
+		// crash) is not sent them again: one sha256sum per host says.
+		if have, err = ca.a.Hosts.Checksums(ca.stepCtx, target, ca.uploads); err != nil {
+			ca.a.log().Warn("reading the hosts' files before uploading; sending them all", "cluster", ca.name, "err", err)
+		}
+	} else {
+		have = maps.Clone(ca.hs.have)
+		for _, host := range ca.made {
+			delete(have, host)
+		}
+	}
+	ca.made = nil
+	ca.hs = &hostStep{a: ca.a, j: ca.j, t: target, files: files, etcd: etcd, have: have, uploads: ca.uploads, pki: out.PKI, spec: ca.spec}
+	return ca.hs, nil
 }
 
 // run executes changes in dependency order, Parallel at once, each

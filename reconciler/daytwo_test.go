@@ -670,6 +670,55 @@ func TestDayTwo(t *testing.T) {
 		}
 	})
 
+	t.Run("a pool's flavor change rolls its workers one at a time, each Ready before the next is drained", func(t *testing.T) {
+		before := serverIDs(r.checkClean(t, "before the roll"))
+		workers := workers[:demo.Spec.WorkerPools[0].Count] // the scale-in above left two
+		var mu sync.Mutex
+		var events []string // "<state> <address>", in the order they came
+		roll := a.WithProgress(func(_ context.Context, s reconciler.Step) {
+			if s.State == reconciler.StepStarted || s.State == reconciler.StepDone {
+				mu.Lock()
+				events = append(events, string(s.State)+" "+s.Change.Address.String())
+				mu.Unlock()
+			}
+		})
+		demo.Spec.WorkerPools[0].Flavor = "m1.medium"
+		defer func() { demo.Spec.WorkerPools[0].Flavor = "m1.small" }()
+		plan := r.mustApply(t, roll, demo)
+		at := func(event string) int {
+			t.Helper()
+			i := slices.Index(events, event)
+			if i < 0 {
+				t.Fatalf("no %q in %v", event, events)
+			}
+			return i
+		}
+		for i := 1; i < len(workers); i++ {
+			ready, drained := at("done host/"+workers[i-1]+"/health"), at("started host/"+workers[i]+"/drain")
+			if drained < ready {
+				t.Errorf("%s was drained (event %d) before %s passed its gate (event %d)", workers[i], drained, workers[i-1], ready)
+			}
+		}
+		if started := at("started openstack/server/" + workers[0]); started < at("done host/"+workers[0]+"/drain") {
+			t.Errorf("%s's server was replaced before its drain", workers[0])
+		}
+		for _, c := range slices.Concat(plan.Changes, plan.Drift) {
+			if c.Address.Kind == diff.KindServer && !slices.Contains(workers, c.Address.Name) {
+				t.Errorf("the pool's flavor change plans %s %s", c.Action, c.Address)
+			}
+		}
+		after := serverIDs(r.checkClean(t, "rolled"))
+		for k, id := range before {
+			rolled := slices.ContainsFunc(workers, func(w string) bool { return k == "server/"+w })
+			if (after[k] != id) != rolled {
+				t.Errorf("%s: %s -> %s; want only the pool's servers made again", k, id, after[k])
+			}
+		}
+		if p := r.plan(t, demo); !p.Empty() {
+			t.Errorf("after the roll the plan is not empty: %v %v", addresses(p.Changes), addresses(p.Drift))
+		}
+	})
+
 	t.Run("scheduled backups keep the newest three, each drilled; a corrupted one fails verify", func(t *testing.T) {
 		var ids []string
 		for range 5 {

@@ -28,6 +28,11 @@ import (
 // such a cluster back.
 var ErrQuorum = errors.New("etcd has no quorum")
 
+// ErrMemberDown is a controller's roll (its flavor or image changed)
+// refused because another etcd member is down or still a learner: the
+// roll would leave etcd with no failure to spare, or none at all.
+var ErrMemberDown = errors.New("another etcd member is not a healthy voter")
+
 // ErrMemberAnswers is the removal of a member that answers, refused: a
 // controller that runs is not replaced.
 var ErrMemberAnswers = errors.New("the etcd member answers")
@@ -109,6 +114,15 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 				a.log().Info("etcd member kept: not lost", "cluster", cluster, "host", host, "learner", own.IsLearner)
 				return nil
 			}
+		case diff.RemovalRoll:
+			// A roll takes a member that runs out for a while: only with
+			// every other member a voter that answers.
+			for _, x := range list.members {
+				if x.ID != own.ID && (x.IsLearner || !list.answers[x.ID]) {
+					return fmt.Errorf("remove %s from etcd to replace its server: %w: %s is a learner or does not answer; "+
+						"a controller is rolled only while every other member is a voter that answers", host, ErrMemberDown, cmp.Or(x.Name, fmt.Sprintf("%x", x.ID)))
+				}
+			}
 		case diff.RemovalReplace:
 			if answers {
 				return fmt.Errorf("%s: %w: a controller whose member answers keeps its server (its replacement while it runs is not supported: "+
@@ -118,8 +132,8 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 		if err := list.quorumWithout(own.ID); err != nil {
 			return fmt.Errorf("remove %s from etcd: %w", host, err)
 		}
-		if _, err := cli.MemberRemove(ctx, own.ID); err != nil && !etcdErrorIs(err, rpctypes.ErrGRPCMemberNotFound) {
-			return fmt.Errorf("remove %s from etcd: %w", host, err)
+		if err := a.removeMember(ctx, cli, host, own.ID); err != nil {
+			return err
 		}
 		a.log().Info("etcd member removed", "cluster", cluster, "host", host, "id", fmt.Sprintf("%x", own.ID), "removal", ch.removal)
 		return nil
@@ -158,6 +172,31 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 		return a.promote(ctx, cli, cluster, host, own.ID, own.IsLearner)
 	}
 	return fmt.Errorf("%w: %s of an etcd member", errors.ErrUnsupported, ch.action)
+}
+
+// removeMember removes a member. etcd refuses ("unhealthy cluster")
+// while the members left would not all have been connected to the leader
+// for a few seconds (its strict reconfiguration check): a member that
+// joined a moment before, as the one rolled before this one did. That
+// is tried again every gate interval, up to the gate timeout.
+func (a *Applier) removeMember(ctx context.Context, cli etcdCluster, host string, id uint64) error {
+	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := cli.MemberRemove(ctx, id)
+		switch {
+		case err == nil, etcdErrorIs(err, rpctypes.ErrGRPCMemberNotFound):
+			return nil
+		case !etcdErrorIs(err, rpctypes.ErrGRPCUnhealthy):
+			return fmt.Errorf("remove %s from etcd: %w", host, err)
+		case time.Now().After(deadline):
+			return waitedOut{fmt.Errorf("remove %s from etcd: etcd still refuses after %s: %w", host, timeout, err)}
+		}
+		waiting(ctx, fmt.Errorf("etcd refuses the removal until its other members have been connected for a while: %w", err))
+		if err := sleepCtx(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+			return err
+		}
+	}
 }
 
 // promote makes a learner a voting member once it caught up with the

@@ -141,8 +141,12 @@ func TestChangeMembership(t *testing.T) {
 		t.Fatalf("members after refusals: %v", got)
 	}
 
-	// m2 is lost: removed, once.
+	// m2 is lost: a roll of m1 is refused while it is down, then m2 is
+	// removed, once.
 	ms[2].stop()
+	if err := change(membershipChange{action: diff.ActionDelete, host: "m1", peerURL: ms[1].peer, removal: diff.RemovalRoll}); !errors.Is(err, ErrMemberDown) {
+		t.Fatalf("a roll with another member down: %v, want ErrMemberDown", err)
+	}
 	for range 2 {
 		if err := change(membershipChange{action: diff.ActionDelete, host: "m2", peerURL: ms[2].peer, removal: diff.RemovalLost}); err != nil {
 			t.Fatal(err)
@@ -181,14 +185,35 @@ func TestChangeMembership(t *testing.T) {
 		t.Fatalf("etcd after the replacement: %v", err)
 	}
 
+	// The new member rolled (its flavor changed): removed while it
+	// answers, every other member answering; its next server joins.
+	if err := change(membershipChange{action: diff.ActionDelete, host: "m2", peerURL: n.peer, removal: diff.RemovalRoll}); err != nil {
+		t.Fatalf("a roll with every member up: %v", err)
+	}
+	if diff := cmp.Diff(want(map[string]bool{ms[0].peer: false, ms[1].peer: false}), members()); diff != "" {
+		t.Fatalf("members after the roll's removal (-want +got):\n%s", diff)
+	}
+	n.stop()
+	rolled := newTestMember(t, "m2")
+	if err := change(membershipChange{action: diff.ActionCreate, host: "m2", peerURL: rolled.peer, others: []string{ms[0].peer, ms[1].peer}}); err != nil {
+		t.Fatal(err)
+	}
+	rolled.start(t, []*testMember{ms[0], ms[1], rolled}, true)
+	if err := change(membershipChange{action: diff.ActionUpdate, host: "m2", peerURL: rolled.peer}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want(map[string]bool{ms[0].peer: false, ms[1].peer: false, rolled.peer: false}), members()); diff != "" {
+		t.Fatalf("members after the roll (-want +got):\n%s", diff)
+	}
+
 	// Two of three lost: nothing changes.
 	ms[1].stop()
-	n.stop()
+	rolled.stop()
 	err = change(membershipChange{action: diff.ActionDelete, host: "m1", peerURL: ms[1].peer, removal: diff.RemovalLost})
 	if !errors.Is(err, ErrQuorum) || !strings.Contains(err.Error(), "1 of its 2 voting members answer") {
 		t.Fatalf("removal without quorum: %v, want ErrQuorum", err)
 	}
-	err = change(membershipChange{action: diff.ActionCreate, host: "m3", peerURL: freeURL(t), others: []string{ms[0].peer, ms[1].peer, n.peer}})
+	err = change(membershipChange{action: diff.ActionCreate, host: "m3", peerURL: freeURL(t), others: []string{ms[0].peer, ms[1].peer, rolled.peer}})
 	if !errors.Is(err, ErrQuorum) {
 		t.Fatalf("a join without quorum: %v, want ErrQuorum", err)
 	}

@@ -82,12 +82,30 @@ func Compare(old, new *Cluster) []FieldChange {
 		}
 		out = append(out, FieldChange{Path: ctl.Field("count"), Effect: EffectScale, Note: note})
 	}
-	diff(ctl.Field("flavor"), o.Controllers.Flavor, n.Controllers.Flavor, EffectUnsupported,
-		"replacing controllers (etcd members) is not supported yet")
+	// The controllers' servers are replaced through etcd's membership,
+	// one member at a time: only with a quorum to spare, and not while
+	// the membership changes for the count.
+	rollControllers := func(p Path, what string) {
+		e, note := EffectReplace, what
+		switch {
+		case o.Controllers.Count < 3 || n.Controllers.Count < 3:
+			e, note = EffectUnsupported, "a single controller's server cannot be replaced without losing etcd's data: "+
+				"raise controllers.count to 3 first (a commit of its own), make this change, then lower the count again"
+		case o.Controllers.Count != n.Controllers.Count:
+			e, note = EffectUnsupported, "change controllers.count and this in separate commits: one etcd membership change at a time"
+		}
+		diff(p, true, false, e, note)
+	}
+	if o.Controllers.Flavor != n.Controllers.Flavor {
+		rollControllers(ctl.Field("flavor"), "controllers are replaced one at a time: each leaves etcd's membership (every other member answering), "+
+			"its server is made again, it joins as a learner, is promoted and gated healthy before the next leaves; an etcd snapshot first")
+	}
 	diff(ctl.Field("availabilityZones"), o.Controllers.AvailabilityZones, n.Controllers.AvailabilityZones, EffectNewServersOnly,
 		"existing controllers stay where they are")
-	diff(spec.Field("image"), o.Image, n.Image, EffectReplace,
-		"every worker pool is replaced one server at a time; controllers and the gateway keep their servers")
+	if o.Image != n.Image {
+		rollControllers(spec.Field("image"), "every server is replaced, one at a time in each pool: workers drained and gated Ready before the next, "+
+			"controllers through etcd's membership as for controllers.flavor, then the gateway")
+	}
 	diff(spec.Field("sshKeyName"), o.SSHKeyName, n.SSHKeyName, EffectNewServersOnly,
 		"Nova puts the keypair on servers created from now on")
 	diff(spec.Field("sshAuthorizedKeys"), o.SSHAuthorizedKeys, n.SSHAuthorizedKeys, EffectHostFiles,
