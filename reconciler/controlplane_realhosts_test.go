@@ -35,8 +35,9 @@ import (
 // wait longer than a leader election while a member restarts. The
 // members stay the same members (none removed and added again), each at
 // the new etcd version. Then a controller is lost (its server deleted by
-// hand) and replaced, and controllers.count goes 3 -> 5 -> 3, etcd and
-// an API server answering throughout (see diff/members.go).
+// hand) and replaced, controllers.count goes 3 -> 5 -> 3, and
+// controllers.flavor changes (each controller rolled to a new server),
+// etcd and an API server answering throughout (see diff/members.go).
 func TestControlPlaneOfThree(t *testing.T) {
 	r, reg, _ := e2eRig(t)
 	c := spec(t, "demo", "", 0)
@@ -242,6 +243,44 @@ func TestControlPlaneOfThree(t *testing.T) {
 		time.Since(step).Round(time.Second), len(plan.Drift), probes-len(down), probes)
 	if len(down) > 0 {
 		t.Errorf("no API server answered at %v", down)
+	}
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))
+
+	// controllers.flavor changed: each controller in turn leaves etcd
+	// (every other member answering), its server is made again with the
+	// new flavor, its new member joins as a learner, is promoted and
+	// gated before the next leaves; etcd takes writes and the API
+	// answers throughout, and every member is a new one at the end.
+	step = time.Now()
+	w = startWriter(t, etcd)
+	p = startAPIProbe(t, r, res, controllers...)
+	rolledFrom := etcdMembers(t, etcd)
+	c.Spec.Controllers.Flavor = "m1.large"
+	plan, _ = r.apply(t, c)
+	writes, failed, longest = w.stop()
+	probes, down = p.stop()
+	t.Logf("controllers.flavor rolled in %s (%d steps); etcd took %d writes (%d failed), the longest wait %s; the API answered %d of %d probes",
+		time.Since(step).Round(time.Second), len(plan.Changes), writes, failed, longest.Round(time.Millisecond), probes-len(down), probes)
+	if longest > 10*time.Second || len(down) > 0 {
+		t.Errorf("the roll: the control plane did not answer throughout: etcd's longest wait %s, no API server answered at %v", longest, down)
+	}
+	res = r.observed(t)
+	etcd = r.etcdClient(t, res, controllers)
+	rolled := etcdMembers(t, etcd)
+	checkMembers(t, rolled, controllers, "3.6.6")
+	for id, m := range rolled {
+		if _, kept := rolledFrom[id]; kept {
+			t.Errorf("etcd member %s (%x) was kept through the roll", m.name, id)
+		}
+	}
+	for _, ctl := range controllers {
+		if f := res["openstack/server/"+ctl].Attrs["flavor"].Value; f != "m1.large" {
+			t.Errorf("%s's server has flavor %q after the roll", ctl, f)
+		}
+	}
+	if plan := r.plan(t, c); !plan.Empty() {
+		t.Errorf("the plan after the roll is not empty: %v %v", addresses(plan.Changes), addresses(plan.Drift))
 	}
 	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))

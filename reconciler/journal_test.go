@@ -84,54 +84,20 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 
 	r := newRig(t)
 	req, plan := r.planned(t, demo)
-	points := map[string]bool{}
-	killed := map[string]bool{}
-	for run := 0; ; run++ {
-		if run > 1000 {
-			t.Fatal("no end after 1000 restarts")
+	points, killed := killEverywhere(t, r, req, plan, func() {
+		// Another plan is refused while this one is unfinished (the
+		// same plan made again would be this one, and resume it).
+		bigger := spec(t, "demo", "", 0)
+		bigger.Spec.WorkerPools[0].Count++
+		other := request(bigger)
+		again, err := r.planner.Plan(ctx, other)
+		if err != nil {
+			t.Fatal(err)
 		}
-		a := r.applier(t)
-		var died string
-		a.SetPoint(func(what string) error {
-			points[what] = true
-			if died == "" && !killed[what] {
-				died = what
-				return errKill
-			}
-			return nil
-		})
-		var err error
-		if run == 0 {
-			_, err = a.Apply(ctx, req, plan)
-		} else {
-			_, err = a.Resume(ctx)
+		if _, err := r.applier(t).Apply(ctx, other, again.Plan); !errors.Is(err, reconciler.ErrUnfinished) {
+			t.Fatalf("a new plan while one is interrupted: %v, want ErrUnfinished", err)
 		}
-		if died == "" {
-			if err != nil {
-				t.Fatalf("run %d: %v", run, err)
-			}
-			t.Logf("converged after %d kills", run)
-			break
-		}
-		if !errors.Is(err, errKill) {
-			t.Fatalf("run %d killed at %q: %v, want the kill", run, died, err)
-		}
-		killed[died] = true
-		if run == 0 {
-			// Another plan is refused while this one is unfinished (the
-			// same plan made again would be this one, and resume it).
-			bigger := spec(t, "demo", "", 0)
-			bigger.Spec.WorkerPools[0].Count++
-			other := request(bigger)
-			again, err := r.planner.Plan(ctx, other)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := r.applier(t).Apply(ctx, other, again.Plan); !errors.Is(err, reconciler.ErrUnfinished) {
-				t.Fatalf("a new plan while one is interrupted: %v, want ErrUnfinished", err)
-			}
-		}
-	}
+	})
 	var kinds [4]int // started, mid-step, done, other
 	for p := range killed {
 		switch what, _, _ := strings.Cut(p, " "); what {
@@ -163,6 +129,90 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 	sum, err := r.applier(t).Resume(ctx)
 	if err != nil || len(sum.Resumed) != 0 {
 		t.Errorf("a resume with nothing interrupted: %+v %v", sum, err)
+	}
+}
+
+// killEverywhere applies plan, killing the applier at every journal
+// point in turn: each process dies at the first point no process died at
+// before, and the next one resumes the journal; afterFirst runs once the
+// first has died. It returns the journal points seen and those killed at.
+func killEverywhere(t *testing.T, r *rig, req reconciler.Request, plan *diff.Plan, afterFirst func()) (points, killed map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	points, killed = map[string]bool{}, map[string]bool{}
+	for run := 0; ; run++ {
+		if run > 1000 {
+			t.Fatal("no end after 1000 restarts")
+		}
+		a := r.applier(t)
+		var died string
+		a.SetPoint(func(what string) error {
+			points[what] = true
+			if died == "" && !killed[what] {
+				died = what
+				return errKill
+			}
+			return nil
+		})
+		var err error
+		if run == 0 {
+			_, err = a.Apply(ctx, req, plan)
+		} else {
+			_, err = a.Resume(ctx)
+		}
+		if died == "" {
+			if err != nil {
+				t.Fatalf("run %d: %v", run, err)
+			}
+			t.Logf("converged after %d kills", run)
+			return points, killed
+		}
+		if !errors.Is(err, errKill) {
+			t.Fatalf("run %d killed at %q: %v, want the kill", run, died, err)
+		}
+		killed[died] = true
+		if run == 0 && afterFirst != nil {
+			afterFirst()
+		}
+	}
+}
+
+// TestRollResumesAfterAKillAtEveryStep: a pool's flavor change (its
+// workers rolled one at a time, each drain after the gate of the worker
+// before: infrastructure steps that run with the host phase) killed at
+// every journal point in turn ends as a clean roll does: each worker's
+// server made again once, with the new flavor, and an empty plan.
+func TestRollResumesAfterAKillAtEveryStep(t *testing.T) {
+	t.Parallel()
+	demo := spec(t, "demo", "", 0)
+	demo.Spec.WorkerPools[0].Count = 2
+	r := newRig(t)
+	r.apply(t, demo)
+	before := serverIDs(r.observed(t))
+	demo.Spec.WorkerPools[0].Flavor = "m1.medium"
+	req, plan := r.planned(t, demo)
+	points, killed := killEverywhere(t, r, req, plan, nil)
+	if len(killed) != len(points) {
+		t.Errorf("killed at %d of %d journal points", len(killed), len(points))
+	}
+	res := r.observed(t)
+	after := serverIDs(res)
+	for k, id := range before {
+		worker := strings.Contains(k, "demo-default-")
+		if (after[k] != id) != worker {
+			t.Errorf("%s: %s -> %s; want only the workers' servers made again", k, id, after[k])
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("servers after the roll: %v, before %v", slices.Sorted(maps.Keys(after)), slices.Sorted(maps.Keys(before)))
+	}
+	for k, x := range res {
+		if x.Kind == diff.KindServer && strings.Contains(k, "demo-default-") && x.Attrs["flavor"].Value != "m1.medium" {
+			t.Errorf("%s has flavor %s after the roll", k, x.Attrs["flavor"].Value)
+		}
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the resumed roll, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
 }
 
