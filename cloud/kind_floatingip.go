@@ -5,7 +5,6 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
-	"github.com/gophercloud/gophercloud/v2/pagination"
 	"opke.dev/opke/diff"
 )
 
@@ -57,9 +56,8 @@ func (a *Applier) floatingIP(ctx context.Context, r diff.Resource) (string, erro
 // it is on, or the load balancer whose VIP port that is. Floating IPs have
 // no name: their description is OPKE's name.
 func (o *observer) floatingIPs(ctx context.Context) error {
-	return each(ctx, "floating IPs", floatingips.List(o.c.Network, floatingips.ListOpts{Tags: o.tagFilter()}), func(p pagination.Page) error {
-		list, err := floatingips.ExtractFloatingIPs(p)
-		for _, f := range list {
+	return listOf(ctx, "floating IPs", o.c.Network, o.c.Network.ServiceURL("floatingips"), &floatingips.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "floatingips", func(l []floatingips.FloatingIP) {
+		for _, f := range l {
 			attrs := diff.Attrs{"network": diff.Known(o.names[f.FloatingNetworkID]), "address": diff.Known(f.FloatingIP)}
 			if lb, ok := o.vipPort[f.PortID]; ok {
 				attrs["load_balancer"] = diff.Known(lb)
@@ -68,6 +66,5 @@ func (o *observer) floatingIPs(ctx context.Context) error {
 			}
 			o.add(clusterOf(f.Tags), diff.Resource{Kind: diff.KindFloatingIP, Name: f.Description, ID: f.ID, Attrs: attrs})
 		}
-		return err
 	})
 }

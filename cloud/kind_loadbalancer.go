@@ -228,23 +228,19 @@ func (a *Applier) waitLB(ctx context.Context, id string) error {
 
 func (o *observer) loadBalancers(ctx context.Context) error {
 	o.vipPort = map[string]string{}
-	err := each(ctx, "load balancers", loadbalancers.List(o.c.LoadBalancer, loadbalancers.ListOpts{Tags: o.tags, Limit: pageSize}),
-		func(p pagination.Page) error {
-			list, err := loadbalancers.ExtractLoadBalancers(p)
-			for _, lb := range list {
+	return listOf(ctx, "load balancers", o.c.LoadBalancer, o.c.LoadBalancer.ServiceURL("lbaas", "loadbalancers"), &loadbalancers.ListOpts{Tags: o.tags, Limit: pageSize}, "loadbalancers",
+		func(l []loadbalancers.LoadBalancer) {
+			for _, lb := range l {
 				o.vipPort[lb.VipPortID] = lb.Name
 				o.add(clusterOf(lb.Tags), diff.Resource{Kind: diff.KindLoadBalancer, Name: lb.Name, ID: lb.ID, Attrs: diff.Attrs{
 					"subnet": diff.Known(o.names[lb.VipSubnetID]), "vip_address": diff.Known(lb.VipAddress)}})
 			}
-			return err
 		})
-	return err
 }
 
 func (o *observer) listeners(ctx context.Context) error {
-	return each(ctx, "listeners", listeners.List(o.c.LoadBalancer, listeners.ListOpts{Tags: o.tags, Limit: pageSize}),
-		func(p pagination.Page) error {
-			list, err := listeners.ExtractListeners(p)
+	return listOf(ctx, "listeners", o.c.LoadBalancer, o.c.LoadBalancer.ServiceURL("lbaas", "listeners"), &listeners.ListOpts{Tags: o.tags, Limit: pageSize}, "listeners",
+		func(list []listeners.Listener) {
 			for _, l := range list {
 				if len(l.Loadbalancers) == 0 {
 					continue
@@ -253,17 +249,14 @@ func (o *observer) listeners(ctx context.Context) error {
 					"load_balancer": diff.Known(o.names[l.Loadbalancers[0].ID]), "protocol": diff.Known(l.Protocol), "port": diff.Known(strconv.Itoa(l.ProtocolPort)),
 					"timeout_client_data": diff.Known(strconv.Itoa(l.TimeoutClientData)), "timeout_member_data": diff.Known(strconv.Itoa(l.TimeoutMemberData))}})
 			}
-			return err
 		})
 }
 
 func (o *observer) pools(ctx context.Context) error {
 	known := o.known
 	var all []pools.Pool
-	err := each(ctx, "pools", pools.List(o.c.LoadBalancer, pools.ListOpts{Tags: o.tags, Limit: pageSize}), func(p pagination.Page) error {
-		list, err := pools.ExtractPools(p)
-		all = append(all, list...)
-		return err
+	err := listOf(ctx, "pools", o.c.LoadBalancer, o.c.LoadBalancer.ServiceURL("lbaas", "pools"), &pools.ListOpts{Tags: o.tags, Limit: pageSize}, "pools", func(l []pools.Pool) {
+		all = append(all, l...)
 	})
 	if err != nil {
 		return err
@@ -307,9 +300,8 @@ func (o *observer) pools(ctx context.Context) error {
 }
 
 func (o *observer) monitors(ctx context.Context) error {
-	return each(ctx, "health monitors", monitors.List(o.c.LoadBalancer, monitors.ListOpts{Limit: pageSize}), func(p pagination.Page) error {
-		list, err := monitors.ExtractMonitors(p)
-		for _, m := range list {
+	return listOf(ctx, "health monitors", o.c.LoadBalancer, o.c.LoadBalancer.ServiceURL("lbaas", "healthmonitors"), &monitors.ListOpts{Limit: pageSize}, "healthmonitors", func(l []monitors.Monitor) {
+		for _, m := range l {
 			if len(m.Pools) == 0 || o.cluster[m.Pools[0].ID] == "" {
 				continue
 			}
@@ -317,6 +309,5 @@ func (o *observer) monitors(ctx context.Context) error {
 				"pool": diff.Known(o.names[m.Pools[0].ID]), "type": diff.Known(m.Type), "delay": diff.Known(strconv.Itoa(m.Delay)),
 				"timeout": diff.Known(strconv.Itoa(m.Timeout)), "max_retries": diff.Known(strconv.Itoa(m.MaxRetries))}})
 		}
-		return err
 	})
 }

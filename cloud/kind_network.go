@@ -5,7 +5,6 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/external"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
-	"github.com/gophercloud/gophercloud/v2/pagination"
 	"opke.dev/opke/diff"
 )
 
@@ -26,24 +25,23 @@ var networkKind = kind{
 }
 
 func (o *observer) networks(ctx context.Context) error {
-	err := each(ctx, "networks", networks.List(o.c.Network, networks.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
-		list, err := networks.ExtractNetworks(p)
-		for _, n := range list {
+	err := listOf(ctx, "networks", o.c.Network, o.c.Network.ServiceURL("networks"), &networks.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "networks", func(l []networks.Network) {
+		for _, n := range l {
 			o.add(clusterOf(n.Tags), diff.Resource{Kind: diff.KindNetwork, Name: n.Name, ID: n.ID, Attrs: diff.Attrs{}})
 		}
-		return err
 	})
 	if err != nil {
 		return err
 	}
 	// External networks are not OPKE's: their names, for references.
 	ext := true
-	return each(ctx, "external networks", networks.List(o.c.Network, external.ListOptsExt{ListOptsBuilder: networks.ListOpts{Limit: pageSize}, External: &ext}),
-		func(p pagination.Page) error {
-			list, err := networks.ExtractNetworks(p)
-			for _, n := range list {
-				o.names[n.ID] = n.Name
-			}
-			return err
-		})
+	q, err := external.ListOptsExt{ListOptsBuilder: networks.ListOpts{Limit: pageSize}, External: &ext}.ToNetworkListQuery()
+	if err != nil {
+		return err
+	}
+	return list(ctx, "external networks", o.c.Network, o.c.Network.ServiceURL("networks")+q, "networks", func(l []networks.Network) {
+		for _, n := range l {
+			o.names[n.ID] = n.Name
+		}
+	})
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
-	"github.com/gophercloud/gophercloud/v2/pagination"
 	"opke.dev/opke/diff"
 )
 
@@ -67,22 +66,19 @@ func (a *Applier) routerInterface(ctx context.Context, router, subnet string) (s
 }
 
 func (o *observer) routers(ctx context.Context) error {
-	err := each(ctx, "routers", routers.List(o.c.Network, routers.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
-		list, err := routers.ExtractRouters(p)
-		for _, r := range list {
+	err := listOf(ctx, "routers", o.c.Network, o.c.Network.ServiceURL("routers"), &routers.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "routers", func(l []routers.Router) {
+		for _, r := range l {
 			o.add(clusterOf(r.Tags), diff.Resource{Kind: diff.KindRouter, Name: r.Name, ID: r.ID, Attrs: diff.Attrs{
 				"external_network": diff.Known(o.names[r.GatewayInfo.NetworkID])}})
 		}
-		return err
 	})
 	if err != nil {
 		return err
 	}
 	// Interfaces are Neutron's ports on the routers: one listing of them.
-	return each(ctx, "router interfaces", ports.List(o.c.Network, ports.ListOpts{DeviceOwner: "network:router_interface", Limit: pageSize}),
-		func(p pagination.Page) error {
-			list, err := ports.ExtractPorts(p)
-			for _, port := range list {
+	return listOf(ctx, "router interfaces", o.c.Network, o.c.Network.ServiceURL("ports"), &ports.ListOpts{DeviceOwner: "network:router_interface", Limit: pageSize}, "ports",
+		func(l []ports.Port) {
+			for _, port := range l {
 				cl := o.cluster[port.DeviceID]
 				if cl == "" || len(port.FixedIPs) == 0 {
 					continue
@@ -91,6 +87,5 @@ func (o *observer) routers(ctx context.Context) error {
 				o.add(cl, diff.Resource{Kind: diff.KindInterface, Name: router, ID: port.ID, Attrs: diff.Attrs{
 					"router": diff.Known(router), "subnet": diff.Known(o.names[port.FixedIPs[0].SubnetID])}})
 			}
-			return err
 		})
 }

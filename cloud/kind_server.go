@@ -151,8 +151,7 @@ func (o *observer) servers(ctx context.Context) error {
 	// kept once the cluster has tagged servers in this cloud.
 	var groupsOf []diff.Resource
 	var groupCluster []string
-	err := each(ctx, "server groups", servergroups.List(o.c.Compute, servergroups.ListOpts{Limit: pageSize}), func(p pagination.Page) error {
-		list, err := servergroups.ExtractServerGroups(p)
+	err := listByOffset(ctx, "server groups", o.c.Compute, o.c.Compute.ServiceURL("os-server-groups"), "server_groups", func(list []servergroups.ServerGroup) {
 		for _, g := range list {
 			for _, m := range g.Members {
 				group[m] = g.Name
@@ -171,7 +170,6 @@ func (o *observer) servers(ctx context.Context) error {
 				Attrs: diff.Attrs{"policy": diff.Known(policy)}})
 			groupCluster = append(groupCluster, cl)
 		}
-		return err
 	})
 	if err != nil {
 		return err

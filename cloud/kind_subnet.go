@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
-	"github.com/gophercloud/gophercloud/v2/pagination"
 	"opke.dev/opke/diff"
 )
 
@@ -44,14 +43,12 @@ var subnetKind = kind{
 }
 
 func (o *observer) subnets(ctx context.Context) error {
-	return each(ctx, "subnets", subnets.List(o.c.Network, subnets.ListOpts{Tags: o.tagFilter(), Limit: pageSize}), func(p pagination.Page) error {
-		list, err := subnets.ExtractSubnets(p)
-		for _, s := range list {
+	return listOf(ctx, "subnets", o.c.Network, o.c.Network.ServiceURL("subnets"), &subnets.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "subnets", func(l []subnets.Subnet) {
+		for _, s := range l {
 			dns := slices.Clone(s.DNSNameservers)
 			slices.Sort(dns)
 			o.add(clusterOf(s.Tags), diff.Resource{Kind: diff.KindSubnet, Name: s.Name, ID: s.ID, Attrs: diff.Attrs{
 				"network": diff.Known(o.names[s.NetworkID]), "cidr": diff.Known(s.CIDR), "dns_nameservers": diff.Known(strings.Join(dns, ","))}})
 		}
-		return err
 	})
 }

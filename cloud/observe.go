@@ -138,6 +138,39 @@ func list[T any](ctx context.Context, what string, client *gophercloud.ServiceCl
 	return nil
 }
 
+// listByOffset pages through a listing that has no links but takes an
+// offset, as Nova's server groups: each page holds at most the cloud's
+// max_limit items (1000 by default, the operator's to lower), which the
+// client cannot know, so the listing ends at an empty page, not at a
+// short one (gophercloud reads one page, the first max_limit groups).
+func listByOffset[T any](ctx context.Context, what string, client *gophercloud.ServiceClient, url, key string, fn func([]T)) error {
+	for offset := 0; ; {
+		var page map[string]json.RawMessage
+		u := fmt.Sprintf("%s?limit=%d&offset=%d", url, pageSize, offset)
+		if _, err := client.Get(ctx, u, &page, &gophercloud.RequestOpts{OkCodes: []int{http.StatusOK}}); err != nil {
+			return fmt.Errorf("list %s: %w", what, err)
+		}
+		var items []T
+		if err := json.Unmarshal(page[key], &items); err != nil {
+			return fmt.Errorf("list %s: %w", what, err)
+		}
+		if len(items) == 0 {
+			return nil
+		}
+		fn(items)
+		offset += len(items)
+	}
+}
+
+// listOf is list with the listing's gophercloud options.
+func listOf[T any](ctx context.Context, what string, client *gophercloud.ServiceClient, url string, opts any, key string, fn func([]T)) error {
+	q, err := query(opts)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", what, err)
+	}
+	return list(ctx, what, client, url+q, key, fn)
+}
+
 // query is a listing's query string from its gophercloud options.
 func query(opts any) (string, error) {
 	q, err := gophercloud.BuildQueryString(opts)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
@@ -198,5 +199,41 @@ func TestContractObserveOneCluster(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string][]diff.Resource{a: all.Clusters[a]}, one.Clusters); d != "" {
 		t.Errorf("observation of %s alone (-of all +alone):\n%s", a, d)
+	}
+}
+
+// TestContractListServerGroupsPages: Nova gives server groups a slice at
+// a time with no link to the next (at most its max_limit, 1000 by
+// default: gophercloud's listing reads one slice); ListServerGroups pages
+// by offset until a slice is empty and finds every group once. Not
+// parallel: it sets the page size.
+func TestContractListServerGroupsPages(t *testing.T) {
+	tgt := cloudtest.Contract(t)
+	ctx := context.Background()
+	compute := *tgt.Clients.Compute
+	compute.Microversion = "2.64"
+	want := map[string]bool{}
+	for i := range 5 {
+		g, err := servergroups.Create(ctx, &compute, servergroups.CreateOpts{Name: clusterName(tgt, fmt.Sprintf("sgp%d", i)) + "-controllers", Policy: "anti-affinity"}).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = servergroups.Delete(context.Background(), &compute, g.ID).ExtractErr() })
+		want[g.ID] = true
+	}
+	restore := cloud.SetPageSize(2)
+	all, err := cloud.ListServerGroups(ctx, tgt.Clients.Compute)
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, g := range all {
+		seen[g.ID]++
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("server group %s listed %d times in pages of two", id, seen[id])
+		}
 	}
 }

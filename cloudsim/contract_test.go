@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -563,6 +564,55 @@ func TestContractAntiAffinity(t *testing.T) {
 			t.Errorf("members %v %v, want the three placed", got.Members, err)
 		}
 	})
+}
+
+// TestContractServerGroupPages: Nova's server groups come in slices of
+// limit from offset, with no links to a next page (so a client pages by
+// offset until a page is empty), and a negative offset is a 400.
+func TestContractServerGroupPages(t *testing.T) {
+	t.Parallel()
+	c := contract(t)
+	sc := *c.Clients.Compute
+	sc.Microversion = "2.64"
+	var want []string
+	for i := range 3 {
+		g, err := servergroups.Create(c.ctx, &sc, servergroups.CreateOpts{Name: c.name(fmt.Sprintf("sgp-%d", i)), Policy: "anti-affinity"}).Extract()
+		c.must(err, "create server group")
+		c.cleanup("server group", func() error { return servergroups.Delete(c.ctx, &sc, g.ID).ExtractErr() })
+		want = append(want, g.ID)
+	}
+	seen := map[string]int{}
+	for offset := 0; ; offset += 2 {
+		var page map[string]json.RawMessage
+		if _, err := sc.Get(c.ctx, sc.ServiceURL("os-server-groups")+fmt.Sprintf("?limit=2&offset=%d", offset), &page, nil); err != nil {
+			t.Fatalf("offset %d: %v", offset, err)
+		}
+		if _, ok := page["server_groups_links"]; ok {
+			t.Errorf("offset %d: the page has links", offset)
+		}
+		var groups []struct{ ID string }
+		if err := json.Unmarshal(page["server_groups"], &groups); err != nil {
+			t.Fatal(err)
+		}
+		if len(groups) > 2 {
+			t.Fatalf("offset %d: %d groups, limit 2", offset, len(groups))
+		}
+		if len(groups) == 0 {
+			break
+		}
+		for _, g := range groups {
+			seen[g.ID]++
+		}
+	}
+	for _, id := range want {
+		if seen[id] != 1 {
+			t.Errorf("server group %s listed %d times paging by offset", id, seen[id])
+		}
+	}
+	_, err := sc.Get(c.ctx, sc.ServiceURL("os-server-groups")+"?offset=-1", nil, nil)
+	if !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+		t.Errorf("offset -1: %v, want 400", err)
+	}
 }
 
 // TestContractQuotas: over a quota, Nova says 403, Neutron 409 and

@@ -1358,13 +1358,38 @@ func serverGroupView(g *serverGroup, mv int) map[string]any {
 	return v
 }
 
+// listServerGroups answers as Nova's server groups index does: no links,
+// a slice of at most limit groups from offset (common.limited), limit
+// capped at the API's max_limit (1000) however many groups there are.
 func (s *Sim) listServerGroups(rw http.ResponseWriter, r *request, mv int) {
+	q := r.URL.Query()
+	offset, limit := 0, maxPage
+	if v := q.Get("offset"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for query parameters offset. Value: "+v+".")
+			return
+		}
+		offset = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			novaError(rw, http.StatusBadRequest, "Invalid input for query parameters limit. Value: "+v+".")
+			return
+		}
+		if n > 0 {
+			limit = min(n, maxPage)
+		}
+	}
 	var out []any
 	for _, g := range sortedBy(r.w.ServerGroups, func(g *serverGroup) string { return g.Name }) {
-		if g.ProjectID == r.tok.ProjectID || (r.tok.admin() && r.URL.Query().Get("all_projects") != "") {
+		if g.ProjectID == r.tok.ProjectID || (r.tok.admin() && q.Get("all_projects") != "") {
 			out = append(out, serverGroupView(g, mv))
 		}
 	}
+	out = out[min(offset, len(out)):]
+	out = out[:min(limit, len(out))]
 	writeJSON(rw, http.StatusOK, map[string]any{"server_groups": orEmpty(out)})
 }
 

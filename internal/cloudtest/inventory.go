@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
@@ -130,9 +129,7 @@ func Inventory(t testing.TB, c *cloud.Clients) map[string]int {
 	for _, s := range ss {
 		out["server/"+s.Name]++
 	}
-	p, err = servergroups.List(c.Compute, servergroups.ListOpts{}).AllPages(ctx)
-	must(err)
-	sgs, err := servergroups.ExtractServerGroups(p)
+	sgs, err := cloud.ListServerGroups(ctx, c.Compute) // every page: gophercloud reads one
 	must(err)
 	for _, g := range sgs {
 		out["server-group/"+g.Name]++
