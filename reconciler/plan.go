@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"opke.dev/opke/cloud"
@@ -79,6 +82,9 @@ type Planner struct {
 	// RenewWithin reissues certificates that expire within it
 	// (pki.DefaultRenew, 30 days); the hosts get them as an upgrade does.
 	RenewWithin time.Duration
+
+	// desired keeps the clusters' settled desired states.
+	desired desireCache
 }
 
 // Request is what to plan.
@@ -98,12 +104,18 @@ type Planned struct {
 	Desired  *diff.Desired
 	Observed *diff.Observed
 	Ledger   *Ledger
+	// Renders counts the renders its desired state took.
+	Renders int
 }
 
 // Result is a plan and what it was made from.
 type Result struct {
 	Plan     *diff.Plan
 	Clusters map[string]*Planned
+	// Renders counts the clusters' renders the plan made: none for a
+	// cluster whose desired state was kept from a plan before (the same
+	// spec, options and material).
+	Renders int
 }
 
 // ErrNoResync is a resync asked of a planner that cannot reach hosts.
@@ -235,6 +247,9 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	plan := diff.Diff(desired, observations)
 	plan.Commit, plan.StateRevision = req.Commit, rev
 	res.Plan = plan
+	for _, pl := range res.Clusters {
+		res.Renders += pl.Renders
+	}
 	return res, nil
 }
 
@@ -291,10 +306,18 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 		return nil, err
 	}
 	opts.Etcd = etcdStarts(c.Metadata.Name, pl.Ledger, joins)
+	key, err := p.desireKey(ctx, c, opts, joins, renewed)
+	if err != nil {
+		return nil, err
+	}
+	if d := p.desired.get(c.Metadata.Name, key, p.now()); d != nil {
+		return d, nil
+	}
 	out, err := render.Cluster(ctx, kv, c, opts)
 	if err != nil {
 		return nil, err
 	}
+	pl.Renders++
 	in := diff.Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: opts.APIFloatingIP.IsValid()}
 	if len(out.Issued) > 0 || placeholder {
 		opts2 := opts
@@ -311,13 +334,84 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 		if err != nil {
 			return nil, err
 		}
+		pl.Renders++
 		in.UnsettledUserData, in.UnsettledFiles = unsettled(out, again)
 	}
 	d, err := diff.Desire(c, in)
 	if err != nil {
 		return nil, err
 	}
+	if len(out.Issued) == 0 && !placeholder {
+		// Settled: the same inputs render the same bytes.
+		p.desired.put(c.Metadata.Name, key, p.now(), d)
+	}
 	return d, nil
+}
+
+// desireKey is what a cluster's desired state is rendered from: its
+// spec, the render's options but the clock, the members that join and
+// the hosts made again, and its material as the store has it (each
+// key's revision).
+func (p *Planner) desireKey(ctx context.Context, c *schemas.Cluster, opts render.Options, joins []diff.Join, renewed []string) ([32]byte, error) {
+	from, to := state.KeysOf(p.Store).Material(c.Metadata.Name)
+	material, err := p.Store.Fingerprint(ctx, from, to)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	opts.Now = time.Time{}
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	for _, v := range []any{c, opts, joins, renewed} {
+		if err := enc.Encode(v); err != nil {
+			return [32]byte{}, fmt.Errorf("desire %s: %w", c.Metadata.Name, err)
+		}
+	}
+	h.Write(material[:])
+	return [32]byte(h.Sum(nil)), nil
+}
+
+// desireTTL is how long a cached desired state serves, by the planner's
+// clock: a certificate that comes due for renewal (RenewWithin before it
+// expires) is planned at most this late.
+const desireTTL = time.Hour
+
+// desireCache keeps each cluster's desired state of its last settled
+// render (no material issued, no placeholder credential), by the inputs
+// it was rendered from (desireKey): a quiet fleet's plan renders nothing
+// again, only what changed. A state is shared by the plans that take it:
+// nothing changes a Desired once made but its copy's BackupDue.
+type desireCache struct {
+	mu sync.Mutex
+	m  map[string]desireEntry
+}
+
+type desireEntry struct {
+	key     [32]byte
+	at      time.Time
+	desired *diff.Desired
+}
+
+// get returns a copy of the cluster's desired state if it was rendered
+// from key less than desireTTL before now.
+func (dc *desireCache) get(cluster string, key [32]byte, now time.Time) *diff.Desired {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	e, ok := dc.m[cluster]
+	if !ok || e.key != key || now.Sub(e.at) >= desireTTL || now.Before(e.at) {
+		return nil
+	}
+	d := *e.desired
+	return &d
+}
+
+func (dc *desireCache) put(cluster string, key [32]byte, now time.Time, d *diff.Desired) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if dc.m == nil {
+		dc.m = map[string]desireEntry{}
+	}
+	c := *d
+	dc.m[cluster] = desireEntry{key: key, at: now, desired: &c}
 }
 
 // etcdStarts is how a cluster's etcd members start in a render: as the

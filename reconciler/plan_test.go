@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -440,5 +442,69 @@ func BenchmarkPlan(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlanRendersOnlyWhatChanged: a cluster's desired state is rendered
+// again only when what it is rendered from changed: its spec, its
+// material in the store (a certificate deleted: issued again, the files
+// that carry it uploaded), or the planner's clock past an hour (a
+// certificate coming due); a quiet fleet's plan renders nothing.
+func TestPlanRendersOnlyWhatChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	clk := &clock{}
+	r.planner.Now = clk.now
+	alpha, beta := spec(t, "demo", "alpha", 1), spec(t, "demo", "beta", 2)
+	r.apply(t, alpha, beta)
+	plan := func(fleet ...*schemas.Cluster) (int, *diff.Plan) {
+		t.Helper()
+		res, err := r.planner.Plan(ctx, request(fleet...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Renders, res.Plan
+	}
+	if n, p := plan(alpha, beta); n != 2 || !p.Empty() {
+		t.Errorf("the first plan after the apply: %d renders, empty %v; want 2 (the apply's render issued material: not kept)", n, p.Empty())
+	}
+	if n, p := plan(alpha, beta); n != 0 || !p.Empty() {
+		t.Errorf("a quiet fleet's plan: %d renders, empty %v; want none", n, p.Empty())
+	}
+	labelled := spec(t, "demo", "beta", 2)
+	labelled.Spec.WorkerPools[0].Labels = map[string]string{"tier": "web"}
+	if n, p := plan(alpha, labelled); n != 1 || p.Empty() {
+		t.Errorf("one spec changed: %d renders, empty %v; want 1 and a plan", n, p.Empty())
+	}
+	if n, p := plan(alpha, beta); n != 1 || !p.Empty() {
+		t.Errorf("the spec back: %d renders, empty %v; want 1 (a cluster's last render is kept, not every one) and no change", n, p.Empty())
+	}
+	keys, err := r.store.List(ctx, state.KeysOf(r.store).PKI("alpha"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt := ""
+	for k := range keys {
+		if strings.HasSuffix(k, "/apiserver-alpha-controller-0.crt") {
+			crt = k
+		}
+	}
+	if crt == "" {
+		t.Fatalf("no apiserver certificate in %v", slices.Sorted(maps.Keys(keys)))
+	}
+	if err := r.store.Delete(ctx, crt); err != nil {
+		t.Fatal(err)
+	}
+	n, p := plan(alpha, beta)
+	if n != 2 || !slices.ContainsFunc(p.Changes, func(c diff.Change) bool {
+		return c.Cluster == "alpha" && c.Address.Name == "/etc/kubernetes/pki/apiserver.crt"
+	}) || slices.ContainsFunc(p.Changes, func(c diff.Change) bool { return c.Cluster == "beta" }) {
+		t.Errorf("alpha's apiserver.crt deleted from the store: %d renders, changes %v; want alpha's two (the second for what it issues), "+
+			"its certificate uploaded, nothing of beta", n, addresses(p.Changes))
+	}
+	clk.advance(2 * time.Hour)
+	if n, _ := plan(alpha, beta); n != 3 {
+		t.Errorf("two hours later: %d renders, want alpha's two and beta's (a kept state serves an hour)", n)
 	}
 }

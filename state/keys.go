@@ -106,6 +106,14 @@ func (k Keys) SSHKey(cluster string) (private, public string) {
 	return k.k.Key(cluster, "ssh", "id_ed25519"), k.k.Key(cluster, "ssh", "id_ed25519.pub")
 }
 
+// Material is the key range of a cluster's material, [from, to): its
+// keys and certificates (pki/) and its SSH key (ssh/), which sort next to
+// each other (no other key of a cluster starts with q, r, or s before
+// ssh/): what a render reads of the store.
+func (k Keys) Material(cluster string) (from, to string) {
+	return k.PKI(cluster), k.k.Key(cluster, "ssh") + "0" // "0" follows "/"
+}
+
 // Kubeconfig is a cluster's admin kubeconfig.
 func (k Keys) Kubeconfig(cluster string) string { return k.k.Key(cluster, "kubeconfig") }
 

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -314,6 +315,21 @@ func (s *Store) List(ctx context.Context, prefix string) (map[string][]byte, err
 		out[string(kv.Key)] = kv.Value
 	}
 	return out, nil
+}
+
+// Fingerprint is a digest of the keys in [from, to) and the revisions
+// they were last written at, read without their values: it changes when
+// a key is written, added or deleted, and only then.
+func (s *Store) Fingerprint(ctx context.Context, from, to string) ([32]byte, error) {
+	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly())
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("fingerprint %s: %w", from, err)
+	}
+	h := sha256.New()
+	for _, kv := range resp.Kvs {
+		fmt.Fprintf(h, "%s\x00%d\x00%d\n", kv.Key, kv.ModRevision, kv.Version)
+	}
+	return [32]byte(h.Sum(nil)), nil
 }
 
 // GetSecret returns the opened value of a sealed key.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -460,4 +461,65 @@ func TestOpenWaitsForALingeringLock(t *testing.T) {
 		t.Fatalf("open after close, the lock lingering in a child: %v", err)
 	}
 	again.Close()
+}
+
+// TestFingerprint: a cluster's material range holds its pki/ and ssh/
+// keys and none of its other keys; its fingerprint moves when a key in
+// it is written (even with the same bytes), added or deleted, and not
+// for a key outside it.
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openStore(t, t.TempDir(), testKey(1))
+	k := KeysOf(s)
+	from, to := k.Material("prod")
+	priv, pub := k.SSHKey("prod")
+	in := []string{k.PKIFile("prod", "ca.crt"), k.PKIFile("prod", "etcd/ca.crt"), priv, pub}
+	out := []string{k.Resource("prod", "server", "prod-general-0"), k.HostFile("prod", "prod-general-0", "/etc/kubernetes/kubelet.env"),
+		k.Manifest("prod", "00-kube-proxy.yaml"), k.HostKeys("prod", "prod-gateway-0"), k.AppCredentialSecret("prod"),
+		k.Kubeconfig("prod"), k.Backups("prod") + "x", k.PKIFile("prod2", "ca.crt"), k.Status("prod")}
+	for _, key := range in {
+		if key < from || key >= to {
+			t.Errorf("%s is outside the material range [%s, %s)", key, from, to)
+		}
+	}
+	for _, key := range out {
+		if key >= from && key < to {
+			t.Errorf("%s is inside the material range [%s, %s)", key, from, to)
+		}
+	}
+	for _, key := range slices.Concat(in, out) {
+		if err := s.Put(ctx, key, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fp := func() [32]byte {
+		t.Helper()
+		f, err := s.Fingerprint(ctx, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	last := fp()
+	for _, tc := range []struct {
+		what  string
+		do    func() error
+		moves bool
+	}{
+		{"nothing", func() error { return nil }, false},
+		{"a key outside written", func() error { return s.Put(ctx, out[0], []byte("w")) }, false},
+		{"a key inside written with its own bytes", func() error { return s.Put(ctx, in[0], []byte("v")) }, true},
+		{"a key added", func() error { return s.Put(ctx, k.PKIFile("prod", "ca.2.crt"), []byte("v")) }, true},
+		{"a key deleted", func() error { return s.Delete(ctx, in[1]) }, true},
+	} {
+		if err := tc.do(); err != nil {
+			t.Fatal(err)
+		}
+		if now := fp(); (now != last) != tc.moves {
+			t.Errorf("%s: the fingerprint moved %v, want %v", tc.what, now != last, tc.moves)
+		} else {
+			last = now
+		}
+	}
 }
