@@ -82,11 +82,18 @@ func (f *fleet) another(tb testing.TB, s *seed) *fleet {
 // plan plans the whole fleet.
 func (f *fleet) plan(tb testing.TB) *diff.Plan {
 	tb.Helper()
+	return f.planned(tb).Plan
+}
+
+// planned plans the whole fleet and returns the plan with what it was
+// made from.
+func (f *fleet) planned(tb testing.TB) *reconciler.Result {
+	tb.Helper()
 	res, err := f.planner.Plan(context.Background(), reconciler.Request{Clusters: f.clusters, Commit: "0123456789abcdef0123456789abcdef01234567"})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return res.Plan
+	return res
 }
 
 // TestSeededFleetPlansNothing: a seeded fleet is converged, template and

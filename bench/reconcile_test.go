@@ -61,16 +61,18 @@ func BenchmarkNoopReconcile(b *testing.B) {
 	for _, n := range sizes(b) {
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			f := converged(b, n)
-			var calls int64
+			var calls, renders int64
 			var busy time.Duration
 			for b.Loop() {
 				f.sim.ResetCounters()
-				if p := f.plan(b); !p.Empty() {
+				res := f.planned(b)
+				if !res.Plan.Empty() {
 					b.Fatal("a converged fleet planned changes")
 				}
-				calls, busy = calls+f.calls(), busy+f.sim.Busy()
+				calls, busy, renders = calls+f.calls(), busy+f.sim.Busy(), renders+int64(res.Renders)
 			}
 			b.ReportMetric(float64(calls)/float64(b.N), "api-calls/op")
+			b.ReportMetric(float64(renders)/float64(b.N), "renders/op")
 			b.ReportMetric(float64(busy.Microseconds())/1e3/float64(b.N), "sim-ms/op")
 		})
 	}

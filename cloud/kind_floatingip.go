@@ -56,7 +56,7 @@ func (a *Applier) floatingIP(ctx context.Context, r diff.Resource) (string, erro
 // it is on, or the load balancer whose VIP port that is. Floating IPs have
 // no name: their description is OPKE's name.
 func (o *observer) floatingIPs(ctx context.Context) error {
-	return listOf(ctx, "floating IPs", o.c.Network, o.c.Network.ServiceURL("floatingips"), &floatingips.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "floatingips", func(l []floatingips.FloatingIP) {
+	return listOf(ctx, "floating IPs", o.c.Network, o.c.Network.ServiceURL("floatingips"), &floatingips.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "floatingips", func(l []floatingIPView) {
 		for _, f := range l {
 			attrs := diff.Attrs{"network": diff.Known(o.names[f.FloatingNetworkID]), "address": diff.Known(f.FloatingIP)}
 			if lb, ok := o.vipPort[f.PortID]; ok {

@@ -229,7 +229,7 @@ func (a *Applier) waitLB(ctx context.Context, id string) error {
 func (o *observer) loadBalancers(ctx context.Context) error {
 	o.vipPort = map[string]string{}
 	return listOf(ctx, "load balancers", o.c.LoadBalancer, o.c.LoadBalancer.ServiceURL("lbaas", "loadbalancers"), &loadbalancers.ListOpts{Tags: o.tags, Limit: pageSize}, "loadbalancers",
-		func(l []loadbalancers.LoadBalancer) {
+		func(l []loadBalancerView) {
 			for _, lb := range l {
 				o.vipPort[lb.VipPortID] = lb.Name
 				o.add(clusterOf(lb.Tags), diff.Resource{Kind: diff.KindLoadBalancer, Name: lb.Name, ID: lb.ID, Attrs: diff.Attrs{

@@ -25,7 +25,7 @@ var networkKind = kind{
 }
 
 func (o *observer) networks(ctx context.Context) error {
-	err := listOf(ctx, "networks", o.c.Network, o.c.Network.ServiceURL("networks"), &networks.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "networks", func(l []networks.Network) {
+	err := listOf(ctx, "networks", o.c.Network, o.c.Network.ServiceURL("networks"), &networks.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "networks", func(l []networkView) {
 		for _, n := range l {
 			o.add(clusterOf(n.Tags), diff.Resource{Kind: diff.KindNetwork, Name: n.Name, ID: n.ID, Attrs: diff.Attrs{}})
 		}
@@ -39,7 +39,7 @@ func (o *observer) networks(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return list(ctx, "external networks", o.c.Network, o.c.Network.ServiceURL("networks")+q, "networks", func(l []networks.Network) {
+	return list(ctx, "external networks", o.c.Network, o.c.Network.ServiceURL("networks")+q, "networks", func(l []networkView) {
 		for _, n := range l {
 			o.names[n.ID] = n.Name
 		}

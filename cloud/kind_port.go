@@ -68,7 +68,7 @@ func (o *observer) ports(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return list(ctx, "ports", o.c.Network, o.c.Network.ServiceURL("ports")+q, "ports", func(l []ports.Port) {
+	return list(ctx, "ports", o.c.Network, o.c.Network.ServiceURL("ports")+q, "ports", func(l []portView) {
 		for _, port := range l {
 			var sgs []string
 			for _, id := range port.SecurityGroups {

@@ -66,7 +66,7 @@ func (a *Applier) routerInterface(ctx context.Context, router, subnet string) (s
 }
 
 func (o *observer) routers(ctx context.Context) error {
-	err := listOf(ctx, "routers", o.c.Network, o.c.Network.ServiceURL("routers"), &routers.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "routers", func(l []routers.Router) {
+	err := listOf(ctx, "routers", o.c.Network, o.c.Network.ServiceURL("routers"), &routers.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "routers", func(l []routerView) {
 		for _, r := range l {
 			o.add(clusterOf(r.Tags), diff.Resource{Kind: diff.KindRouter, Name: r.Name, ID: r.ID, Attrs: diff.Attrs{
 				"external_network": diff.Known(o.names[r.GatewayInfo.NetworkID])}})
@@ -77,7 +77,7 @@ func (o *observer) routers(ctx context.Context) error {
 	}
 	// Interfaces are Neutron's ports on the routers: one listing of them.
 	return listOf(ctx, "router interfaces", o.c.Network, o.c.Network.ServiceURL("ports"), &ports.ListOpts{DeviceOwner: "network:router_interface", Limit: pageSize}, "ports",
-		func(l []ports.Port) {
+		func(l []portView) {
 			for _, port := range l {
 				cl := o.cluster[port.DeviceID]
 				if cl == "" || len(port.FixedIPs) == 0 {

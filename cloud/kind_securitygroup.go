@@ -78,13 +78,13 @@ func (a *Applier) rule(ctx context.Context, r diff.Resource) (string, error) {
 }
 
 func (o *observer) securityGroups(ctx context.Context) error {
-	var all []groups.SecGroup
+	var all []secGroupView
 	q, err := query(&groups.ListOpts{Tags: o.tagFilter(), Limit: pageSize})
 	if err != nil {
 		return err
 	}
 	if err := list(ctx, "security groups", o.c.Network, o.c.Network.ServiceURL("security-groups")+q, "security_groups",
-		func(l []groups.SecGroup) { all = append(all, l...) }); err != nil {
+		func(l []secGroupView) { all = append(all, l...) }); err != nil {
 		return err
 	}
 	for _, g := range all {

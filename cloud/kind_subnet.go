@@ -43,7 +43,7 @@ var subnetKind = kind{
 }
 
 func (o *observer) subnets(ctx context.Context) error {
-	return listOf(ctx, "subnets", o.c.Network, o.c.Network.ServiceURL("subnets"), &subnets.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "subnets", func(l []subnets.Subnet) {
+	return listOf(ctx, "subnets", o.c.Network, o.c.Network.ServiceURL("subnets"), &subnets.ListOpts{Tags: o.tagFilter(), Limit: pageSize}, "subnets", func(l []subnetView) {
 		for _, s := range l {
 			dns := slices.Clone(s.DNSNameservers)
 			slices.Sort(dns)

@@ -135,11 +135,11 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 	if spec != nil {
 		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
 	}
-	prefix := state.KeysOf(kv).Resources(cluster)
-	infra, err := kv.List(ctx, prefix)
+	infra, hosts, manifests, err := ledgerRecords(ctx, kv, cluster)
 	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
 	}
+	prefix := state.KeysOf(kv).Resources(cluster)
 	for k, v := range infra {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/")
 		var rec infraRecord
@@ -151,10 +151,6 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		applied.Infra[r.Address()] = rec.Attrs
 	}
 	prefix = state.KeysOf(kv).Hosts(cluster)
-	hosts, err := kv.List(ctx, prefix)
-	if err != nil {
-		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
-	}
 	for k, v := range hosts {
 		host, rest, _ := strings.Cut(strings.TrimPrefix(k, prefix), "/")
 		switch rest {
@@ -180,10 +176,6 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		applied.Files[host][path] = rec.SHA256
 	}
 	prefix = state.KeysOf(kv).Manifests(cluster)
-	manifests, err := kv.List(ctx, prefix)
-	if err != nil {
-		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
-	}
 	for k, v := range manifests {
 		var rec fileRecord
 		name := strings.TrimPrefix(k, prefix)
@@ -196,6 +188,45 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		l.Applied = applied
 	}
 	return l, nil
+}
+
+// ranger reads a range of keys in one request: the store does, an
+// overlay does not.
+type ranger interface {
+	Range(ctx context.Context, from, to string) (map[string][]byte, error)
+}
+
+// ledgerRecords reads a cluster's ledger records: its resources, its
+// hosts' and its manifests'. A store reads them in one request (Keys.Ledger),
+// anything else prefix by prefix.
+func ledgerRecords(ctx context.Context, kv ledgerKV, cluster string) (infra, hosts, manifests map[string][]byte, err error) {
+	k := state.KeysOf(kv)
+	r, ok := kv.(ranger)
+	if !ok {
+		if infra, err = kv.List(ctx, k.Resources(cluster)); err == nil {
+			if hosts, err = kv.List(ctx, k.Hosts(cluster)); err == nil {
+				manifests, err = kv.List(ctx, k.Manifests(cluster))
+			}
+		}
+		return infra, hosts, manifests, err
+	}
+	from, to := k.Ledger(cluster)
+	all, err := r.Range(ctx, from, to)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	infra, hosts, manifests = map[string][]byte{}, map[string][]byte{}, map[string][]byte{}
+	for key, v := range all {
+		switch {
+		case strings.HasPrefix(key, k.Resources(cluster)):
+			infra[key] = v
+		case strings.HasPrefix(key, k.Hosts(cluster)):
+			hosts[key] = v
+		case strings.HasPrefix(key, k.Manifests(cluster)):
+			manifests[key] = v
+		}
+	}
+	return infra, hosts, manifests, nil
 }
 
 // RecordResource notes a resource as applied.

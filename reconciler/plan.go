@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render"
@@ -159,13 +160,27 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			clouds[w] = append(clouds[w], name)
 		}
 	}
+	// The ledgers are read a few at a time: each is three reads of the
+	// store, whose latency, not its work, was most of a 1,000-cluster
+	// plan's time when they were read one after another.
 	res := &Result{Clusters: map[string]*Planned{}}
+	var resMu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(planParallel)
 	for name := range names {
-		l, err := readLedger(ctx, p.Store, name, specs[name])
-		if err != nil {
-			return nil, err
-		}
-		res.Clusters[name] = &Planned{Ledger: l}
+		g.Go(func() error {
+			l, err := readLedger(gctx, p.Store, name, specs[name])
+			if err != nil {
+				return err
+			}
+			resMu.Lock()
+			res.Clusters[name] = &Planned{Ledger: l}
+			resMu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 
 	// Each cloud is listed once. A cluster found by its tags that neither
@@ -204,44 +219,35 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 
-	var desired []*diff.Desired
-	var observations []*diff.Observed
-	for _, name := range slices.Sorted(maps.Keys(res.Clusters)) {
+	// Each cluster's desired state, a few clusters at a time (a kept one
+	// costs two reads of the store; a render is let go once its cluster
+	// is done: 1,000 clusters' files and material held to the end of a
+	// plan were most of opke serve's peak memory, and only what the diff
+	// needs is kept).
+	order := slices.Sorted(maps.Keys(res.Clusters))
+	observations := make([]*diff.Observed, len(order))
+	desiredAt := make([]*diff.Desired, len(order))
+	for i, name := range order {
 		pl := res.Clusters[name]
 		pl.Observed = &diff.Observed{Cluster: name, Cloud: observed[name], Applied: pl.Ledger.Applied}
-		observations = append(observations, pl.Observed)
-		c := req.Clusters[name]
-		if c == nil {
-			if deleting(pl.Ledger) && clientsOf[name] != nil {
-				// What its cloud controller manager made goes with it.
-				if pl.Observed.Services, err = cloud.ServiceLoadBalancers(ctx, clientsOf[name], name, observed[name]); err != nil {
-					return nil, fmt.Errorf("observe %s's Service load balancers: %w", name, err)
-				}
-			}
-			continue
-		}
-		if c.Spec.Remediation != nil && pl.Ledger.Applied != nil {
-			// Read before the render: the hosts it replaces are rendered
-			// without their material (diff.Renewed).
-			pl.Observed.Nodes, pl.Observed.NodesUnread = p.nodeHealth(ctx, pl, clientsOf[name])
-		}
-		// A fleet's renders are let go one by one (1,000 clusters' files
-		// and material held to the end of a plan were most of opke
-		// serve's peak memory): only what the diff needs is kept.
-		if pl.Desired, err = p.desire(ctx, c, clientsOf[name], pl); err != nil {
-			return nil, err
-		}
-		if pl.Ledger.Spec != nil {
-			// A scheduled backup of a cluster that exists.
-			if pl.Desired.BackupDue, err = backupDue(ctx, p.Store, c, p.now()); err != nil {
-				return nil, err
-			}
-		}
-		desired = append(desired, pl.Desired)
-		if req.Resync {
-			if pl.Observed.HostFiles, err = p.resync(ctx, pl, clientsOf[name]); err != nil {
-				return nil, fmt.Errorf("resync %s: %w", name, err)
-			}
+		observations[i] = pl.Observed
+	}
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(planParallel)
+	for i, name := range order {
+		g.Go(func() error {
+			d, err := p.plannedCluster(gctx, req, name, res.Clusters[name], clientsOf[name], observed[name])
+			desiredAt[i] = d
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var desired []*diff.Desired
+	for _, d := range desiredAt {
+		if d != nil {
+			desired = append(desired, d)
 		}
 	}
 	plan := diff.Diff(desired, observations)
@@ -251,6 +257,48 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		res.Renders += pl.Renders
 	}
 	return res, nil
+}
+
+// planParallel is how many clusters a plan reads or renders at once.
+const planParallel = 8
+
+// plannedCluster fills in what a plan knows of one cluster once the
+// cloud is observed, and returns its desired state (nil for a cluster
+// no longer in the fleet): the Service load balancers of one being
+// deleted, the Nodes' health where remediation asks, the render (kept
+// or made), a scheduled backup due, and on a resync the hosts' files.
+func (p *Planner) plannedCluster(ctx context.Context, req Request, name string, pl *Planned, clients *cloud.Clients, observed []diff.Resource) (*diff.Desired, error) {
+	var err error
+	c := req.Clusters[name]
+	if c == nil {
+		if deleting(pl.Ledger) && clients != nil {
+			// What its cloud controller manager made goes with it.
+			if pl.Observed.Services, err = cloud.ServiceLoadBalancers(ctx, clients, name, observed); err != nil {
+				return nil, fmt.Errorf("observe %s's Service load balancers: %w", name, err)
+			}
+		}
+		return nil, nil
+	}
+	if c.Spec.Remediation != nil && pl.Ledger.Applied != nil {
+		// Read before the render: the hosts it replaces are rendered
+		// without their material (diff.Renewed).
+		pl.Observed.Nodes, pl.Observed.NodesUnread = p.nodeHealth(ctx, pl, clients)
+	}
+	if pl.Desired, err = p.desire(ctx, c, clients, pl); err != nil {
+		return nil, err
+	}
+	if pl.Ledger.Spec != nil {
+		// A scheduled backup of a cluster that exists.
+		if pl.Desired.BackupDue, err = backupDue(ctx, p.Store, c, p.now()); err != nil {
+			return nil, err
+		}
+	}
+	if req.Resync {
+		if pl.Observed.HostFiles, err = p.resync(ctx, pl, clients); err != nil {
+			return nil, fmt.Errorf("resync %s: %w", name, err)
+		}
+	}
+	return pl.Desired, nil
 }
 
 // deleting says a cluster out of the fleet is to be deleted: its last

@@ -114,6 +114,14 @@ func (k Keys) Material(cluster string) (from, to string) {
 	return k.PKI(cluster), k.k.Key(cluster, "ssh") + "0" // "0" follows "/"
 }
 
+// Ledger is the key range of a cluster's ledger, [from, to): its hosts'
+// records (hosts/), its resources' (infra/) and its manifests'
+// (kubernetes/), which sort next to each other with only the kubeconfig
+// between them.
+func (k Keys) Ledger(cluster string) (from, to string) {
+	return k.Hosts(cluster), k.k.Key(cluster, "kubernetes") + "0" // "0" follows "/"
+}
+
 // Kubeconfig is a cluster's admin kubeconfig.
 func (k Keys) Kubeconfig(cluster string) string { return k.k.Key(cluster, "kubeconfig") }
 

@@ -78,3 +78,31 @@ func TestKeys(t *testing.T) {
 		t.Error("prod's prefix holds prod-eu's keys")
 	}
 }
+
+// TestRanges: a cluster's ledger range holds its ledger's records (and
+// the kubeconfig, which readers skip) and nothing else of it; its
+// material range holds its keys and certificates and its SSH key.
+func TestRanges(t *testing.T) {
+	t.Parallel()
+	k := KeysOf(prefixed{})
+	priv, pub := k.SSHKey("prod")
+	keys := map[string][]string{
+		"ledger": {k.Resource("prod", "server", "prod-general-0"), k.HostFile("prod", "prod-general-0", "/etc/kubernetes/kubelet.env"),
+			k.HostVersion("prod", "prod-general-0"), k.HostEtcd("prod", "prod-controller-0"), k.Manifest("prod", "00-kube-proxy.yaml"), k.Kubeconfig("prod")},
+		"material": {k.PKIFile("prod", "ca.crt"), k.PKIFile("prod", "etcd/ca.crt"), priv, pub},
+		"neither": {k.Backups("prod") + "x", k.HostKeys("prod", "prod-gateway-0"), k.AppCredentialSecret("prod"), k.Status("prod"),
+			k.Resource("prod2", "server", "prod2-general-0"), k.PKIFile("prod2", "ca.crt"), k.AppliedSpec("prod")},
+	}
+	ranges := map[string][2]string{}
+	ranges["ledger"] = func() [2]string { f, t := k.Ledger("prod"); return [2]string{f, t} }()
+	ranges["material"] = func() [2]string { f, t := k.Material("prod"); return [2]string{f, t} }()
+	for group, list := range keys {
+		for _, key := range list {
+			for name, r := range ranges {
+				if in := key >= r[0] && key < r[1]; in != (name == group) {
+					t.Errorf("%s (%s): in the %s range [%s, %s): %v", key, group, name, r[0], r[1], in)
+				}
+			}
+		}
+	}
+}

@@ -317,6 +317,19 @@ func (s *Store) List(ctx context.Context, prefix string) (map[string][]byte, err
 	return out, nil
 }
 
+// Range returns the keys in [from, to) and their values, in one read.
+func (s *Store) Range(ctx context.Context, from, to string) (map[string][]byte, error) {
+	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(to))
+	if err != nil {
+		return nil, fmt.Errorf("range %s: %w", from, err)
+	}
+	out := make(map[string][]byte, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = kv.Value
+	}
+	return out, nil
+}
+
 // Fingerprint is a digest of the keys in [from, to) and the revisions
 // they were last written at, read without their values: it changes when
 // a key is written, added or deleted, and only then.
