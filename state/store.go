@@ -306,22 +306,19 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // List returns every key below prefix with its value.
 func (s *Store) List(ctx context.Context, prefix string) (map[string][]byte, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	out := make(map[string][]byte, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out[string(kv.Key)] = kv.Value
-	}
-	return out, nil
+	return s.values(ctx, "list", prefix, clientv3.WithPrefix())
 }
 
 // Range returns the keys in [from, to) and their values, in one read.
 func (s *Store) Range(ctx context.Context, from, to string) (map[string][]byte, error) {
-	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(to))
+	return s.values(ctx, "range", from, clientv3.WithRange(to))
+}
+
+// values reads the keys from key as opt says, with their values.
+func (s *Store) values(ctx context.Context, what, key string, opt clientv3.OpOption) (map[string][]byte, error) {
+	resp, err := s.cli.Get(ctx, key, opt)
 	if err != nil {
-		return nil, fmt.Errorf("range %s: %w", from, err)
+		return nil, fmt.Errorf("%s %s: %w", what, key, err)
 	}
 	out := make(map[string][]byte, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
