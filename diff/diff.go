@@ -480,6 +480,13 @@ func (b *builder) hosts(d *Desired, o *Observed, joins []Join) {
 			p = b.add(p)
 			if server != nil {
 				p.deps = append(p.deps, server.key)
+				// A host made again starts once its old Node object is
+				// gone (renewedNodes): a deletion after its kubelet
+				// registered would take the new node's pods, and the
+				// ledger's records of the host with it.
+				if node := b.find(d.Cluster, NodeAddress(h.Name), ActionDelete); node != nil {
+					p.deps = append(p.deps, node.key)
+				}
 			}
 			if f.NeedsAPIFloatingIP && apiFIP != nil {
 				p.deps = append(p.deps, apiFIP.key)

@@ -208,6 +208,10 @@ func TestMembership(t *testing.T) {
 					t.Errorf("%s leaves etcd before the controller before it passed its gate", ctl(i))
 				}
 				prevGate = &gate
+				node := find(t, p.Changes, NodeAddress(ctl(i)), ActionDelete)
+				if up := find(t, p.Changes, FileAddress(ctl(i), assets.PathEtcdEnv), ActionUpload); !after(p, up, node) {
+					t.Errorf("%s's files go up before its old Node object is deleted: a deletion after its kubelet registers takes the new node", ctl(i))
+				}
 				if snapshot := find(t, p.Changes, SnapshotAddress("demo"), ActionBackup); !after(p, rm, snapshot) {
 					t.Errorf("%s leaves etcd before the snapshot", ctl(i))
 				}
