@@ -251,9 +251,7 @@ func (ca *clusterApply) infra() (func(context.Context, diff.Change) error, error
 		return nil, err
 	}
 	ledger := ca.ledger
-	if slices.ContainsFunc(ca.plan.Changes, func(c diff.Change) bool {
-		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
-	}) || slices.ContainsFunc(ca.plan.Drift, func(c diff.Change) bool {
+	if slices.ContainsFunc(slices.Concat(ca.plan.Changes, ca.plan.Drift), func(c diff.Change) bool {
 		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
 	}) {
 		// The plan deletes what the cluster's cloud controller manager
