@@ -126,7 +126,7 @@ func (d *Daemon) catchUp(ctx context.Context, commit string) {
 		if n.Clusters[name].State == report.Pending {
 			continue
 		}
-		if s, ok := d.status(ctx, name); ok && s.Commit == commit && s.State == report.Pending {
+		if s, err := d.status(ctx, name); err == nil && s.Commit == commit && s.State == report.Pending {
 			stale = append(stale, name)
 		}
 	}

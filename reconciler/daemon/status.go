@@ -277,11 +277,8 @@ func (d *Daemon) record(ctx context.Context, name string, e event) {
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
 	key := state.KeysOf(d.cfg.Store).Status(name)
-	s := ClusterStatus{Name: name}
-	switch data, err := d.cfg.Store.Get(ctx, key); {
-	case err == nil:
-		_ = json.Unmarshal(data, &s)
-	case !errors.Is(err, state.ErrNotFound):
+	s, err := d.status(ctx, name)
+	if err != nil {
 		// A status written from a blank one would lose what it said.
 		d.log.Error("read the cluster's status; not updated", "cluster", name, "err", err)
 		return
@@ -303,12 +300,19 @@ func (d *Daemon) record(ctx context.Context, name string, e event) {
 	}
 }
 
-// status reads a cluster's status; false if there is none or it cannot
-// be read.
-func (d *Daemon) status(ctx context.Context, name string) (ClusterStatus, bool) {
-	var s ClusterStatus
+// status reads a cluster's status: a blank one if there is none, an
+// error if it cannot be read.
+func (d *Daemon) status(ctx context.Context, name string) (ClusterStatus, error) {
+	s := ClusterStatus{Name: name}
 	data, err := d.cfg.Store.Get(ctx, state.KeysOf(d.cfg.Store).Status(name))
-	return s, err == nil && json.Unmarshal(data, &s) == nil
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return s, nil
+	case err != nil:
+		return s, err
+	}
+	_ = json.Unmarshal(data, &s)
+	return s, nil
 }
 
 // ledgerFacts reads what the ledger says of a cluster for its status:
