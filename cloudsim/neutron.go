@@ -413,11 +413,45 @@ func asMap(v any) map[string]any {
 	return m
 }
 
+// stringFields is a resource that gives the string fields a listing
+// filters on most without being turned into JSON: a router's ports
+// (device_owner) are picked out of every port of a project.
+type stringFields interface {
+	stringField(key string) (string, bool)
+}
+
+func (p *port) stringField(key string) (string, bool) {
+	switch key {
+	case "id":
+		return p.ID, true
+	case "name":
+		return p.Name, true
+	case "network_id":
+		return p.NetworkID, true
+	case "device_id":
+		return p.DeviceID, true
+	case "device_owner":
+		return p.DeviceOwner, true
+	}
+	return "", false
+}
+
 // fieldsMatch applies Neutron's field filters: each key matches if the
 // field equals one of the values.
 func fieldsMatch(v any, filters map[string][]string) bool {
-	m := asMap(v)
+	var m map[string]any
 	for key, vals := range filters {
+		if f, ok := v.(stringFields); ok {
+			if s, ok := f.stringField(key); ok {
+				if !slices.Contains(vals, s) {
+					return false
+				}
+				continue
+			}
+		}
+		if m == nil {
+			m = asMap(v)
+		}
 		got, ok := m[key]
 		if !ok {
 			return false

@@ -194,3 +194,20 @@ func BenchmarkListSecurityGroups(b *testing.B) {
 		}
 	}
 }
+
+// TestPortStringFieldsAsJSON: the fields a port gives without JSON are
+// the fields its JSON has, so a filter on them matches the same ports.
+func TestPortStringFieldsAsJSON(t *testing.T) {
+	p := &port{common: common{ID: "p-1", ProjectID: "proj"}, Name: "n", NetworkID: "net", DeviceID: "dev", DeviceOwner: "network:router_interface"}
+	m := asMap(p)
+	for _, key := range []string{"id", "name", "network_id", "device_id", "device_owner", "project_id", "mac_address"} {
+		got, fast := p.stringField(key)
+		want, _ := m[key].(string)
+		if fast && got != want {
+			t.Errorf("%s: %q without JSON, %q in JSON", key, got, want)
+		}
+		if !fieldsMatch(p, map[string][]string{key: {want}}) || fieldsMatch(p, map[string][]string{key: {want + "x"}}) {
+			t.Errorf("%s=%q: the filter does not match as the JSON says", key, want)
+		}
+	}
+}

@@ -130,25 +130,58 @@ func (l *Ledger) members() map[string]diff.Resource {
 // readLedger reads a cluster's resources and files; spec is its applied
 // spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
-	l := &Ledger{Spec: spec, Resources: map[diff.Address]diff.Resource{}, Etcd: map[string]assets.EtcdStart{}}
-	applied := &diff.Applied{Infra: map[diff.Address]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}}
-	if spec != nil {
-		applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
-	}
-	infra, hosts, manifests, err := ledgerRecords(ctx, kv, cluster)
+	r, _, err := readRecords(ctx, kv, cluster)
 	if err != nil {
-		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
+		return nil, err
 	}
+	return r.ledger(spec), nil
+}
+
+// records are a cluster's ledger as its records say, but its applied
+// spec: what a planner keeps between plans while no record is written. A
+// records' maps are shared by the ledgers made of it: read only.
+type records struct {
+	resources map[diff.Address]diff.Resource
+	etcd      map[string]assets.EtcdStart
+	applied   diff.Applied
+	// some: the store holds records of the cluster.
+	some bool
+}
+
+// ledger is the cluster's ledger with its applied spec, if any.
+func (r *records) ledger(spec *AppliedSpec) *Ledger {
+	l := &Ledger{Spec: spec, Resources: r.resources, Etcd: r.etcd}
+	if spec != nil || r.some {
+		applied := r.applied
+		if spec != nil {
+			applied.DeletionPolicy = string(spec.Spec.Spec.DeletionPolicy)
+		}
+		l.Applied = &applied
+	}
+	return l
+}
+
+// readRecords reads a cluster's ledger records, and the revision it read
+// them at (0 if kv cannot tell).
+func readRecords(ctx context.Context, kv ledgerKV, cluster string) (*records, int64, error) {
+	infra, hosts, manifests, rev, err := ledgerRecords(ctx, kv, cluster)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ledger of %s: %w", cluster, err)
+	}
+	r := &records{resources: map[diff.Address]diff.Resource{}, etcd: map[string]assets.EtcdStart{},
+		applied: diff.Applied{Infra: map[diff.Address]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}},
+		some:    len(infra) > 0 || len(hosts) > 0 || len(manifests) > 0}
+	applied := &r.applied
 	prefix := state.KeysOf(kv).Resources(cluster)
 	for k, v := range infra {
 		kind, name, ok := strings.Cut(strings.TrimPrefix(k, prefix), "/")
 		var rec infraRecord
 		if !ok || json.Unmarshal(v, &rec) != nil {
-			return nil, fmt.Errorf("ledger of %s: %s: not a resource record", cluster, k)
+			return nil, 0, fmt.Errorf("ledger of %s: %s: not a resource record", cluster, k)
 		}
-		r := diff.Resource{Kind: diff.Kind(kind), Name: name, ID: rec.ID, Attrs: rec.Attrs}
-		l.Resources[r.Address()] = r
-		applied.Infra[r.Address()] = rec.Attrs
+		res := diff.Resource{Kind: diff.Kind(kind), Name: name, ID: rec.ID, Attrs: rec.Attrs}
+		r.resources[res.Address()] = res
+		applied.Infra[res.Address()] = rec.Attrs
 	}
 	prefix = state.KeysOf(kv).Hosts(cluster)
 	for k, v := range hosts {
@@ -160,15 +193,15 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		case "etcd":
 			var start assets.EtcdStart
 			if err := json.Unmarshal(v, &start); err != nil || len(start.Members) == 0 {
-				return nil, fmt.Errorf("ledger of %s: %s: not an etcd member's start", cluster, k)
+				return nil, 0, fmt.Errorf("ledger of %s: %s: not an etcd member's start", cluster, k)
 			}
-			l.Etcd[host] = start
+			r.etcd[host] = start
 			continue
 		}
 		path, ok := strings.CutPrefix(rest, "files")
 		var rec fileRecord
 		if !ok || !strings.HasPrefix(path, "/") || json.Unmarshal(v, &rec) != nil {
-			return nil, fmt.Errorf("ledger of %s: %s: not a file record", cluster, k)
+			return nil, 0, fmt.Errorf("ledger of %s: %s: not a file record", cluster, k)
 		}
 		if applied.Files[host] == nil {
 			applied.Files[host] = map[string]string{}
@@ -180,26 +213,30 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 		var rec fileRecord
 		name := strings.TrimPrefix(k, prefix)
 		if name == "" || strings.Contains(name, "/") || json.Unmarshal(v, &rec) != nil {
-			return nil, fmt.Errorf("ledger of %s: %s: not a manifest record", cluster, k)
+			return nil, 0, fmt.Errorf("ledger of %s: %s: not a manifest record", cluster, k)
 		}
 		applied.Manifests[name] = rec.SHA256
 	}
-	if spec != nil || len(infra) > 0 || len(hosts) > 0 || len(manifests) > 0 {
-		l.Applied = applied
-	}
-	return l, nil
+	return r, rev, nil
 }
 
-// ranger reads a range of keys in one request: the store does, an
-// overlay does not.
+// ledgerKeys are the prefixes of a cluster's ledger records: what a
+// kept ledger is checked against ([state.Changes.RevisionOf]).
+func ledgerKeys(kv state.KV, cluster string) []string {
+	k := state.KeysOf(kv)
+	return []string{k.Resources(cluster), k.Hosts(cluster), k.Manifests(cluster)}
+}
+
+// ranger reads a range of keys in one request, and says at what
+// revision: the store does, an overlay does not.
 type ranger interface {
-	Range(ctx context.Context, from, to string) (map[string][]byte, error)
+	RangeAt(ctx context.Context, from, to string) (map[string][]byte, int64, error)
 }
 
 // ledgerRecords reads a cluster's ledger records: its resources, its
-// hosts' and its manifests'. A store reads them in one request (Keys.Ledger),
-// anything else prefix by prefix.
-func ledgerRecords(ctx context.Context, kv ledgerKV, cluster string) (infra, hosts, manifests map[string][]byte, err error) {
+// hosts' and its manifests'. A store reads them in one request (Keys.Ledger)
+// and says at what revision, anything else prefix by prefix (rev 0).
+func ledgerRecords(ctx context.Context, kv ledgerKV, cluster string) (infra, hosts, manifests map[string][]byte, rev int64, err error) {
 	k := state.KeysOf(kv)
 	r, ok := kv.(ranger)
 	if !ok {
@@ -208,12 +245,12 @@ func ledgerRecords(ctx context.Context, kv ledgerKV, cluster string) (infra, hos
 				manifests, err = kv.List(ctx, k.Manifests(cluster))
 			}
 		}
-		return infra, hosts, manifests, err
+		return infra, hosts, manifests, 0, err
 	}
 	from, to := k.Ledger(cluster)
-	all, err := r.Range(ctx, from, to)
+	all, rev, err := r.RangeAt(ctx, from, to)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	infra, hosts, manifests = map[string][]byte{}, map[string][]byte{}, map[string][]byte{}
 	for key, v := range all {
@@ -226,7 +263,7 @@ func ledgerRecords(ctx context.Context, kv ledgerKV, cluster string) (infra, hos
 			manifests[key] = v
 		}
 	}
-	return infra, hosts, manifests, nil
+	return infra, hosts, manifests, rev, nil
 }
 
 // RecordResource notes a resource as applied.

@@ -85,8 +85,11 @@ type Planner struct {
 	// (pki.DefaultRenew, 30 days); the hosts get them as an upgrade does.
 	RenewWithin time.Duration
 
-	// desired keeps the clusters' settled desired states.
-	desired desireCache
+	// desired keeps the clusters' settled desired states; ledgers and
+	// material what plans read of the store, until it is written.
+	desired  desireCache
+	ledgers  kept[*records]
+	material kept[[32]byte]
 }
 
 // Request is what to plan.
@@ -108,6 +111,10 @@ type Planned struct {
 	Ledger   *Ledger
 	// Renders counts the renders its desired state took.
 	Renders int
+
+	// changes tell what the planner keeps of the store is still what it
+	// holds; nil: nothing kept is used.
+	changes *state.Changes
 }
 
 // Result is a plan and what it was made from.
@@ -118,6 +125,10 @@ type Result struct {
 	// cluster whose desired state was kept from a plan before (the same
 	// spec, options and material).
 	Renders int
+	// LedgerReads counts the ledgers read from the store: none for a
+	// cluster whose ledger records were not written since a plan before
+	// read them.
+	LedgerReads int
 }
 
 // ErrNoResync is a resync asked of a planner that cannot reach hosts.
@@ -133,7 +144,17 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	rev, err := p.Store.Revision(ctx)
+	// What the store's changes say was not written since an earlier plan
+	// read it is kept from that plan (the ledgers, the material's
+	// fingerprints); when the watch cannot say (not caught up), all is
+	// read again.
+	changes := p.Store.Changes()
+	rev, err := changes.Sync(ctx)
+	if errors.Is(err, state.ErrBehind) {
+		log.Debug("the store's changes are behind: reading every ledger", "err", err)
+		changes = nil
+		rev, err = p.Store.Current(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -161,21 +182,33 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			clouds[w] = append(clouds[w], name)
 		}
 	}
-	// The ledgers are read a few at a time: each is three reads of the
-	// store, whose latency, not its work, was most of a 1,000-cluster
+	// The ledgers not kept are read a few at a time: each is a read of
+	// the store, whose latency, not its work, was most of a 1,000-cluster
 	// plan's time when they were read one after another.
 	res := &Result{Clusters: map[string]*Planned{}}
+	if req.Only == "" {
+		p.ledgers.forget(names)
+		p.material.forget(names)
+	}
 	var resMu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(planParallel)
 	for name := range names {
+		if r, ok := p.ledgers.get(changes, name, ledgerKeys(p.Store, name)...); ok {
+			resMu.Lock()
+			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes}
+			resMu.Unlock()
+			continue
+		}
+		res.LedgerReads++
 		g.Go(func() error {
-			l, err := readLedger(gctx, p.Store, name, specs[name])
+			r, at, err := readRecords(gctx, p.Store, name)
 			if err != nil {
 				return err
 			}
+			p.ledgers.put(name, at, r)
 			resMu.Lock()
-			res.Clusters[name] = &Planned{Ledger: l}
+			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes}
 			resMu.Unlock()
 			return nil
 		})
@@ -215,7 +248,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			observed[name] = rs
 			clientsOf[name] = clients
 			if res.Clusters[name] == nil {
-				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[diff.Address]diff.Resource{}}}
+				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[diff.Address]diff.Resource{}}, changes: changes}
 			}
 		}
 	}
@@ -361,7 +394,7 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 		return nil, err
 	}
 	opts.Etcd = etcdStarts(c.Metadata.Name, pl.Ledger, joins)
-	key, err := p.desireKey(ctx, c, opts, joins, renewed)
+	key, err := p.desireKey(ctx, pl.changes, c, opts, joins, renewed)
 	if err != nil {
 		return nil, err
 	}
@@ -407,11 +440,19 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 // spec, the render's options but the clock, the members that join and
 // the hosts made again, and its material as the store has it (each
 // key's revision).
-func (p *Planner) desireKey(ctx context.Context, c *schemas.Cluster, opts render.Options, joins []diff.Join, renewed []string) ([32]byte, error) {
-	from, to := state.KeysOf(p.Store).Material(c.Metadata.Name)
-	material, err := p.Store.Fingerprint(ctx, from, to)
-	if err != nil {
-		return [32]byte{}, err
+func (p *Planner) desireKey(ctx context.Context, changes *state.Changes, c *schemas.Cluster, opts render.Options, joins []diff.Join, renewed []string) ([32]byte, error) {
+	name := c.Metadata.Name
+	k := state.KeysOf(p.Store)
+	ssh, _ := k.SSHKey(name)
+	material, ok := p.material.get(changes, name, k.PKI(name), ssh)
+	if !ok {
+		from, to := k.Material(name)
+		fp, at, err := p.Store.Fingerprint(ctx, from, to)
+		if err != nil {
+			return [32]byte{}, err
+		}
+		p.material.put(name, at, fp)
+		material = fp
 	}
 	opts.Now = time.Time{}
 	h := sha256.New()

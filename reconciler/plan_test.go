@@ -508,3 +508,78 @@ func TestPlanRendersOnlyWhatChanged(t *testing.T) {
 		t.Errorf("two hours later: %d renders, want alpha's two and beta's (a kept state serves an hour)", n)
 	}
 }
+
+// TestPlanReadsOnlyLedgersWritten: a quiet fleet's plan reads no ledger
+// (each is kept from the plan before while the store's changes say none
+// of its records was written); a record written, by any writer, makes the
+// next plan read that cluster's ledger again and plan from what it says;
+// a write outside the ledgers reads none.
+func TestPlanReadsOnlyLedgersWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	alpha, beta := spec(t, "demo", "alpha", 1), spec(t, "demo", "beta", 1)
+	r.apply(t, alpha, beta)
+	plan := func() (int, *diff.Plan) {
+		t.Helper()
+		res, err := r.planner.Plan(ctx, request(alpha, beta))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.LedgerReads, res.Plan
+	}
+	plan()
+	if n, p := plan(); n != 0 || !p.Empty() {
+		t.Fatalf("a quiet fleet's plan read %d ledgers (empty %v), want none", n, p.Empty())
+	}
+	// A file record of beta's worker says another sha256: its ledger is
+	// read again, and the plan pushes the file anew.
+	k := state.KeysOf(r.store)
+	files, err := r.store.List(ctx, k.HostFiles("beta", "beta-default-0"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("beta's worker has no file records (%v)", err)
+	}
+	key := slices.Sorted(maps.Keys(files))[0]
+	if err := r.store.Put(ctx, key, []byte(`{"sha256":"0000"}`)); err != nil {
+		t.Fatal(err)
+	}
+	n, p := plan()
+	path := strings.TrimPrefix(key, strings.TrimSuffix(k.HostFiles("beta", "beta-default-0"), "/"))
+	if n != 1 || !slices.ContainsFunc(p.Changes, func(c diff.Change) bool {
+		return c.Cluster == "beta" && c.Address.Name == path
+	}) {
+		t.Errorf("a file record of beta written: %d ledgers read (want 1), changes %v (want %s pushed)", n, addresses(p.Changes), path)
+	}
+	if err := r.store.Put(ctx, key, files[key]); err != nil {
+		t.Fatal(err)
+	}
+	if n, p := plan(); n != 1 || !p.Empty() {
+		t.Errorf("the record back: %d ledgers read, empty %v; want 1 and no change", n, p.Empty())
+	}
+	// A status and a journal entry are no ledger records.
+	if err := r.store.Put(ctx, k.Status("alpha"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.store.Put(ctx, k.Journal("alpha", "x"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := plan(); n != 0 {
+		t.Errorf("writes outside the ledgers: %d ledgers read, want none", n)
+	}
+	// A record deleted is a write: alpha's manifest forgotten is applied
+	// again, as the ledger read from the store says.
+	manifests, err := r.store.List(ctx, k.Manifests("alpha"))
+	if err != nil || len(manifests) == 0 {
+		t.Fatalf("alpha has no manifest records (%v)", err)
+	}
+	key = slices.Sorted(maps.Keys(manifests))[0]
+	if err := r.store.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(key, k.Manifests("alpha"))
+	if n, p := plan(); n != 1 || !slices.ContainsFunc(p.Changes, func(c diff.Change) bool {
+		return c.Cluster == "alpha" && strings.Contains(c.Address.Name, name)
+	}) {
+		t.Errorf("alpha's record of %s deleted: %d ledgers read, changes %v; want 1 and the manifest applied", name, n, addresses(p.Changes))
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,6 +65,9 @@ type Store struct {
 	log    *slog.Logger
 	etcd   *embed.Etcd
 	lock   *os.File
+
+	changesOnce sync.Once
+	changes     *Changes
 }
 
 // ErrPlainEndpoint is an external etcd endpoint that would carry the state
@@ -306,40 +310,49 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // List returns every key below prefix with its value.
 func (s *Store) List(ctx context.Context, prefix string) (map[string][]byte, error) {
-	return s.values(ctx, "list", prefix, clientv3.WithPrefix())
+	out, _, err := s.values(ctx, "list", prefix, clientv3.WithPrefix())
+	return out, err
 }
 
 // Range returns the keys in [from, to) and their values, in one read.
 func (s *Store) Range(ctx context.Context, from, to string) (map[string][]byte, error) {
+	out, _, err := s.values(ctx, "range", from, clientv3.WithRange(to))
+	return out, err
+}
+
+// RangeAt is Range, with the revision it read the store at.
+func (s *Store) RangeAt(ctx context.Context, from, to string) (map[string][]byte, int64, error) {
 	return s.values(ctx, "range", from, clientv3.WithRange(to))
 }
 
-// values reads the keys from key as opt says, with their values.
-func (s *Store) values(ctx context.Context, what, key string, opt clientv3.OpOption) (map[string][]byte, error) {
+// values reads the keys from key as opt says, with their values, and the
+// revision it read at.
+func (s *Store) values(ctx context.Context, what, key string, opt clientv3.OpOption) (map[string][]byte, int64, error) {
 	resp, err := s.cli.Get(ctx, key, opt)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, key, err)
+		return nil, 0, fmt.Errorf("%s %s: %w", what, key, err)
 	}
 	out := make(map[string][]byte, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		out[string(kv.Key)] = kv.Value
 	}
-	return out, nil
+	return out, resp.Header.Revision, nil
 }
 
 // Fingerprint is a digest of the keys in [from, to) and the revisions
 // they were last written at, read without their values: it changes when
-// a key is written, added or deleted, and only then.
-func (s *Store) Fingerprint(ctx context.Context, from, to string) ([32]byte, error) {
+// a key is written, added or deleted, and only then. rev is the revision
+// it was read at.
+func (s *Store) Fingerprint(ctx context.Context, from, to string) (digest [32]byte, rev int64, err error) {
 	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly())
 	if err != nil {
-		return [32]byte{}, fmt.Errorf("fingerprint %s: %w", from, err)
+		return [32]byte{}, 0, fmt.Errorf("fingerprint %s: %w", from, err)
 	}
 	h := sha256.New()
 	for _, kv := range resp.Kvs {
 		fmt.Fprintf(h, "%s\x00%d\x00%d\n", kv.Key, kv.ModRevision, kv.Version)
 	}
-	return [32]byte(h.Sum(nil)), nil
+	return [32]byte(h.Sum(nil)), resp.Header.Revision, nil
 }
 
 // GetSecret returns the opened value of a sealed key.

@@ -495,13 +495,23 @@ func TestFingerprint(t *testing.T) {
 	}
 	fp := func() [32]byte {
 		t.Helper()
-		f, err := s.Fingerprint(ctx, from, to)
+		f, _, err := s.Fingerprint(ctx, from, to)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return f
 	}
-	last := fp()
+	// The tracker's revision of the material's groups (what a planner
+	// keeps a fingerprint by) moves with the fingerprint.
+	changes := s.Changes()
+	tracked := func() int64 {
+		t.Helper()
+		if _, err := changes.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return changes.RevisionOf(k.PKI("prod"), priv)
+	}
+	last, lastTracked := fp(), tracked()
 	for _, tc := range []struct {
 		what  string
 		do    func() error
@@ -520,6 +530,11 @@ func TestFingerprint(t *testing.T) {
 			t.Errorf("%s: the fingerprint moved %v, want %v", tc.what, now != last, tc.moves)
 		} else {
 			last = now
+		}
+		if now := tracked(); (now != lastTracked) != tc.moves {
+			t.Errorf("%s: the tracked revision moved %v, want %v", tc.what, now != lastTracked, tc.moves)
+		} else {
+			lastTracked = now
 		}
 	}
 }

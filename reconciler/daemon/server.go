@@ -55,7 +55,7 @@ func (d *Daemon) Handler(webhookSecret string) http.Handler {
 func (d *Daemon) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	_, err := d.cfg.Store.Revision(ctx)
+	_, err := d.cfg.Store.Current(ctx)
 	h := d.Health()
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "error": "state store: " + err.Error(), "health": h})
