@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"opke.dev/opke/internal/intern"
+
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 )
@@ -53,6 +55,15 @@ const (
 // floating IP: unknown until it exists (the API server's certificate, and
 // its static pod, which carries the certificate's sha256).
 var filesWithAPIFloatingIP = []string{"/etc/kubernetes/pki/apiserver.crt", "/etc/kubernetes/manifests/kube-apiserver.yaml"}
+
+// modes are the permission bits as the plan writes them ("0644"), one
+// string each.
+var modes = func() (out [0o1000]string) {
+	for m := range out {
+		out[m] = fmt.Sprintf("%04o", m)
+	}
+	return out
+}()
 
 // Desire lists what a valid, defaulted cluster spec asks for: every
 // OpenStack resource, named and tagged deterministically, and every host's
@@ -219,9 +230,11 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	if in.Assets != nil {
 		manifests := map[string]bool{}
 		for _, h := range in.Assets.Hosts {
-			host := Host{Name: h.Name, Role: h.Role, Version: in.Assets.Version}
+			host := Host{Name: h.Name, Role: h.Role, Version: in.Assets.Version, Files: make([]File, 0, len(h.Files))}
 			for _, f := range h.Files {
-				df := File{Path: f.Path, SHA256: f.SHA256, Mode: fmt.Sprintf("%04o", uint32(f.Mode.Perm())), Secret: f.Secret, Restart: f.Restart}
+				// A desired state is kept between plans: the paths every
+				// cluster shares are held once.
+				df := File{Path: intern.Shared.String(f.Path), SHA256: f.SHA256, Mode: modes[f.Mode.Perm()], Secret: f.Secret, Restart: f.Restart}
 				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(filesWithAPIFloatingIP, f.Path) && h.Role == schemas.RoleController
 				df.Unknown = df.NeedsAPIFloatingIP || in.UnsettledFiles[h.Name][f.Path]
 				host.Files = append(host.Files, df)

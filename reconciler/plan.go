@@ -206,6 +206,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			if err != nil {
 				return err
 			}
+			r = r.planned()
 			p.ledgers.put(name, at, r)
 			resMu.Lock()
 			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes}
