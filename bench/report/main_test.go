@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,26 +20,40 @@ BenchmarkNoopReconcile/clusters=1000-2   1   3000000000 ns/op   30.00 api-calls/
 BenchmarkNoopReconcile/clusters=1000-2   1   1000000000 ns/op   30.00 api-calls/op
 BenchmarkNoopReconcile/clusters=1000-2   1   1500000000 ns/op   32.00 api-calls/op
 BenchmarkFetch   1   200 ns/op
+BenchmarkNoopReconcile/clusters=100-2   1   500000000 ns/op   30.00 api-calls/op
+BenchmarkNoopReconcile/clusters=100-2   1   250000000 ns/op   30.00 api-calls/op
+BenchmarkNoopReconcile/clusters=100-2   1   250000000 ns/op   16.00 api-calls/op
 PASS
 `
 	got, err := parse(strings.NewReader(out))
 	if err != nil {
 		t.Fatal(err)
 	}
-	met := true
+	met, missed := true, false
 	want := []*Figure{
 		{Benchmark: "NoopReconcile/clusters=1000", Unit: "ns/op", Runs: []float64{3e9, 1e9, 1.5e9}, Median: 1.5e9, Min: 1e9, Max: 3e9, Target: "< 2 s", Met: &met},
 		{Benchmark: "NoopReconcile/clusters=1000", Unit: "api-calls/op", Runs: []float64{30, 30, 32}, Median: 30, Min: 30, Max: 32},
 		{Benchmark: "Fetch", Unit: "ns/op", Runs: []float64{200}, Median: 200, Min: 200, Max: 200},
+		{Benchmark: "NoopReconcile/clusters=100", Unit: "ns/op", Runs: []float64{5e8, 2.5e8, 2.5e8}, Median: 2.5e8, Min: 2.5e8, Max: 5e8},
+		{Benchmark: "NoopReconcile/clusters=100", Unit: "api-calls/op", Runs: []float64{30, 30, 16}, Median: 30, Min: 16, Max: 30},
+		// Growth from 100 to 1,000 clusters: run by run.
+		{Benchmark: "NoopReconcile/clusters=100->1000", Unit: "x time", Runs: []float64{6, 4, 6}, Median: 6, Min: 4, Max: 6, Target: "< 3x", Met: &missed},
+		{Benchmark: "NoopReconcile/clusters=100->1000", Unit: "x api-calls/op", Runs: []float64{1, 1, 2}, Median: 1, Min: 1, Max: 2},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("figures (-want +got):\n%s", d)
 	}
 	var b strings.Builder
 	print(&b, got)
-	for _, line := range []string{"NoopReconcile/clusters=1000  time          1.50 s", "< 2 s met", "api-calls/op  30      30 - 32"} {
-		if !strings.Contains(b.String(), line) {
-			t.Errorf("the table has no %q:\n%s", line, b.String())
+	// The table's rows, each with its columns one space apart.
+	var rows []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		rows = append(rows, strings.Join(strings.Fields(l), " "))
+	}
+	for _, row := range []string{"NoopReconcile/clusters=1000 time 1.50 s 1.00 s - 3.00 s 3 < 2 s met", "NoopReconcile/clusters=1000 api-calls/op 30 30 - 32 3",
+		"NoopReconcile/clusters=100->1000 x time 6 4 - 6 3 < 3x MISSED"} {
+		if !slices.Contains(rows, row) {
+			t.Errorf("the table has no row %q:\n%s", row, b.String())
 		}
 	}
 }
