@@ -20,6 +20,11 @@
 // [Store.Elect] makes one of several daemons the leader; its writes
 // ([Leadership.Put]) are fenced like a lease's. [Store.Leader] names it.
 //
+// [Store.Changes] follows every write below the prefix with one watch:
+// a planner keeps what it read (ledgers, material fingerprints) until the
+// watch says a key of it was written, and [Changes.Sync] says when the
+// watch has delivered every write up to the store's revision.
+//
 // [Store.ReadOnly] returns an overlay that reads through to the store and
 // keeps every write in memory: a pull-request plan renders with it and
 // persists nothing.

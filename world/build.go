@@ -188,6 +188,9 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 	if err != nil {
 		return fmt.Errorf("world %s: %w", a.Key, err)
 	}
+	if a.Sum != "" && info.Sum != a.Sum {
+		return fmt.Errorf("world %s: %w: %s@%s is %s, pinned %s", a.Key, ErrSum, a.Module, a.Version, info.Sum, a.Sum)
+	}
 	switch a.Lang {
 	case Go:
 		err = w.buildGo(ctx, a, src, info, filepath.Join(tmp, "bin"))
@@ -226,9 +229,12 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 	return nil
 }
 
+// ErrSum is a module whose hash is not the one pinned.
+var ErrSum = errors.New("module hash mismatch")
+
 // moduleInfo is what `go mod download -json` says of a module.
 type moduleInfo struct {
-	Path, Version, Dir, GoMod string
+	Path, Version, Dir, GoMod, Sum string
 	// Info is the proxy's .info file, which has the release's Time.
 	Info   string
 	Time   time.Time

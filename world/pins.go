@@ -47,10 +47,13 @@ const (
 	// with the CNI plugins and OpenStack's cloud controller manager, the
 	// host runtime, the registry; no other addon.
 	E2E Set = "e2e"
+	// Peer is what make bench measures OPKE beside: OpenTofu and
+	// terraform-provider-openstack, as a Terraform user runs them.
+	Peer Set = "peer"
 )
 
 // sets lists the sets, for flags and messages.
-var sets = []Set{All, E2E}
+var sets = []Set{All, E2E, Peer}
 
 // Binary is one program of an artifact.
 type Binary struct {
@@ -116,6 +119,9 @@ type Artifact struct {
 	// NoSumDB: the module version is on the proxy but not in the checksum
 	// database (sum.golang.org answers 404), so go is told not to ask it.
 	NoSumDB bool `json:",omitempty"`
+	// Sum is the module's hash (h1:), checked after its download: what
+	// the checksum database would have checked for a NoSumDB module.
+	Sum string `json:",omitempty"`
 	// Tags are Go build tags; CGO builds with cgo (runc's seccomp).
 	Tags []string
 	CGO  bool
@@ -135,6 +141,8 @@ func Targets(set Set) ([]Artifact, error) {
 		versions = kubernetesVersions
 	case E2E:
 		versions = kubernetesVersions
+	case Peer:
+		return []Artifact{OpenTofu(OpenTofuVersion), OpenStackProvider(OpenStackProviderVersion)}, nil
 	default:
 		return nil, fmt.Errorf("world: unknown set %q (one of %s)", set, strings.Join(setNames(), ", "))
 	}
@@ -346,6 +354,42 @@ func Runc(v string) Artifact {
 		// main.version is runc's VERSION file, embedded: nothing to stamp.
 		Stamp: map[string]string{"main.gitCommit": "archive"},
 	}
+}
+
+// The peer's versions: OpenTofu's latest 1.10 release and the OpenStack
+// provider's latest release on the module proxy, 2026-11-26.
+const (
+	OpenTofuVersion          = "v1.10.10"
+	OpenStackProviderVersion = "v3.4.0"
+)
+
+// OpenTofu is the tofu command. Its module cannot be installed (go install
+// refuses its replace directives) but builds in a module that requires it
+// and keeps its versioned replacements (WrapperMod), as every artifact
+// here does.
+func OpenTofu(v string) Artifact {
+	return Artifact{
+		Key: "opentofu-" + v, Module: "github.com/opentofu/opentofu", Version: v, Lang: Go,
+		Binaries: []Binary{{Name: "tofu", Package: "github.com/opentofu/opentofu/cmd/tofu"}},
+	}
+}
+
+// OpenStackProvider is terraform-provider-openstack, named as a provider
+// mirror names it. Its module is on the proxy but not in the checksum
+// database: the hash it had when first downloaded here (2026-11-26) is
+// pinned (Sum) and checked on every download.
+func OpenStackProvider(v string) Artifact {
+	m := "github.com/terraform-provider-openstack/terraform-provider-openstack/v3"
+	return Artifact{
+		Key: "terraform-provider-openstack-" + v, Module: m, Version: v, Lang: Go, NoSumDB: true,
+		Sum:      openStackProviderSums[v],
+		Binaries: []Binary{{Name: "terraform-provider-openstack_" + v, Package: m}},
+	}
+}
+
+// openStackProviderSums are the pinned hashes of the provider's module.
+var openStackProviderSums = map[string]string{
+	"v3.4.0": "h1:Ap8gvameIY5ZM7CMh7fngP/VoIyeupzKX3izoyfp9yg=",
 }
 
 // Distribution is the OCI registry (distribution's registry) the

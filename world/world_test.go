@@ -34,6 +34,7 @@ func TestTargets(t *testing.T) {
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion,
 			"metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
+		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
 			arts, err := Targets(tc.set)
@@ -240,6 +241,8 @@ func TestWriteImage(t *testing.T) {
 type fakeGo struct {
 	calls []string
 	fail  string
+	// sum is the module hash go mod download reports.
+	sum string
 }
 
 func (f *fakeGo) run(ctx context.Context, dir string, env []string, name string, args ...string) ([]byte, error) {
@@ -257,7 +260,7 @@ func (f *fakeGo) run(ctx context.Context, dir string, env []string, name string,
 		if err := os.WriteFile(info, []byte(`{"Version":"v1","Time":"2026-02-10T19:06:03Z"}`), 0o644); err != nil {
 			return nil, err
 		}
-		return json.Marshal(moduleInfo{Path: "m", Version: "v1", Dir: dir, GoMod: mod, Info: info})
+		return json.Marshal(moduleInfo{Path: "m", Version: "v1", Dir: dir, GoMod: mod, Info: info, Sum: f.sum})
 	}
 	for i, a := range args {
 		if a == "-o" {
@@ -510,5 +513,35 @@ func TestCarrySums(t *testing.T) {
 	got, _ := os.ReadFile(filepath.Join(wrapper, "go.sum"))
 	if d := cmp.Diff("a v1 h1:x=\nb v1 h1:y=\nc v1/go.mod h1:z=\n", string(got)); d != "" {
 		t.Errorf("go.sum (-want +got):\n%s", d)
+	}
+}
+
+// TestPinnedSum: a module outside the checksum database builds only when
+// its download has the hash pinned for it.
+func TestPinnedSum(t *testing.T) {
+	p := OpenStackProvider(OpenStackProviderVersion)
+	if !p.NoSumDB || p.Sum == "" {
+		t.Fatalf("the provider's artifact pins no hash: %+v", p)
+	}
+	for _, tc := range []struct {
+		sum   string
+		build bool
+	}{
+		{p.Sum, true},
+		{"h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", false},
+		{"", false},
+	} {
+		fg := &fakeGo{sum: tc.sum}
+		w := &World{Dir: t.TempDir(), Run: fg.run}
+		_, err := w.Ensure(t.Context(), []Artifact{p})
+		if built := err == nil; built != tc.build {
+			t.Errorf("download with hash %q: built %v (%v), want %v", tc.sum, built, err, tc.build)
+		}
+		if !tc.build && !errors.Is(err, ErrSum) {
+			t.Errorf("download with hash %q: %v, want ErrSum", tc.sum, err)
+		}
+		if !tc.build && slices.ContainsFunc(fg.calls, func(c string) bool { return strings.HasPrefix(c, "go build") }) {
+			t.Errorf("download with hash %q: built anyway", tc.sum)
+		}
 	}
 }

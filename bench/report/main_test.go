@@ -57,3 +57,34 @@ PASS
 		}
 	}
 }
+
+// TestVersus: OpenTofu's plan over OPKE's no-op reconcile, size by size
+// and run by run; the 100-cluster time must be at least 20 times.
+func TestVersus(t *testing.T) {
+	t.Parallel()
+	out := `BenchmarkNoopReconcile/clusters=100-2   1   100000000 ns/op   17.00 api-calls/op
+BenchmarkNoopReconcile/clusters=100-2   1   50000000 ns/op   17.00 api-calls/op
+BenchmarkTofuPlan/clusters=100-2   1   3000000000 ns/op   5800 api-calls/op
+BenchmarkTofuPlan/clusters=100-2   1   500000000 ns/op   5800 api-calls/op
+BenchmarkTofuPlan/clusters=30-2   1   900000000 ns/op   1745 api-calls/op
+`
+	got, err := parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	print(&b, got)
+	var rows []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		rows = append(rows, strings.Join(strings.Fields(l), " "))
+	}
+	for _, row := range []string{"TofuPlan/clusters=100 over NoopReconcile x time 20 10 - 30 2 >= 20x met",
+		"TofuPlan/clusters=100 over NoopReconcile x api-calls/op 341.2 341.2 - 341.2 2"} {
+		if !slices.Contains(rows, row) {
+			t.Errorf("the table has no row %q:\n%s", row, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "clusters=30 over") {
+		t.Errorf("a size OPKE was not measured at is compared:\n%s", b.String())
+	}
+}

@@ -1,8 +1,8 @@
 // Command opke-world builds the test world's Kubernetes from upstream
 // source (package world): `make world` runs `opke-world build`.
 //
-//	opke-world build [--set all|e2e] [--cache DIR]   build what is missing, print what is there
-//	opke-world list  [--set all|e2e]                 the artifacts and images of a set
+//	opke-world build [--set all|e2e|peer] [--cache DIR]   build what is missing, print what is there
+//	opke-world list  [--set all|e2e|peer]                 the artifacts and images of a set
 //	opke-world push  --registry URL [--ca FILE]      load a registry mirror with a set's images, laid out
 //	                                                 as spec.registryMirror reads them (URL/registry.k8s.io/...)
 //
@@ -41,12 +41,12 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "build" && args[0] != "list" && args[0] != "push") {
-		fmt.Fprintln(stderr, "usage: opke-world build|list|push [--set all|e2e] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE]")
+		fmt.Fprintln(stderr, "usage: opke-world build|list|push [--set all|e2e|peer] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE]")
 		return 2
 	}
 	fs := flag.NewFlagSet("opke-world "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	set := fs.String("set", string(world.All), "which artifacts: all (every Kubernetes version of the test matrix) or e2e (what the real-host suites use)")
+	set := fs.String("set", string(world.All), "which artifacts: all (every Kubernetes version of the test matrix), e2e (what the real-host suites use) or peer (OpenTofu and terraform-provider-openstack, which make bench measures OPKE beside)")
 	only := fs.String("only", "", "only these artifacts of the set, by their keys (opke-world list names them), comma-separated")
 	cache := fs.String("cache", world.DefaultCacheDir(), "the cache folder, outside the repository")
 	registry := fs.String("registry", "", "push: the mirror's URL, https://host[:port][/path] (http:// on loopback), as spec.registryMirror.endpoint names it")

@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -58,6 +59,11 @@ func TestDeployManifests(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(c.Args, " "), "serve --config /etc/opke/config.yaml") {
 		t.Errorf("args %v", c.Args)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory"
+	}) || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("the Go runtime's soft limit is not the container's memory limit (%v, env %v)", c.Resources.Limits.Memory(), c.Env)
 	}
 
 	path := filepath.Join(t.TempDir(), "config.yaml")
