@@ -371,6 +371,8 @@ func OpenTofu(v string) Artifact {
 	return Artifact{
 		Key: "opentofu-" + v, Module: "github.com/opentofu/opentofu", Version: v, Lang: Go,
 		Binaries: []Binary{{Name: "tofu", Package: "github.com/opentofu/opentofu/cmd/tofu"}},
+		// As its release build (.goreleaser.yaml): no -dev prerelease.
+		Stamp: map[string]string{"github.com/opentofu/opentofu/version.dev": "no"},
 	}
 }
 
