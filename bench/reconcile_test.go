@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,7 +60,11 @@ func converged(b *testing.B, n int) *fleet {
 // OpenStack API calls of one plan, and the simulator's share of the time
 // (what the same calls cost a real cloud is the cloud's).
 func BenchmarkNoopReconcile(b *testing.B) {
-	for _, n := range sizes(b) {
+	// At the peer's sizes too: make bench's table puts OpenTofu's plan
+	// (BenchmarkTofuPlan) beside it.
+	all := slices.Concat(sizes(b), peerSizes(b))
+	slices.Sort(all)
+	for _, n := range slices.Compact(all) {
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			f := converged(b, n)
 			var calls, renders, ledgers int64

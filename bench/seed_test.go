@@ -568,13 +568,25 @@ func copyTree(src, dst string) error {
 		}
 		rel, _ := filepath.Rel(src, p)
 		to := filepath.Join(dst, rel)
-		if d.IsDir() {
+		switch {
+		case d.IsDir():
 			return os.MkdirAll(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			// tofu's working folder links its providers.
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, to)
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(to, data, 0o600)
+		mode := fs.FileMode(0o600)
+		if info, err := d.Info(); err == nil && info.Mode()&0o100 != 0 {
+			mode = 0o700
+		}
+		return os.WriteFile(to, data, mode)
 	})
 }
