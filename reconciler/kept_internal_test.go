@@ -1,0 +1,33 @@
+package reconciler
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+
+	"opke.dev/opke/diff"
+)
+
+// TestShareDigests: a desired file or manifest whose sha256 is the
+// ledger's holds the ledger's copy; one that differs keeps its own.
+func TestShareDigests(t *testing.T) {
+	same, other := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	l := &Ledger{Applied: &diff.Applied{
+		Files:     map[string]map[string]string{"h": {"/etc/x": same, "/etc/y": same}},
+		Manifests: map[string]string{"00-a.yaml": same},
+	}}
+	d := &diff.Desired{
+		Hosts:     []diff.Host{{Name: "h", Files: []diff.File{{Path: "/etc/x", SHA256: strings.Clone(same)}, {Path: "/etc/y", SHA256: other}, {Path: "/etc/z", SHA256: strings.Clone(same)}}}},
+		Manifests: []diff.Manifest{{Name: "00-a.yaml", SHA256: strings.Clone(same)}},
+	}
+	z := d.Hosts[0].Files[2].SHA256
+	shareDigests(d, l)
+	shared := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	if f := d.Hosts[0].Files; !shared(f[0].SHA256, same) || f[1].SHA256 != other || !shared(f[2].SHA256, z) {
+		t.Errorf("files: the equal digest is not the ledger's copy, or another changed")
+	}
+	if !shared(d.Manifests[0].SHA256, same) {
+		t.Error("the manifest's equal digest is not the ledger's copy")
+	}
+	shareDigests(d, &Ledger{}) // no ledger: nothing to share, no panic
+}
