@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -17,17 +18,18 @@ import (
 
 // sizes are the fleet sizes benchmarked: OPKE_BENCH_SIZES (comma
 // separated), default 1, 100 and 1,000 clusters.
-func sizes(tb testing.TB) []int {
+func sizes(tb testing.TB) []int { return sizesOf(tb, "OPKE_BENCH_SIZES", "1,100,1000") }
+
+// sizesOf are the fleet sizes the variable env lists (comma separated),
+// def if it is unset.
+func sizesOf(tb testing.TB, env, def string) []int {
 	tb.Helper()
-	spec := os.Getenv("OPKE_BENCH_SIZES")
-	if spec == "" {
-		return []int{1, 100, 1000}
-	}
+	spec := cmp.Or(os.Getenv(env), def)
 	var out []int
 	for _, f := range strings.Split(spec, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			tb.Fatalf("OPKE_BENCH_SIZES: %q is not a fleet size", f)
+			tb.Fatalf("%s: %q is not a fleet size", env, f)
 		}
 		out = append(out, n)
 	}

@@ -103,24 +103,21 @@ func seedFleet(tb testing.TB, root string, n int) *seed {
 	tb.Helper()
 	dir := filepath.Join(root, fmt.Sprintf("fleet-%d-%s", n, binaryHash(tb)))
 	s := &seed{dir: dir, n: n}
-	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
-		// The seed's simulator must listen where it was made (the address
-		// is in every controller's cloud.conf): a seed whose address is
-		// taken now, by a simulator a killed run left or by anything else,
-		// is made again on a free one rather than fail the benchmark.
-		addr, err := os.ReadFile(filepath.Join(dir, "listen"))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", string(addr))
-		if err == nil {
-			ln.Close()
-			return s
-		}
-		tb.Logf("the seed of %d clusters listens on %s, which is taken (%v): seeding again on a free address", n, addr, err)
+	if seeded(tb, dir) {
+		return s
 	}
-	stale, _ := filepath.Glob(filepath.Join(root, fmt.Sprintf("fleet-%d-*", n)))
-	for _, d := range stale {
+	took := makeCached(tb, dir, filepath.Join(root, fmt.Sprintf("fleet-%d-*", n)), func(build string) { makeSeed(tb, build, n) })
+	tb.Logf("seeded a fleet of %d clusters in %s (cached in %s)", n, took.Round(time.Millisecond), dir)
+	return s
+}
+
+// makeCached makes a seed in dir with make, which fills the folder it is
+// given (dir.tmp, renamed to dir once done), after removing the seeds of
+// other builds (stale, a glob); it returns how long it took.
+func makeCached(tb testing.TB, dir, stale string, make func(build string)) time.Duration {
+	tb.Helper()
+	old, _ := filepath.Glob(stale)
+	for _, d := range old {
 		_ = os.RemoveAll(d)
 	}
 	started := time.Now()
@@ -128,7 +125,7 @@ func seedFleet(tb testing.TB, root string, n int) *seed {
 	if err := os.RemoveAll(build); err != nil {
 		tb.Fatal(err)
 	}
-	makeSeed(tb, build, n)
+	make(build)
 	if err := os.WriteFile(filepath.Join(build, "done"), nil, 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -136,8 +133,31 @@ func seedFleet(tb testing.TB, root string, n int) *seed {
 	if err := os.Rename(build, dir); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Logf("seeded a fleet of %d clusters in %s (cached in %s)", n, time.Since(started).Round(time.Millisecond), dir)
-	return s
+	return time.Since(started)
+}
+
+// seeded reports whether the seed in dir is complete and its simulator's
+// address free. The seed's simulator must listen where it was made (the
+// address is in every controller's cloud.conf, in tofu's state): a seed
+// whose address is taken now, by a simulator a killed run left or by
+// anything else, is made again on a free one rather than fail the
+// benchmark.
+func seeded(tb testing.TB, dir string) bool {
+	tb.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+		return false
+	}
+	addr, err := os.ReadFile(filepath.Join(dir, "listen"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", string(addr))
+	if err != nil {
+		tb.Logf("the seed %s listens on %s, which is taken (%v): seeding again on a free address", filepath.Base(dir), addr, err)
+		return false
+	}
+	ln.Close()
+	return true
 }
 
 var (

@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,26 +30,7 @@ import (
 
 // peerSizes are the fleet sizes the peer is measured at: OPKE_PEER_SIZES
 // (comma separated), default 1, 10, 30 and 100 clusters.
-func peerSizes(tb testing.TB) []int {
-	tb.Helper()
-	spec := cmpOr(os.Getenv("OPKE_PEER_SIZES"), "1,10,30,100")
-	var out []int
-	for _, f := range strings.Split(spec, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			tb.Fatalf("OPKE_PEER_SIZES: %q is not a fleet size", f)
-		}
-		out = append(out, n)
-	}
-	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
+func peerSizes(tb testing.TB) []int { return sizesOf(tb, "OPKE_PEER_SIZES", "1,10,30,100") }
 
 // tofu is the peer's binaries: the tofu command and a provider mirror
 // holding terraform-provider-openstack, laid out as tofu's
@@ -168,25 +147,18 @@ func configHash(tb testing.TB) string {
 func tofuSeed(tb testing.TB, t tofu, n int) string {
 	tb.Helper()
 	dir := filepath.Join(cacheRoot(), fmt.Sprintf("tofu-%d-%s-%s", n, binaryHash(tb), configHash(tb)))
-	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
-		addr, err := os.ReadFile(filepath.Join(dir, "listen"))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if ln, err := net.Listen("tcp", string(addr)); err == nil {
-			ln.Close()
-			return dir
-		}
+	if seeded(tb, dir) {
+		return dir
 	}
-	stale, _ := filepath.Glob(filepath.Join(cacheRoot(), fmt.Sprintf("tofu-%d-*", n)))
-	for _, d := range stale {
-		_ = os.RemoveAll(d)
-	}
-	started := time.Now()
-	build := dir + ".tmp"
-	if err := os.RemoveAll(build); err != nil {
-		tb.Fatal(err)
-	}
+	took := makeCached(tb, dir, filepath.Join(cacheRoot(), fmt.Sprintf("tofu-%d-*", n)), func(build string) { applyTofu(tb, t, build, n) })
+	tb.Logf("applied the peer's fleet of %d clusters with tofu in %s (cached in %s)", n, took.Round(time.Second), dir)
+	return dir
+}
+
+// applyTofu applies the peer's fleet of n clusters on a simulator whose
+// state it keeps in build.
+func applyTofu(tb testing.TB, t tofu, build string, n int) {
+	tb.Helper()
 	simDir, work := filepath.Join(build, "sim"), filepath.Join(build, "work")
 	if err := copyTree(filepath.Join("testdata", "tofu"), work); err != nil {
 		tb.Fatal(err)
@@ -214,15 +186,6 @@ func tofuSeed(tb testing.TB, t tofu, n int) string {
 	if err := sim.Close(); err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(build, "done"), nil, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	_ = os.RemoveAll(dir)
-	if err := os.Rename(build, dir); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Logf("applied the peer's fleet of %d clusters with tofu in %s (cached in %s)", n, time.Since(started).Round(time.Second), dir)
-	return dir
 }
 
 // loadTofuFleet starts the simulator of a copy of a seed.

@@ -81,18 +81,27 @@ func versus(figures []*Figure) []*Figure {
 		if opke == nil {
 			continue
 		}
-		g := &Figure{Benchmark: f.Benchmark + " over NoopReconcile", Unit: "x " + cmp.Or(map[string]string{"ns/op": "time"}[f.Unit], f.Unit)}
-		for j := range min(len(f.Runs), len(opke.Runs)) {
-			if opke.Runs[j] > 0 {
-				g.Runs = append(g.Runs, f.Runs[j]/opke.Runs[j])
-			}
-		}
-		if len(g.Runs) > 0 {
-			g.summarise()
+		if g := ratio(f.Benchmark+" over NoopReconcile", f, opke); g != nil {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// ratio is the figure of a's runs over b's, run by run (nil if none):
+// "x time" for durations, "x UNIT" otherwise.
+func ratio(name string, a, b *Figure) *Figure {
+	g := &Figure{Benchmark: name, Unit: "x " + cmp.Or(map[string]string{"ns/op": "time"}[a.Unit], a.Unit)}
+	for j := range min(len(a.Runs), len(b.Runs)) {
+		if b.Runs[j] > 0 {
+			g.Runs = append(g.Runs, a.Runs[j]/b.Runs[j])
+		}
+	}
+	if len(g.Runs) == 0 {
+		return nil
+	}
+	g.summarise()
+	return g
 }
 
 // growth adds, for each benchmark measured at several fleet sizes, how
@@ -126,14 +135,7 @@ func growth(figures []*Figure) []*Figure {
 			continue
 		}
 		big := byName[fmt.Sprintf("%s/clusters=%d %s", base, ss[i+1], f.Unit)]
-		g := &Figure{Benchmark: fmt.Sprintf("%s/clusters=%d->%d", base, small, ss[i+1]), Unit: "x " + cmp.Or(map[string]string{"ns/op": "time"}[f.Unit], f.Unit)}
-		for j := range min(len(f.Runs), len(big.Runs)) {
-			if f.Runs[j] > 0 {
-				g.Runs = append(g.Runs, big.Runs[j]/f.Runs[j])
-			}
-		}
-		if len(g.Runs) > 0 {
-			g.summarise()
+		if g := ratio(fmt.Sprintf("%s/clusters=%d->%d", base, small, ss[i+1]), big, f); g != nil {
 			out = append(out, g)
 		}
 	}
