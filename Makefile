@@ -68,7 +68,7 @@ e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 45m -run '$(E2E)' -v ./reconciler/
 
-## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e
+## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e|peer
 world:
 	$(GO) run ./cmd/opke-world build --set $(WORLD)
 
