@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
@@ -12,13 +13,20 @@ import (
 // ledger's holds the ledger's copy; one that differs keeps its own.
 func TestShareDigests(t *testing.T) {
 	same, other := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	applied := diff.Attrs{"cidr": diff.Known("10.0.0.0/24")}
 	l := &Ledger{Applied: &diff.Applied{
 		Files:     map[string]map[string]string{"h": {"/etc/x": same, "/etc/y": same}},
 		Manifests: map[string]string{"00-a.yaml": same},
+		Infra: map[diff.Address]diff.Attrs{
+			diff.ResourceAddress(diff.KindSubnet, "n"): applied,
+			diff.ResourceAddress(diff.KindNetwork, "n"): {"name": diff.Known("old")},
+		},
 	}}
 	d := &diff.Desired{
 		Hosts:     []diff.Host{{Name: "h", Files: []diff.File{{Path: "/etc/x", SHA256: strings.Clone(same)}, {Path: "/etc/y", SHA256: other}, {Path: "/etc/z", SHA256: strings.Clone(same)}}}},
 		Manifests: []diff.Manifest{{Name: "00-a.yaml", SHA256: strings.Clone(same)}},
+		Infra: []diff.Resource{{Kind: diff.KindSubnet, Name: "n", Attrs: diff.Attrs{"cidr": diff.Known("10.0.0.0/24")}},
+			{Kind: diff.KindNetwork, Name: "n", Attrs: diff.Attrs{"name": diff.Known("new")}}},
 	}
 	z := d.Hosts[0].Files[2].SHA256
 	shareDigests(d, l)
@@ -28,6 +36,12 @@ func TestShareDigests(t *testing.T) {
 	}
 	if !shared(d.Manifests[0].SHA256, same) {
 		t.Error("the manifest's equal digest is not the ledger's copy")
+	}
+	if reflect.ValueOf(d.Infra[0].Attrs).UnsafePointer() != reflect.ValueOf(applied).UnsafePointer() {
+		t.Error("the subnet's equal attributes are not the ledger's map")
+	}
+	if d.Infra[1].Attrs["name"].Value != "new" {
+		t.Errorf("the network's attributes, which differ, became %v", d.Infra[1].Attrs)
 	}
 	shareDigests(d, &Ledger{}) // no ledger: nothing to share, no panic
 }
