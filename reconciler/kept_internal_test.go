@@ -18,7 +18,7 @@ func TestShareDigests(t *testing.T) {
 		Files:     map[string]map[string]string{"h": {"/etc/x": same, "/etc/y": same}},
 		Manifests: map[string]string{"00-a.yaml": same},
 		Infra: map[diff.Address]diff.Attrs{
-			diff.ResourceAddress(diff.KindSubnet, "n"): applied,
+			diff.ResourceAddress(diff.KindSubnet, "n"):  applied,
 			diff.ResourceAddress(diff.KindNetwork, "n"): {"name": diff.Known("old")},
 		},
 	}}
