@@ -234,7 +234,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 			for _, f := range h.Files {
 				// A desired state is kept between plans: the paths every
 				// cluster shares are held once.
-				df := File{Path: intern.Shared.String(f.Path), SHA256: f.SHA256, Mode: modes[f.Mode.Perm()], Secret: f.Secret, Restart: f.Restart}
+				df := File{Path: intern.Shared.String(f.Path), SHA256: f.SHA256, Mode: modes[f.Mode.Perm()], Secret: f.Secret, Restart: intern.Shared.List(f.Restart)}
 				df.NeedsAPIFloatingIP = !in.APIFloatingIP && slices.Contains(filesWithAPIFloatingIP, f.Path) && h.Role == schemas.RoleController
 				df.Unknown = df.NeedsAPIFloatingIP || in.UnsettledFiles[h.Name][f.Path]
 				host.Files = append(host.Files, df)

@@ -2,6 +2,7 @@ package intern
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -30,5 +31,25 @@ func TestString(t *testing.T) {
 	}
 	if s := tab.String("past the bound"); s != "past the bound" {
 		t.Errorf("past the bound: %q", s)
+	}
+}
+
+// TestList: equal lists come back as one copy, not the caller's slice;
+// an empty list is nil.
+func TestList(t *testing.T) {
+	var tab Table
+	mine := []string{"kubelet.service", "containerd.service"}
+	a, b := tab.List(mine), tab.List(slices.Clone(mine))
+	if !slices.Equal(a, mine) || &a[0] != &b[0] {
+		t.Errorf("two interned copies of %q do not share their array", mine)
+	}
+	if &a[0] == &mine[0] {
+		t.Error("the interned list is the caller's slice")
+	}
+	if tab.List(nil) != nil || tab.List([]string{}) != nil {
+		t.Error("an empty list is not nil")
+	}
+	if c := tab.List([]string{"kubelet.service"}); len(c) != 1 || &c[0] == &a[0] {
+		t.Errorf("another list: %q", c)
 	}
 }
