@@ -53,17 +53,13 @@ func createAppCred(ctx context.Context, w writer, ops *cloud.Applier, r diff.Res
 }
 
 // cloudCredential is what cloud.conf says of the cluster's cloud: the
-// application credential (observed, with its secret from kv), the
+// application credential (observed, with its secret as stored), the
 // cloud's endpoint and region, and the cluster's subnet for load
 // balancers. Without a credential yet (a new cluster), a placeholder with
 // a random secret stands in: a plan renders twice and so marks cloud.conf
 // "(known after apply)".
-func cloudCredential(ctx context.Context, kv state.KV, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (cred *assets.CloudCredential, placeholder bool, err error) {
+func cloudCredential(secret string, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (cred *assets.CloudCredential, placeholder bool) {
 	name := c.Metadata.Name
-	secret, err := appCredSecret(ctx, kv, name)
-	if err != nil {
-		return nil, false, err
-	}
 	cred = &assets.CloudCredential{Region: c.Spec.Region}
 	if clients != nil {
 		cred.AuthURL, cred.Region = clients.AuthURL, clients.Region
@@ -78,8 +74,8 @@ func cloudCredential(ctx context.Context, kv state.KV, c *schemas.Cluster, clien
 	}
 	if secret == "" || cred.ID == "" {
 		cred.ID, cred.Secret = "(known after apply)", rand.Text()
-		return cred, true, nil
+		return cred, true
 	}
 	cred.Secret = secret
-	return cred, false, nil
+	return cred, false
 }

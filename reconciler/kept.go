@@ -8,9 +8,9 @@ import (
 
 // kept keeps what plans read of the store, per cluster, with the revision
 // it was read at, for as long as the store's changes say none of its keys
-// was written since: a quiet fleet's plan reads its ledgers and its
-// material's fingerprints once, then only what an apply, another daemon
-// or an operator wrote.
+// was written since: a quiet fleet's plan reads its ledgers, its
+// material's fingerprints and its application credentials' secrets
+// once, then only what an apply, another daemon or an operator wrote.
 type kept[T any] struct {
 	mu sync.Mutex
 	m  map[string]keptRead[T]

@@ -85,11 +85,13 @@ type Planner struct {
 	// (pki.DefaultRenew, 30 days); the hosts get them as an upgrade does.
 	RenewWithin time.Duration
 
-	// desired keeps the clusters' settled desired states; ledgers and
-	// material what plans read of the store, until it is written.
+	// desired keeps the clusters' settled desired states; ledgers,
+	// material and secrets what plans read of the store, until it is
+	// written.
 	desired  desireCache
 	ledgers  kept[*records]
 	material kept[[32]byte]
+	secrets  kept[string]
 }
 
 // Request is what to plan.
@@ -113,8 +115,10 @@ type Planned struct {
 	Renders int
 
 	// changes tell what the planner keeps of the store is still what it
-	// holds; nil: nothing kept is used.
+	// holds; nil: nothing kept is used. rev is the store's revision
+	// changes were synced to (0 without).
 	changes *state.Changes
+	rev     int64
 }
 
 // Result is a plan and what it was made from.
@@ -189,6 +193,11 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	if req.Only == "" {
 		p.ledgers.forget(names)
 		p.material.forget(names)
+		p.secrets.forget(names)
+	}
+	var synced int64
+	if changes != nil {
+		synced = rev
 	}
 	var resMu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
@@ -196,7 +205,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	for name := range names {
 		if r, ok := p.ledgers.get(changes, name, ledgerKeys(p.Store, name)...); ok {
 			resMu.Lock()
-			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes}
+			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes, rev: synced}
 			resMu.Unlock()
 			continue
 		}
@@ -209,7 +218,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			r = r.planned()
 			p.ledgers.put(name, at, r)
 			resMu.Lock()
-			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes}
+			res.Clusters[name] = &Planned{Ledger: r.ledger(specs[name]), changes: changes, rev: synced}
 			resMu.Unlock()
 			return nil
 		})
@@ -249,7 +258,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 			observed[name] = rs
 			clientsOf[name] = clients
 			if res.Clusters[name] == nil {
-				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[diff.Address]diff.Resource{}}, changes: changes}
+				res.Clusters[name] = &Planned{Ledger: &Ledger{Resources: map[diff.Address]diff.Resource{}}, changes: changes, rev: synced}
 			}
 		}
 	}
@@ -390,10 +399,11 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 	if err != nil {
 		return nil, err
 	}
-	opts, placeholder, err := p.renderOptions(ctx, kv, c, clients, pl.Observed.Cloud)
+	secret, err := p.credSecret(ctx, pl, kv, c.Metadata.Name)
 	if err != nil {
 		return nil, err
 	}
+	opts, placeholder := p.optionsWith(secret, c, clients, pl.Observed.Cloud)
 	opts.Etcd = etcdStarts(c.Metadata.Name, pl.Ledger, joins)
 	key, err := p.desireKey(ctx, pl.changes, c, opts, joins, renewed)
 	if err != nil {
@@ -561,9 +571,37 @@ func etcdStarts(cluster string, l *Ledger, joins []diff.Join) map[string]assets.
 // IP comes from what is observed (its certificate names it), cloud.conf's
 // credential from kv (placeholder: none yet).
 func (p *Planner) renderOptions(ctx context.Context, kv state.KV, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool, err error) {
+	secret, err := appCredSecret(ctx, kv, c.Metadata.Name)
+	if err != nil {
+		return render.Options{}, false, err
+	}
+	opts, placeholder = p.optionsWith(secret, c, clients, observed)
+	return opts, placeholder, nil
+}
+
+// optionsWith are the options c renders with, its application
+// credential's secret given.
+func (p *Planner) optionsWith(secret string, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool) {
 	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, MirrorAuth: p.MirrorAuth, RenewWithin: p.RenewWithin, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
-	opts.Cloud, placeholder, err = cloudCredential(ctx, kv, c, clients, observed)
-	return opts, placeholder, err
+	opts.Cloud, placeholder = cloudCredential(secret, c, clients, observed)
+	return opts, placeholder
+}
+
+// credSecret is a cluster's application credential secret, kept from a
+// plan before while the store's changes say it was not written (read,
+// and unsealed, once rather than at every plan).
+func (p *Planner) credSecret(ctx context.Context, pl *Planned, kv state.KV, cluster string) (string, error) {
+	key := state.KeysOf(p.Store).AppCredentialSecret(cluster)
+	if v, ok := p.secrets.get(pl.changes, cluster, key); ok {
+		return v, nil
+	}
+	v, err := appCredSecret(ctx, kv, cluster)
+	if err != nil {
+		return "", err
+	}
+	// Read after the plan's revision: at least as new as it.
+	p.secrets.put(cluster, pl.rev, v)
+	return v, nil
 }
 
 // apiFloatingIP is the observed floating IP of cluster's API; zero if none.

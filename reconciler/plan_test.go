@@ -23,6 +23,7 @@ import (
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/render"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/state"
@@ -581,5 +582,22 @@ func TestPlanReadsOnlyLedgersWritten(t *testing.T) {
 		return c.Cluster == "alpha" && strings.Contains(c.Address.Name, name)
 	}) {
 		t.Errorf("alpha's record of %s deleted: %d ledgers read, changes %v; want 1 and the manifest applied", name, n, addresses(p.Changes))
+	}
+	// The application credential's secret rotated in the store: the next
+	// plan, which kept the secret it unsealed before, reads it again and
+	// pushes alpha's cloud.conf anew.
+	if err := r.store.Put(ctx, key, manifests[key]); err != nil {
+		t.Fatal(err)
+	}
+	if n, p := plan(); n != 1 || !p.Empty() {
+		t.Fatalf("before the rotation: %d ledgers read, empty %v", n, p.Empty())
+	}
+	if err := reconciler.RecordAppCredential(ctx, r.store, "alpha", "another-secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p := plan(); !slices.ContainsFunc(p.Changes, func(c diff.Change) bool {
+		return c.Cluster == "alpha" && c.Address.Name == assets.PathCloudConf
+	}) {
+		t.Errorf("alpha's secret rotated: changes %v, want its cloud.conf pushed", addresses(p.Changes))
 	}
 }
