@@ -265,7 +265,7 @@ func ledgerKeys(kv state.KV, cluster string) []string {
 // ranger reads a range of keys in one request, and says at what
 // revision: the store does, an overlay does not.
 type ranger interface {
-	RangeAt(ctx context.Context, from, to string) (map[string][]byte, int64, error)
+	Range(ctx context.Context, from, to string) (map[string][]byte, int64, error)
 }
 
 // ledgerRecords reads a cluster's ledger records: its resources, its
@@ -283,7 +283,7 @@ func ledgerRecords(ctx context.Context, kv ledgerKV, cluster string) (infra, hos
 		return infra, hosts, manifests, 0, err
 	}
 	from, to := k.Ledger(cluster)
-	all, rev, err := r.RangeAt(ctx, from, to)
+	all, rev, err := r.Range(ctx, from, to)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,8 @@ type Changes struct {
 	// to it was delivered.
 	from, seen int64
 	groups     map[string]int64
-	watcher    clientv3.Watcher
+	// watcher is the watch's client, closed when run ends.
+	watcher clientv3.Watcher
 	// caught is closed and replaced when seen moves.
 	caught chan struct{}
 	// up is closed when the first watch is established.
@@ -49,7 +51,7 @@ type Changes struct {
 // use; it stops when the store is closed.
 func (s *Store) Changes() *Changes {
 	s.changesOnce.Do(func() {
-		s.changes = &Changes{s: s, groups: map[string]int64{}, caught: make(chan struct{}), up: make(chan struct{})}
+		s.changes = &Changes{s: s, watcher: clientv3.NewWatcher(s.cli), groups: map[string]int64{}, caught: make(chan struct{}), up: make(chan struct{})}
 		go s.changes.run(s.cli.Ctx())
 	})
 	return s.changes
@@ -81,17 +83,17 @@ func (c *Changes) Sync(ctx context.Context) (int64, error) {
 	asked := false
 	for {
 		c.mu.Lock()
-		seen, caught, w := c.seen, c.caught, c.watcher
+		seen, caught := c.seen, c.caught
 		c.mu.Unlock()
 		if seen >= rev {
 			return rev, nil
 		}
-		if !asked && w != nil {
+		if !asked {
 			// A quiet store sends nothing: ask the server where the
 			// watch stands (it answers once the watch is synced).
 			// The request goes on the watch's stream: etcd's client finds
 			// it by the context's metadata, the watch's (WithRequireLeader).
-			if err := w.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
+			if err := c.watcher.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
 				return 0, fmt.Errorf("%w: %w", ErrBehind, err)
 			}
 			asked = true
@@ -123,13 +125,19 @@ func (c *Changes) RevisionOf(keys ...string) int64 {
 // segment below the store's prefix when the prefix has one segment
 // ("prod/"), its first two otherwise.
 func (c *Changes) group(key string) string {
-	rest := strings.TrimPrefix(key, c.s.prefix)
-	first, tail, ok := strings.Cut(rest, "/")
-	if !ok || tail == "" {
-		return first
+	first, two := c.groupsOf(key)
+	return cmp.Or(two, first)
+}
+
+// groupsOf are the groups a key counts for: its first segment below the
+// store's prefix, and its first two ("" when it has one).
+func (c *Changes) groupsOf(key string) (first, two string) {
+	first, tail, _ := strings.Cut(strings.TrimPrefix(key, c.s.prefix), "/")
+	if tail == "" {
+		return first, ""
 	}
 	second, _, _ := strings.Cut(tail, "/")
-	return first + "/" + second
+	return first, first + "/" + second
 }
 
 // deliver records the writes of one watch response, and how far the
@@ -140,13 +148,10 @@ func (c *Changes) deliver(resp clientv3.WatchResponse) {
 	seen := c.seen
 	for _, ev := range resp.Events {
 		rev := ev.Kv.ModRevision
-		rest := strings.TrimPrefix(string(ev.Kv.Key), c.s.prefix)
-		first, tail, _ := strings.Cut(rest, "/")
+		first, two := c.groupsOf(string(ev.Kv.Key))
 		c.groups[first] = max(c.groups[first], rev)
-		if tail != "" {
-			second, _, _ := strings.Cut(tail, "/")
-			g := first + "/" + second
-			c.groups[g] = max(c.groups[g], rev)
+		if two != "" {
+			c.groups[two] = max(c.groups[two], rev)
 		}
 		seen = max(seen, rev)
 	}
@@ -166,8 +171,7 @@ func (c *Changes) deliver(resp clientv3.WatchResponse) {
 // run keeps a watch on the store's prefix until ctx ends, starting again
 // from the store's revision when a watch fails.
 func (c *Changes) run(ctx context.Context) {
-	w := clientv3.NewWatcher(c.s.cli)
-	defer w.Close()
+	defer c.watcher.Close()
 	for ctx.Err() == nil {
 		rev, err := c.s.Current(ctx)
 		if err != nil {
@@ -177,14 +181,14 @@ func (c *Changes) run(ctx context.Context) {
 		}
 		c.mu.Lock()
 		// What was read before rev is not known to hold any more.
-		c.from, c.seen, c.watcher = rev, rev, w
+		c.from, c.seen = rev, rev
 		clear(c.groups)
 		close(c.caught)
 		c.caught = make(chan struct{})
 		c.mu.Unlock()
 		c.once.Do(func() { close(c.up) })
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range w.Watch(wctx, c.s.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		for resp := range c.watcher.Watch(wctx, c.s.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
 			if err := resp.Err(); err != nil {
 				c.s.log.Debug("state changes: the watch ended", "err", err)
 				break

@@ -314,14 +314,9 @@ func (s *Store) List(ctx context.Context, prefix string) (map[string][]byte, err
 	return out, err
 }
 
-// Range returns the keys in [from, to) and their values, in one read.
-func (s *Store) Range(ctx context.Context, from, to string) (map[string][]byte, error) {
-	out, _, err := s.values(ctx, "range", from, clientv3.WithRange(to))
-	return out, err
-}
-
-// RangeAt is Range, with the revision it read the store at.
-func (s *Store) RangeAt(ctx context.Context, from, to string) (map[string][]byte, int64, error) {
+// Range returns the keys in [from, to) and their values, in one read,
+// and the revision it read the store at.
+func (s *Store) Range(ctx context.Context, from, to string) (map[string][]byte, int64, error) {
 	return s.values(ctx, "range", from, clientv3.WithRange(to))
 }
 
@@ -440,10 +435,10 @@ func (s *Store) InstallationID(ctx context.Context) (string, error) {
 }
 
 // Revision is the revision of the newest write below the prefix (0 for an
-// empty store): a saved plan records it, and applying that plan is refused
-// once the state has moved on. Writes of other programs sharing an
-// external etcd outside the prefix do not count, nor do leases taken and
-// given back (the _locks keys), which change nothing a plan read.
+// empty store): what tests compare to say that nothing was written. Writes
+// of other programs sharing an external etcd outside the prefix do not
+// count, nor do leases taken and given back (the _locks keys). It sorts
+// every key of the store: a plan records [Store.Current] instead.
 func (s *Store) Revision(ctx context.Context) (int64, error) {
 	locks := KeysOf(s).Locks()
 	var rev int64
