@@ -186,7 +186,7 @@ func (ca *clusterApply) observe() ([]diff.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, ca.owner, ca.name, ledger.members())
+	obs, err := cloud.ObserveCluster(ca.stepCtx, ca.clients, ca.owner, ca.name, ledger.members)
 	if err != nil {
 		return nil, err
 	}

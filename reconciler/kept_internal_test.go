@@ -9,9 +9,9 @@ import (
 	"opke.dev/opke/diff"
 )
 
-// TestShareDigests: a desired file or manifest whose sha256 is the
+// TestShareWithLedger: a desired file or manifest whose sha256 is the
 // ledger's holds the ledger's copy; one that differs keeps its own.
-func TestShareDigests(t *testing.T) {
+func TestShareWithLedger(t *testing.T) {
 	same, other := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	applied := diff.Attrs{"cidr": diff.Known("10.0.0.0/24")}
 	l := &Ledger{Applied: &diff.Applied{
@@ -29,7 +29,7 @@ func TestShareDigests(t *testing.T) {
 			{Kind: diff.KindNetwork, Name: "n", Attrs: diff.Attrs{"name": diff.Known("new")}}},
 	}
 	z := d.Hosts[0].Files[2].SHA256
-	shareDigests(d, l)
+	shareWithLedger(d, l)
 	shared := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
 	if f := d.Hosts[0].Files; !shared(f[0].SHA256, same) || f[1].SHA256 != other || !shared(f[2].SHA256, z) {
 		t.Errorf("files: the equal digest is not the ledger's copy, or another changed")
@@ -43,5 +43,5 @@ func TestShareDigests(t *testing.T) {
 	if d.Infra[1].Attrs["name"].Value != "new" {
 		t.Errorf("the network's attributes, which differ, became %v", d.Infra[1].Attrs)
 	}
-	shareDigests(d, &Ledger{}) // no ledger: nothing to share, no panic
+	shareWithLedger(d, &Ledger{}) // no ledger: nothing to share, no panic
 }

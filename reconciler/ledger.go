@@ -65,12 +65,12 @@ type Ledger struct {
 	// Applied is nil when the store holds nothing of the cluster.
 	Applied *diff.Applied
 	// Resources are the applied resources with their cloud ids, by
-	// address; nil in a plan's ledger, which knows its members only
-	// (what an observation needs of them).
+	// address; nil in a plan's ledger, which needs its members only.
 	Resources map[diff.Address]diff.Resource
-	// memberIDs are the load balancer members by their ids, when
-	// Resources is nil.
-	memberIDs map[string]diff.Resource
+	// members are the load balancer members the ledger knows, by their
+	// ids: an observation resolves them without listing their pool's
+	// members.
+	members map[string]diff.Resource
 	// Etcd is how each controller's etcd member first started, by host
 	// (recorded with its etcd.env): it renders so again.
 	Etcd map[string]assets.EtcdStart
@@ -121,21 +121,6 @@ func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, erro
 	return readLedger(ctx, kv, cluster, spec)
 }
 
-// members are the load balancer members the ledger knows, by their ids:
-// an observation resolves them without listing their pool's members.
-func (l *Ledger) members() map[string]diff.Resource {
-	if l.Resources == nil && l.memberIDs != nil {
-		return l.memberIDs
-	}
-	out := map[string]diff.Resource{}
-	for _, r := range l.Resources {
-		if r.Kind == diff.KindMember && r.ID != "" {
-			out[r.ID] = r
-		}
-	}
-	return out
-}
-
 // readLedger reads a cluster's resources and files; spec is its applied
 // spec, if any.
 func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedSpec) (*Ledger, error) {
@@ -147,17 +132,11 @@ func readLedger(ctx context.Context, kv ledgerKV, cluster string, spec *AppliedS
 }
 
 // planned is the part of records a plan reads, the whole of what a
-// planner keeps: the resources but the load balancer members, which an
-// observation resolves by id, are dropped (a tenth of a 1,000-cluster
-// daemon's heap).
+// planner keeps: the resources are dropped, the members kept (a tenth of
+// a 1,000-cluster daemon's heap).
 func (r *records) planned() *records {
 	p := *r
-	p.resources, p.members = nil, map[string]diff.Resource{}
-	for _, res := range r.resources {
-		if res.Kind == diff.KindMember && res.ID != "" {
-			p.members[res.ID] = res
-		}
-	}
+	p.resources = nil
 	return &p
 }
 
@@ -175,7 +154,7 @@ type records struct {
 
 // ledger is the cluster's ledger with its applied spec, if any.
 func (r *records) ledger(spec *AppliedSpec) *Ledger {
-	l := &Ledger{Spec: spec, Resources: r.resources, memberIDs: r.members, Etcd: r.etcd}
+	l := &Ledger{Spec: spec, Resources: r.resources, members: r.members, Etcd: r.etcd}
 	if spec != nil || r.some {
 		applied := r.applied
 		if spec != nil {
@@ -193,7 +172,7 @@ func readRecords(ctx context.Context, kv ledgerKV, cluster string) (*records, in
 	if err != nil {
 		return nil, 0, fmt.Errorf("ledger of %s: %w", cluster, err)
 	}
-	r := &records{resources: map[diff.Address]diff.Resource{}, etcd: map[string]assets.EtcdStart{},
+	r := &records{resources: map[diff.Address]diff.Resource{}, members: map[string]diff.Resource{}, etcd: map[string]assets.EtcdStart{},
 		applied: diff.Applied{Infra: map[diff.Address]diff.Attrs{}, Files: map[string]map[string]string{}, Versions: map[string]string{}, Manifests: map[string]string{}},
 		some:    len(infra) > 0 || len(hosts) > 0 || len(manifests) > 0}
 	applied := &r.applied
@@ -206,6 +185,9 @@ func readRecords(ctx context.Context, kv ledgerKV, cluster string) (*records, in
 		}
 		res := diff.Resource{Kind: diff.Kind(intern.Shared.String(kind)), Name: strings.Clone(name), ID: rec.ID, Attrs: rec.Attrs}
 		r.resources[res.Address()] = res
+		if res.Kind == diff.KindMember && res.ID != "" {
+			r.members[res.ID] = res
+		}
 		applied.Infra[res.Address()] = rec.Attrs
 	}
 	prefix = state.KeysOf(kv).Hosts(cluster)

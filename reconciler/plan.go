@@ -241,7 +241,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		known := map[string]diff.Resource{}
 		for _, name := range clouds[w] {
 			clientsOf[name] = clients
-			maps.Copy(known, res.Clusters[name].Ledger.members())
+			maps.Copy(known, res.Clusters[name].Ledger.members)
 		}
 		started := time.Now()
 		// One cluster's plan lists its own resources only: its cost does
@@ -440,7 +440,7 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 	if err != nil {
 		return nil, err
 	}
-	shareDigests(d, pl.Ledger)
+	shareWithLedger(d, pl.Ledger)
 	if len(out.Issued) == 0 && !placeholder {
 		// Settled: the same inputs render the same bytes.
 		p.desired.put(c.Metadata.Name, key, p.now(), d)
@@ -448,12 +448,12 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 	return d, nil
 }
 
-// shareDigests points each desired file's and manifest's sha256, and
+// shareWithLedger points each desired file's and manifest's sha256, and
 // each desired resource's attributes, at the ledger's copy where the two
 // are equal, as they are for a quiet cluster: a planner keeps both
 // between plans (read only), and 1,000 clusters' quarter of a million
 // digests and 60,000 attribute maps were held twice.
-func shareDigests(d *diff.Desired, l *Ledger) {
+func shareWithLedger(d *diff.Desired, l *Ledger) {
 	if l == nil || l.Applied == nil {
 		return
 	}
