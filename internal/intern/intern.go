@@ -23,26 +23,10 @@ type Table struct {
 // String returns the table's copy of s, adding s (a copy of it, so that
 // a substring never keeps its whole string alive) when it is new.
 func (t *Table) String(s string) string {
-	t.mu.RLock()
-	v, ok := t.m[s]
-	t.mu.RUnlock()
-	if ok {
-		return v
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if v, ok := t.m[s]; ok {
-		return v
-	}
-	if t.m == nil {
-		t.m = map[string]string{}
-	}
-	if len(t.m) >= maxStrings {
-		return s
-	}
-	v = string([]byte(s))
-	t.m[v] = v
-	return v
+	return load(t, &t.m, s, s, func() (string, string) {
+		c := string([]byte(s))
+		return c, c // the map's key is the copy too
+	})
 }
 
 // List returns the table's copy of the list l (nil for an empty one),
@@ -52,26 +36,32 @@ func (t *Table) List(l []string) []string {
 		return nil
 	}
 	key := strings.Join(l, "\x00")
+	return load(t, &t.lists, key, l, func() (string, []string) { return key, slices.Clone(l) })
+}
+
+// load returns m's value at key, adding the key and value clone makes
+// when there is none; past the table's bound it returns v as it is.
+func load[V any](t *Table, m *map[string]V, key string, v V, clone func() (string, V)) V {
 	t.mu.RLock()
-	v, ok := t.lists[key]
+	got, ok := (*m)[key]
 	t.mu.RUnlock()
 	if ok {
-		return v
+		return got
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if v, ok := t.lists[key]; ok {
+	if got, ok := (*m)[key]; ok {
+		return got
+	}
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	if len(*m) >= maxStrings {
 		return v
 	}
-	if t.lists == nil {
-		t.lists = map[string][]string{}
-	}
-	if len(t.lists) >= maxStrings {
-		return l
-	}
-	v = slices.Clone(l)
-	t.lists[key] = v
-	return v
+	k, got := clone()
+	(*m)[k] = got
+	return got
 }
 
 // Len is how many strings the table holds.
