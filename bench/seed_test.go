@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -136,18 +137,21 @@ func makeCached(tb testing.TB, dir, stale string, make func(build string)) time.
 	return time.Since(started)
 }
 
-// seeded reports whether the seed in dir is complete and its simulator's
-// address free. The seed's simulator must listen where it was made (the
-// address is in every controller's cloud.conf, in tofu's state): a seed
-// whose address is taken now, by a simulator a killed run left or by
-// anything else, is made again on a free one rather than fail the
-// benchmark.
+// seeded reports whether the seed in dir is complete and, if it pinned
+// its simulator's address (a file "listen"), that address is free. A
+// fleet seed's simulator must listen where it was made (the address is in
+// every controller's cloud.conf): a seed whose address is taken now, by a
+// simulator a killed run left or by anything else, is made again on a
+// free one rather than fail the benchmark.
 func seeded(tb testing.TB, dir string) bool {
 	tb.Helper()
 	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
 		return false
 	}
 	addr, err := os.ReadFile(filepath.Join(dir, "listen"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}
