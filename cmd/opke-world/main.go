@@ -3,8 +3,8 @@
 //
 //	opke-world build [--set all|e2e|peer] [--cache DIR]   build what is missing, print what is there
 //	opke-world list  [--set all|e2e|peer]                 the artifacts and images of a set
-//	opke-world push  --registry URL [--ca FILE]      load a registry mirror with a set's images, laid out
-//	                                                 as spec.registryMirror reads them (URL/registry.k8s.io/...)
+//	opke-world push  --registry URL [--ca FILE]           load a registry mirror with a set's images, laid out
+//	                                                      as spec.registryMirror reads them (URL/registry.k8s.io/...)
 //
 // Exit codes: 0 success, 1 a failed build, 2 a usage error.
 package main
