@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/state"
 )
@@ -87,9 +87,8 @@ func BenchmarkServeRSS(b *testing.B) {
 				"--data-dir", filepath.Join(dir, "serve"), "--listen", addr, "--resync-interval", "24h", "--interval", "1h"))
 			for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 				serve.Alive(b)
-				data, err := store.Get(context.Background(), store.Key("_reports", head))
-				var note report.Note
-				if err == nil && json.Unmarshal(data, &note) == nil && note.State != report.Pending && len(note.Clusters) == n {
+				note, err := daemon.ReadNote(context.Background(), store, head)
+				if err == nil && note.State != report.Pending && len(note.Clusters) == n {
 					if note.State != report.Success {
 						b.Fatalf("the fleet's commit: %s", note.State)
 					}

@@ -212,7 +212,7 @@ func (w *world) status(ctx context.Context) (*daemon.ClusterStatus, error) {
 
 // note is a commit's report in the store.
 func (w *world) note(ctx context.Context, commit string) (*report.Note, error) {
-	return get[report.Note](ctx, w.store, w.store.Key("_reports", commit))
+	return daemon.ReadNote(ctx, w.store, commit)
 }
 
 // get reads a JSON value of the store.

@@ -135,6 +135,12 @@ func (a *Applier) Apply(ctx context.Context, req Request, plan *diff.Plan) (*Sum
 // its done steps skipped. Then a new plan is due: what was observed has
 // moved.
 func (a *Applier) Resume(ctx context.Context) (*Summary, error) {
+	return a.ResumeShare(ctx, nil)
+}
+
+// ResumeShare resumes, as Resume, the journaled applies of the clusters
+// share holds (every one if nil): a daemon's share of the fleet.
+func (a *Applier) ResumeShare(ctx context.Context, share func(cluster string) bool) (*Summary, error) {
 	started := time.Now()
 	sum := &Summary{Counts: map[StepState]int{}}
 	store := a.Planner.Store
@@ -146,6 +152,9 @@ func (a *Applier) Resume(ctx context.Context) (*Summary, error) {
 	var errs []error
 	for _, k := range slices.Sorted(maps.Keys(open)) {
 		name := strings.TrimPrefix(k, prefix)
+		if share != nil && !share(name) {
+			continue
+		}
 		jp, err := readJournalPlan(ctx, store, name, string(open[k]))
 		if err == nil {
 			err = a.cluster(ctx, name, jp.Spec, jp.Plan, sum)

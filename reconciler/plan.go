@@ -100,6 +100,9 @@ type Request struct {
 	Clusters map[string]*schemas.Cluster
 	// Only plans one cluster (of the fleet, or one that left it).
 	Only string
+	// Share, if set, plans only the clusters it holds: a daemon's share
+	// of a fleet several daemons apply.
+	Share func(cluster string) bool
 	// Resync checks the files on the hosts instead of trusting the ledger.
 	Resync bool
 	// Commit is the fleet's commit, recorded in the plan.
@@ -170,7 +173,9 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	// spec says, or for a cluster that left the fleet its applied spec.
 	type where struct{ cloud, region string }
 	clouds := map[where][]string{}
-	inScope := func(name string) bool { return req.Only == "" || req.Only == name }
+	inScope := func(name string) bool {
+		return (req.Only == "" || req.Only == name) && (req.Share == nil || req.Share(name))
+	}
 	names := map[string]bool{}
 	for name, c := range req.Clusters {
 		if inScope(name) {

@@ -76,15 +76,21 @@ func (s *Store) Leader(ctx context.Context) (string, error) {
 // Put writes key if this daemon still leads: a daemon that lost the
 // leadership (paused past its TTL) writes nothing ([ErrLeaseLost]).
 func (l *Leadership) Put(ctx context.Context, key string, value []byte) error {
+	_, err := l.PutRev(ctx, key, value)
+	return err
+}
+
+// PutRev writes key as Put does and returns the write's revision.
+func (l *Leadership) PutRev(ctx context.Context, key string, value []byte) (int64, error) {
 	cmp := clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)
 	resp, err := l.session.Client().Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(value))).Commit()
 	if err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return 0, fmt.Errorf("put %s: %w", key, err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("put %s: leadership: %w", key, ErrLeaseLost)
+		return 0, fmt.Errorf("put %s: leadership: %w", key, ErrLeaseLost)
 	}
-	return nil
+	return resp.Header.Revision, nil
 }
 
 // Delete removes key if this daemon still leads, as Put writes.

@@ -19,10 +19,13 @@ package state
 //	_open/<cluster>                        the id of the plan an apply of the cluster runs
 //	_journal/<cluster>/<plan>/plan, <step> that plan and how it ended; each step, before and after it ran
 //	_status/<cluster>                      the daemon's view of a cluster (status page, API)
-//	_reports/<commit>                      the daemon's note on a commit
+//	_reports/<commit>                      the daemons' note on a commit, but its clusters' entries:
+//	_reports/<commit>/<cluster>            a cluster's entry in it (written by the cluster's owner)
 //	_daemon/seen/<ref>                     the last commit the daemon handled of a ref
 //	_daemon/accepted/<ref>                 the last commit the commit policy accepted
 //	_daemon/planning/<ref>                 a pull request head being planned
+//	_daemon/dispatched/<ref>               the last commit the leader dispatched to the daemons' shares
+//	_members/<daemon>                      a daemon sharing the fleet (its session's lease)
 //	_reported/<forge>/<commit>/<context>   the commit statuses a forge reporter posted
 //	_locks/<cluster>/<lease>               a cluster's apply lease (etcd's lock keys)
 //	_locks/_daemon/<lease>                 the daemons' election
@@ -152,8 +155,11 @@ func (k Keys) Statuses() string { return k.k.Key("_status") + "/" }
 // Status is a cluster's status.
 func (k Keys) Status(cluster string) string { return k.k.Key("_status", cluster) }
 
-// Report is a commit's note.
+// Report is a commit's note, without its clusters' entries.
 func (k Keys) Report(commit string) string { return k.k.Key("_reports", commit) }
+
+// ReportEntry is a cluster's entry in a commit's note.
+func (k Keys) ReportEntry(commit, cluster string) string { return k.k.Key("_reports", commit, cluster) }
 
 // SeenRefs is the prefix of the refs the daemon handled.
 func (k Keys) SeenRefs() string { return k.k.Key("_daemon", "seen") + "/" }
@@ -163,6 +169,16 @@ func (k Keys) SeenRef(ref string) string { return k.k.Key("_daemon", "seen", ref
 
 // Accepted is the last commit of a ref the commit policy accepted.
 func (k Keys) Accepted(ref string) string { return k.k.Key("_daemon", "accepted", ref) }
+
+// Dispatched is the last commit of a ref the leader dispatched: its
+// note lists what each daemon's share is to do.
+func (k Keys) Dispatched(ref string) string { return k.k.Key("_daemon", "dispatched", ref) }
+
+// Members is the prefix of the daemons sharing the fleet.
+func (k Keys) Members() string { return k.k.Key("_members") + "/" }
+
+// Member is a daemon's membership key.
+func (k Keys) Member(id string) string { return k.k.Key("_members", id) }
 
 // Plannings is the prefix of the pull request heads under way.
 func (k Keys) Plannings() string { return k.k.Key("_daemon", "planning") + "/" }

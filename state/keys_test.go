@@ -46,11 +46,15 @@ func TestKeys(t *testing.T) {
 		{k.Statuses(), "/opke/_status/"},
 		{k.Status("prod"), "/opke/_status/prod"},
 		{k.Report("c0ffee"), "/opke/_reports/c0ffee"},
+		{k.ReportEntry("c0ffee", "prod"), "/opke/_reports/c0ffee/prod"},
 		{k.SeenRefs(), "/opke/_daemon/seen/"},
 		{k.SeenRef("refs/heads/main"), "/opke/_daemon/seen/refs/heads/main"},
 		{k.Accepted("refs/heads/main"), "/opke/_daemon/accepted/refs/heads/main"},
 		{k.Plannings(), "/opke/_daemon/planning/"},
 		{k.Planning("refs/pull/7/head"), "/opke/_daemon/planning/refs/pull/7/head"},
+		{k.Dispatched("refs/heads/main"), "/opke/_daemon/dispatched/refs/heads/main"},
+		{k.Members(), "/opke/_members/"},
+		{k.Member("opke-1/42"), "/opke/_members/opke-1/42"},
 		{k.Reported("github/c0ffee/opke"), "/opke/_reported/github/c0ffee/opke"},
 		{k.Locks(), "/opke/_locks/"},
 		{k.Lock("prod"), "/opke/_locks/prod"},
@@ -68,6 +72,8 @@ func TestKeys(t *testing.T) {
 		{k.Resource("prod", "server", "s"), k.Cluster("prod")},
 		{k.Journal("prod", "p1", "c1"), k.Journals("prod")},
 		{k.Planning("refs/pull/7/head"), k.Plannings()},
+		{k.Member("d1"), k.Members()},
+		{k.ReportEntry("c0ffee", "prod"), k.Report("c0ffee") + "/"},
 	} {
 		if !strings.HasPrefix(c.key, c.prefix) {
 			t.Errorf("%s is not under %s", c.key, c.prefix)

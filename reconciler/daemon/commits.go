@@ -85,26 +85,27 @@ func (d *Daemon) noBranch(branch string) {
 }
 
 // firstHead takes up the tracked branch's head, already handled, at the
-// first poll of a leadership: dispatched again if a leader that died left
-// it unfinished (its journaled applies were resumed; planning it again
-// finishes it and reports) or if it was refused (its keyring or
-// --allow-rewrite may have changed); else the drift checks start, held
-// to the last accepted head, never to a head the policy refused.
+// first poll of a leadership: dispatched again if it was refused (its
+// keyring or --allow-rewrite may have changed) or if a leader that died
+// accepted it but did not dispatch it; else the statuses a dead leader
+// did not record are caught up. The members adopt their shares on their
+// own: a dead leader's pending clusters are theirs.
 func (d *Daemon) firstHead(ctx context.Context, branch, head string) {
 	accepted, err := d.accepted(ctx, branch)
-	switch {
-	case err != nil:
+	if err != nil {
 		// Nothing is judged against a base the store would not give.
 		d.log.Error("read the accepted head", "err", err)
 		d.cfg.Metrics.errorAt("plan")
-	case d.unfinished(ctx, head) || head != accepted:
+		return
+	}
+	dispatched, err := d.cfg.Store.Get(ctx, state.KeysOf(d.cfg.Store).Dispatched(branch))
+	switch {
+	case head != accepted || errors.Is(err, state.ErrNotFound) || err == nil && string(dispatched) != head:
 		d.commit(ctx, branch, head)
+	case err != nil:
+		d.log.Error("read the dispatched head", "err", err)
 	default:
-		if accepted != "" {
-			d.loadHead(ctx, accepted)
-			d.catchUp(ctx, accepted)
-		}
-		d.resync(ctx)
+		d.catchUp(ctx, accepted)
 	}
 }
 
@@ -300,40 +301,80 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 		return
 	}
 	before, _ := d.Note(ctx, commit)
+	// The leader takes its own share at once, in the same plan as the
+	// judgement; each other member takes its own once it is dispatched.
+	d.shareMu.Lock()
+	defer d.shareMu.Unlock()
 	w := &work{commit: commit, ref: ref, clusters: j.valid}
-	settled := d.settle(ctx, log, w, names)
+	var share []string
+	for _, name := range names {
+		if before.Pending(name, ref) == nil && d.mine(name) {
+			share = append(share, name)
+		}
+	}
+	settled := d.settle(ctx, log, w, share)
 	var queued []string
 	for _, name := range names {
 		switch c := before.Pending(name, ref); {
 		case c != nil:
-			n.Clusters[name] = c // a dead leader's apply, resumed
-			queued = append(queued, name)
+			n.Clusters[name] = c // a dead member's apply, resumed
+			if d.mine(name) {
+				queued = append(queued, name)
+			}
 		case settled[name] != nil:
 			n.Clusters[name] = settled[name]
 		default:
 			n.Clusters[name] = &report.Cluster{State: report.Pending, Summary: "queued"}
-			queued = append(queued, name)
+			if d.mine(name) {
+				queued = append(queued, name)
+			}
 		}
 	}
-	d.mu.Lock()
-	d.head, d.fleet = commit, j.valid
-	d.mu.Unlock()
 	publish()
+	rev, err := d.dispatch(ctx, ref, commit)
+	if err != nil {
+		log.Error("dispatch the commit to the daemons' shares", "err", err)
+		return
+	}
+	d.mu.Lock()
+	d.head, d.fleet, d.taken = commit, j.valid, rev
+	d.mu.Unlock()
 	d.settledStatuses(ctx, w, settled)
-	log.Info("new commit on the tracked branch", "clusters", len(names), "converged", len(settled), "queued", len(queued), "invalid", len(j.invalid))
+	log.Info("new commit on the tracked branch", "clusters", len(names), "converged", len(settled),
+		"queued", len(queued), "invalid", len(j.invalid))
 	for _, name := range queued {
 		d.enqueue(ctx, name, w)
 	}
 }
 
-// settle plans the whole fleet of w in one go (each cloud listed once,
-// whatever the fleet's size) and returns the entries of the clusters it
+// dispatch records commit as the head the members apply (each takes its
+// share of its note); it returns the write's revision.
+func (d *Daemon) dispatch(ctx context.Context, ref, commit string) (int64, error) {
+	d.mu.Lock()
+	l := d.leader
+	d.mu.Unlock()
+	if l == nil {
+		return 0, fmt.Errorf("dispatch %s: not leading: %w", commit, state.ErrLeaseLost)
+	}
+	return l.PutRev(context.WithoutCancel(ctx), state.KeysOf(d.cfg.Store).Dispatched(ref), []byte(commit))
+}
+
+// settle plans the clusters names of w in one go (each cloud listed
+// once, whatever the fleet's size) and returns the entries of those it
 // finds converged whose queue is idle: their reconcile is done. The
 // others go to their queues, whose worker plans each again before it
 // applies. A plan that fails leaves every cluster to its queue.
 func (d *Daemon) settle(ctx context.Context, log *slog.Logger, w *work, names []string) map[string]*report.Cluster {
+	if len(names) == 0 {
+		return nil
+	}
 	started := time.Now()
-	res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: w.clusters, Commit: w.commit})
+	in := map[string]bool{}
+	for _, name := range names {
+		in[name] = true
+	}
+	res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: w.clusters, Commit: w.commit,
+		Share: func(name string) bool { return in[name] }})
 	if err != nil {
 		log.Warn("plan the fleet; each cluster is planned on its own", "err", err)
 		return nil
@@ -367,22 +408,4 @@ func (d *Daemon) settledStatuses(ctx context.Context, w *work, settled map[strin
 		})
 	}
 	_ = g.Wait()
-}
-
-// loadHead sets the tracked branch's head and fleet without dispatching
-// it (it was, by an earlier leader).
-func (d *Daemon) loadHead(ctx context.Context, commit string) {
-	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
-	if err != nil {
-		d.log.Error("read the applied specs", "err", err)
-		return
-	}
-	fleet, err := d.fleetAt(ctx, commit, applied)
-	if err != nil {
-		d.log.Warn("the head holds no readable fleet", "err", err)
-		return
-	}
-	d.mu.Lock()
-	d.head, d.fleet = commit, judge(fleet).valid
-	d.mu.Unlock()
 }

@@ -79,23 +79,36 @@ type Daemon struct {
 	trigger chan struct{}
 	applier *reconciler.Applier // cfg.Applier, telling progress
 
-	mu      sync.Mutex
-	leader  *state.Leadership
+	mu     sync.Mutex
+	leader *state.Leadership
+	member *state.Membership
+	// members are the live members (sorted), whose shares split the
+	// fleet; this daemon owns the clusters owner gives it.
+	members []string
 	queues  map[string]*queue
-	head    string                      // the tracked branch's last dispatched commit
+	head    string                      // the tracked branch's commit this member applies
 	fleet   map[string]*schemas.Cluster // its valid clusters
-	seen    map[string]string           // ref -> last dispatched commit
+	// taken is the revision of the dispatch of head this member took.
+	taken   int64
+	seen    map[string]string // ref -> last dispatched commit (the leader's)
 	lastErr error                       // the last sync's error
 	missing string                      // the missing branch last warned of
 	synced  time.Time                   // the last sync that succeeded
 
-	pubMu sync.Mutex // one note published at a time
+	pubMu sync.Mutex // one note stored and reported at a time
+	// shareMu orders what moves the member's head and queues: a
+	// dispatch, a change of members, a drift check.
+	shareMu sync.Mutex
 	// statusMu holds a mutex per cluster: each status change is a whole
 	// read, change and write, and parallel steps report on one cluster.
 	statusMu sync.Map
 	steps    sync.Map // cluster -> *stepLog, while it is applied
-	work     sync.WaitGroup
+	work     sync.WaitGroup // the member's queues
+	leading  sync.WaitGroup // the leader's goroutines
 	prs      *prQueue
+	// published holds the revisions of the note writes the leader
+	// reported itself, until its watch of the notes passed them.
+	published sync.Map
 }
 
 // New returns a daemon; Run starts it.
@@ -124,29 +137,75 @@ func (d *Daemon) Trigger() {
 	}
 }
 
-// Leading tells whether this daemon leads.
+// Leading tells whether this daemon leads (takes the commits in).
 func (d *Daemon) Leading() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.leader != nil
 }
 
-// Run campaigns for the leadership and, while it leads, runs the loop;
-// it returns when ctx ends.
+// Run joins the daemons that share the fleet and, while it is a member,
+// applies its share (follow) and campaigns for the leadership, whose
+// loop (lead) takes each commit in for every member; it returns when ctx
+// ends.
 func (d *Daemon) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		m, err := d.cfg.Store.Join(ctx, d.cfg.ID, d.cfg.LeaderTTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			// ErrMemberTaken: a daemon of this id died a moment ago and
+			// its key lives until its TTL.
+			d.log.Warn("join the daemons sharing the fleet", "err", err)
+			d.cfg.Metrics.errorAt("election")
+			sleep(ctx, time.Second)
+			continue
+		}
+		d.log.Info("joined: applying this daemon's share of the fleet", "id", d.cfg.ID)
+		memberCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-m.Lost():
+				d.log.Warn("the membership is lost: the other daemons take this one's share over")
+			case <-memberCtx.Done():
+			}
+			cancel()
+		}()
+		d.mu.Lock()
+		d.member = m
+		d.mu.Unlock()
+		var roles sync.WaitGroup
+		roles.Go(func() { d.follow(memberCtx) })
+		d.campaign(memberCtx)
+		cancel()
+		roles.Wait()
+		d.mu.Lock()
+		d.member = nil
+		d.mu.Unlock()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = m.Leave(rctx)
+		rcancel()
+	}
+	return nil
+}
+
+// campaign campaigns for the leadership and, while it leads, runs the
+// leader's loop; it returns when ctx ends.
+func (d *Daemon) campaign(ctx context.Context) {
 	for ctx.Err() == nil {
 		d.log.Info("campaigning for the leadership", "id", d.cfg.ID)
 		l, err := d.cfg.Store.Elect(ctx, d.cfg.ID, d.cfg.LeaderTTL)
 		if err != nil {
 			if ctx.Err() != nil {
-				break
+				return
 			}
 			d.log.Error("election", "err", err)
 			d.cfg.Metrics.errorAt("election")
 			sleep(ctx, time.Second)
 			continue
 		}
-		d.log.Info("leading: this daemon applies", "id", d.cfg.ID)
+		d.log.Info("leading: this daemon takes the commits in", "id", d.cfg.ID)
 		d.cfg.Metrics.leader.Set(1)
 		leadCtx, cancel := context.WithCancel(ctx)
 		go func() {
@@ -162,16 +221,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.mu.Unlock()
 		d.lead(leadCtx)
 		cancel()
-		d.work.Wait()
+		d.leading.Wait()
 		d.mu.Lock()
-		d.leader, d.queues, d.seen, d.head = nil, nil, nil, ""
+		d.leader, d.seen = nil, nil
 		d.mu.Unlock()
 		d.cfg.Metrics.leader.Set(0)
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = l.Resign(rctx)
 		rcancel()
 	}
-	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -183,42 +241,31 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// lead runs the loop while this daemon leads.
+// lead runs the leader's loop: it follows the fleet repository, takes
+// each new head of the tracked branch in (judged, the commit policy, its
+// note) and dispatches it to the members' shares, plans pull requests,
+// and hands the notes the other members write to the reporters.
 func (d *Daemon) lead(ctx context.Context) {
-	// An apply a dead leader left half done is finished first, with the
-	// plan and spec it journaled.
-	if sum, err := d.applier.Resume(ctx); err != nil {
-		d.log.Error("resume the interrupted applies", "err", err)
-		d.cfg.Metrics.errorAt("apply")
-	} else if len(sum.Resumed) > 0 {
-		d.log.Info("resumed interrupted applies", "clusters", sum.Resumed, "done", sum.Counts[reconciler.StepDone])
-	}
 	seen, err := d.loadSeen(ctx)
 	if err != nil {
 		d.log.Error("read the refs already handled", "err", err)
 	}
 	d.migrateAccepted(ctx, d.cfg.Source.Branch(), seen)
+	d.migrateDispatched(ctx, d.cfg.Source.Branch(), seen)
 	d.mu.Lock()
-	d.seen, d.queues = seen, map[string]*queue{}
+	d.seen = seen
 	d.mu.Unlock()
 	d.prs = newPRQueue()
 	d.unfinishedPRs(ctx)
-	d.work.Add(1)
-	go func() {
-		defer d.work.Done()
-		d.pullRequests(ctx)
-	}()
+	d.leading.Go(func() { d.pullRequests(ctx) })
+	d.leading.Go(func() { d.reportNotes(ctx) })
 	if dir := d.cfg.Source.LocalPath(); dir != "" {
-		d.work.Add(1)
-		go func() {
-			defer d.work.Done()
+		d.leading.Go(func() {
 			if err := source.Watch(ctx, dir, d.Trigger); err != nil {
 				d.log.Warn("watching the local repository failed; polling only", "err", err)
 			}
-		}()
+		})
 	}
-	resync := time.NewTicker(d.cfg.ResyncInterval)
-	defer resync.Stop()
 	first := true
 	for {
 		d.poll(ctx, first)
@@ -230,8 +277,6 @@ func (d *Daemon) lead(ctx context.Context) {
 			return
 		case <-d.trigger:
 		case <-poll.C:
-		case <-resync.C:
-			d.resync(ctx)
 		}
 		poll.Stop()
 	}
@@ -245,7 +290,12 @@ func jitter(d time.Duration) time.Duration {
 
 // Health is what /readyz and the status page say of the daemon.
 type Health struct {
-	Leader    bool      `json:"leader"`
+	ID     string `json:"id"`
+	Leader bool   `json:"leader"`
+	// Members are the daemons sharing the fleet; Share counts the
+	// clusters of the head this one owns.
+	Members   []string  `json:"members,omitempty"`
+	Share     int       `json:"share"`
 	Head      string    `json:"head,omitempty"`
 	LastSync  time.Time `json:"lastSync,omitzero"`
 	SyncError string    `json:"syncError,omitempty"`
@@ -255,7 +305,12 @@ type Health struct {
 func (d *Daemon) Health() Health {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	h := Health{Leader: d.leader != nil, Head: d.head, LastSync: d.synced}
+	h := Health{ID: d.cfg.ID, Leader: d.leader != nil, Members: d.members, Head: d.head, LastSync: d.synced}
+	for name := range d.fleet {
+		if owner(d.members, name) == d.cfg.ID {
+			h.Share++
+		}
+	}
 	if d.lastErr != nil {
 		h.SyncError = d.lastErr.Error()
 	}

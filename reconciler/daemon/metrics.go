@@ -20,6 +20,7 @@ type Metrics struct {
 	lastApplied *prometheus.GaugeVec
 	errors      *prometheus.CounterVec
 	leader      prometheus.Gauge
+	members     prometheus.Gauge
 	// Day 2: rollouts and backups.
 	rolloutHosts *prometheus.GaugeVec
 	gateFailures *prometheus.CounterVec
@@ -49,7 +50,9 @@ func NewMetrics() *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "opke_errors_total", Help: "Errors, by stage (fetch, plan, apply, report)."}, []string{"stage"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "opke_leader", Help: "1 while this daemon leads (applies), 0 on standby."}),
+			Name: "opke_leader", Help: "1 while this daemon leads (takes the commits in), 0 otherwise."}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "opke_members", Help: "The daemons sharing the fleet, as this one sees them."}),
 		rolloutHosts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "opke_rollout_hosts", Help: "Hosts of a cluster, by whether they run the spec's Kubernetes version (state: done, pending)."}, []string{"cluster", "state"}),
 		gateFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -62,7 +65,7 @@ func NewMetrics() *Metrics {
 			Name: "opke_last_backup_drill_passed", Help: "1 if the newest snapshot's restore drill passed, 0 if it failed, absent if none ran."}, []string{"cluster"}),
 		applied: map[string]string{},
 	}
-	m.Registry.MustRegister(m.reconcile, m.changes, m.drift, m.apiCalls, m.lastApplied, m.errors, m.leader,
+	m.Registry.MustRegister(m.reconcile, m.changes, m.drift, m.apiCalls, m.lastApplied, m.errors, m.leader, m.members,
 		m.rolloutHosts, m.gateFailures, m.backupTime, m.backupSize, m.backupDrill,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

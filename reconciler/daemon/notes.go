@@ -3,7 +3,10 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,42 +26,131 @@ func (d *Daemon) update(ctx context.Context, w *work, name string, entry *report
 		d.record(ctx, name, event{kind: evChecked, backup: true, version: w.version(name)})
 		return
 	}
-	// Read, change and publish the note in one turn: the clusters'
-	// workers update the same note.
-	d.pubMu.Lock()
-	n, err := d.Note(ctx, w.commit)
-	if err != nil {
-		n = &report.Note{Commit: w.commit, Ref: w.ref, Applied: true, Clusters: map[string]*report.Cluster{}}
-	}
 	if w.resync {
 		// The commit's own entry stays; the drift check is added to it.
-		drift := entry
-		if entry = n.Clusters[name]; entry == nil {
-			entry = &report.Cluster{}
+		cur, err := d.entry(ctx, w.commit, name)
+		if err != nil {
+			d.log.Error("read the cluster's entry in the note", "commit", w.commit, "cluster", name, "err", err)
+			cur = &report.Cluster{}
 		}
-		entry.Drift, entry.State, entry.Summary = drift, drift.State, drift.Summary
+		cur.Drift, cur.State, cur.Summary = entry, entry.State, entry.Summary
+		entry = cur
 	}
-	n.Clusters[name] = entry
-	d.publishLocked(ctx, n)
-	d.pubMu.Unlock()
+	if err := d.putEntries(ctx, w.commit, w.ref, map[string]*report.Cluster{name: entry}, nil); err != nil {
+		d.log.Error("store the note", "commit", w.commit, "err", err)
+		d.cfg.Metrics.errorAt("report")
+	}
 	d.record(ctx, name, w.reconciled(name, entry))
 }
 
-// publish stores the note and hands it to every reporter. A reporter's
-// failure is logged and counted: it does not stop the loop.
-func (d *Daemon) publish(ctx context.Context, n *report.Note) {
-	d.pubMu.Lock()
-	defer d.pubMu.Unlock()
-	d.publishLocked(ctx, n)
-}
+// A commit's note is stored as its header (Report: the note but its
+// clusters) and one key per cluster (ReportEntry), which the cluster's
+// owner writes: the daemons sharing a fleet write one note without
+// contending for it, and no write carries more than one cluster's entry
+// (a 10,000-cluster note is megabytes, past etcd's request limit). The
+// leader hands the notes it writes to the reporters at once, and those
+// the other members write as it sees them (reportNotes).
 
-func (d *Daemon) publishLocked(ctx context.Context, n *report.Note) {
+// publish stores the note as it is, replacing the stored one (the
+// entries of clusters it does not hold are removed). A failure is logged
+// and counted: it does not stop the loop.
+func (d *Daemon) publish(ctx context.Context, n *report.Note) {
 	n.State = n.Overall()
-	if err := d.put(ctx, state.KeysOf(d.cfg.Store).Report(n.Commit), n); err != nil {
+	if err := d.putEntries(ctx, n.Commit, n.Ref, n.Clusters, n); err != nil {
 		d.log.Error("store the note", "commit", n.Commit, "err", err)
 		d.cfg.Metrics.errorAt("report")
-		return
 	}
+}
+
+// putEntries stores clusters' entries in commit's note. With header, the
+// note's header is written and the entries of every other cluster are
+// removed (the note is replaced); without, a note that has no header yet
+// gets a blank one.
+func (d *Daemon) putEntries(ctx context.Context, commit, ref string, entries map[string]*report.Cluster, header *report.Note) error {
+	d.mu.Lock()
+	m := d.member
+	d.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("note of %s: not a member: %w", commit, state.ErrLeaseLost)
+	}
+	ctx = context.WithoutCancel(ctx)
+	keys := state.KeysOf(d.cfg.Store)
+	var puts []state.Entry
+	var deletes []string
+	if header == nil {
+		if _, err := d.cfg.Store.Get(ctx, keys.Report(commit)); errors.Is(err, state.ErrNotFound) {
+			header = &report.Note{Commit: commit, Ref: ref, Applied: true}
+		} else if err != nil {
+			return err
+		}
+	} else {
+		old, _, err := d.cfg.Store.Range(ctx, keys.ReportEntry(commit, ""), keys.ReportEntry(commit, "\xff"))
+		if err != nil {
+			return err
+		}
+		for k := range old {
+			if entries[strings.TrimPrefix(k, keys.ReportEntry(commit, ""))] == nil {
+				deletes = append(deletes, k)
+			}
+		}
+	}
+	if header != nil {
+		h := *header
+		h.Clusters, h.State = nil, ""
+		data, err := json.Marshal(&h)
+		if err != nil {
+			return err
+		}
+		puts = append(puts, state.Entry{Key: keys.Report(commit), Value: data})
+	}
+	for _, name := range slices.Sorted(maps.Keys(entries)) {
+		data, err := json.Marshal(entries[name])
+		if err != nil {
+			return err
+		}
+		puts = append(puts, state.Entry{Key: keys.ReportEntry(commit, name), Value: data})
+	}
+	slices.Sort(deletes)
+	revs, err := m.Write(ctx, puts, deletes)
+	if err != nil {
+		return err
+	}
+	if d.Leading() {
+		// The leader reports what it writes at once, in order; the
+		// notes the others write it reports as it sees them.
+		for _, rev := range revs {
+			d.published.Store(rev, true)
+		}
+		n, err := d.Note(ctx, commit)
+		if err != nil {
+			return err
+		}
+		d.pubMu.Lock()
+		d.report(ctx, n)
+		d.pubMu.Unlock()
+	}
+	return nil
+}
+
+// entry reads a cluster's entry in commit's note (a blank one if none).
+func (d *Daemon) entry(ctx context.Context, commit, name string) (*report.Cluster, error) {
+	data, err := d.cfg.Store.Get(ctx, state.KeysOf(d.cfg.Store).ReportEntry(commit, name))
+	c := &report.Cluster{}
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		return c, nil
+	case err != nil:
+		return nil, err
+	}
+	if err := json.Unmarshal(data, c); err != nil {
+		return nil, fmt.Errorf("entry of %s in the note of %s: %w", name, commit, err)
+	}
+	return c, nil
+}
+
+// report hands a stored note to every reporter; called with pubMu held
+// (one report at a time, in the order the notes were stored).
+func (d *Daemon) report(ctx context.Context, n *report.Note) {
 	for _, r := range d.cfg.Reporters {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		if err := r.Report(rctx, n); err != nil {
@@ -69,13 +161,20 @@ func (d *Daemon) publishLocked(ctx context.Context, n *report.Note) {
 	}
 }
 
-// put writes a JSON value if this daemon still leads.
-func (d *Daemon) put(ctx context.Context, key string, v any) error {
-	data, err := json.Marshal(v)
+// putStatus writes a cluster's status while this daemon is a member: its
+// owner's, or the last one's that worked on it.
+func (d *Daemon) putStatus(ctx context.Context, key string, s ClusterStatus) error {
+	data, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	return d.write(ctx, key, data)
+	d.mu.Lock()
+	m := d.member
+	d.mu.Unlock()
+	if m == nil {
+		return fmt.Errorf("put %s: not a member: %w", key, state.ErrLeaseLost)
+	}
+	return m.Put(context.WithoutCancel(ctx), key, data)
 }
 
 // write puts key through the leadership: a daemon that no longer leads
@@ -104,21 +203,40 @@ func (d *Daemon) remove(ctx context.Context, key string) error {
 
 // Note reads a commit's note from the store.
 func (d *Daemon) Note(ctx context.Context, commit string) (*report.Note, error) {
-	return readNote(ctx, d.cfg.Store, commit)
+	return ReadNote(ctx, d.cfg.Store, commit)
 }
 
-func readNote(ctx context.Context, store *state.Store, commit string) (*report.Note, error) {
-	data, err := store.Get(ctx, state.KeysOf(store).Report(commit))
+// ReadNote reads a commit's note from the store: its header and every
+// cluster's entry, in one read; its State is the clusters' (Overall).
+func ReadNote(ctx context.Context, store *state.Store, commit string) (*report.Note, error) {
+	keys := state.KeysOf(store)
+	head := keys.Report(commit)
+	kvs, _, err := store.Range(ctx, head, keys.ReportEntry(commit, "\xff"))
 	if err != nil {
 		return nil, err
+	}
+	data, ok := kvs[head]
+	if !ok {
+		return nil, fmt.Errorf("note of %s: %w", commit, state.ErrNotFound)
 	}
 	var n report.Note
 	if err := json.Unmarshal(data, &n); err != nil {
 		return nil, fmt.Errorf("note of %s: %w", commit, err)
 	}
-	if n.Clusters == nil {
-		n.Clusters = map[string]*report.Cluster{}
+	n.Clusters = make(map[string]*report.Cluster, len(kvs)-1)
+	prefix := keys.ReportEntry(commit, "")
+	for k, v := range kvs {
+		name, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		c := &report.Cluster{}
+		if err := json.Unmarshal(v, c); err != nil {
+			return nil, fmt.Errorf("entry of %s in the note of %s: %w", name, commit, err)
+		}
+		n.Clusters[name] = c
 	}
+	n.State = n.Overall()
 	return &n, nil
 }
 

@@ -15,6 +15,8 @@ import (
 // applied or not: a cluster whose first apply failed (the cloud down for
 // a while) is tried again too, not left until the next commit.
 func (d *Daemon) resync(ctx context.Context) {
+	d.shareMu.Lock()
+	defer d.shareMu.Unlock()
 	d.mu.Lock()
 	head, fleet := d.head, d.fleet
 	d.mu.Unlock()
@@ -22,7 +24,9 @@ func (d *Daemon) resync(ctx context.Context) {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(fleet)) {
-		d.enqueue(ctx, name, &work{commit: head, ref: d.cfg.Source.Branch(), clusters: fleet, resync: true})
+		if d.mine(name) {
+			d.enqueue(ctx, name, &work{commit: head, ref: d.cfg.Source.Branch(), clusters: fleet, resync: true})
+		}
 	}
 }
 
@@ -71,7 +75,7 @@ func (d *Daemon) enqueue(ctx context.Context, name string, w *work) {
 	if q == nil {
 		if d.queues == nil {
 			d.mu.Unlock()
-			return // not leading
+			return // not a member
 		}
 		q = &queue{wake: make(chan struct{}, 1)}
 		d.queues[name] = q

@@ -45,6 +45,11 @@ type ClusterStatus struct {
 	Rollout *Rollout `json:"rollout,omitempty"`
 	// LastBackup is the newest etcd snapshot stored.
 	LastBackup *BackupStatus `json:"lastBackup,omitempty"`
+	// Daemon is the daemon that last worked on the cluster (its owner
+	// among the daemons sharing the fleet); Taken is when a daemon last
+	// took the cluster over and found it converged.
+	Daemon string    `json:"daemon,omitempty"`
+	Taken  time.Time `json:"taken,omitzero"`
 }
 
 // Rollout is a cluster's rollout as the ledger and the last apply say.
@@ -104,12 +109,17 @@ const (
 	// evStep: the applier told of a step: retried, or a gate passed or
 	// failed.
 	evStep
+	// evTaken: a daemon took the cluster over (it started, or the
+	// cluster's last owner left or died) and found it converged.
+	evTaken
 )
 
 // event is what happened to a cluster, as its status learns it.
 type event struct {
 	kind eventKind
 	at   time.Time
+	// by is the daemon the event happened in.
+	by string
 	// commit and ref are the commit the event is about (evRefused,
 	// evReconciled) and its ref.
 	commit, ref string
@@ -186,6 +196,11 @@ func statusAfter(s ClusterStatus, e event, l *ledgerFacts) ClusterStatus {
 		s = withLedger(s, e, l, entry)
 	case evStep:
 		s = afterStep(s, e)
+	case evTaken:
+		s.Taken = e.at
+	}
+	if e.by != "" {
+		s.Daemon = e.by
 	}
 	return s
 }
@@ -273,6 +288,7 @@ func (d *Daemon) record(ctx context.Context, name string, e event) {
 	if e.at.IsZero() {
 		e.at = time.Now()
 	}
+	e.by = d.cfg.ID
 	mu, _ := d.statusMu.LoadOrStore(name, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
@@ -288,7 +304,7 @@ func (d *Daemon) record(ctx context.Context, name string, e event) {
 		l = d.ledgerFacts(ctx, name, e.version != "")
 	}
 	next := statusAfter(s, e, l)
-	if err := d.put(ctx, key, next); err != nil && ctx.Err() == nil {
+	if err := d.putStatus(ctx, key, next); err != nil && ctx.Err() == nil {
 		d.log.Error("store the cluster's status", "cluster", name, "err", err)
 	}
 	gate := e.kind == evStep && e.step.Change.Action == diff.ActionCheck && e.step.State != reconciler.StepRetrying
