@@ -91,9 +91,9 @@ type Daemon struct {
 	// taken is the revision of the dispatch of head this member took.
 	taken   int64
 	seen    map[string]string // ref -> last dispatched commit (the leader's)
-	lastErr error                       // the last sync's error
-	missing string                      // the missing branch last warned of
-	synced  time.Time                   // the last sync that succeeded
+	lastErr error             // the last sync's error
+	missing string            // the missing branch last warned of
+	synced  time.Time         // the last sync that succeeded
 
 	pubMu sync.Mutex // one note stored and reported at a time
 	// shareMu orders what moves the member's head and queues: a
@@ -102,7 +102,7 @@ type Daemon struct {
 	// statusMu holds a mutex per cluster: each status change is a whole
 	// read, change and write, and parallel steps report on one cluster.
 	statusMu sync.Map
-	steps    sync.Map // cluster -> *stepLog, while it is applied
+	steps    sync.Map       // cluster -> *stepLog, while it is applied
 	work     sync.WaitGroup // the member's queues
 	leading  sync.WaitGroup // the leader's goroutines
 	prs      *prQueue

@@ -131,6 +131,7 @@ func (d *Daemon) follow(ctx context.Context) {
 		}
 	}
 }
+
 // dispatch is a dispatched head: the commit ("" for none) and the
 // revision of the write that dispatched it.
 type dispatch struct {
