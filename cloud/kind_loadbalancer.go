@@ -263,6 +263,9 @@ func (o *observer) pools(ctx context.Context) error {
 	}
 	for _, pool := range all {
 		cl := clusterOf(pool.Tags)
+		if !o.observes(cl) {
+			continue // its members are not looked up either
+		}
 		listener := ""
 		if len(pool.Listeners) > 0 {
 			listener = o.names[pool.Listeners[0].ID]

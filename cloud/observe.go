@@ -49,7 +49,19 @@ func Observe(ctx context.Context, c *Clients, owner string, known map[string]dif
 // monitors aside). Each kind is listed by its own observe, in
 // observeOrder.
 func ObserveCluster(ctx context.Context, c *Clients, owner, cluster string, known map[string]diff.Resource) (*Observation, error) {
-	o := &observer{c: c, owner: owner, only: cluster, tags: []string{Tag(schemas.TagOwner, owner)}, known: known,
+	return observe(ctx, c, owner, cluster, nil, known)
+}
+
+// ObserveShare lists what OPKE owns of the clusters share holds (a
+// daemon's share of a fleet): each kind is listed once for the whole
+// fleet, but only the share's resources are kept, and only its pools'
+// members are looked up.
+func ObserveShare(ctx context.Context, c *Clients, owner string, share func(cluster string) bool, known map[string]diff.Resource) (*Observation, error) {
+	return observe(ctx, c, owner, "", share, known)
+}
+
+func observe(ctx context.Context, c *Clients, owner, cluster string, share func(string) bool, known map[string]diff.Resource) (*Observation, error) {
+	o := &observer{c: c, owner: owner, only: cluster, share: share, tags: []string{Tag(schemas.TagOwner, owner)}, known: known,
 		out:   &Observation{Clusters: map[string][]diff.Resource{}, Members: map[string]diff.Resource{}},
 		names: map[string]string{}, cluster: map[string]string{}}
 	if cluster != "" {
@@ -72,7 +84,9 @@ type observer struct {
 	// only is the one cluster observed, if set; tags are the tags every
 	// listing filters by (all of them).
 	only string
-	tags []string
+	// share, if set, holds the clusters observed.
+	share func(cluster string) bool
+	tags  []string
 	out  *Observation
 	// known resolves member ids from a previous observation.
 	known   map[string]diff.Resource
@@ -97,12 +111,17 @@ func clusterOf(tags []string) string {
 func (o *observer) tagFilter() string { return strings.Join(o.tags, ",") }
 
 func (o *observer) add(cluster string, r diff.Resource) {
-	if cluster == "" || o.only != "" && cluster != o.only {
+	if !o.observes(cluster) {
 		return
 	}
 	o.names[r.ID] = r.Name
 	o.cluster[r.ID] = cluster
 	o.out.Clusters[cluster] = append(o.out.Clusters[cluster], r)
+}
+
+// observes tells whether the cluster's resources are observed.
+func (o *observer) observes(cluster string) bool {
+	return cluster != "" && (o.only == "" || cluster == o.only) && (o.share == nil || o.share(cluster))
 }
 
 // list pages through the listing at url, whose pages hold the items

@@ -251,7 +251,12 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 		started := time.Now()
 		// One cluster's plan lists its own resources only: its cost does
 		// not grow with the fleet.
-		obs, err := cloud.ObserveCluster(ctx, clients, owner, req.Only, known)
+		var obs *cloud.Observation
+		if req.Share != nil && req.Only == "" {
+			obs, err = cloud.ObserveShare(ctx, clients, owner, inScope, known)
+		} else {
+			obs, err = cloud.ObserveCluster(ctx, clients, owner, req.Only, known)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("observe cloud %s: %w", w.cloud, err)
 		}

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/http"
+	"net/http/pprof"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,6 +186,13 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 			return usagef("webhook secret: %w", err)
 		}
 	}
+	if cfg.PprofListen != "" {
+		stop, err := servePprof(cfg.PprofListen)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	var limits daemon.HTTPLimits
 	srv := limits.Server(d.Handler(secret))
 	go func() { _ = srv.Serve(limits.Listener(listener)) }()
@@ -292,4 +302,27 @@ func attach(dataDir string) (*endpoints, error) {
 		return nil, errors.New(endpointsFile + ": not a daemon's")
 	}
 	return &ep, nil
+}
+
+// servePprof serves Go's profiles on addr, a loopback address: they tell
+// what the process does and holds, so they are never on --listen.
+func servePprof(addr string) (stop func(), err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, usagef("--pprof-listen %q: %w", addr, err)
+	}
+	if ip, err := netip.ParseAddr(host); err != nil || !ip.IsLoopback() {
+		return nil, usagef("--pprof-listen %q: want a loopback address (127.0.0.1:PORT)", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() { _ = srv.Close() }, nil
 }

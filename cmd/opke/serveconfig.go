@@ -53,6 +53,9 @@ type serveConfig struct {
 	LeaderTTL      time.Duration `yaml:"leaderTTL"`
 	DataDir        string        `yaml:"dataDir"`
 	Listen         string        `yaml:"listen"`
+	// PprofListen serves Go's profiles (net/http/pprof) on a loopback
+	// address of their own, for a diagnosis; a flag only.
+	PprofListen string `yaml:"-"`
 	ExternalURL    string        `yaml:"externalURL"`
 	Sim            string        `yaml:"sim"`
 	// SimHosts is what the in-process simulator's servers are: in-process
@@ -148,6 +151,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
 	fl.StringVar(&c.DataDir, "data-dir", c.DataDir, "data dir: the embedded etcd, the git cache, the encryption key, endpoints.json")
 	fl.StringVar(&c.Listen, "listen", c.Listen, "address of the status page, API, webhook and metrics")
+	fl.StringVar(&c.PprofListen, "pprof-listen", "", "serve Go's profiles (/debug/pprof/) on this loopback address, for a diagnosis")
 	fl.StringVar(&c.ExternalURL, "external-url", "", "the daemon's URL as people reach it (forge statuses link there; default http://LISTEN)")
 	fl.StringVar(&c.Sim, "sim", "", "run the OpenStack simulator in-process on this address (state in DATA_DIR/sim) and use it as the cloud")
 	fl.StringVar(&c.SimHosts, "hosts", "", "with --sim: what a server is, in-process (default) or real (a machine: root only)")
