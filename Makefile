@@ -96,7 +96,7 @@ fuzz:
 	  done; \
 	done
 
-## bench: the fleet-scale report: each benchmark COUNT times (5), one table of medians and spreads, OpenTofu's plan beside OPKE's, bench.json (BENCH=regexp; OPKE_BENCH_SIZES=1,100,1000; OPKE_PEER_SIZES=1,10,30,100)
+## bench: the fleet-scale report: each benchmark COUNT times (5), one table of medians and spreads, OpenTofu's plan beside OPKE's, bench.json (BENCH=regexp; OPKE_BENCH_SIZES=1,100,1000; OPKE_PEER_SIZES=1,10,30,100; OPKE_SHARD_CLUSTERS=10000 and OPKE_SHARD_DAEMONS=4: the shared fleet)
 bench:
 	$(GO) run ./cmd/opke-world build --set peer
 	$(GO) run ./bench/report -count $(COUNT) -bench '$(BENCH)' -skip 'CommitToStatusPoll' -json bench.json

@@ -196,25 +196,41 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)
 }
 
-// probingMembers sets the operating status of the members with a health
-// monitor before h reads them, as the monitor's probes would find them:
-// ONLINE when their in-process host listens on the member's port, ERROR
-// when it does not (no host there, or nothing running on the port).
-// Without a monitor a member stays NO_MONITOR. Real hosts have real probes
-// (realhosts.go); an attached cloud's Octavia has its own.
+// probingMembers sets the operating status of the members a request
+// reads (a pool's, or one) with a health monitor before h reads them, as
+// the monitor's probes would find them: ONLINE when their in-process host
+// listens on the member's port, ERROR when it does not (no host there, or
+// nothing running on the port). Without a monitor a member stays
+// NO_MONITOR. Real hosts have real probes (realhosts.go); an attached
+// cloud's Octavia has its own.
 func (s *Sim) probingMembers(h handlerFunc) handlerFunc {
 	return func(rw http.ResponseWriter, r *request) {
 		if s.real == nil && s.attached == nil {
-			s.probeMembers(r.w)
+			var ms []*member
+			if pool := r.w.Pools[r.PathValue("pool")]; pool != nil {
+				for _, ref := range pool.Members {
+					if m := r.w.Members[ref.ID]; m != nil {
+						ms = append(ms, m)
+					}
+				}
+			}
+			if id := r.PathValue("id"); id != "" {
+				ms = slices.DeleteFunc(ms, func(m *member) bool { return m.ID != id })
+			}
+			s.probeMembers(r.w, ms)
 		}
 		h(rw, r)
 	}
 }
 
-// probeMembers is probingMembers' work; the caller holds s.mu.
-func (s *Sim) probeMembers(w *world) {
-	var servers map[string]string // network/ip -> ACTIVE server
-	for _, m := range w.Members {
+// probeMembers is probingMembers' work on members; the caller holds s.mu.
+// The ports are scanned once, for the members' networks only: a probe per
+// request over every port of a 10,000-cluster cloud was most of a
+// listing's time.
+func (s *Sim) probeMembers(w *world, members []*member) {
+	networkOf := map[*member]string{}
+	networks := map[string]bool{}
+	for _, m := range members {
 		if m.ProvisioningStatus != "ACTIVE" {
 			continue
 		}
@@ -222,22 +238,29 @@ func (s *Sim) probeMembers(w *world) {
 		if pool == nil || pool.MonitorID == nil || w.Monitors[*pool.MonitorID] == nil {
 			continue
 		}
-		if servers == nil {
-			servers = map[string]string{}
-			for _, p := range w.Ports {
-				if sv := w.Servers[p.DeviceID]; sv != nil && sv.Status == "ACTIVE" {
-					for _, f := range p.FixedIPs {
-						servers[p.NetworkID+"/"+f.IPAddress] = sv.ID
-					}
-				}
-			}
-		}
 		network := ""
 		if sn := w.Subnets[m.SubnetID]; sn != nil {
 			network = sn.NetworkID
 		} else if lb := w.LoadBalancer[m.LB]; lb != nil {
 			network = lb.VIPNetworkID
 		}
+		networkOf[m], networks[network] = network, true
+	}
+	if len(networkOf) == 0 {
+		return
+	}
+	servers := map[string]string{} // network/ip -> ACTIVE server
+	for _, p := range w.Ports {
+		if !networks[p.NetworkID] {
+			continue
+		}
+		if sv := w.Servers[p.DeviceID]; sv != nil && sv.Status == "ACTIVE" {
+			for _, f := range p.FixedIPs {
+				servers[p.NetworkID+"/"+f.IPAddress] = sv.ID
+			}
+		}
+	}
+	for m, network := range networkOf {
 		status := "ERROR"
 		if id := servers[network+"/"+m.Address]; id != "" {
 			// Every host serves SSH; other ports only what it runs.
@@ -294,8 +317,19 @@ func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {
 		delete(filters, "loadbalancer_id")
 		delete(filters, "pool_id")
 		pool := r.PathValue("pool")
+		var objects []any
+		if p := r.w.Pools[pool]; pool != "" && p != nil {
+			// A pool's members: its own, not every member of the cloud.
+			for _, ref := range p.Members {
+				if m := r.w.Members[ref.ID]; m != nil {
+					objects = append(objects, m)
+				}
+			}
+		} else {
+			objects = all(r.w)
+		}
 		var matches []lbObject
-		for _, v := range all(r.w) {
+		for _, v := range objects {
 			o := v.(lbObject)
 			c := o.lbBase()
 			if !r.visible(c.ProjectID, false) || !tags.match(c.Tags) || (len(filters) > 0 && !fieldsMatch(o, filters)) {

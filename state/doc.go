@@ -19,6 +19,9 @@
 //
 // [Store.Elect] makes one of several daemons the leader; its writes
 // ([Leadership.Put]) are fenced like a lease's. [Store.Leader] names it.
+// [Store.Join] makes a daemon a member of those sharing the fleet while
+// its session lives ([Store.WatchMembers] follows them); its writes are
+// fenced on its membership.
 //
 // [Store.Changes] follows every write below the prefix with one watch:
 // a planner keeps what it read (ledgers, material fingerprints) until the

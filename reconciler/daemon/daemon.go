@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"opke.dev/opke/reconciler"
@@ -50,7 +51,8 @@ type Config struct {
 	// jitter; ResyncInterval the period of drift checks
 	// (DefaultResyncInterval).
 	Interval, ResyncInterval time.Duration
-	// LeaderTTL is how long the leadership outlives a daemon that died
+	// LeaderTTL is how long the leadership and the daemon's membership
+	// (its share of the fleet) outlive a daemon that died
 	// (state.DefaultLeaseTTL).
 	LeaderTTL time.Duration
 	// Keyring, if set (armored OpenPGP public keys), is the signature
@@ -106,6 +108,8 @@ type Daemon struct {
 	work     sync.WaitGroup // the member's queues
 	leading  sync.WaitGroup // the leader's goroutines
 	prs      *prQueue
+	// memberLost is set when the membership's session ended.
+	memberLost atomic.Bool
 	// published holds the revisions of the note writes the leader
 	// reported itself, until its watch of the notes passed them.
 	published sync.Map
@@ -167,6 +171,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() {
 			select {
 			case <-m.Lost():
+				d.memberLost.Store(true)
 				d.log.Warn("the membership is lost: the other daemons take this one's share over")
 			case <-memberCtx.Done():
 			}
@@ -175,6 +180,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.mu.Lock()
 		d.member = m
 		d.mu.Unlock()
+		d.memberLost.Store(false)
 		var roles sync.WaitGroup
 		roles.Go(func() { d.follow(memberCtx) })
 		d.campaign(memberCtx)
@@ -213,6 +219,11 @@ func (d *Daemon) campaign(ctx context.Context) {
 			case <-l.Lost():
 				d.log.Warn("the leadership is lost: another daemon may lead now")
 			case <-leadCtx.Done():
+				if d.memberLost.Load() {
+					// Its session expired with the membership's (a daemon
+					// paused or cut off past its TTL).
+					d.log.Warn("the leadership is lost with the membership: another daemon may lead now")
+				}
 			}
 			cancel()
 		}()

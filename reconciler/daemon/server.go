@@ -271,11 +271,12 @@ td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left;vertical-al
 .success{color:#17692c}.failure,.error{color:#b0201b}.pending{color:#8a6100}pre{background:#f6f6f6;padding:1em;overflow:auto}</style>
 </head><body>{{end}}
 {{define "status"}}{{template "head" "Fleet"}}<h1>OPKE fleet</h1>
-<p>This daemon {{if .Health.Leader}}<b>leads</b> (applies){{else}}is on standby{{end}}.
+<p>This daemon ({{.Health.ID}}) {{if .Health.Leader}}<b>leads</b> (takes the commits in){{else}}does not lead{{end}};
+{{with .Health.Members}}{{len .}} daemon(s) share the fleet, this one applies {{$.Health.Share}} cluster(s).{{else}}it is not sharing the fleet now.{{end}}
 Tracked head: {{if .Health.Head}}<a href="/commits/{{.Health.Head}}">{{short .Health.Head}}</a>{{else}}none yet{{end}};
 last sync {{when .Health.LastSync}}{{if .Health.SyncError}}, <span class="error">sync error: {{.Health.SyncError}}</span>{{end}}.</p>
 <table><tr><th>Cluster</th><th>State</th><th>Commit</th><th>Summary</th><th>Drift</th><th>Last resync</th><th>Rollout</th><th>Last backup</th></tr>
-{{range .Clusters}}<tr><td>{{.Name}}{{if .Paused}} (paused){{end}}</td><td class="{{.State}}">{{.State}}</td>
+{{range .Clusters}}<tr><td>{{.Name}}{{if .Paused}} (paused){{end}}{{if .Daemon}}<br><small>by {{.Daemon}}</small>{{end}}</td><td class="{{.State}}">{{.State}}</td>
 <td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}{{if .Retrying}} <span class="error">(retrying: {{.Retrying}})</span>{{end}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}{{if .ResyncWarnings}} <span class="error">({{.ResyncWarnings}})</span>{{end}}</td>
 <td>{{with .Rollout}}{{.Done}}/{{len .Hosts}} at {{.Version}}{{if .Halted}} <span class="error">halted: {{.Halted}}</span>{{end}}<br><small>{{range .Hosts}}{{.Name}} {{.Version}}; {{end}}</small>{{end}}</td>
 <td>{{with .LastBackup}}{{when .Taken}}, {{bytes .Size}}{{if .Drill}}, drill {{.Drill}}{{end}}{{else}}-{{end}}</td></tr>

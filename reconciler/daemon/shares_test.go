@@ -74,6 +74,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 func TestDaemonsShareTheFleet(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 0, "")
+	cloudtest.RoomFor(t, e.simDir, e.clients) // six clusters pass the default quota
 	daemons := map[string]*member{"test": {d: e.d, stop: e.stop}}
 	for _, id := range []string{"b", "c"} {
 		daemons[id] = e.member(t, id)
@@ -87,6 +88,9 @@ func TestDaemonsShareTheFleet(t *testing.T) {
 		}
 		return true
 	})
+	if _, page := e.get(t, "/"); !strings.Contains(page, "3 daemon(s) share the fleet") {
+		t.Errorf("the status page does not say three daemons share the fleet:\n%s", page)
+	}
 	names := []string{"alpha", "bravo", "delta", "echo", "golf", "hotel"}
 	specOf := func(i, workers int) string {
 		return strings.NewReplacer("name: demo", "name: "+names[i], "192.168.10.0/24", fmt.Sprintf("192.168.%d.0/24", 20+i)).Replace(demoSpec(workers))
@@ -109,7 +113,9 @@ func TestDaemonsShareTheFleet(t *testing.T) {
 	}
 	cloudtest.Converge(t, e.store, e.clients, time.Now(), specs...)
 	push := func() string {
-		e.push(t, main)
+		// The daemons are told of the push as a webhook tells one: the
+		// first daemon's server may be gone.
+		gittest.Git(t, e.work, "push", "-q", "-f", "origin", "HEAD:"+main)
 		for _, m := range daemons {
 			m.d.Trigger()
 		}
@@ -183,8 +189,35 @@ func TestDaemonsShareTheFleet(t *testing.T) {
 	if !slices.Contains(e.servers(t), target+"-default-2") {
 		t.Errorf("no third worker of %s: %v", target, e.servers(t))
 	}
+	if _, page := e.get(t, "/"); !strings.Contains(page, "<small>by "+daemon.Owner(survivors, target)+"</small>") {
+		t.Errorf("the status page does not name %s's daemon:\n%s", target, page)
+	}
 	// One note per commit: the git note holds every cluster.
 	if n := e.gitNote(t, again); n == nil || len(n.Clusters) != len(names) {
 		t.Errorf("the git note of the last commit: %+v", n)
+	}
+
+	// The leader stops: the last daemon leads, owns every cluster and
+	// applies the next change.
+	var leader string
+	for id, m := range daemons {
+		if m.d.Leading() {
+			leader = id
+		}
+	}
+	daemons[leader].stop()
+	delete(daemons, leader)
+	var last *member
+	for _, m := range daemons {
+		last = m
+	}
+	waitFor(t, "the last daemon leads", last.d.Leading)
+	third := commitSpec(t, e.work, target, specOf(i, 4), "scale "+target+" out again")
+	push()
+	if n := e.waitNote(t, third, main); n.State != report.Success || len(n.Clusters) != len(names) {
+		t.Fatalf("the third scale-out's note: %s %+v", n.State, n.Clusters[target])
+	}
+	if h := last.d.Health(); h.Share != len(names) {
+		t.Errorf("the last daemon owns %d clusters, want all %d", h.Share, len(names))
 	}
 }
