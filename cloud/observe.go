@@ -87,7 +87,7 @@ type observer struct {
 	// share, if set, holds the clusters observed.
 	share func(cluster string) bool
 	tags  []string
-	out  *Observation
+	out   *Observation
 	// known resolves member ids from a previous observation.
 	known   map[string]diff.Resource
 	names   map[string]string // id -> name, for references

@@ -53,16 +53,16 @@ type serveConfig struct {
 	LeaderTTL      time.Duration `yaml:"leaderTTL"`
 	DataDir        string        `yaml:"dataDir"`
 	Listen         string        `yaml:"listen"`
-	// PprofListen serves Go's profiles (net/http/pprof) on a loopback
-	// address of their own, for a diagnosis; a flag only.
-	PprofListen string `yaml:"-"`
 	ExternalURL    string        `yaml:"externalURL"`
 	Sim            string        `yaml:"sim"`
 	// SimHosts is what the in-process simulator's servers are: in-process
 	// or real (cloudsim.Options.Hosts).
 	SimHosts string `yaml:"simHosts"`
-	Seed     string `yaml:"seed"`
-	Etcd     struct {
+	// PprofListen serves Go's profiles (net/http/pprof) on a loopback
+	// address of their own, for a diagnosis; a flag only.
+	PprofListen string `yaml:"-"`
+	Seed        string `yaml:"seed"`
+	Etcd        struct {
 		Endpoints []string `yaml:"endpoints"`
 		CA        string   `yaml:"ca"`
 		Cert      string   `yaml:"cert"`
