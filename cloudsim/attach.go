@@ -324,7 +324,7 @@ func (s *Sim) mirror(m *mirrored) {
 			}
 		}
 	}
-	s.dirty = true
+	s.changed()
 }
 
 // ConsoleOutput is a server's console as its host prints it (its SSH host

@@ -480,7 +480,7 @@ func (s *Sim) peerPort(nets []string, addr netip.AddrPort) (int, error) {
 		return 0, fmt.Errorf("a loopback port for %s: %w", addr, err)
 	}
 	s.w.PeerPorts[key] = p
-	s.dirty = true
+	s.changed()
 	return p, nil
 }
 
@@ -539,7 +539,8 @@ func (s *Sim) kubeKey(ca []byte) string {
 	}
 	for _, c := range certs {
 		if w.KubeTrust[c] != key {
-			w.KubeTrust[c], s.dirty = key, true
+			w.KubeTrust[c] = key
+			s.changed()
 		}
 	}
 	return key
@@ -568,7 +569,7 @@ func (h *simHost) kubeletSeen() {
 		h.s.w.Kube[key] = o
 	}
 	o.Register(kubestub.Node{Name: h.name, InternalIP: h.s.w.serverIP(h.id), KubeletVersion: version})
-	h.s.dirty = true
+	h.s.changed()
 }
 
 // serverIP is a server's first fixed IP, or "".
@@ -797,7 +798,7 @@ func (b *kubeBackend) Update(fn func(*kubestub.Objects) error) error {
 		return err
 	}
 	b.s.w.Kube[b.cluster] = c
-	b.s.dirty = true
+	b.s.changed()
 	return nil
 }
 
@@ -882,6 +883,6 @@ func (s *Sim) SetKubeObjects(server string, o kubestub.Objects) error {
 		c.Nodes = maps.Clone(old.Nodes)
 	}
 	s.w.Kube[key] = c
-	s.dirty = true
+	s.changed()
 	return nil
 }

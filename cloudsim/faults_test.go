@@ -274,3 +274,52 @@ func startBenchEnv(b *testing.B) *env {
 	e.user = e.connect(b, "sim")
 	return e
 }
+
+// TestListingPagesFollowAChange: the matches a listing's first page
+// sorted are kept for its next pages only until the world changes: a
+// tag added between two listings shows in the second.
+func TestListingPagesFollowAChange(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, Options{})
+	seedServers(e.sim, 2_500)
+	count := func(tag string) int {
+		pages, err := servers.List(e.user.compute, servers.ListOpts{Tags: tag, Limit: 1000}).AllPages(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, _ := servers.ExtractServers(pages)
+		seen := map[string]bool{}
+		for _, s := range list {
+			seen[s.ID] = true
+		}
+		if len(seen) != len(list) {
+			t.Fatalf("%d servers listed, %d distinct", len(list), len(seen))
+		}
+		return len(list)
+	}
+	if n := count("opke-owner=x"); n != 2_500 {
+		t.Fatalf("listed %d servers, want 2500", n)
+	}
+	if n := count("extra"); n != 0 {
+		t.Fatalf("listed %d servers tagged extra, want none", n)
+	}
+	pages, err := servers.List(e.user.compute, servers.ListOpts{Tags: "opke-owner=x", Limit: 1}).AllPages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, _ := servers.ExtractServers(pages)
+	req, _ := http.NewRequest(http.MethodPut, e.sim.URL()+"/compute/v2.1/servers/"+one[0].ID+"/tags/extra", nil)
+	req.Header.Set("X-Auth-Token", e.user.provider.Token())
+	req.Header.Set("X-OpenStack-Nova-API-Version", "2.79")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		t.Fatalf("PUT tag: %s", resp.Status)
+	}
+	if n := count("extra"); n != 1 {
+		t.Errorf("listed %d servers tagged extra after the tag was added, want 1", n)
+	}
+}

@@ -258,7 +258,9 @@ func (s *Sim) host(id string) (*simHost, error) {
 		had := sv.HostKey != ""
 		keyErr = ensureHostKey(sv)
 		name, key = sv.Name, sv.HostKey
-		s.dirty = s.dirty || !had
+		if !had {
+			s.changed()
+		}
 	}
 	s.mu.Unlock()
 	if keyErr != nil {

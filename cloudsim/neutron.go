@@ -376,18 +376,21 @@ func neutronList[T interface{ base() *common }](rw http.ResponseWriter, r *reque
 		}
 	}
 	show := k.shower(r.w)
-	var matches []T
-	for _, v := range k.table(r.w) {
-		b := v.base()
-		if !r.visible(b.ProjectID, isShared(v)) || !tags.match(b.Tags) {
-			continue
+	matches := matchesOf(r.s, listingKey(k.plural, r), func() []T {
+		var matches []T
+		for _, v := range k.table(r.w) {
+			b := v.base()
+			if !r.visible(b.ProjectID, isShared(v)) || !tags.match(b.Tags) {
+				continue
+			}
+			if len(filters) > 0 && !fieldsMatch(show(v), filters) {
+				continue
+			}
+			matches = append(matches, v)
 		}
-		if len(filters) > 0 && !fieldsMatch(show(v), filters) {
-			continue
-		}
-		matches = append(matches, v)
-	}
-	sort.Slice(matches, func(i, j int) bool { return matches[i].base().ID < matches[j].base().ID })
+		sort.Slice(matches, func(i, j int) bool { return matches[i].base().ID < matches[j].base().ID })
+		return matches
+	})
 	page, more, ok := paginate(matches, q.Get("marker"), limit, func(v T) string { return v.base().ID })
 	if !ok {
 		neutronError(rw, http.StatusNotFound, k.notFound, "marker "+q.Get("marker")+" could not be found.")

@@ -625,22 +625,25 @@ func (s *Sim) listServers(rw http.ResponseWriter, r *request, mv int) {
 		}
 		changesSince = t
 	}
-	matches := make([]*server, 0, 64)
-	for _, sv := range r.w.Servers {
-		switch {
-		case !allTenants && sv.ProjectID != r.tok.ProjectID,
-			nameRE != nil && !nameRE.MatchString(sv.Name),
-			q.Get("status") != "" && !strings.EqualFold(q.Get("status"), sv.Status),
-			q.Get("flavor") != "" && q.Get("flavor") != sv.FlavorID,
-			q.Get("image") != "" && q.Get("image") != sv.ImageID,
-			!changesSince.IsZero() && sv.Updated.Before(changesSince),
-			!tags.match(sv.Tags):
-			continue
+	matches := matchesOf(s, listingKey("servers", r, strconv.Itoa(mv)), func() []*server {
+		matches := make([]*server, 0, 64)
+		for _, sv := range r.w.Servers {
+			switch {
+			case !allTenants && sv.ProjectID != r.tok.ProjectID,
+				nameRE != nil && !nameRE.MatchString(sv.Name),
+				q.Get("status") != "" && !strings.EqualFold(q.Get("status"), sv.Status),
+				q.Get("flavor") != "" && q.Get("flavor") != sv.FlavorID,
+				q.Get("image") != "" && q.Get("image") != sv.ImageID,
+				!changesSince.IsZero() && sv.Updated.Before(changesSince),
+				!tags.match(sv.Tags):
+				continue
+			}
+			matches = append(matches, sv)
 		}
-		matches = append(matches, sv)
-	}
-	// Nova's default order: newest first.
-	slices.SortFunc(matches, func(a, b *server) int { return int(b.Seq - a.Seq) })
+		// Nova's default order: newest first.
+		slices.SortFunc(matches, func(a, b *server) int { return int(b.Seq - a.Seq) })
+		return matches
+	})
 	page, more, ok := paginate(matches, q.Get("marker"), limit, func(sv *server) string { return sv.ID })
 	if !ok {
 		novaError(rw, http.StatusBadRequest, "marker ["+q.Get("marker")+"] not found")

@@ -273,7 +273,7 @@ func (s *Sim) probeMembers(w *world, members []*member) {
 		}
 		if m.OperatingStatus != status {
 			m.OperatingStatus = status
-			s.dirty = true
+			s.changed()
 		}
 	}
 }

@@ -997,7 +997,7 @@ func (s *Sim) serverFailed(id string, err error) {
 	defer s.mu.Unlock()
 	if sv := s.w.Servers[id]; sv != nil && sv.Status == "ACTIVE" {
 		sv.Status, sv.Fault, sv.Updated = "ERROR", err.Error(), s.opts.Now().UTC().Truncate(time.Second)
-		s.dirty = true
+		s.changed()
 	}
 }
 
@@ -1082,7 +1082,7 @@ func (r *realHosts) reportMembers(d desired) {
 			}
 			if st := sn.status[machine.Member{Address: addr, Port: m.ProtocolPort}]; st != "" && st != m.OperatingStatus {
 				m.OperatingStatus = st
-				r.s.dirty = true
+				r.s.changed()
 			}
 		}
 	}

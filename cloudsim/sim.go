@@ -75,6 +75,10 @@ type Sim struct {
 	mu    sync.Mutex // guards w and everything reached from it
 	w     *world
 	dirty bool
+	// gen counts the changes to the world (changed); listings keeps the
+	// sorted matches of listings at gen, for their next pages.
+	gen      uint64
+	listings listings
 
 	edgeLn   net.Listener
 	hostsDir string // StateDir/hosts, or a temporary folder
@@ -492,7 +496,9 @@ func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 		}
 		s.mu.Lock()
 		now := s.opts.Now()
-		s.w.tick(now)
+		if s.w.tick(now) {
+			s.changed()
+		}
 		req := &request{Request: hr, s: s, w: s.w, now: now}
 		ok := true
 		if auth {
@@ -501,7 +507,7 @@ func (s *Sim) wrap(pattern string, auth bool, h handlerFunc) http.HandlerFunc {
 		if ok {
 			h(target, req)
 			if hr.Method != http.MethodGet && hr.Method != http.MethodHead {
-				s.dirty = true
+				s.changed()
 				if !req.readOnly {
 					s.count.wrote(Write{At: time.Now(), Route: pattern, Agent: hr.UserAgent()})
 					if s.real != nil {

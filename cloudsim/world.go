@@ -176,10 +176,10 @@ func seedWorld(now time.Time, hypervisors int) *world {
 	return w
 }
 
-// tick applies the pending changes that are due.
-func (w *world) tick(now time.Time) {
+// tick applies the pending changes that are due; it tells whether any was.
+func (w *world) tick(now time.Time) bool {
 	if len(w.Pending) == 0 {
-		return
+		return false
 	}
 	keep := w.Pending[:0]
 	var due []pendingChange
@@ -201,6 +201,7 @@ func (w *world) tick(now time.Time) {
 			w.finishLBDelete(p.ID)
 		}
 	}
+	return len(due) > 0
 }
 
 // schedule makes a change due after delay. Even with none, it is applied
