@@ -83,6 +83,10 @@ type Applier struct {
 	// Waiting, if set, is told when the applier waits for the lease of a
 	// cluster another applier holds.
 	Waiting func(cluster string)
+	// Owns, if set, tells whether the applier still owns a cluster once
+	// it holds the cluster's lease: one several daemons share may have
+	// moved to another while it waited ([ErrNotOwner]; nothing applied).
+	Owns func(cluster string) bool
 	// GateTimeout bounds how long a host's health gate may take to pass
 	// (DefaultGateTimeout); GateInterval is the time between two probes
 	// of a gate or two rounds of a drain (1s).
@@ -203,6 +207,9 @@ func (a *Applier) cluster(ctx context.Context, name string, spec *schemas.Cluste
 		return err
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
+	if a.Owns != nil && !a.Owns(name) {
+		return fmt.Errorf("apply %s: %w", name, ErrNotOwner)
+	}
 
 	// Steps run to their end when ctx is cancelled (a graceful stop); they
 	// are cut short when the lease is lost or the test hook kills.

@@ -74,6 +74,11 @@ var ErrUnfinished = errors.New("an interrupted apply of the cluster must be resu
 // made (another apply ran): plan again.
 var ErrStale = errors.New("the cluster's state moved since the plan was made")
 
+// ErrNotOwner is an apply of a cluster its applier no longer owns (the
+// daemons sharing the fleet moved it to another while it waited for the
+// cluster's lease): the new owner applies it.
+var ErrNotOwner = errors.New("the cluster is owned by another daemon now")
+
 // planID names a cluster's plan in the journal: the hash of its commit
 // and changes, so the same saved plan applied again after a crash is
 // known as the one to resume.

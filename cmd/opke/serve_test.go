@@ -22,6 +22,7 @@ import (
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/state"
 )
@@ -77,10 +78,10 @@ func daemonProc(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 }
 
 // TestTwoDaemonsTheStandbyFinishesThePlan: two opke serve processes on one
-// etcd; the first leads and starts creating a cluster; it is killed (-9)
-// mid-apply; the second takes the leadership, resumes the journaled plan
-// and finishes it: the commit gets its success note, and every server
-// exists once.
+// etcd share the fleet; the daemon that owns the cluster starts creating
+// it and is killed (-9) mid-apply; the other adopts the cluster (and
+// leads, if it did not), resumes the journaled plan and finishes it: the
+// commit gets its success note, and every server exists once.
 func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -110,30 +111,40 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	gittest.Git(t, work, "add", "-A")
 	gittest.Git(t, work, "commit", "-qm", "add demo")
 	commit := gittest.Git(t, work, "rev-parse", "HEAD")
-	gittest.Git(t, work, "push", "-q", "origin", "main")
 
 	args := func(name string) []string {
 		return append(etcdFlags(store, storeDir), "--repo", "file://"+bare, "--sim-state", simDir,
 			"--encryption-key-file", keyFile, "--data-dir", filepath.Join(base, name), "--listen", "127.0.0.1:0",
 			"--leader-ttl", "2s", "--interval", "1s", "--log-format", "json")
 	}
-	first, _ := daemonProc(t, args("a")...)
+	first, firstOut := daemonProc(t, args("a")...)
 	waitFor(t, "the first daemon to lead", func() bool {
 		id, err := store.Leader(ctx)
 		return err == nil && strings.HasSuffix(id, fmt.Sprintf("-%d", first.Process.Pid))
 	})
 	second, secondOut := daemonProc(t, args("b")...)
-	// Kill the leader once a few steps are journaled, before the end.
-	waitFor(t, "the first daemon to journal steps", func() bool {
+	var members []string
+	waitFor(t, "both daemons to share the fleet", func() bool {
+		members, _, err = store.Members(ctx)
+		return err == nil && len(members) == 2
+	})
+	gittest.Git(t, work, "push", "-q", "origin", "main")
+	// Kill the cluster's owner once a few steps are journaled, before the
+	// end; the other finishes.
+	owner, survivor, survivorOut, survivorDir := first, second, secondOut, "b"
+	if strings.HasSuffix(daemon.Owner(members, "demo"), fmt.Sprintf("-%d", second.Process.Pid)) {
+		owner, survivor, survivorOut, survivorDir = second, first, firstOut, "a"
+	}
+	waitFor(t, "the owner to journal steps", func() bool {
 		entries, err := store.List(ctx, store.Key("_journal", "demo")+"/")
 		return err == nil && len(entries) >= 6
 	})
-	if err := first.Process.Kill(); err != nil {
+	if err := owner.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = first.Wait()
+	_ = owner.Wait()
 	if _, err := store.Get(ctx, store.Key("_open", "demo")); err != nil {
-		t.Fatalf("the killed leader left no open journal (it finished first?): %v", err)
+		t.Fatalf("the killed owner left no open journal (it finished first?): %v", err)
 	}
 
 	var note report.Note
@@ -141,11 +152,11 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 		out, ok := gittest.Note(t, bare, commit)
 		return ok && json.Unmarshal(out, &note) == nil && note.State == report.Success
 	})
-	if id, err := store.Leader(ctx); err != nil || !strings.HasSuffix(id, fmt.Sprintf("-%d", second.Process.Pid)) {
-		t.Errorf("leader %q (%v), want the second daemon", id, err)
+	if id, err := store.Leader(ctx); err != nil || !strings.HasSuffix(id, fmt.Sprintf("-%d", survivor.Process.Pid)) {
+		t.Errorf("leader %q (%v), want the surviving daemon", id, err)
 	}
-	if c := note.Clusters["demo"]; c == nil || !strings.Contains(c.Summary, "after the leader died") || c.Plan == nil {
-		t.Errorf("the note does not say the standby finished the leader's plan: %+v", c)
+	if c := note.Clusters["demo"]; c == nil || !strings.Contains(c.Summary, "after the daemon applying it stopped") || c.Plan == nil {
+		t.Errorf("the note does not say the survivor finished the killed daemon's plan: %+v", c)
 	}
 	// The status says the commit is applied, though its steps are in the
 	// journal Resume finished, not in the note.
@@ -157,8 +168,8 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 		b, err := store.Get(ctx, store.Key("_status", "demo"))
 		return err == nil && json.Unmarshal(b, &status) == nil && status.Applied == commit
 	})
-	if !strings.Contains(secondOut.String(), "resuming an interrupted apply") {
-		t.Error("the second daemon did not resume the journaled plan")
+	if !strings.Contains(survivorOut.String(), "resuming an interrupted apply") {
+		t.Error("the surviving daemon did not resume the journaled plan")
 	}
 	clients, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(simDir, "clouds.yaml"), Cloud: "sim"})
 	if err != nil {
@@ -180,7 +191,7 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	}
 	// A command on the daemon's data dir finds its simulator: the
 	// kubeconfig reaches the API's floating IP through the edge.
-	code, kc, stderr := opke(t, append([]string{"kubeconfig", "--cluster", "demo", "--data-dir", filepath.Join(base, "b"),
+	code, kc, stderr := opke(t, append([]string{"kubeconfig", "--cluster", "demo", "--data-dir", filepath.Join(base, survivorDir),
 		"--encryption-key-file", keyFile}, etcdFlags(store, storeDir)...)...)
 	if code != exitOK || !strings.Contains(kc, "proxy-url: socks5://"+sim.Edge()+"\n") {
 		t.Errorf("kubeconfig on the daemon's data dir: exit %d, %s, want the edge's proxy-url in\n%s", code, stderr, kc)

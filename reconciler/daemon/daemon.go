@@ -44,7 +44,8 @@ type Config struct {
 	Planner *reconciler.Planner
 	// Applier applies the tracked branch; its Planner is Planner. The
 	// daemon applies with a copy that also tells it of the steps
-	// (WithProgress): the Applier given is not changed.
+	// (WithProgress) and applies only the clusters it owns (Owns): the
+	// Applier given is not changed.
 	Applier   *reconciler.Applier
 	Reporters []report.Reporter
 	// Interval is the poll period (DefaultInterval), with up to 10 %
@@ -129,6 +130,7 @@ func New(cfg Config) *Daemon {
 	cfg.Limits.MaxBytes = cmp.Or(cfg.Limits.MaxBytes, schemas.DefaultLimits().MaxBytes)
 	d := &Daemon{cfg: cfg, log: cfg.Logger, trigger: make(chan struct{}, 1)}
 	d.applier = cfg.Applier.WithProgress(d.progress)
+	d.applier.Owns = d.mine
 	return d
 }
 

@@ -12,6 +12,3 @@ func Triggered(d *Daemon) bool {
 
 // ParsePush is parsePush, for the HTTP side's tests.
 func ParsePush(body []byte) (pushEvent, error) { return parsePush(body) }
-
-// Owner is owner: the member that owns a cluster.
-func Owner(members []string, cluster string) string { return owner(members, cluster) }

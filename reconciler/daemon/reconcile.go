@@ -96,10 +96,14 @@ func (w *work) kind() string {
 // reconcileOnce does the reconcile's work, setting o as it goes.
 func (d *Daemon) reconcileOnce(ctx context.Context, log *slog.Logger, name string, w *work, o *outcome) {
 	entry := o.entry
+	if !d.mine(name) {
+		o.quiet = true // it moved to another daemon while queued: its owner reports
+		return
+	}
 	res, err := d.cfg.Planner.Plan(ctx, w.request(name))
 	if err != nil {
 		if ctx.Err() != nil {
-			o.quiet = true // the leadership ended: the next leader plans again
+			o.quiet = true // the membership ended: the next owner plans again
 			return
 		}
 		log.Error("plan", "err", err)
@@ -150,7 +154,7 @@ func (d *Daemon) reconcileOnce(ctx context.Context, log *slog.Logger, name strin
 		d.update(ctx, w, name, entry)
 		d.apply(ctx, log, name, w, entry)
 		if entry.State == report.Pending {
-			o.quiet = true // interrupted: the next leader resumes the journal
+			o.quiet = true // interrupted (the next owner resumes the journal) or moved
 			return
 		}
 		if warnings != "" {
@@ -206,8 +210,14 @@ func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *repor
 		return false
 	}
 	entry.Plan, entry.Steps, entry.Started = old.Plan, old.Steps, old.Started
-	entry.State, entry.Summary = report.Success, "applied (finished by "+d.cfg.ID+" after the leader died): "+report.PlanSummary(old.Plan)
+	entry.State, entry.Summary = report.Success, finishedBy(d.cfg.ID)+": "+report.PlanSummary(old.Plan)
 	return true
+}
+
+// finishedBy says a plan a daemon that stopped had begun was finished by
+// the daemon id.
+func finishedBy(id string) string {
+	return "applied (finished by " + id + " after the daemon applying it stopped)"
 }
 
 // drifted counts a drift check's changes: all of them are drift, whether
@@ -252,13 +262,20 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	case w.resync:
 		verb = "scheduled backup taken"
 	}
+	if sum != nil && slices.Contains(sum.Resumed, name) && !w.resync {
+		// The plan is the one a daemon that stopped had begun: its
+		// journal said which steps were done.
+		verb = finishedBy(d.cfg.ID)
+	}
 	switch {
 	case err == nil:
 		entry.State, entry.Summary = report.Success, fmt.Sprintf("%s in %s: %s", verb, took, report.PlanSummary(plan))
 		d.cfg.Metrics.appliedAt(name, w.commit, float64(time.Now().Unix()))
 		log.Info(verb, "steps", sum.Counts[reconciler.StepDone], "took", took)
 	case ctx.Err() != nil:
-		log.Warn("apply interrupted: the leadership ended", "err", err)
+		log.Warn("apply interrupted: the membership ended", "err", err)
+	case errors.Is(err, reconciler.ErrNotOwner):
+		log.Info("not applied: the cluster moved to another daemon, which applies it", "err", err)
 	case errors.Is(err, reconciler.ErrFailed):
 		d.cfg.Metrics.errorAt("apply")
 		first := sum.Failed[0]

@@ -42,8 +42,11 @@ import (
 // note the members write to the reporters, so a commit gets one git note
 // and one status per cluster whoever applied it.
 
-// owner is the member that owns cluster: the one whose hash with the
-// cluster's name is highest ("" with no member).
+// Owner is the member that owns cluster among members (daemon ids): the
+// one whose hash with the cluster's name is highest ("" with none).
+func Owner(members []string, cluster string) string { return owner(members, cluster) }
+
+// owner is Owner.
 func owner(members []string, cluster string) string {
 	var best string
 	var top uint64
