@@ -96,11 +96,12 @@ fuzz:
 	  done; \
 	done
 
-## bench: the fleet-scale report: each benchmark COUNT times (5), one table of medians and spreads, OpenTofu's plan beside OPKE's, bench.json (BENCH=regexp; OPKE_BENCH_SIZES=1,100,1000; OPKE_PEER_SIZES=1,10,30,100; OPKE_SHARD_CLUSTERS=10000 and OPKE_SHARD_DAEMONS=4: the shared fleet)
+## bench: the fleet-scale report: each benchmark COUNT times (5), one table of medians and spreads, OpenTofu's plan beside OPKE's, bench.json (BENCH=regexp; OPKE_BENCH_SIZES=1,100,1000; OPKE_PEER_SIZES=1,10,30,100; the shared fleet once, OPKE_SHARD_CLUSTERS=10000 across OPKE_SHARD_DAEMONS=4, into bench-shard.json)
 bench:
 	$(GO) run ./cmd/opke-world build --set peer
-	$(GO) run ./bench/report -count $(COUNT) -bench '$(BENCH)' -skip 'CommitToStatusPoll' -json bench.json
+	$(GO) run ./bench/report -count $(COUNT) -bench '$(BENCH)' -skip 'CommitToStatusPoll|ShardedFleet' -json bench.json
 	$(GO) run ./bench/report -count 1 -bench 'CommitToStatusPoll' -pkgs ./bench -json bench-poll.json
+	$(GO) run ./bench/report -count 1 -bench 'ShardedFleet' -pkgs ./bench -json bench-shard.json
 
 ## chaos: real processes killed, stopped, paused and cut off mid-apply; one table (scenario, runs, converged, duplicates, orphans, lost records), chaos.json (CHAOS=short: CI's form)
 chaos:

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-git/v5"
@@ -74,11 +75,47 @@ func OpenRevision(ctx context.Context, dir, rev string) (fs.FS, error) {
 	return newTreeFS(tree), nil
 }
 
-// TreeFS is a read-only fs.FS over a git tree.
-type TreeFS struct{ root *object.Tree }
+// TreeFS is a read-only fs.FS over a git tree. The folders it reads are
+// decoded once: go-git's own path cache skips the first level, so every
+// file of clusters/<name>/ decoded the whole clusters/ tree again (a
+// 10,000-cluster fleet read 10,000 entries 10,000 times: a minute and a
+// half of every commit's judgement).
+type TreeFS struct {
+	root *object.Tree
+	// mu guards trees and the lazy indexes go-git builds in each tree.
+	mu    sync.Mutex
+	trees map[string]*object.Tree // by folder path
+}
 
 // newTreeFS returns the tree as a filesystem.
-func newTreeFS(t *object.Tree) *TreeFS { return &TreeFS{root: t} }
+func newTreeFS(t *object.Tree) *TreeFS {
+	return &TreeFS{root: t, trees: map[string]*object.Tree{".": t}}
+}
+
+// tree is the folder dir's tree, decoded once; the caller holds t.mu. A
+// folder that is not there (or is a file) is object.ErrDirectoryNotFound.
+func (t *TreeFS) tree(dir string) (*object.Tree, error) {
+	if tr := t.trees[dir]; tr != nil {
+		return tr, nil
+	}
+	parent, err := t.tree(path.Dir(dir))
+	if err != nil {
+		return nil, err
+	}
+	e, err := parent.FindEntry(path.Base(dir))
+	if errors.Is(err, object.ErrEntryNotFound) || err == nil && e.Mode != filemode.Dir {
+		return nil, object.ErrDirectoryNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	tr, err := parent.Tree(path.Base(dir))
+	if err != nil {
+		return nil, err
+	}
+	t.trees[dir] = tr
+	return tr, nil
+}
 
 var (
 	_ fs.ReadDirFS = (*TreeFS)(nil)
@@ -124,11 +161,11 @@ func (t *TreeFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	if !info.IsDir() {
 		return nil, &fs.PathError{Op: "readdir", Path: name, Err: errors.New("not a directory")}
 	}
-	tree := t.root
-	if name != "." {
-		if tree, err = t.root.Tree(name); err != nil {
-			return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
-		}
+	t.mu.Lock()
+	tree, err := t.tree(name)
+	t.mu.Unlock()
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: err}
 	}
 	entries := make([]fs.DirEntry, 0, len(tree.Entries))
 	for _, e := range tree.Entries {
@@ -149,18 +186,18 @@ func (t *TreeFS) lookup(op, name string) (fs.FileInfo, *object.TreeEntry, error)
 	if name == "." {
 		return fileInfo{name: ".", mode: fs.ModeDir | 0o555}, nil, nil
 	}
-	entry, err := t.root.FindEntry(name)
+	t.mu.Lock()
+	parent, err := t.tree(path.Dir(name))
+	var entry *object.TreeEntry
+	if err == nil {
+		entry, err = parent.FindEntry(path.Base(name))
+	}
+	t.mu.Unlock()
 	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) {
 		return nil, nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
 	}
 	if err != nil {
 		return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
-	}
-	parent := t.root
-	if dir := path.Dir(name); dir != "." {
-		if parent, err = t.root.Tree(dir); err != nil {
-			return nil, nil, &fs.PathError{Op: op, Path: name, Err: err}
-		}
 	}
 	info, err := t.entryInfo(parent, *entry)
 	if err != nil {
