@@ -183,21 +183,6 @@ func (d *Daemon) finish(ctx context.Context, name string, w *work, o *outcome) {
 	}
 }
 
-// unfinished tells whether commit's note has a cluster still pending: its
-// leader died before it was done.
-func (d *Daemon) unfinished(ctx context.Context, commit string) bool {
-	n, err := d.Note(ctx, commit)
-	if err != nil {
-		return false
-	}
-	for _, c := range n.Clusters {
-		if c.State == report.Pending {
-			return true
-		}
-	}
-	return false
-}
-
 // resumed fills entry from the cluster's pending entry in the note, when
 // a dead leader had started applying its plan (which Resume finished).
 func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *report.Cluster) bool {
