@@ -391,10 +391,12 @@ func TestAPIErrors(t *testing.T) {
 	})
 }
 
-// TestTwoDaemons: two daemons on one etcd; the leader is paused (SIGSTOP:
-// a frozen VM, a long GC) at a random point of a create, past its lease;
-// the standby takes over and finishes; the old leader wakes up fenced:
-// the cloud's write log shows the two never both wrote.
+// TestTwoDaemons: two daemons on one etcd share the fleet; the leader is
+// paused (SIGSTOP: a frozen VM, a long GC) at a random point of a create,
+// past its lease; the other takes the leadership over and, when the
+// paused one owned the cluster, the cluster too, and finishes; the old
+// leader wakes up fenced: the cloud's write log shows the two never both
+// wrote.
 func TestTwoDaemons(t *testing.T) {
 	t.Parallel()
 	ref := cleanRun(t)
