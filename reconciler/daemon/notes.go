@@ -223,7 +223,9 @@ func ReadNote(ctx context.Context, store *state.Store, commit string) (*report.N
 	if err := json.Unmarshal(data, &n); err != nil {
 		return nil, fmt.Errorf("note of %s: %w", commit, err)
 	}
-	n.Clusters = make(map[string]*report.Cluster, len(kvs)-1)
+	if n.Clusters == nil {
+		n.Clusters = make(map[string]*report.Cluster, len(kvs)-1)
+	} // else a note stored whole, as before the entries had keys of their own: they come after
 	prefix := keys.ReportEntry(commit, "")
 	for k, v := range kvs {
 		name, ok := strings.CutPrefix(k, prefix)

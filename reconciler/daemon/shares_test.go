@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -10,13 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // member is one more daemon on e's store and simulator, as another
@@ -219,5 +223,39 @@ func TestDaemonsShareTheFleet(t *testing.T) {
 	}
 	if h := last.d.Health(); h.Share != len(names) {
 		t.Errorf("the last daemon owns %d clusters, want all %d", h.Share, len(names))
+	}
+}
+
+// TestReadNoteOfBothForms: a note stored whole (as before each cluster's
+// entry had a key of its own) reads with its clusters, and an entry
+// written since under its own key wins over the whole note's.
+func TestReadNoteOfBothForms(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := statetest.Open(t)
+	keys := state.KeysOf(store)
+	old, err := json.Marshal(report.Note{Commit: "c0ffee", Ref: main, Applied: true, Clusters: map[string]*report.Cluster{
+		"east": {State: report.Success, Summary: "applied"}, "west": {State: report.Pending, Summary: "queued"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Put(ctx, keys.Report("c0ffee"), old); err != nil {
+		t.Fatal(err)
+	}
+	entry, _ := json.Marshal(report.Cluster{State: report.Success, Summary: "no changes"})
+	if err := store.Put(ctx, keys.ReportEntry("c0ffee", "west"), entry); err != nil {
+		t.Fatal(err)
+	}
+	n, err := daemon.ReadNote(ctx, store, "c0ffee")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for name, c := range n.Clusters {
+		got[name] = string(c.State) + ": " + c.Summary
+	}
+	want := map[string]string{"east": "success: applied", "west": "success: no changes"}
+	if diff := cmp.Diff(want, got); diff != "" || n.State != report.Success {
+		t.Errorf("the note read (%s; -want +got):\n%s", n.State, diff)
 	}
 }
