@@ -42,6 +42,42 @@ func peakRSS(tb testing.TB, pid int) float64 {
 	return 0
 }
 
+// seedRun is a copy of a seed ready for opke serve: its simulator
+// started in a process of its own (`opke sim` on the address the seed was
+// made with), its etcd open here, an encryption key, and the fleet
+// committed in a repository (head).
+type seedRun struct {
+	dir, key, work, head string
+	store                *state.Store
+}
+
+// run copies the seed into a temporary folder and starts it with bin.
+func (s *seed) run(b *testing.B, bin string) *seedRun {
+	b.Helper()
+	dir := b.TempDir()
+	if err := copyTree(s.dir, dir); err != nil {
+		b.Fatal(err)
+	}
+	listen, err := os.ReadFile(filepath.Join(dir, "listen"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	proctest.Start(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
+		"--edge-listen", "127.0.0.1:0", "--state", filepath.Join(dir, "sim"), "--boot-delay", "0s"))
+	proctest.WaitListening(b, string(listen))
+	store := openStore(b, filepath.Join(dir, "state"))
+	b.Cleanup(func() { store.Close() })
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	work := filepath.Join(dir, "fleet")
+	gittest.Git(b, work, "init", "-q", "-b", "main")
+	gittest.Git(b, work, "add", "-A")
+	gittest.Git(b, work, "commit", "-qm", "the fleet")
+	return &seedRun{dir: dir, key: key, work: work, head: gittest.Git(b, work, "rev-parse", "HEAD"), store: store}
+}
+
 // BenchmarkServeRSS runs `opke serve` on a seeded fleet with the simulator
 // in its own process (`opke sim`) and an etcd of its own (embedded in the
 // benchmark, external to opke), until the fleet's commit is settled: the
@@ -57,28 +93,8 @@ func BenchmarkServeRSS(b *testing.B) {
 		s := seedFleet(b, cacheRoot(), n)
 		var rss, settle float64
 		for b.Loop() {
-			dir := b.TempDir()
-			if err := copyTree(s.dir, dir); err != nil {
-				b.Fatal(err)
-			}
-			listen, err := os.ReadFile(filepath.Join(dir, "listen"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			proctest.Start(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
-				"--edge-listen", "127.0.0.1:0", "--state", filepath.Join(dir, "sim"), "--boot-delay", "0s"))
-			proctest.WaitListening(b, string(listen))
-			store := openStore(b, filepath.Join(dir, "state"))
-			b.Cleanup(func() { store.Close() })
-			key := filepath.Join(dir, "key")
-			if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key()), 0o600); err != nil {
-				b.Fatal(err)
-			}
-			work := filepath.Join(dir, "fleet")
-			gittest.Git(b, work, "init", "-q", "-b", "main")
-			gittest.Git(b, work, "add", "-A")
-			gittest.Git(b, work, "commit", "-qm", "the fleet")
-			head := gittest.Git(b, work, "rev-parse", "HEAD")
+			r := s.run(b, bin)
+			dir, store, key, work, head := r.dir, r.store, r.key, r.work, r.head
 			addr := proctest.FreeAddr(b)
 			started := time.Now()
 			ca, cert, certKey := state.LocalTLSFiles(filepath.Join(dir, "state"))

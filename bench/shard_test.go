@@ -14,7 +14,6 @@ import (
 
 	"opke.dev/opke/internal/gittest"
 	"opke.dev/opke/internal/proctest"
-	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/state"
@@ -54,28 +53,8 @@ func BenchmarkShardedFleet(b *testing.B) {
 		ctx := context.Background()
 		bin := proctest.Opke(b)
 		s := seedFleet(b, cacheRoot(), n)
-		dir := b.TempDir()
-		if err := copyTree(s.dir, dir); err != nil {
-			b.Fatal(err)
-		}
-		listen, err := os.ReadFile(filepath.Join(dir, "listen"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		proctest.Start(b, dir, "sim", exec.Command(bin, "sim", "--listen", string(listen), "--admin-listen", "127.0.0.1:0",
-			"--edge-listen", "127.0.0.1:0", "--state", filepath.Join(dir, "sim"), "--boot-delay", "0s"))
-		proctest.WaitListening(b, string(listen))
-		store := openStore(b, filepath.Join(dir, "state"))
-		b.Cleanup(func() { store.Close() })
-		key := filepath.Join(dir, "key")
-		if err := os.WriteFile(key, fmt.Appendf(nil, "%x\n", statetest.Key()), 0o600); err != nil {
-			b.Fatal(err)
-		}
-		work := filepath.Join(dir, "fleet")
-		gittest.Git(b, work, "init", "-q", "-b", "main")
-		gittest.Git(b, work, "add", "-A")
-		gittest.Git(b, work, "commit", "-qm", "the fleet")
-		head := gittest.Git(b, work, "rev-parse", "HEAD")
+		r := s.run(b, bin)
+		dir, store, key, work, head := r.dir, r.store, r.key, r.work, r.head
 
 		host, err := os.Hostname()
 		if err != nil {
