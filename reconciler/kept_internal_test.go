@@ -1,12 +1,15 @@
 package reconciler
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/state"
 )
 
 // TestShareWithLedger: a desired file or manifest whose sha256 is the
@@ -44,4 +47,39 @@ func TestShareWithLedger(t *testing.T) {
 		t.Errorf("the network's attributes, which differ, became %v", d.Infra[1].Attrs)
 	}
 	shareWithLedger(d, &Ledger{}) // no ledger: nothing to share, no panic
+}
+
+// TestPlannerFactsFollowTheStore: a cluster's transition facts are kept
+// between judgements, and read again once a host's version is written.
+func TestPlannerFactsFollowTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := statetest.Open(t)
+	p := &Planner{Store: store}
+	newest := func() string {
+		t.Helper()
+		f, err := p.Facts(ctx, []string{"prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f["prod"].NewestControllerVersion.String()
+	}
+	if err := recordVersion(ctx, store, "prod", "prod-controller-0", "v1.35.1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := newest(); got != "v1.35.1" {
+		t.Fatalf("facts say %s, want v1.35.1", got)
+	}
+	if got := newest(); got != "v1.35.1" {
+		t.Fatalf("kept facts say %s, want v1.35.1", got)
+	}
+	if _, ok := p.facts.get(store.Changes(), "prod", state.KeysOf(store).Hosts("prod")); !ok {
+		t.Error("the facts were not kept")
+	}
+	if err := recordVersion(ctx, store, "prod", "prod-controller-0", "v1.36.0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := newest(); got != "v1.36.0" {
+		t.Errorf("facts after a host's version was written say %s, want v1.36.0", got)
+	}
 }

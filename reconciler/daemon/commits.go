@@ -161,7 +161,7 @@ func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]
 	for _, name := range slices.Sorted(maps.Keys(applied)) {
 		base.Files = append(base.Files, &schemas.File{Path: schemas.ClustersDir + "/" + name + "/" + schemas.SpecFile, Cluster: applied[name].Spec})
 	}
-	facts, err := reconciler.Facts(ctx, d.cfg.Store, slices.Sorted(maps.Keys(applied)))
+	facts, err := d.cfg.Planner.Facts(ctx, slices.Sorted(maps.Keys(applied)))
 	if err != nil {
 		return nil, err
 	}
