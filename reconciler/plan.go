@@ -100,11 +100,8 @@ type Planner struct {
 // the store's changes say its hosts or backups were written. Judging a
 // 10,000-cluster commit read them all, 20,000 reads, at every commit.
 func (p *Planner) Facts(ctx context.Context, clusters []string) (map[string]*schemas.TransitionFacts, error) {
-	changes := p.Store.Changes()
-	rev, err := changes.Sync(ctx)
-	if errors.Is(err, state.ErrBehind) {
-		changes, rev = nil, 0
-	} else if err != nil {
+	changes, rev, err := p.synced(ctx)
+	if err != nil {
 		return nil, err
 	}
 	keys := state.KeysOf(p.Store)
@@ -129,6 +126,25 @@ func (p *Planner) Facts(ctx context.Context, clusters []string) (map[string]*sch
 		p.facts.put(name, rev, f)
 	}
 	return out, nil
+}
+
+// synced returns the store's changes, caught up with its revision rev:
+// what they say was not written since an earlier plan read it is kept
+// from that plan (the ledgers, the material's fingerprints, the
+// transition facts). When the watch cannot say (not caught up), changes
+// is nil, and all is read again.
+func (p *Planner) synced(ctx context.Context) (changes *state.Changes, rev int64, err error) {
+	changes = p.Store.Changes()
+	rev, err = changes.Sync(ctx)
+	if errors.Is(err, state.ErrBehind) {
+		p.log().Debug("the store's changes are behind: reading every ledger", "err", err)
+		changes = nil
+		rev, err = p.Store.Current(ctx)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return changes, rev, nil
 }
 
 // Request is what to plan.
@@ -188,17 +204,7 @@ func (p *Planner) Plan(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	// What the store's changes say was not written since an earlier plan
-	// read it is kept from that plan (the ledgers, the material's
-	// fingerprints); when the watch cannot say (not caught up), all is
-	// read again.
-	changes := p.Store.Changes()
-	rev, err := changes.Sync(ctx)
-	if errors.Is(err, state.ErrBehind) {
-		log.Debug("the store's changes are behind: reading every ledger", "err", err)
-		changes = nil
-		rev, err = p.Store.Current(ctx)
-	}
+	changes, rev, err := p.synced(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -67,11 +67,9 @@ func (d *Daemon) publish(ctx context.Context, n *report.Note) {
 // removed (the note is replaced); without, a note that has no header yet
 // gets a blank one.
 func (d *Daemon) putEntries(ctx context.Context, commit, ref string, entries map[string]*report.Cluster, header *report.Note) error {
-	d.mu.Lock()
-	m := d.member
-	d.mu.Unlock()
-	if m == nil {
-		return fmt.Errorf("note of %s: not a member: %w", commit, state.ErrLeaseLost)
+	m, err := d.membership("note of " + commit)
+	if err != nil {
+		return err
 	}
 	ctx = context.WithoutCancel(ctx)
 	keys := state.KeysOf(d.cfg.Store)
@@ -168,13 +166,22 @@ func (d *Daemon) putStatus(ctx context.Context, key string, s ClusterStatus) err
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	m := d.member
-	d.mu.Unlock()
-	if m == nil {
-		return fmt.Errorf("put %s: not a member: %w", key, state.ErrLeaseLost)
+	m, err := d.membership("put " + key)
+	if err != nil {
+		return err
 	}
 	return m.Put(context.WithoutCancel(ctx), key, data)
+}
+
+// membership is this daemon's membership, through which it writes the
+// notes and statuses of its share; what names the write refused without.
+func (d *Daemon) membership(what string) (*state.Membership, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.member == nil {
+		return nil, fmt.Errorf("%s: not a member: %w", what, state.ErrLeaseLost)
+	}
+	return d.member, nil
 }
 
 // write puts key through the leadership: a daemon that no longer leads

@@ -35,8 +35,9 @@ import (
 // head, writes its note with every cluster concerned pending, and
 // dispatches it (the Dispatched key). Each member then takes its share
 // of the note (takeHead): it plans the share in one plan, records the
-// converged clusters in the note (merged with a compare-and-swap: the
-// members write one note per commit) and queues the others. A member
+// converged clusters in the note (each cluster's entry a key of its own,
+// so the members write one note without contending) and queues the
+// others. A member
 // that gains clusters (it started, or another left or died) adopts them:
 // resumes their journaled applies, takes their pending entries of the
 // head and plans the rest, queuing what drifted. The leader hands every
@@ -67,10 +68,10 @@ func (d *Daemon) mine(cluster string) bool {
 	return owner(d.members, cluster) == d.cfg.ID
 }
 
-// shareOf is the member's share among members, as a set.
-func (d *Daemon) shareOf(members []string, names []string) map[string]bool {
+// shareOf is the member's share of names among members.
+func (d *Daemon) shareOf(members []string, names map[string]bool) map[string]bool {
 	out := map[string]bool{}
-	for _, name := range names {
+	for name := range names {
 		if owner(members, name) == d.cfg.ID {
 			out[name] = true
 		}
@@ -194,27 +195,28 @@ func (d *Daemon) watchKey(ctx context.Context, key string) <-chan dispatch {
 
 // loadDispatch sets the member's head and fleet to a dispatched commit
 // (read from this daemon's own copy of the repository), without taking
-// anything of it.
-func (d *Daemon) loadDispatch(ctx context.Context, h dispatch) bool {
+// anything of it; it returns the commit's note (nil if it could not).
+func (d *Daemon) loadDispatch(ctx context.Context, h dispatch) *report.Note {
 	if h.commit == "" {
-		return false
+		return nil
 	}
-	fleet, err := d.fleetOf(ctx, h.commit)
+	fleet, n, err := d.fleetOf(ctx, h.commit)
 	if err != nil {
 		d.log.Error("read the dispatched head's fleet", "commit", h.commit, "err", err)
 		d.cfg.Metrics.errorAt("fetch")
-		return false
+		return nil
 	}
 	d.mu.Lock()
 	d.head, d.fleet, d.taken = h.commit, fleet, h.rev
 	d.mu.Unlock()
-	return true
+	return n
 }
 
 // fleetOf reads the valid clusters of a dispatched commit, as the leader
 // judged them: a cluster its note refused is left out. The commit is
-// fetched if this daemon's copy does not have it yet.
-func (d *Daemon) fleetOf(ctx context.Context, commit string) (map[string]*schemas.Cluster, error) {
+// fetched if this daemon's copy does not have it yet. The note read is
+// returned too.
+func (d *Daemon) fleetOf(ctx context.Context, commit string) (map[string]*schemas.Cluster, *report.Note, error) {
 	// The transitions are not checked again (the leader did, and its
 	// note says which clusters it refused): each check reads two keys
 	// per cluster, 20,000 reads at 10,000 clusters.
@@ -230,16 +232,16 @@ func (d *Daemon) fleetOf(ctx context.Context, commit string) (map[string]*schema
 	fleet, err := read()
 	if err != nil {
 		if _, serr := d.cfg.Source.Sync(ctx); serr != nil && !errors.Is(serr, source.ErrUpToDate) {
-			return nil, errors.Join(err, serr)
+			return nil, nil, errors.Join(err, serr)
 		}
 		if fleet, err = read(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	n, err := d.Note(ctx, commit)
 	if err != nil {
 		// Without the note, a cluster the leader refused would pass.
-		return nil, err
+		return nil, nil, err
 	}
 	valid := judge(fleet).valid
 	for name, c := range n.Clusters {
@@ -247,7 +249,7 @@ func (d *Daemon) fleetOf(ctx context.Context, commit string) (map[string]*schema
 			delete(valid, name) // refused at this commit
 		}
 	}
-	return valid, nil
+	return valid, n, nil
 }
 
 // takeHead takes this member's share of a newly dispatched head: its
@@ -262,12 +264,8 @@ func (d *Daemon) takeHead(ctx context.Context, h dispatch) {
 	if h.commit == "" || h.rev <= taken {
 		return // the leader dispatched it from this daemon: taken already
 	}
-	if !d.loadDispatch(ctx, h) {
-		return
-	}
-	n, err := d.Note(ctx, h.commit)
-	if err != nil {
-		d.log.Error("read the dispatched head's note", "commit", h.commit, "err", err)
+	n := d.loadDispatch(ctx, h)
+	if n == nil {
 		return
 	}
 	var names []string
@@ -336,19 +334,20 @@ func (d *Daemon) reshare(ctx context.Context, ids []string) {
 		d.log.Warn("this daemon is not among the members: it applies nothing")
 		return
 	}
-	names := slices.Collect(maps.Keys(fleet))
+	// The head's clusters, and those leaving the fleet (in its note, or
+	// applied and no longer in it).
+	names := map[string]bool{}
+	for name := range fleet {
+		names[name] = true
+	}
 	if n, err := d.Note(ctx, head); head != "" && err == nil {
 		for name := range n.Clusters {
-			if fleet[name] == nil {
-				names = append(names, name) // leaving the fleet
-			}
+			names[name] = true
 		}
 	}
 	if applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store); err == nil {
 		for name := range applied {
-			if fleet[name] == nil && !slices.Contains(names, name) {
-				names = append(names, name)
-			}
+			names[name] = true
 		}
 	}
 	now, was := d.shareOf(ids, names), d.shareOf(before, names)
@@ -415,9 +414,10 @@ func (d *Daemon) adopt(ctx context.Context, head string, names []string) {
 	d.mu.Lock()
 	w := &work{commit: head, ref: d.cfg.Source.Branch(), clusters: d.fleet}
 	d.mu.Unlock()
-	res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: w.clusters, Commit: head, Share: func(name string) bool {
-		return gained[name] && !slices.Contains(pending, name)
-	}})
+	for _, name := range pending {
+		delete(gained, name) // planned by takePending
+	}
+	res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: w.clusters, Commit: head, Share: func(name string) bool { return gained[name] }})
 	if err != nil {
 		log.Warn("plan the clusters gained; each is checked on its own", "err", err)
 		for _, name := range rest {
