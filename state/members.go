@@ -233,3 +233,54 @@ func (s *Store) WatchMembers(ctx context.Context) <-chan []string {
 	}()
 	return out
 }
+
+// Value is a key's value and the revision it was written at; a zero
+// Value is a key that does not exist.
+type Value struct {
+	Data []byte
+	Rev  int64
+}
+
+// WatchValue sends key's value now and at every write, until ctx ends; a
+// watch that breaks is started again from a fresh read. A slow reader
+// gets the newest value, never a stale one.
+func (s *Store) WatchValue(ctx context.Context, key string) <-chan Value {
+	out := make(chan Value, 1)
+	send := func(v Value) {
+		select { // replace what the reader has not taken yet
+		case <-out:
+		default:
+		}
+		out <- v
+	}
+	go func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			resp, err := s.cli.Get(ctx, key)
+			if err != nil {
+				s.log.Debug("watch a value: read", "key", key, "err", err)
+				sleep(ctx, time.Second)
+				continue
+			}
+			if len(resp.Kvs) == 0 {
+				send(Value{})
+			} else {
+				send(Value{Data: resp.Kvs[0].Value, Rev: resp.Kvs[0].ModRevision})
+			}
+			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			for wr := range s.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1)) {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypePut {
+						send(Value{Data: ev.Kv.Value, Rev: ev.Kv.ModRevision})
+					}
+				}
+			}
+			cancel()
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}()
+	return out
+}

@@ -105,3 +105,40 @@ func TestMembership(t *testing.T) {
 		t.Fatalf("daemon-a back after it left: %v", err)
 	}
 }
+
+// TestWatchValue: a watched key's value comes now (zero while it does
+// not exist) and again at each write, with the write's revision.
+func TestWatchValue(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := openStore(t, t.TempDir(), testKey(1))
+	defer s.Close()
+	key := s.Key("_daemon", "dispatched", "refs/heads/main")
+	watch := s.WatchValue(ctx, key)
+	next := func() Value {
+		t.Helper()
+		select {
+		case v := <-watch:
+			return v
+		case <-time.After(10 * time.Second):
+			t.Fatal("no value in 10s")
+			return Value{}
+		}
+	}
+	if v := next(); v.Data != nil || v.Rev != 0 {
+		t.Fatalf("a key that does not exist: %+v", v)
+	}
+	for _, commit := range []string{"c0ffee", "beef"} {
+		if err := s.Put(ctx, key, []byte(commit)); err != nil {
+			t.Fatal(err)
+		}
+		_, rev, err := s.GetRev(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := next(); string(v.Data) != commit || v.Rev != rev {
+			t.Fatalf("after writing %s at %d: %q at %d", commit, rev, v.Data, v.Rev)
+		}
+	}
+}

@@ -94,13 +94,13 @@ func (d *Daemon) follow(ctx context.Context) {
 	}()
 	branch := d.cfg.Source.Branch()
 	members := d.cfg.Store.WatchMembers(ctx)
-	heads := d.watchKey(ctx, state.KeysOf(d.cfg.Store).Dispatched(branch))
+	heads := d.cfg.Store.WatchValue(ctx, state.KeysOf(d.cfg.Store).Dispatched(branch))
 	resync := time.NewTicker(d.cfg.ResyncInterval)
 	defer resync.Stop()
 	// The first list of members and the first dispatch are taken
 	// together: a daemon that starts adopts its share at the head.
 	var ids []string
-	var head dispatch
+	var head state.Value
 	for gotIDs, gotHead := false, false; !gotIDs || !gotHead; {
 		var ok bool
 		select {
@@ -137,77 +137,25 @@ func (d *Daemon) follow(ctx context.Context) {
 	}
 }
 
-// dispatch is a dispatched head: the commit ("" for none) and the
-// revision of the write that dispatched it.
-type dispatch struct {
-	commit string
-	rev    int64
-}
-
-// watchKey sends key's value and revision now and at every write, until
-// ctx ends; a broken watch starts again from a fresh read. A slow reader
-// gets the newest value.
-func (d *Daemon) watchKey(ctx context.Context, key string) <-chan dispatch {
-	out := make(chan dispatch, 1)
-	send := func(v dispatch) {
-		select {
-		case <-out:
-		default:
-		}
-		out <- v
-	}
-	go func() {
-		defer close(out)
-		for ctx.Err() == nil {
-			data, rev, err := d.cfg.Store.GetRev(ctx, key)
-			switch {
-			case errors.Is(err, state.ErrNotFound):
-				send(dispatch{})
-			case err != nil:
-				d.log.Debug("read the dispatched head", "err", err)
-				sleep(ctx, time.Second)
-				continue
-			default:
-				send(dispatch{commit: string(data), rev: rev})
-			}
-			current, err := d.cfg.Store.Current(ctx)
-			if err != nil {
-				sleep(ctx, time.Second)
-				continue
-			}
-			wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			for resp := range d.cfg.Store.Client().Watch(wctx, key, clientv3.WithRev(current+1)) {
-				if resp.Err() != nil {
-					break
-				}
-				for _, ev := range resp.Events {
-					if ev.Type == clientv3.EventTypePut {
-						send(dispatch{commit: string(ev.Kv.Value), rev: ev.Kv.ModRevision})
-					}
-				}
-			}
-			cancel()
-			sleep(ctx, 100*time.Millisecond)
-		}
-	}()
-	return out
-}
+// A dispatched head is a state.Value of the Dispatched key: the commit
+// (empty for none) and the revision of the write that dispatched it.
 
 // loadDispatch sets the member's head and fleet to a dispatched commit
 // (read from this daemon's own copy of the repository), without taking
 // anything of it; it returns the commit's note (nil if it could not).
-func (d *Daemon) loadDispatch(ctx context.Context, h dispatch) *report.Note {
-	if h.commit == "" {
+func (d *Daemon) loadDispatch(ctx context.Context, h state.Value) *report.Note {
+	commit := string(h.Data)
+	if commit == "" {
 		return nil
 	}
-	fleet, n, err := d.fleetOf(ctx, h.commit)
+	fleet, n, err := d.fleetOf(ctx, commit)
 	if err != nil {
-		d.log.Error("read the dispatched head's fleet", "commit", h.commit, "err", err)
+		d.log.Error("read the dispatched head's fleet", "commit", commit, "err", err)
 		d.cfg.Metrics.errorAt("fetch")
 		return nil
 	}
 	d.mu.Lock()
-	d.head, d.fleet, d.taken = h.commit, fleet, h.rev
+	d.head, d.fleet, d.taken = commit, fleet, h.Rev
 	d.mu.Unlock()
 	return n
 }
@@ -255,13 +203,13 @@ func (d *Daemon) fleetOf(ctx context.Context, commit string) (map[string]*schema
 // takeHead takes this member's share of a newly dispatched head: its
 // clusters pending in the note are planned together and the converged
 // ones recorded; the others go to their queues.
-func (d *Daemon) takeHead(ctx context.Context, h dispatch) {
+func (d *Daemon) takeHead(ctx context.Context, h state.Value) {
 	d.shareMu.Lock()
 	defer d.shareMu.Unlock()
 	d.mu.Lock()
 	taken := d.taken
 	d.mu.Unlock()
-	if h.commit == "" || h.rev <= taken {
+	if len(h.Data) == 0 || h.Rev <= taken {
 		return // the leader dispatched it from this daemon: taken already
 	}
 	n := d.loadDispatch(ctx, h)
@@ -275,7 +223,7 @@ func (d *Daemon) takeHead(ctx context.Context, h dispatch) {
 		}
 	}
 	slices.Sort(names)
-	d.takePending(ctx, d.log.With("commit", h.commit), n, names)
+	d.takePending(ctx, d.log.With("commit", n.Commit), n, names)
 }
 
 // takePending plans the note's pending clusters names in one plan:
