@@ -109,6 +109,31 @@ func TestRenderRefuses(t *testing.T) {
 	}
 }
 
+// TestRenderIsTheBuild: a render (the role's validated template with the
+// key put in) is byte for byte the config built and validated for that
+// key, whatever the key's comment holds (a server's user_data that changed
+// would replace it).
+func TestRenderIsTheBuild(t *testing.T) {
+	t.Parallel()
+	rsa := "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDAa2hQqfCd1Gf7A6BH6gNNOv0p7g9YfI8gdYtdCnKyb0aZLi7nZ+0BFGGUEPFlcuw1UWX7VRs0VSxxy+0EpmqkqtBw5gVMhVGzk1C2J/h6UXlKlR9+YVD3wXWkVdnqIYL/1K4IQlEoBfGmr8uKF5ZuFpq97CUMzE4s5r8P5lDZYw=="
+	for _, key := range []string{opkeKey, "  " + opkeKey + "\n", strings.TrimSuffix(opkeKey, " opke@prod"),
+		opkeKey + ` <a href="x">&"\'`, placeholder, rsa + " ops"} {
+		for _, role := range schemas.Roles() {
+			got, err := Render(Input{Role: role, OPKEPublicKey: key})
+			if err != nil {
+				t.Fatalf("render %s with %q: %v", role, key, err)
+			}
+			want, err := build(Input{Role: role, OPKEPublicKey: key})
+			if err != nil {
+				t.Fatalf("build %s with %q: %v", role, key, err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("render %s with %q is not the build (-build +render):\n%s", role, key, diff)
+			}
+		}
+	}
+}
+
 // TestDebianIgnitionAppliesEachRole runs the real ignition (fetch-offline,
 // then files) on each role's config against a folder standing for the
 // host's root, and checks the files, units and keys it wrote.
