@@ -153,7 +153,7 @@ func TestServeConfigErrors(t *testing.T) {
 func TestServeConfigMerge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	hash := strings.Repeat("ab", 20)
-	body := "repo: https://git.example/fleet.git\nskipForkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\nsignaturePolicy:\n  allowRewrite: " + hash + "\n"
+	body := "repo: https://git.example/fleet.git\nskipForkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -168,20 +168,39 @@ func TestServeConfigMerge(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.merge(fl, file)
-	got := struct {
-		Forks                  bool
-		Clusters, Fleet, Fetch int
-		Rewrite                string
-	}{cfg.SkipForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.SignaturePolicy.AllowRewrite}
-	want := struct {
-		Forks                  bool
-		Clusters, Fleet, Fetch int
-		Rewrite                string
-	}{true, 5, 6, 9, hash}
+	type merged struct {
+		Forks                        bool
+		Clusters, Fleet, Fetch, GCPc int
+		Rewrite                      string
+	}
+	got := merged{cfg.SkipForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.GCPercent, cfg.SignaturePolicy.AllowRewrite}
+	want := merged{true, 5, 6, 9, 40, hash}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("merged config (-want +got):\n%s", d)
 	}
 	if defaults := newServeConfig(); defaults.Limits.MaxClusters != 20_000 || defaults.Limits.MaxFleetMiB != 32 || defaults.Limits.MaxFetchMiB != 128 {
 		t.Errorf("default limits %+v", defaults.Limits)
+	}
+}
+
+// TestGCPercent: the collector's target is the config's, else the
+// environment's GOGC (left as the runtime applied it), else the default.
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		config   int
+		env      string
+		want     int
+		wantFrom string
+	}{
+		{0, "", defaultGCPercent, "default"},
+		{0, "200", 0, "GOGC"},
+		{0, "off", 0, "GOGC"},
+		{80, "", 80, "config"},
+		{80, "200", 80, "config"},
+	} {
+		pct, from := gcPercent(tc.config, tc.env)
+		if pct != tc.want || from != tc.wantFrom {
+			t.Errorf("gcPercent(%d, %q) = %d, %q; want %d, %q", tc.config, tc.env, pct, from, tc.want, tc.wantFrom)
+		}
 	}
 }

@@ -51,6 +51,9 @@ type serveConfig struct {
 	Interval       time.Duration `yaml:"interval"`
 	ResyncInterval time.Duration `yaml:"resyncInterval"`
 	LeaderTTL      time.Duration `yaml:"leaderTTL"`
+	// GCPercent is Go's collector target (GOGC) for the daemon; 0: GOGC
+	// from the environment when set, else defaultGCPercent.
+	GCPercent int `yaml:"gcPercent"`
 	DataDir        string        `yaml:"dataDir"`
 	Listen         string        `yaml:"listen"`
 	ExternalURL    string        `yaml:"externalURL"`
@@ -149,6 +152,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.DurationVar(&c.Interval, "interval", c.Interval, "poll period (with up to 10% jitter)")
 	fl.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "period of the drift checks (cloud and hosts' files)")
 	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
+	fl.IntVar(&c.GCPercent, "gc-percent", 0, fmt.Sprintf("Go's collector target, as GOGC (default: GOGC from the environment, else %d: the daemon keeps every cluster's state between plans)", defaultGCPercent))
 	fl.StringVar(&c.DataDir, "data-dir", c.DataDir, "data dir: the embedded etcd, the git cache, the encryption key, endpoints.json")
 	fl.StringVar(&c.Listen, "listen", c.Listen, "address of the status page, API, webhook and metrics")
 	fl.StringVar(&c.PprofListen, "pprof-listen", "", "serve Go's profiles (/debug/pprof/) on this loopback address, for a diagnosis")
@@ -189,6 +193,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("interval", func() { c.Interval = file.Interval })
 	set("resync-interval", func() { c.ResyncInterval = file.ResyncInterval })
 	set("leader-ttl", func() { c.LeaderTTL = file.LeaderTTL })
+	set("gc-percent", func() { c.GCPercent = file.GCPercent })
 	set("data-dir", func() { c.DataDir = file.DataDir })
 	set("listen", func() { c.Listen = file.Listen })
 	set("external-url", func() { c.ExternalURL = file.ExternalURL })
@@ -248,6 +253,9 @@ func (c *serveConfig) Validate() error {
 	}
 	if c.LeaderTTL < time.Second {
 		bad("leaderTTL %s: at least 1s", c.LeaderTTL)
+	}
+	if c.GCPercent < 0 {
+		bad("gcPercent %d: at least 1 (0: the default)", c.GCPercent)
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen %q: want HOST:PORT", c.Listen)
