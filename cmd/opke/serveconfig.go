@@ -53,11 +53,11 @@ type serveConfig struct {
 	LeaderTTL      time.Duration `yaml:"leaderTTL"`
 	// GCPercent is Go's collector target (GOGC) for the daemon; 0: GOGC
 	// from the environment when set, else defaultGCPercent.
-	GCPercent int `yaml:"gcPercent"`
-	DataDir        string        `yaml:"dataDir"`
-	Listen         string        `yaml:"listen"`
-	ExternalURL    string        `yaml:"externalURL"`
-	Sim            string        `yaml:"sim"`
+	GCPercent   int    `yaml:"gcPercent"`
+	DataDir     string `yaml:"dataDir"`
+	Listen      string `yaml:"listen"`
+	ExternalURL string `yaml:"externalURL"`
+	Sim         string `yaml:"sim"`
 	// SimHosts is what the in-process simulator's servers are: in-process
 	// or real (cloudsim.Options.Hosts).
 	SimHosts string `yaml:"simHosts"`
