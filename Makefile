@@ -29,6 +29,7 @@ WORLD    ?= all
 
 ## build: build the opke binary into bin/opke
 build:
+	@echo "Building $(BIN) (the first build fetches and compiles the dependencies and may take a few minutes; later ones take seconds)."
 	$(GO) build -o $(BIN) ./cmd/opke
 
 ## test: run every test with the race detector, in random order
@@ -51,12 +52,12 @@ conformance:
 # and those that run only there (build tag realhosts).
 REALHOST_E2E = TestResyncReadsTheHosts|TestControllerFromTheMirror
 
-## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the world's e2e set and the host image built or taken from their caches (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, the simulator with --hosts real driven by the upstream ssh, sftp and nc, and a controller from the registry mirror
+## realhosts: real machines (runc, systemd, OpenSSH, Debian's Ignition; root): the world's e2e set and the host image built or taken from their caches (OPKE_CACHE), then the real-host tests (build tag realhosts): the machines and fabric, the simulator with --hosts real driven by the upstream ssh, sftp and nc, a controller from the registry mirror, and the README's first session run as written (make run's in-process hosts, make world's kubectl)
 realhosts:
 	$(GO) run ./cmd/opke-world build --set e2e
 	$(GO) test -race -tags realhosts -count=1 ./world/... ./cmd/opke-world/
 	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run '.' ./cloudsim/machine/...
-	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts' ./cloudsim/ ./cmd/opke/
+	$(GO) test -race -tags realhosts -count=1 -timeout 20m -run 'RealHosts|README' ./cloudsim/ ./cmd/opke/
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(REALHOST_E2E)' ./reconciler/
 
 # The real clusters: OPKE's apply on real machines, then what Kubernetes

@@ -3,6 +3,7 @@ package cloud
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,6 +21,10 @@ import (
 // computeMicroversion is the Nova microversion OPKE speaks: server tags
 // (2.26, at create 2.52), flavor names in servers (2.47).
 const computeMicroversion = "2.79"
+
+// ErrNoCloudsFile is a connection with no clouds.yaml: none was named and
+// none is in the standard locations.
+var ErrNoCloudsFile = errors.New("no clouds.yaml")
 
 // Target names a cloud: an entry of a clouds.yaml and a region.
 type Target struct {
@@ -74,6 +79,9 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 		opts = append(opts, clouds.WithRegion(t.Region))
 	}
 	ao, eo, tlsConfig, err := clouds.Parse(opts...)
+	if err != nil && strings.Contains(err.Error(), "clouds file not found") {
+		return nil, fmt.Errorf("cloud %s: %w (%v)", t, ErrNoCloudsFile, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cloud %s: %w", t, err)
 	}

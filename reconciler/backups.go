@@ -358,34 +358,43 @@ func OpenStoreSnapshot(store *state.Store) func([]byte) ([]byte, error) {
 	return func(b []byte) ([]byte, error) { return store.OpenBlob(storeLabel, b) }
 }
 
+// ClusterHosts is how an applied cluster's hosts are reached now, through
+// its gateway as the cloud shows it (opke backup, opke ssh), and its
+// applied spec.
+func ClusterHosts(ctx context.Context, p *Planner, cluster string) (HostTarget, *AppliedSpec, error) {
+	specs, err := AppliedSpecs(ctx, p.Store)
+	if err != nil {
+		return HostTarget{}, nil, err
+	}
+	a := specs[cluster]
+	if a == nil {
+		return HostTarget{}, nil, fmt.Errorf("cluster %s: %w: not applied", cluster, state.ErrNotFound)
+	}
+	clients, err := p.Clouds.Clients(ctx, a.Spec.Spec.Cloud, a.Spec.Spec.Region)
+	if err != nil {
+		return HostTarget{}, nil, err
+	}
+	owner, err := p.Store.InstallationID(ctx)
+	if err != nil {
+		return HostTarget{}, nil, err
+	}
+	obs, err := cloud.ObserveCluster(ctx, clients, owner, cluster, nil)
+	if err != nil {
+		return HostTarget{}, nil, err
+	}
+	t, err := hostTarget(cluster, clients, obs.Clusters[cluster], p.Store)
+	return t, a, err
+}
+
 // BackupCluster snapshots an applied cluster's etcd now, as `opke backup
 // now` does: through its gateway with the backup client certificate,
 // stored and pruned under its spec's policy.
 func BackupCluster(ctx context.Context, p *Planner, hosts *HostSessions, cluster, reason string) (*backup.Record, error) {
-	specs, err := AppliedSpecs(ctx, p.Store)
+	t, a, err := ClusterHosts(ctx, p, cluster)
 	if err != nil {
 		return nil, err
 	}
-	a := specs[cluster]
-	if a == nil {
-		return nil, fmt.Errorf("cluster %s: %w: not applied", cluster, state.ErrNotFound)
-	}
-	clients, err := p.Clouds.Clients(ctx, a.Spec.Spec.Cloud, a.Spec.Spec.Region)
-	if err != nil {
-		return nil, err
-	}
-	owner, err := p.Store.InstallationID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	obs, err := cloud.ObserveCluster(ctx, clients, owner, cluster, nil)
-	if err != nil {
-		return nil, err
-	}
-	t, err := hostTarget(cluster, clients, obs.Clusters[cluster], p.Store)
-	if err != nil {
-		return nil, err
-	}
+	clients := t.Clients
 	b, err := pki.Load(ctx, p.Store, cluster, pki.EtcdCA, pki.EtcdBackupClient)
 	if err != nil {
 		return nil, err

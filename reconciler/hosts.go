@@ -239,6 +239,25 @@ func (h *HostSessions) conn(ctx context.Context, t HostTarget, host string) (*ho
 	}
 }
 
+// Client is a connection to host (a host of t, or its gateway) through
+// the gateway, its host key checked against the pinned one, for sessions
+// of the caller's (opke ssh). It stays open until Close.
+func (h *HostSessions) Client(ctx context.Context, t HostTarget, host string) (*ssh.Client, error) {
+	if _, ok := t.Hosts[host]; !ok && host != t.Gateway.Name {
+		names := slices.Sorted(maps.Keys(t.Hosts))
+		if _, ok := t.Hosts[t.Gateway.Name]; !ok {
+			names = append(names, t.Gateway.Name)
+			slices.Sort(names)
+		}
+		return nil, fmt.Errorf("cluster %s has no host %s (its hosts: %s): %w", t.Cluster, host, strings.Join(names, ", "), state.ErrNotFound)
+	}
+	c, err := h.conn(ctx, t, host)
+	if err != nil {
+		return nil, err
+	}
+	return c.ssh, nil
+}
+
 // watch forgets a connection once it ends (its host rebooted, its path
 // broke, or it was closed), and closes it when its peer stops answering
 // keepalives: a step after that dials again instead of failing on it.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"opke.dev/opke/cloud"
 	"opke.dev/opke/render/assets"
 )
 
@@ -70,6 +71,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "opke: %v\n", err)
+		if errors.Is(err, cloud.ErrNoCloudsFile) {
+			fmt.Fprintln(stderr, "Name the clouds: --cloud-config FILE (or OS_CLIENT_CONFIG_FILE), or --sim-state DIR for the simulator; on the data dir of a running daemon (--data-dir), its clouds are used.")
+		}
 		return exitFailure
 	}
 }
@@ -91,7 +95,7 @@ with OpenStack: it validates every commit, plans the minimal change and applies 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(a.validateCommand(), a.renderCommand(), a.planCommand(), a.applyCommand(), a.kubeconfigCommand(), a.backupCommand(), a.restoreCommand(), a.serveCommand(), a.simCommand(), a.versionCommand())
+	root.AddCommand(a.validateCommand(), a.renderCommand(), a.planCommand(), a.applyCommand(), a.kubeconfigCommand(), a.sshCommand(), a.backupCommand(), a.restoreCommand(), a.serveCommand(), a.simCommand(), a.versionCommand())
 	return root
 }
 

@@ -79,7 +79,7 @@ func (f *backupFlags) resolve(ctx context.Context, a *app) (*target, error) {
 	case f.store && f.cloudName == "":
 		return nil, usagef("--store needs --cloud: the clouds.yaml entry whose Swift keeps the store's snapshots")
 	}
-	res, err := f.cf.resolve()
+	res, err := f.cf.resolve(f.st.dataDir)
 	if err != nil {
 		return nil, err
 	}

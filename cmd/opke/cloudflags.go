@@ -37,14 +37,28 @@ type resolved struct {
 	dialer sshx.Dialer
 	// simulator is set when the clouds are the simulator's.
 	simulator bool
+	// fromDaemon is set when the clouds are those of the daemon running on
+	// the data dir (no cloud flag was given).
+	fromDaemon bool
 }
 
 // resolve checks the flags and reads sim.json when --sim-state is set.
-func (f *cloudFlags) resolve() (*resolved, error) {
+// Given none of the cloud flags, a command run on the data dir of a
+// running daemon (dataDir; "" for serve itself) reaches the clouds the
+// daemon reaches: its simulator, clouds.yaml and proxy.
+func (f *cloudFlags) resolve(dataDir string) (*resolved, error) {
 	if f.simState != "" && f.cloudConfig != "" {
 		return nil, usagef("--sim-state and --cloud-config exclude each other (the simulator's state dir has its clouds.yaml)")
 	}
-	r := &resolved{pool: &cloud.Pool{File: f.cloudConfig}}
+	fromDaemon := false
+	if f.simState == "" && f.cloudConfig == "" && f.socksProxy == "" && dataDir != "" {
+		if ep, err := attach(dataDir); err == nil && (ep.SimState != "" || ep.CloudConfig != "") {
+			own := *f
+			own.simState, own.cloudConfig, own.socksProxy = ep.SimState, ep.CloudConfig, ep.SocksProxy
+			f, fromDaemon = &own, true
+		}
+	}
+	r := &resolved{pool: &cloud.Pool{File: f.cloudConfig}, fromDaemon: fromDaemon}
 	if f.simState != "" {
 		b, err := os.ReadFile(filepath.Join(f.simState, "sim.json"))
 		if errors.Is(err, os.ErrNotExist) {

@@ -130,6 +130,8 @@ func TestServeConfigErrors(t *testing.T) {
 		{"repo: https://bot:s3cr3t-token@git.example/fleet.git\n", "the URL carries a password or token: put it in git.tokenFile"},
 		{"repo: http://git.example/fleet.git\ngit:\n  tokenFile: " + tokenFile + "\n", "git.tokenFile: a token is sent over https only"},
 		{"repo: x\nsimHosts: real\n", "simHosts: only with sim"},
+		{"repo: x\nsimEdge: 127.0.0.1:6000\n", "simEdge: only with sim"},
+		{"repo: x\nsim: 127.0.0.1:0\nsimEdge: 0.0.0.0:6000\n", `simEdge "0.0.0.0:6000": the edge listens on 127.0.0.1 only`},
 		{"repo: x\nsim: 127.0.0.1:0\nsimHosts: vm\n", `simHosts "vm": want in-process or real`},
 	} {
 		if err := os.WriteFile(cfgPath, []byte(tc.config), 0o644); err != nil {
@@ -202,5 +204,33 @@ func TestGCPercent(t *testing.T) {
 		if pct != tc.want || from != tc.wantFrom {
 			t.Errorf("gcPercent(%d, %q) = %d, %q; want %d, %q", tc.config, tc.env, pct, from, tc.want, tc.wantFrom)
 		}
+	}
+}
+
+// TestEdgeBeside: the in-process simulator's edge is two ports past its
+// APIs (make run's 5050 and 5052, as opke sim's), any free port when
+// theirs is.
+func TestEdgeBeside(t *testing.T) {
+	for sim, want := range map[string]string{
+		"127.0.0.1:5050":  "127.0.0.1:5052",
+		"127.0.0.1:0":     "127.0.0.1:0",
+		"127.0.0.1:65534": "127.0.0.1:0",
+		"nonsense":        "127.0.0.1:0",
+	} {
+		if got := edgeBeside(sim); got != want {
+			t.Errorf("edgeBeside(%q) = %q, want %q", sim, got, want)
+		}
+	}
+}
+
+// TestNoCloudsFileSaysWhere: a command that finds no clouds.yaml says how
+// to name one.
+func TestNoCloudsFileSaysWhere(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("OS_CLIENT_CONFIG_FILE", "")
+	dir := t.TempDir()
+	code, _, stderr := opke(t, "backup", "list", "--store", "--cloud", "prod", "--data-dir", dir)
+	if code != exitFailure || !strings.Contains(stderr, "no clouds.yaml") || !strings.Contains(stderr, "--cloud-config FILE") {
+		t.Errorf("exit %d, want the clouds named and how:\n%s", code, stderr)
 	}
 }

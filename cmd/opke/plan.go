@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 
+	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/spf13/cobra"
 
 	"opke.dev/opke/diff"
@@ -123,10 +125,14 @@ type world struct {
 // planning without an invalid cluster would plan its deletion) and opens
 // the state store and the clouds.
 func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo, rev, cluster, kubeletImage, consequence string) (*world, error) {
-	clouds, err := cf.resolve()
+	clouds, err := cf.resolve(st.dataDir)
 	if err != nil {
 		return nil, err
 	}
+	if clouds.fromDaemon {
+		a.logger.Info("the clouds of the daemon running on the data dir", "data_dir", st.dataDir)
+	}
+	repo, rev = a.daemonFleet(cmd, st.dataDir, repo, rev)
 	if !clouds.simulator && st.encryptionKey == "" {
 		return nil, usagef("--encryption-key-file is required unless the cloud is the simulator (--sim-state)")
 	}
@@ -148,6 +154,27 @@ func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo
 	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
 	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Health: hosts, Logger: a.logger, KubeletImage: kubeletImage}
 	return &world{fleet: fleet, commit: commit, store: store, hosts: hosts, planner: planner}, nil
+}
+
+// daemonFleet is the fleet plan and apply work on. Given neither --repo
+// nor --rev on the data dir of a running daemon, it is the fleet the
+// daemon tracks, at its branch's head as the daemon last fetched it: the
+// folder the command runs in may be another fleet, whose plan would undo
+// what the daemon applied. Given --repo, a daemon tracking another
+// repository is named loudly.
+func (a *app) daemonFleet(cmd *cobra.Command, dataDir, repo, rev string) (string, string) {
+	ep, err := attach(dataDir)
+	if err != nil || ep.Cache == "" {
+		return repo, rev
+	}
+	if !cmd.Flags().Changed("repo") && rev == "" {
+		fmt.Fprintf(a.stderr, "Working on the fleet the daemon on %s tracks: %s, branch %s, as it last fetched it (--repo DIR for another).\n", dataDir, ep.Repo, ep.Branch)
+		return ep.Cache, plumbing.NewBranchReferenceName(ep.Branch).String()
+	}
+	if abs, err := filepath.Abs(repo); err != nil || abs != ep.Repo {
+		fmt.Fprintf(a.stderr, "Warning: the daemon on %s tracks %s, not %s: what differs here, it undoes at its next commit or drift check.\n", dataDir, ep.Repo, repo)
+	}
+	return repo, rev
 }
 
 // Close closes the hosts' sessions and the store.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,17 @@ type endpoints struct {
 	// SimState is the simulator's state dir, in-process (--sim) or not
 	// (--sim-state), if any.
 	SimState string `json:"simState,omitempty"`
+	// CloudConfig and SocksProxy are the daemon's clouds.yaml (absolute)
+	// and proxy to floating IPs, when it was given them: the commands run
+	// on its data dir reach the clouds it reaches.
+	CloudConfig string `json:"cloudConfig,omitempty"`
+	SocksProxy  string `json:"socksProxy,omitempty"`
+	// Repo (credentials redacted), Branch and Cache (its git cache, a bare
+	// repository) are the fleet it tracks: plan and apply on its data dir
+	// work on that fleet unless given --repo.
+	Repo   string `json:"repo,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	Cache  string `json:"cache,omitempty"`
 }
 
 func (a *app) serveCommand() *cobra.Command {
@@ -110,14 +122,15 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		if cf.simState, err = filepath.Abs(filepath.Join(cfg.DataDir, "sim")); err != nil {
 			return err
 		}
-		sim, err = cloudsim.Start(ctx, cloudsim.Options{Listen: cfg.Sim, StateDir: cf.simState, Hosts: cfg.SimHosts,
+		edge := cmp.Or(cfg.SimEdge, edgeBeside(cfg.Sim))
+		sim, err = cloudsim.Start(ctx, cloudsim.Options{Listen: cfg.Sim, EdgeListen: edge, StateDir: cf.simState, Hosts: cfg.SimHosts,
 			Logger: a.logger.With("component", "sim")})
 		if err != nil {
-			return fmt.Errorf("start the simulator: %w", err)
+			return fmt.Errorf("start the simulator (APIs on %s, edge on %s: --sim-edge for another): %w", cfg.Sim, edge, err)
 		}
 		defer sim.Close()
 	}
-	clouds, err := cf.resolve()
+	clouds, err := cf.resolve("")
 	if err != nil {
 		return err
 	}
@@ -207,7 +220,16 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		_ = srv.Shutdown(sctx)
 	}()
 
-	ep := endpoints{PID: os.Getpid(), ID: id, Etcd: store.Endpoints(), API: api, SimState: cf.simState}
+	ep := endpoints{PID: os.Getpid(), ID: id, Etcd: store.Endpoints(), API: api, SimState: cf.simState, SocksProxy: cf.socksProxy,
+		Repo: source.Redact(repoURL(cfg.Repo)), Branch: cfg.Branch, Cache: mirror.Dir()}
+	if cf.cloudConfig != "" {
+		if ep.CloudConfig, err = filepath.Abs(cf.cloudConfig); err != nil {
+			return err
+		}
+	}
+	if ep.Cache, err = filepath.Abs(ep.Cache); err != nil {
+		return err
+	}
 	epPath := filepath.Join(cfg.DataDir, endpointsFile)
 	data, _ := json.MarshalIndent(ep, "", "  ")
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -229,8 +251,22 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	}
 	if sim != nil {
 		fmt.Fprintf(a.stdout, "  Servers:      OS_CLIENT_CONFIG_FILE=%s OS_CLOUD=sim openstack server list\n", filepath.Join(cf.simState, "clouds.yaml"))
+		fmt.Fprintf(a.stdout, "  Floating IPs: through the simulator's SOCKS5 edge, socks5://%s (opke kubeconfig sets it)\n", sim.Info().Edge)
 	}
 	return d.Run(ctx)
+}
+
+// edgeBeside is the default address of the in-process simulator's edge:
+// the port two past the simulator's (opke sim's 5052 beside its 5050), a
+// fixed address that saved ssh and kubeconfig settings can name; any free
+// port when the simulator's is (":0").
+func edgeBeside(sim string) string {
+	host, port, err := net.SplitHostPort(sim)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p == 0 || p+2 > 65535 {
+		return "127.0.0.1:0"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+2))
 }
 
 // repoURL makes a local path absolute: the mirror's remote outlives the

@@ -196,6 +196,44 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	if code != exitOK || !strings.Contains(kc, "proxy-url: socks5://"+sim.Edge()+"\n") {
 		t.Errorf("kubeconfig on the daemon's data dir: exit %d, %s, want the edge's proxy-url in\n%s", code, stderr, kc)
 	}
+	// So do plan (no --repo: the fleet the daemon tracks, which it
+	// applied; the folder the test runs in holds no fleet at all), ssh and
+	// backup, with no cloud flag.
+	dataDir := filepath.Join(base, survivorDir)
+	// The flags go before the arguments: after ssh's "--" they would be
+	// the command's.
+	onDaemon := func(args ...string) (int, string, string) {
+		n := 1
+		if args[0] == "backup" {
+			n = 2
+		}
+		flags := append([]string{"--data-dir", dataDir, "--encryption-key-file", keyFile}, etcdFlags(store, storeDir)...)
+		return opke(t, slices.Concat(args[:n], flags, args[n:])...)
+	}
+	code, out, stderr := onDaemon("plan", "--cluster", "demo")
+	if want := "Working on the fleet the daemon on " + dataDir + " tracks: file://" + bare + ", branch main"; code != exitOK ||
+		out != "No changes. The fleet matches its specs.\n" || !strings.Contains(stderr, want) {
+		t.Errorf("plan on the daemon's data dir: exit %d, want no changes and %q\nstdout: %s\nstderr: %s", code, want, out, stderr)
+	}
+	code, out, stderr = onDaemon("ssh", "--cluster", "demo", "demo-default-1", "--", "cat", "/etc/opke/role")
+	if code != exitOK || out != "worker\n" {
+		t.Errorf("ssh demo-default-1 -- cat /etc/opke/role: exit %d, %q, %s", code, out, stderr)
+	}
+	if code, _, stderr = onDaemon("ssh", "--cluster", "demo", "demo-default-1", "--", "cat", "/etc/nothing"); code != 1 {
+		t.Errorf("ssh: a command that fails gives its exit status: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr = onDaemon("ssh", "--cluster", "demo", "demo-default-7"); code != exitUsage ||
+		!strings.Contains(stderr, "cluster demo has no host demo-default-7 (its hosts: demo-controller-0, demo-default-0, demo-default-1, demo-gateway-0)") {
+		t.Errorf("ssh to a host the cluster lacks: exit %d, %s", code, stderr)
+	}
+	if code, out, stderr = onDaemon("backup", "list", "--cluster", "demo"); code != exitOK {
+		t.Errorf("backup list on the daemon's data dir: exit %d\n%s%s", code, out, stderr)
+	}
+	// With --repo another fleet: planned, and said loudly.
+	if code, _, stderr = onDaemon("plan", "--cluster", "demo", "--repo", work); code != exitOK ||
+		!strings.Contains(stderr, "Warning: the daemon on "+dataDir+" tracks file://"+bare+", not "+work) {
+		t.Errorf("plan --repo elsewhere: exit %d, want the warning\n%s", code, stderr)
+	}
 }
 
 // etcdFlags point a command at the embedded etcd of a test store in

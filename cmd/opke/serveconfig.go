@@ -61,6 +61,10 @@ type serveConfig struct {
 	// SimHosts is what the in-process simulator's servers are: in-process
 	// or real (cloudsim.Options.Hosts).
 	SimHosts string `yaml:"simHosts"`
+	// SimEdge is the in-process simulator's SOCKS5 edge; default: the
+	// port two past --sim's, as opke sim lays them out (5050, 5052), so
+	// that saved ssh and kubeconfig settings outlive a restart.
+	SimEdge string `yaml:"simEdge"`
 	// PprofListen serves Go's profiles (net/http/pprof) on a loopback
 	// address of their own, for a diagnosis; a flag only.
 	PprofListen string `yaml:"-"`
@@ -158,6 +162,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.PprofListen, "pprof-listen", "", "serve Go's profiles (/debug/pprof/) on this loopback address, for a diagnosis")
 	fl.StringVar(&c.ExternalURL, "external-url", "", "the daemon's URL as people reach it (forge statuses link there; default http://LISTEN)")
 	fl.StringVar(&c.Sim, "sim", "", "run the OpenStack simulator in-process on this address (state in DATA_DIR/sim) and use it as the cloud")
+	fl.StringVar(&c.SimEdge, "sim-edge", "", "with --sim: the address of its SOCKS5 edge to the floating IPs (default: --sim's port + 2, as opke sim's 5052 beside 5050)")
 	fl.StringVar(&c.SimHosts, "hosts", "", "with --sim: what a server is, in-process (default) or real (a machine: root only)")
 	fl.StringVar(&c.Seed, "seed", "", "create --repo (a local path) from this folder's clusters/ when it does not exist")
 	fl.StringSliceVar(&c.Etcd.Endpoints, "etcd", nil, "external etcd client URLs instead of the embedded etcd")
@@ -199,6 +204,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("external-url", func() { c.ExternalURL = file.ExternalURL })
 	set("sim", func() { c.Sim = file.Sim })
 	set("hosts", func() { c.SimHosts = file.SimHosts })
+	set("sim-edge", func() { c.SimEdge = file.SimEdge })
 	set("seed", func() { c.Seed = file.Seed })
 	set("etcd", func() { c.Etcd.Endpoints = file.Etcd.Endpoints })
 	set("etcd-ca", func() { c.Etcd.CA = file.Etcd.CA })
@@ -278,6 +284,10 @@ func (c *serveConfig) Validate() error {
 		bad("sim %q: the simulator listens on 127.0.0.1 only", c.Sim)
 	}
 	switch {
+	case c.SimEdge != "" && c.Sim == "":
+		bad("simEdge: only with sim (the in-process simulator)")
+	case c.SimEdge != "" && !strings.HasPrefix(c.SimEdge, "127.0.0.1:"):
+		bad("simEdge %q: the edge listens on 127.0.0.1 only", c.SimEdge)
 	case c.SimHosts != "" && c.Sim == "":
 		bad("simHosts: only with sim (the in-process simulator)")
 	case c.SimHosts != "" && c.SimHosts != cloudsim.HostsInProcess && c.SimHosts != cloudsim.HostsReal:

@@ -153,6 +153,9 @@ func (m *Mirror) LocalPath() string {
 	return ""
 }
 
+// Dir is the cache's folder (a bare repository).
+func (m *Mirror) Dir() string { return m.opts.Dir }
+
 // Branch is the tracked branch's ref.
 func (m *Mirror) Branch() string { return plumbing.NewBranchReferenceName(m.opts.Branch).String() }
 

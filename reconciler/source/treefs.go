@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -36,20 +37,20 @@ func OpenRevision(ctx context.Context, dir, rev string) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open revision %q: %w", rev, err)
 	}
-	repo, err := git.PlainOpenWithOptions(abs, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := plainOpen(abs)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNoRepository)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open repository at %s: %w", dir, err)
 	}
-	wt, err := repo.Worktree()
-	if err != nil {
+	rel := "." // a bare repository: its root
+	if wt, err := repo.Worktree(); err == nil {
+		if rel, err = filepath.Rel(wt.Filesystem.Root(), abs); err != nil {
+			return nil, fmt.Errorf("locate %s in its repository: %w", dir, err)
+		}
+	} else if !errors.Is(err, git.ErrIsBareRepository) {
 		return nil, fmt.Errorf("open worktree at %s: %w", dir, err)
-	}
-	rel, err := filepath.Rel(wt.Filesystem.Root(), abs)
-	if err != nil {
-		return nil, fmt.Errorf("locate %s in its repository: %w", dir, err)
 	}
 	hash, err := repo.ResolveRevision(plumbing.Revision(rev))
 	if err != nil {
@@ -286,7 +287,7 @@ func ResolveCommit(ctx context.Context, dir, rev string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("resolve %q: %w", rev, err)
 	}
-	repo, err := git.PlainOpenWithOptions(abs, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := plainOpen(abs)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		return "", fmt.Errorf("%s: %w", dir, ErrNoRepository)
 	}
@@ -298,4 +299,16 @@ func ResolveCommit(ctx context.Context, dir, rev string) (string, error) {
 		return "", fmt.Errorf("%w %q: %w", ErrUnknownRevision, rev, err)
 	}
 	return hash.String(), nil
+}
+
+// plainOpen opens the repository at dir: a bare one (a daemon's git
+// cache, which plan and apply read on its data dir), or the work tree
+// dir is in.
+func plainOpen(dir string) (*git.Repository, error) {
+	if fi, err := os.Stat(filepath.Join(dir, "objects")); err == nil && fi.IsDir() {
+		if _, err := os.Stat(filepath.Join(dir, "HEAD")); err == nil {
+			return git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{})
+		}
+	}
+	return git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"testing"
 	"testing/fstest"
@@ -63,6 +64,33 @@ func TestResolveCommit(t *testing.T) {
 	got, err := ResolveCommit(context.Background(), filepath.Join(dir, "fleet"), "HEAD")
 	if err != nil || got != want.String() {
 		t.Fatalf("ResolveCommit(HEAD) = %q, %v; want %s", got, err, want)
+	}
+}
+
+// TestOpenRevisionOfABareRepository: a bare repository (a daemon's git
+// cache, which plan reads on its data dir) is read at a revision, its
+// root the fleet's.
+func TestOpenRevisionOfABareRepository(t *testing.T) {
+	t.Parallel()
+	bare, work := gittest.Remote(t)
+	if err := os.MkdirAll(filepath.Join(work, "clusters", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "clusters", "a", "cluster.yaml"), []byte("name: a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, work, "add", "-A")
+	gittest.Git(t, work, "commit", "-qm", "a")
+	gittest.Git(t, work, "push", "-q", "origin", "main")
+	fsys, err := OpenRevision(context.Background(), bare, "refs/heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fs.ReadFile(fsys, "clusters/a/cluster.yaml"); err != nil || string(b) != "name: a\n" {
+		t.Errorf("clusters/a/cluster.yaml = %q, %v", b, err)
+	}
+	if got, err := ResolveCommit(context.Background(), bare, "refs/heads/main"); err != nil || got != gittest.Git(t, work, "rev-parse", "HEAD") {
+		t.Errorf("ResolveCommit = %q, %v", got, err)
 	}
 }
 
