@@ -276,7 +276,10 @@ func TestClusterFromGit(t *testing.T) {
 	})
 	t.Logf("the cluster's deletion, committed, ran in %s", time.Since(step).Round(time.Second))
 	// The audit trail: each commit's note, pushed to the fleet repository.
-	if note := git("notes", "--ref=opke", "show", first); !strings.Contains(note, `"success"`) {
+	if note := git("notes", "--ref=opke", "show", first); !strings.Contains(note, " of main applied; 1 cluster: 1 success") {
 		t.Errorf("the first commit's note: %.300s", note)
+	}
+	if record := git("notes", "--ref=opke-record", "show", first); !strings.Contains(record, `"success"`) {
+		t.Errorf("the first commit's record: %.300s", record)
 	}
 }

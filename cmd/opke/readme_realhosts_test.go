@@ -139,7 +139,7 @@ func TestREADMEFirstSession(t *testing.T) {
 		}},
 		{"opke backup now --cluster demo", says("Stored opke-backups/demo/")},
 		{"opke backup list --cluster demo", says("  manual")},
-		{"git -C .opke/fleet log --notes=opke -1", says("demo: a third worker", "demo")},
+		{"git -C .opke/fleet log --notes=opke -1", says("demo: a third worker", " of main applied; 2 clusters: 2 success")},
 	}
 	commands := readmeBlock(t, "TestREADMEFirstSession")
 	for i, c := range commands {

@@ -253,7 +253,9 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		fmt.Fprintf(a.stdout, "  Servers:      OS_CLIENT_CONFIG_FILE=%s OS_CLOUD=sim openstack server list\n", filepath.Join(cf.simState, "clouds.yaml"))
 		fmt.Fprintf(a.stdout, "  Floating IPs: through the simulator's SOCKS5 edge, socks5://%s (opke kubeconfig sets it)\n", sim.Info().Edge)
 	}
-	return d.Run(ctx)
+	err = d.Run(ctx)
+	a.logger.Info("the daemon stopped", "id", id, "reason", cmp.Or(context.Cause(ctx), err))
+	return err
 }
 
 // edgeBeside is the default address of the in-process simulator's edge:

@@ -149,7 +149,7 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 
 	var note report.Note
 	waitFor(t, "the commit's success note", func() bool {
-		out, ok := gittest.Note(t, bare, commit)
+		out, ok := gittest.Record(t, bare, commit)
 		return ok && json.Unmarshal(out, &note) == nil && note.State == report.Success
 	})
 	if id, err := store.Leader(ctx); err != nil || !strings.HasSuffix(id, fmt.Sprintf("-%d", survivor.Process.Pid)) {
@@ -233,6 +233,16 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	if code, _, stderr = onDaemon("plan", "--cluster", "demo", "--repo", work); code != exitOK ||
 		!strings.Contains(stderr, "Warning: the daemon on "+dataDir+" tracks file://"+bare+", not "+work) {
 		t.Errorf("plan --repo elsewhere: exit %d, want the warning\n%s", code, stderr)
+	}
+	// Stopped, the daemon says so and exits 0.
+	if err := survivor.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := survivor.Wait(); err != nil {
+		t.Errorf("opke serve stopped by SIGTERM: %v", err)
+	}
+	if !strings.Contains(survivorOut.String(), `"msg":"the daemon stopped"`) {
+		t.Errorf("the daemon did not say it stopped:\n%s", survivorOut)
 	}
 }
 

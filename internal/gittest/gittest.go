@@ -100,11 +100,20 @@ func Remote(tb testing.TB) (bare, work string) {
 	return bare, work
 }
 
-// Note returns OPKE's note (refs/notes/opke) on commit in repo, as git
-// itself reads it; false when there is none.
+// Note returns OPKE's note (refs/notes/opke: the text people read) on
+// commit in repo, as git itself reads it; false when there is none.
 func Note(tb testing.TB, repo, commit string) ([]byte, bool) {
 	tb.Helper()
 	out, err := exec.Command("git", "-C", repo, "notes", "--ref=opke", "show", commit).Output()
+	return out, err == nil
+}
+
+// Record returns OPKE's full record of commit (refs/notes/opke-record:
+// the note's JSON) in repo, as git itself reads it; false when there is
+// none.
+func Record(tb testing.TB, repo, commit string) ([]byte, bool) {
+	tb.Helper()
+	out, err := exec.Command("git", "-C", repo, "notes", "--ref=opke-record", "show", commit).Output()
 	return out, err == nil
 }
 

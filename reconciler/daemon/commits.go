@@ -246,6 +246,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	names := j.concerned(applied)
 	for name, msg := range j.invalid {
 		n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "invalid spec, nothing applied: " + msg}
+		log.Warn("invalid spec: the cluster's change is not applied", "cluster", name, "findings", msg)
 	}
 	// publish sets the failed clusters' statuses before the note goes
 	// out, so whoever reads the note finds the status page agreeing.
@@ -289,7 +290,13 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	}
 	n.Notice = note
 	if j.broken {
-		log.Warn("refused: the fleet is invalid")
+		var errs []string
+		for _, f := range n.Findings {
+			if f.Severity == schemas.SeverityError && report.ClusterOf(f.File) == "" {
+				errs = append(errs, f.String())
+			}
+		}
+		log.Warn("refused: the fleet is invalid", "findings", strings.Join(errs, "; "))
 		for _, name := range names {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "not applied: the fleet is invalid (see the findings)"}
 		}

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -130,7 +132,26 @@ func (s *statuses) of(sha, context string) []string {
 }
 
 // env is a daemon on the simulator, a real store and a bare repository.
+// logBuffer is a bytes.Buffer safe for a daemon's logs.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 type env struct {
+	logs    logBuffer
 	sim     *cloudsim.Sim
 	clients *cloud.Clients
 	store   *state.Store
@@ -171,7 +192,8 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	t.Cleanup(forgeSrv.Close)
 	e.cfg = daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
 		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second, GateTimeout: 3 * time.Second, GateInterval: 200 * time.Millisecond},
-		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring}
+		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring,
+		Logger: slog.New(slog.NewJSONHandler(&e.logs, nil))}
 	e.forgeURL = forgeSrv.URL
 	e.start(t)
 	return e
@@ -214,18 +236,31 @@ func (e *env) push(t *testing.T, ref string) {
 	gittest.Hook(t, e.srv.URL, secret, ref, gittest.Git(t, e.work, "rev-parse", "HEAD"))
 }
 
-// gitNote reads the note of commit as git itself shows it.
+// gitNote reads the record of commit as git itself shows it, and checks
+// that the text beside it (git log --notes=opke) is the record's.
 func (e *env) gitNote(t *testing.T, commit string) *report.Note {
 	t.Helper()
-	out, ok := gittest.Note(t, e.bare, commit)
-	if !ok {
-		return nil
+	// The daemon may push newer notes between two reads: the record is
+	// compared with a text read before and after it, the same.
+	for try := 0; ; try++ {
+		before, _ := gittest.Note(t, e.bare, commit)
+		out, ok := gittest.Record(t, e.bare, commit)
+		if !ok {
+			return nil
+		}
+		var n report.Note
+		if err := json.Unmarshal(out, &n); err != nil {
+			t.Fatalf("note of %s: %v\n%s", commit, err, out)
+		}
+		after, _ := gittest.Note(t, e.bare, commit)
+		if !bytes.Equal(before, after) && try < 10 {
+			continue
+		}
+		if string(after) != report.Text(&n) {
+			t.Errorf("the text note of %s is not its record's:\n%s\nwant:\n%s", commit, after, report.Text(&n))
+		}
+		return &n
 	}
-	var n report.Note
-	if err := json.Unmarshal(out, &n); err != nil {
-		t.Fatalf("note of %s: %v\n%s", commit, err, out)
-	}
-	return &n
 }
 
 // waitNote waits until the commit's note, pushed to the bare repository,
@@ -418,6 +453,9 @@ func TestDaemonEndToEnd(t *testing.T) {
 	}
 	if got := e.servers(t); !slices.Equal(got, demo) {
 		t.Fatalf("an invalid spec changed the servers: %v", got)
+	}
+	if logs := e.logs.String(); !regexp.MustCompile(`"level":"WARN","msg":"invalid spec: the cluster's change is not applied","commit":"` + c3 + `","cluster":"demo","findings":"[^"]*spec.controllers.count`).MatchString(logs) {
+		t.Errorf("the invalid spec is not logged as a warning with its findings:\n%s", logs)
 	}
 
 	// The status page and the API show the cluster and link its plan.

@@ -7,29 +7,40 @@ import (
 	"fmt"
 )
 
-// NoteWriter is where notes go: [source.Mirror] pushes them to the
-// fleet's remote.
+// NoteWriter is where notes go, by notes ref: [source.Mirror] pushes them
+// to the fleet's remote.
 type NoteWriter interface {
-	Note(commit string) ([]byte, error)
-	AddNote(ctx context.Context, commit string, body []byte) error
+	Note(ref, commit string) ([]byte, error)
+	AddNotes(ctx context.Context, commit string, bodies map[string][]byte) error
 }
 
-// Notes reports as git notes: one per commit under refs/notes/opke, the
-// Note's JSON, replaced as the commit's state moves on. An unchanged note
-// is not written again.
+// TextRef is the git notes ref of the notes' text (Text), the one `git
+// log --notes=opke` shows; RecordRef holds the full record beside it.
+const TextRef = "refs/notes/opke"
+
+// Notes reports as git notes, two per commit, replaced as the commit's
+// state moves on: its text for people under refs/notes/opke (Text), and
+// the Note's JSON, the full record, under refs/notes/opke-record. An
+// unchanged note is not written again.
 type Notes struct{ Git NoteWriter }
 
 // Report implements Reporter.
 func (r Notes) Report(ctx context.Context, n *Note) error {
-	body, err := json.MarshalIndent(n, "", "  ")
+	record, err := json.MarshalIndent(n, "", "  ")
 	if err != nil {
 		return fmt.Errorf("note of %s: %w", n.Commit, err)
 	}
-	body = append(body, '\n')
-	if old, err := r.Git.Note(n.Commit); err == nil && bytes.Equal(old, body) {
+	bodies := map[string][]byte{TextRef: []byte(Text(n)), RecordRef: append(record, '\n')}
+	same := true
+	for ref, body := range bodies {
+		if old, err := r.Git.Note(ref, n.Commit); err != nil || !bytes.Equal(old, body) {
+			same = false
+		}
+	}
+	if same {
 		return nil
 	}
-	if err := r.Git.AddNote(ctx, n.Commit, body); err != nil {
+	if err := r.Git.AddNotes(ctx, n.Commit, bodies); err != nil {
 		return fmt.Errorf("note of %s: %w", n.Commit, err)
 	}
 	return nil

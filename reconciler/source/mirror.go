@@ -36,8 +36,19 @@ import (
 // fetched. Like go-git's NoErrAlreadyUpToDate, it is not a failure.
 var ErrUpToDate = errors.New("the remote's refs did not move")
 
-// notesRef is where OPKE keeps a note per commit it reported on.
-const notesRef = "refs/notes/opke"
+// The notes refs OPKE keeps a note per commit in (report.Notes writes
+// them): the text people read in git log --notes=opke, and the full
+// record beside it.
+const (
+	NotesRef  = "refs/notes/opke"
+	RecordRef = "refs/notes/opke-record"
+)
+
+// notesRefs are the notes refs the mirror follows and pushes.
+var notesRefs = []string{NotesRef, RecordRef}
+
+// isNotes tells whether ref is one of OPKE's notes refs.
+func isNotes(ref string) bool { return slices.Contains(notesRefs, ref) }
 
 // MirrorOptions say what to mirror and where.
 type MirrorOptions struct {
@@ -163,7 +174,7 @@ func (m *Mirror) Branch() string { return plumbing.NewBranchReferenceName(m.opts
 // merge request head, a branch of the patterns, or the notes.
 func (m *Mirror) follows(ref string) bool {
 	switch {
-	case ref == m.Branch(), ref == notesRef:
+	case ref == m.Branch(), isNotes(ref):
 		return true
 	case isPullRequestHead(ref):
 		return true
@@ -189,7 +200,7 @@ func isPullRequestHead(ref string) bool {
 // IsPullRequest tells whether ref is one that is planned only: anything
 // followed but the tracked branch and the notes.
 func (m *Mirror) IsPullRequest(ref string) bool {
-	return ref != m.Branch() && ref != notesRef && m.follows(ref)
+	return ref != m.Branch() && !isNotes(ref) && m.follows(ref)
 }
 
 // localRefs lists the followed refs the cache holds.
@@ -314,7 +325,9 @@ func (m *Mirror) has(hash string) bool {
 
 func withoutNotes(refs map[string]string) map[string]string {
 	out := maps.Clone(refs)
-	delete(out, notesRef)
+	for _, ref := range notesRefs {
+		delete(out, ref)
+	}
 	return out
 }
 
@@ -389,11 +402,11 @@ func (m *Mirror) Verify(commit, keyring string) error {
 	return nil
 }
 
-// Note returns OPKE's note on commit, from the cache.
-func (m *Mirror) Note(commit string) ([]byte, error) {
+// Note returns OPKE's note on commit under the notes ref, from the cache.
+func (m *Mirror) Note(ref, commit string) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	tree, _, err := m.notesTree()
+	tree, _, err := m.notesTree(ref)
 	if err != nil || tree == nil {
 		return nil, err
 	}
@@ -411,8 +424,8 @@ func (m *Mirror) Note(commit string) ([]byte, error) {
 
 // notesTree is the tree of the notes ref and its commit; nil, nil when
 // there are no notes yet.
-func (m *Mirror) notesTree() (*object.Tree, *plumbing.Hash, error) {
-	ref, err := m.repo.Reference(notesRef, true)
+func (m *Mirror) notesTree(notes string) (*object.Tree, *plumbing.Hash, error) {
+	ref, err := m.repo.Reference(plumbing.ReferenceName(notes), true)
 	if errors.Is(err, plumbing.ErrReferenceNotFound) {
 		return nil, nil, nil
 	}
@@ -431,31 +444,45 @@ func (m *Mirror) notesTree() (*object.Tree, *plumbing.Hash, error) {
 	return tree, &h, nil
 }
 
-// AddNote sets OPKE's note on commit to body and pushes the notes to the
-// remote, so `git log --notes=opke` shows it wherever the repository is
-// cloned. Notes another writer pushed meanwhile are fetched and kept: a
-// rejected push is tried again on top of them.
-func (m *Mirror) AddNote(ctx context.Context, commit string, body []byte) error {
+// AddNotes sets OPKE's notes on commit, a body by notes ref (NotesRef,
+// RecordRef), and pushes the notes to the remote in one push, so `git log
+// --notes=opke` shows them wherever the repository is cloned. Notes
+// another writer pushed meanwhile are fetched and kept: a rejected push is
+// tried again on top of them.
+func (m *Mirror) AddNotes(ctx context.Context, commit string, bodies map[string][]byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	remote, err := m.repo.Remote("origin")
 	if err != nil {
 		return fmt.Errorf("git cache: %w", err)
 	}
+	refs := slices.Sorted(maps.Keys(bodies))
+	var specs []config.RefSpec
+	for _, ref := range refs {
+		if !isNotes(ref) {
+			return fmt.Errorf("notes of %s: %s is not one of OPKE's notes refs", commit, ref)
+		}
+		specs = append(specs, config.RefSpec(ref+":"+ref))
+	}
 	var pushErr error
 	for range 3 {
-		// The remote's notes first: a fetch that finds none is no error.
-		err := m.fetch(ctx, remote, config.RefSpec("+"+notesRef+":"+notesRef))
-		if err != nil && !isNoMatchingRef(err) {
-			return fmt.Errorf("fetch the notes from %s: %w", Redact(m.opts.URL), err)
+		// The remote's notes first, each apart: a fetch that finds none is
+		// no error.
+		for _, ref := range refs {
+			err := m.fetch(ctx, remote, config.RefSpec("+"+ref+":"+ref))
+			if err != nil && !isNoMatchingRef(err) {
+				return fmt.Errorf("fetch the notes from %s: %w", Redact(m.opts.URL), err)
+			}
+			if err := m.writeNote(ref, commit, bodies[ref]); err != nil {
+				return err
+			}
 		}
-		if err := m.writeNote(commit, body); err != nil {
-			return err
-		}
-		pushErr = remote.PushContext(ctx, &git.PushOptions{RefSpecs: []config.RefSpec{notesRef + ":" + notesRef}, Auth: m.opts.Auth})
+		pushErr = remote.PushContext(ctx, &git.PushOptions{RefSpecs: specs, Auth: m.opts.Auth})
 		if pushErr == nil || errors.Is(pushErr, git.NoErrAlreadyUpToDate) {
-			if ref, err := m.repo.Reference(notesRef, true); err == nil {
-				m.seen[notesRef] = ref.Hash().String()
+			for _, name := range refs {
+				if ref, err := m.repo.Reference(plumbing.ReferenceName(name), true); err == nil {
+					m.seen[name] = ref.Hash().String()
+				}
 			}
 			return nil
 		}
@@ -471,9 +498,9 @@ func isNoMatchingRef(err error) bool {
 	return errors.As(err, &nf) || strings.Contains(err.Error(), "couldn't find remote ref")
 }
 
-// writeNote commits the notes tree with commit's note set to body.
-func (m *Mirror) writeNote(commit string, body []byte) error {
-	tree, parent, err := m.notesTree()
+// writeNote commits the notes ref's tree with commit's note set to body.
+func (m *Mirror) writeNote(notes, commit string, body []byte) error {
+	tree, parent, err := m.notesTree(notes)
 	if err != nil {
 		return err
 	}
@@ -535,7 +562,7 @@ func (m *Mirror) writeNote(commit string, body []byte) error {
 	if err != nil {
 		return fmt.Errorf("notes: %w", err)
 	}
-	return m.repo.Storer.SetReference(plumbing.NewHashReference(notesRef, h))
+	return m.repo.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(notes), h))
 }
 
 // Redact drops the password of a URL, for logs and errors.

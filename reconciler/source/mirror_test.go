@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
 )
 
@@ -90,11 +91,15 @@ func TestMirrorFollowsTheRemote(t *testing.T) {
 	}
 }
 
-// TestMirrorNotes: a note is pushed under refs/notes/opke, where git
-// itself reads it; a second note keeps the first, and notes another
-// writer pushed meanwhile are kept too.
+// TestMirrorNotes: notes are pushed under refs/notes/opke and
+// refs/notes/opke-record in one push, where git itself reads them; a
+// second note keeps the first, and notes another writer pushed meanwhile
+// are kept too. The refs are the ones report.Notes writes.
 func TestMirrorNotes(t *testing.T) {
 	t.Parallel()
+	if source.NotesRef != report.TextRef || source.RecordRef != report.RecordRef {
+		t.Fatalf("the mirror's notes refs %s, %s are not report's %s, %s", source.NotesRef, source.RecordRef, report.TextRef, report.RecordRef)
+	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	remote := gittest.Init(t, dir)
@@ -107,26 +112,36 @@ func TestMirrorNotes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m1.AddNote(ctx, a.String(), []byte(`{"state":"pending"}`)); err != nil {
+	notes := func(state string) map[string][]byte {
+		return map[string][]byte{source.NotesRef: []byte(state + "\n"), source.RecordRef: []byte(`{"state":"` + state + `"}`)}
+	}
+	if err := m1.AddNotes(ctx, a.String(), notes("pending")); err != nil {
 		t.Fatal(err)
 	}
-	if err := m2.AddNote(ctx, b.String(), []byte(`{"state":"success"}`)); err != nil {
+	if err := m2.AddNotes(ctx, b.String(), notes("success")); err != nil {
 		t.Fatal(err)
 	}
-	if err := m1.AddNote(ctx, a.String(), []byte(`{"state":"failure"}`)); err != nil {
+	if err := m1.AddNotes(ctx, a.String(), notes("failure")); err != nil {
 		t.Fatal(err)
 	}
-	for commit, want := range map[plumbing.Hash]string{a: `{"state":"failure"}`, b: `{"state":"success"}`} {
-		out, ok := gittest.Note(t, dir, commit.String())
-		if !ok {
-			t.Fatalf("no note on %s", commit)
+	for commit, want := range map[plumbing.Hash]string{a: "failure", b: "success"} {
+		text, ok := gittest.Note(t, dir, commit.String())
+		record, rok := gittest.Record(t, dir, commit.String())
+		if !ok || !rok {
+			t.Fatalf("no notes on %s", commit)
 		}
-		if got := strings.TrimSpace(string(out)); got != want {
+		if got := strings.TrimSpace(string(text)); got != want {
 			t.Errorf("note of %s = %q, want %q", commit, got, want)
 		}
+		if got := strings.TrimSpace(string(record)); got != `{"state":"`+want+`"}` {
+			t.Errorf("record of %s = %q", commit, got)
+		}
 	}
-	if got, err := m1.Note(b.String()); err != nil || string(got) != `{"state":"success"}` {
+	if got, err := m1.Note(source.RecordRef, b.String()); err != nil || string(got) != `{"state":"success"}` {
 		t.Errorf("Note = %q, %v", got, err)
+	}
+	if err := m1.AddNotes(ctx, a.String(), map[string][]byte{"refs/heads/main": []byte("x")}); err == nil {
+		t.Error("a note under another ref than OPKE's notes was written")
 	}
 }
 
@@ -295,7 +310,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	// fetched before a push) is bounded afresh, not cut by the last one's
 	// overflow.
 	gittest.Git(t, dir, "notes", "--ref=opke", "add", "-m", "another writer's", a.String())
-	if err := m.AddNote(ctx, b.String(), []byte("note\n")); err != nil {
+	if err := m.AddNotes(ctx, b.String(), map[string][]byte{source.NotesRef: []byte("note\n")}); err != nil {
 		t.Fatalf("a note after a fetch over the bound: %v", err)
 	}
 	// Another ref moves: the failed one is not fetched again, and still fails.
