@@ -27,6 +27,7 @@ type Source interface {
 	Branch() string
 	IsPullRequest(ref string) bool
 	LocalPath() string
+	Commit(commit string) (source.CommitInfo, error)
 }
 
 // Defaults of Config.

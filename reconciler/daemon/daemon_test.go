@@ -423,7 +423,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 		code, body := e.get(t, "/api/v1/clusters/demo")
 		var st daemon.ClusterStatus
 		_ = json.Unmarshal([]byte(body), &st)
-		if code == 200 && st.Drift > 0 && st.State == report.Success && slices.Equal(e.servers(t), demo) {
+		if code == 200 && st.DriftCorrected > 0 && st.Drift == 0 && st.State == report.Success && slices.Equal(e.servers(t), demo) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -458,9 +458,26 @@ func TestDaemonEndToEnd(t *testing.T) {
 		t.Errorf("the invalid spec is not logged as a warning with its findings:\n%s", logs)
 	}
 
-	// The status page and the API show the cluster and link its plan.
-	if code, body := e.get(t, "/"); code != 200 || !strings.Contains(body, "demo") || !strings.Contains(body, "/plans/"+c3+"/demo") {
+	// The status page and the API show the cluster, its head commit and
+	// the applied one (the head failed), and link the cluster's page.
+	if code, body := e.get(t, "/"); code != 200 || !strings.Contains(body, `<a href="/clusters/demo"><b>demo</b></a>`) ||
+		!strings.Contains(body, `<a href="/commits/`+c3+`">`) || !strings.Contains(body, `applied: <a href="/commits/`+c2+`">`) ||
+		!strings.Contains(body, `<meta http-equiv="refresh" content="5">`) {
 		t.Errorf("status page: %d\n%s", code, body)
+	}
+	// The cluster's page: the head commit's subject and the failure, the
+	// applied commit apart, the hosts at their versions.
+	if code, body := e.get(t, "/clusters/demo"); code != 200 || !strings.Contains(body, "“two controllers” by ") ||
+		!strings.Contains(body, "invalid spec, nothing applied") || !strings.Contains(body, "(the head is not applied)") ||
+		!strings.Contains(body, "<td>demo-default-2</td>") {
+		t.Errorf("cluster page: %d\n%s", code, body)
+	}
+	if code, _ := e.get(t, "/clusters/nope"); code != 404 {
+		t.Errorf("the page of a cluster that is not: %d", code)
+	}
+	// The commit's page: its message and author.
+	if code, body := e.get(t, "/commits/"+c3); code != 200 || !strings.Contains(body, "<pre>two controllers</pre>") || !strings.Contains(body, "<dt>Author</dt><dd>") {
+		t.Errorf("commit page: %d\n%s", code, body)
 	}
 	if code, body := e.get(t, "/plans/"+c2+"/demo"); code != 200 || !strings.Contains(body, "openstack/server/demo-default-2") {
 		t.Errorf("plan page: %d\n%s", code, body)
@@ -732,7 +749,7 @@ func TestDaemonRemediatesAWorker(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		st := e.status(t, "demo", func(daemon.ClusterStatus) bool { return true })
-		if got := e.serverID(t, "demo-default-1"); got != id && st.State == report.Success && st.Drift > 0 {
+		if got := e.serverID(t, "demo-default-1"); got != id && st.State == report.Success && st.DriftCorrected > 0 && st.Drift == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -6,9 +6,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"io"
 	"net/http"
@@ -20,7 +22,9 @@ import (
 
 	"opke.dev/opke/backup"
 	"opke.dev/opke/diff"
+	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/reconciler/source"
 	"opke.dev/opke/state"
 )
 
@@ -48,6 +52,7 @@ func (d *Daemon) Handler(webhookSecret string) http.Handler {
 	mux.HandleFunc("GET /api/v1/commits/{commit}", d.apiCommit)
 	mux.HandleFunc("GET /plans/{commit}/{cluster}", d.planPage)
 	mux.HandleFunc("GET /commits/{commit}", d.commitPage)
+	mux.HandleFunc("GET /clusters/{name}", d.clusterPage)
 	mux.HandleFunc("GET /{$}", d.statusPage)
 	return securityHeaders(mux)
 }
@@ -255,47 +260,112 @@ func (d *Daemon) apiPlan(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
+//go:embed pages.html
+var pagesHTML string
+
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"short": func(s string) string { return s[:min(len(s), 12)] },
-	"when": func(t time.Time) string {
+	"stamp": func(t time.Time) string {
 		if t.IsZero() {
-			return "never"
+			return ""
 		}
-		return t.UTC().Format(time.RFC3339)
+		return t.UTC().Format("2006-01-02 15:04:05 MST")
 	},
+	"ago":   ago,
+	"took":  func(from, to time.Time) string { return to.Sub(from).Round(100 * time.Millisecond).String() },
+	"inc":   func(i int) int { return i + 1 },
 	"bytes": backup.FormatSize,
-}).Parse(`
-{{define "head"}}<!doctype html><html><head><meta charset="utf-8"><title>{{.}} · OPKE</title>
-<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}table{border-collapse:collapse}
-td,th{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
-.success{color:#17692c}.failure,.error{color:#b0201b}.pending{color:#8a6100}pre{background:#f6f6f6;padding:1em;overflow:auto}</style>
-</head><body>{{end}}
-{{define "status"}}{{template "head" "Fleet"}}<h1>OPKE fleet</h1>
-<p>This daemon ({{.Health.ID}}) {{if .Health.Leader}}<b>leads</b> (takes the commits in){{else}}does not lead{{end}};
-{{with .Health.Members}}{{len .}} daemon(s) share the fleet, this one applies {{$.Health.Share}} cluster(s).{{else}}it is not sharing the fleet now.{{end}}
-Tracked head: {{if .Health.Head}}<a href="/commits/{{.Health.Head}}">{{short .Health.Head}}</a>{{else}}none yet{{end}};
-last sync {{when .Health.LastSync}}{{if .Health.SyncError}}, <span class="error">sync error: {{.Health.SyncError}}</span>{{end}}.</p>
-<table><tr><th>Cluster</th><th>State</th><th>Commit</th><th>Summary</th><th>Drift</th><th>Last resync</th><th>Rollout</th><th>Last backup</th></tr>
-{{range .Clusters}}<tr><td>{{.Name}}{{if .Paused}} (paused){{end}}{{if .Daemon}}<br><small>by {{.Daemon}}</small>{{end}}</td><td class="{{.State}}">{{.State}}</td>
-<td><a href="/plans/{{.Commit}}/{{.Name}}">{{short .Commit}}</a></td><td>{{.Summary}}{{if .Retrying}} <span class="error">(retrying: {{.Retrying}})</span>{{end}}</td><td>{{.Drift}}</td><td>{{when .LastResync}}{{if .ResyncError}} <span class="error">(could not look: {{.ResyncError}})</span>{{end}}{{if .ResyncWarnings}} <span class="error">({{.ResyncWarnings}})</span>{{end}}</td>
-<td>{{with .Rollout}}{{.Done}}/{{len .Hosts}} at {{.Version}}{{if .Halted}} <span class="error">halted: {{.Halted}}</span>{{end}}<br><small>{{range .Hosts}}{{.Name}} {{.Version}}; {{end}}</small>{{end}}</td>
-<td>{{with .LastBackup}}{{when .Taken}}, {{bytes .Size}}{{if .Drill}}, drill {{.Drill}}{{end}}{{else}}-{{end}}</td></tr>
-{{else}}<tr><td colspan="6">No cluster yet.</td></tr>{{end}}</table>
-<p><a href="/api/v1/clusters">JSON</a> · <a href="/metrics">metrics</a></p></body></html>{{end}}
-{{define "plan"}}{{template "head" .Name}}<h1>{{.Name}} at {{short .Commit}}</h1>
-<p><a href="/">fleet</a> · <a href="/commits/{{.Commit}}">commit</a> · <a href="/api/v1/plans/{{.Commit}}/{{.Name}}">JSON</a></p>
-<p class="{{.Cluster.State}}"><b>{{.Cluster.State}}</b>: {{.Cluster.Summary}}</p>
-{{if .Plan}}<h2>Plan</h2><pre>{{.Plan}}</pre>{{end}}
-{{if .Cluster.Steps}}<h2>Steps</h2><table><tr><th>Address</th><th>Action</th><th>State</th><th>Seconds</th><th>Error</th></tr>
-{{range .Cluster.Steps}}<tr><td>{{.Address}}</td><td>{{.Action}}</td><td>{{.State}}</td><td>{{printf "%.1f" .Seconds}}</td><td>{{.Error}}</td></tr>{{end}}</table>{{end}}
-</body></html>{{end}}
-{{define "commit"}}{{template "head" (short .Commit)}}<h1>Commit {{short .Commit}} ({{.Ref}})</h1>
-<p><a href="/">fleet</a></p><p class="{{.State}}"><b>{{.State}}</b>{{if .Message}}: {{.Message}}{{end}}</p>
-<table><tr><th>Cluster</th><th>State</th><th>Summary</th></tr>{{$c := .Commit}}
-{{range $name, $cl := .Clusters}}<tr><td><a href="/plans/{{$c}}/{{$name}}">{{$name}}</a></td><td class="{{$cl.State}}">{{$cl.State}}</td><td>{{$cl.Summary}}</td></tr>{{end}}</table>
-{{if .Findings}}<h2>Findings</h2><ul>{{range .Findings}}<li>{{.}}</li>{{end}}</ul>{{end}}
-</body></html>{{end}}
-`))
+}).Parse(pagesHTML))
+
+// refreshSeconds is how often the fleet's and a cluster's pages reload.
+const refreshSeconds = 5
+
+// page is what the pages are rendered from: the head's title and refresh,
+// the time the page is of, and each page's own.
+type page struct {
+	Title   string
+	Refresh int
+	Now     time.Time
+	// The fleet's page.
+	Health   Health
+	Clusters []ClusterStatus
+	// A cluster's page.
+	Status  ClusterStatus
+	Head    *source.CommitInfo
+	Commit  *entryView
+	Backups []*backup.Record
+	// A commit's page.
+	Note *report.Note
+	Info *source.CommitInfo
+	// A plan's page: the cluster and commit, and its entry (the fields of
+	// entryView, which its template shares).
+	Name, CommitID string
+	Entry          *report.Cluster
+	Plan           string
+	Drift          *entryView
+}
+
+// entryView is a cluster's entry in a note as a page shows it: its plan
+// as text, and the drift check that followed the commit, if one did.
+type entryView struct {
+	Entry *report.Cluster
+	Plan  string
+	Now   time.Time
+	Drift *entryView
+}
+
+// viewOf is the view of a note's entry; nil for none.
+func viewOf(c *report.Cluster, now time.Time) *entryView {
+	if c == nil {
+		return nil
+	}
+	v := &entryView{Entry: c, Plan: planText(c.Plan), Now: now}
+	if c.Drift != nil {
+		// The entry's state and summary are the drift check's; its plan
+		// and steps the commit's.
+		commit := *c
+		commit.Drift, commit.State, commit.Summary = nil, "", "the commit's apply"
+		if len(c.Steps) == 0 && c.Plan != nil && c.Plan.Empty() {
+			commit.Summary = "no changes"
+		}
+		v.Entry = &commit
+		v.Drift = viewOf(c.Drift, now)
+	}
+	return v
+}
+
+// planText is a plan as `opke plan` prints it; "" for none.
+func planText(p *diff.Plan) string {
+	if p == nil {
+		return ""
+	}
+	data, err := json.Marshal(p)
+	var b strings.Builder
+	if err != nil || diff.Text(&b, data) != nil {
+		return ""
+	}
+	return b.String()
+}
+
+// ago says how long before now t was, as people read it; "never" for
+// the zero time.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%d s ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d h %d min ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return t.UTC().Format("2006-01-02 15:04 MST")
+}
 
 func (d *Daemon) statusPage(w http.ResponseWriter, r *http.Request) {
 	cs, err := d.Clusters(r.Context())
@@ -303,8 +373,42 @@ func (d *Daemon) statusPage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "state store: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = pages.ExecuteTemplate(w, "status", map[string]any{"Clusters": cs, "Health": d.Health()})
+	render(w, "status", &page{Title: "Fleet", Refresh: refreshSeconds, Now: d.now(), Clusters: cs, Health: d.Health()})
+}
+
+// clusterPage is a cluster's page: its status, its hosts, the head
+// commit's plan and steps, the last drift check's (a repair's steps are
+// its own), and its backups.
+func (d *Daemon) clusterPage(w http.ResponseWriter, r *http.Request) {
+	ctx, name := r.Context(), r.PathValue("name")
+	raw, err := d.cfg.Store.Get(ctx, state.KeysOf(d.cfg.Store).Status(name))
+	if errors.Is(err, state.ErrNotFound) {
+		http.Error(w, "no such cluster", http.StatusNotFound)
+		return
+	}
+	var st ClusterStatus
+	if err == nil {
+		err = json.Unmarshal(raw, &st)
+	}
+	if err != nil {
+		http.Error(w, "state store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	p := &page{Title: name, Refresh: refreshSeconds, Now: d.now(), Status: st}
+	if st.Commit != "" {
+		if info, err := d.cfg.Source.Commit(st.Commit); err == nil {
+			p.Head = &info
+		}
+		if n, err := d.Note(ctx, st.Commit); err == nil {
+			p.Commit = viewOf(n.Clusters[name], p.Now)
+		}
+	}
+	if p.Backups, err = reconciler.Backups(ctx, d.cfg.Store, name); err != nil {
+		http.Error(w, "state store: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	slices.Reverse(p.Backups) // the newest first
+	render(w, "cluster", p)
 }
 
 func (d *Daemon) planPage(w http.ResponseWriter, r *http.Request) {
@@ -318,21 +422,38 @@ func (d *Daemon) planPage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the commit does not concern this cluster", http.StatusNotFound)
 		return
 	}
-	var text string
-	if c.Plan != nil {
-		data, err := json.Marshal(c.Plan)
-		var b strings.Builder
-		if err == nil && diff.Text(&b, data) == nil {
-			text = b.String()
-		}
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = pages.ExecuteTemplate(w, "plan", map[string]any{"Name": name, "Commit": n.Commit, "Cluster": c, "Plan": text})
+	v := viewOf(c, d.now())
+	render(w, "plan", &page{Title: name + " at " + n.Commit[:12], Now: v.Now, Name: name, CommitID: n.Commit, Entry: v.Entry, Plan: v.Plan, Drift: v.Drift})
 }
 
 func (d *Daemon) commitPage(w http.ResponseWriter, r *http.Request) {
-	if n := d.noteFor(w, r); n != nil {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_ = pages.ExecuteTemplate(w, "commit", n)
+	n := d.noteFor(w, r)
+	if n == nil {
+		return
 	}
+	p := &page{Title: "Commit " + n.Commit[:12], Now: d.now(), Note: n}
+	if info, err := d.cfg.Source.Commit(n.Commit); err == nil {
+		p.Info = &info
+	}
+	render(w, "commit", p)
+}
+
+// render writes a page; a template that fails is the code's fault, and
+// says so rather than send half a page.
+func render(w http.ResponseWriter, name string, p *page) {
+	var b bytes.Buffer
+	if err := pages.ExecuteTemplate(&b, name, p); err != nil {
+		http.Error(w, "render "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
+}
+
+// now is the time the pages are of: the planner's clock, which tests move.
+func (d *Daemon) now() time.Time {
+	if d.cfg.Planner != nil && d.cfg.Planner.Now != nil {
+		return d.cfg.Planner.Now()
+	}
+	return time.Now()
 }

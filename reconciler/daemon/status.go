@@ -24,11 +24,16 @@ type ClusterStatus struct {
 	State   report.State `json:"state"`
 	Summary string       `json:"summary"`
 	// Applied is the last commit applied with changes.
-	Applied    string    `json:"applied,omitempty"`
-	Drift      int       `json:"drift"`
-	Paused     bool      `json:"paused,omitempty"`
-	Updated    time.Time `json:"updated,omitzero"`
-	LastResync time.Time `json:"lastResync,omitzero"`
+	Applied string `json:"applied,omitempty"`
+	// Drift counts the changes made outside OPKE that the last drift
+	// check found and that are not corrected (yet, or at all:
+	// driftCorrection false, a failed repair); DriftCorrected those it
+	// found and corrected.
+	Drift          int       `json:"drift"`
+	DriftCorrected int       `json:"driftCorrected,omitempty"`
+	Paused         bool      `json:"paused,omitempty"`
+	Updated        time.Time `json:"updated,omitzero"`
+	LastResync     time.Time `json:"lastResync,omitzero"`
 	// ResyncError is why the last drift check could not look, if it could not.
 	ResyncError string `json:"resyncError,omitempty"`
 	// ResyncWarnings is what the last drift check that changed nothing
@@ -179,9 +184,11 @@ func statusAfter(s ClusterStatus, e event, l *ledgerFacts) ClusterStatus {
 		s.Paused = e.paused
 		if e.resync {
 			s.LastResync, s.ResyncError, s.ResyncWarnings = e.at, "", ""
-			s.Drift = 0
-			if entry.Drift != nil {
-				s.Drift = drifted(entry.Drift.Plan)
+			s.Drift, s.DriftCorrected = 0, 0
+			if d := entry.Drift; d != nil && d.State == report.Success && !e.paused {
+				s.DriftCorrected = drifted(d.Plan)
+			} else if d != nil {
+				s.Drift = drifted(d.Plan)
 			}
 		} else if entry.State == report.Success {
 			s.Drift = 0

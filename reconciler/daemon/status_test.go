@@ -113,13 +113,23 @@ func TestStatusAfter(t *testing.T) {
 			}),
 		},
 		{
-			name: "a drift check corrected drift: drift counted, resync time set",
+			name: "a drift check corrected drift: counted as corrected, none left, resync time set",
 			from: was,
 			event: event{kind: evReconciled, at: at, commit: "c1", ref: "refs/heads/main", resync: true,
 				entry: &report.Cluster{State: report.Success, Summary: "drift corrected", Plan: changes,
 					Drift: &report.Cluster{State: report.Success, Summary: "drift corrected", Plan: driftPlan}}},
 			want: with(was, func(s *ClusterStatus) {
-				s.Summary, s.Updated, s.LastResync, s.ResyncError, s.Drift, s.Retrying = "drift corrected", at, at, "", 2, ""
+				s.Summary, s.Updated, s.LastResync, s.ResyncError, s.Drift, s.DriftCorrected, s.Retrying = "drift corrected", at, at, "", 0, 2, ""
+			}),
+		},
+		{
+			name: "a drift check's repair failed: the drift is left",
+			from: was,
+			event: event{kind: evReconciled, at: at, commit: "c1", ref: "refs/heads/main", resync: true,
+				entry: &report.Cluster{State: report.Failure, Summary: "1 of 2 steps failed", Plan: changes,
+					Drift: &report.Cluster{State: report.Failure, Summary: "1 of 2 steps failed", Plan: driftPlan}}},
+			want: with(was, func(s *ClusterStatus) {
+				s.State, s.Summary, s.Updated, s.LastResync, s.ResyncError, s.Drift, s.Retrying = report.Failure, "1 of 2 steps failed", at, at, "", 2, ""
 			}),
 		},
 		{

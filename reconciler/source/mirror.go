@@ -384,6 +384,31 @@ func (f ctxFS) ReadDir(name string) ([]fs.DirEntry, error) {
 // made.
 var ErrUnsigned = errors.New("commit is not signed by a trusted key")
 
+// CommitInfo is what a commit says of itself: who wrote it, when, and
+// why (the status page's commit page shows it).
+type CommitInfo struct {
+	Author  string    `json:"author"`
+	When    time.Time `json:"when"`
+	Message string    `json:"message"`
+}
+
+// Subject is the message's first line.
+func (c CommitInfo) Subject() string {
+	subject, _, _ := strings.Cut(c.Message, "\n")
+	return subject
+}
+
+// Commit reads commit's author, time and message from the cache.
+func (m *Mirror) Commit(commit string) (CommitInfo, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return CommitInfo{}, fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
+	}
+	return CommitInfo{Author: c.Author.Name + " <" + c.Author.Email + ">", When: c.Author.When, Message: strings.TrimSpace(c.Message)}, nil
+}
+
 // Verify checks that commit is signed by a key of keyring (armored
 // OpenPGP public keys).
 func (m *Mirror) Verify(commit, keyring string) error {
