@@ -324,9 +324,11 @@ func viewOf(c *report.Cluster, now time.Time) *entryView {
 		// The entry's state and summary are the drift check's; its plan
 		// and steps the commit's.
 		commit := *c
-		commit.Drift, commit.State, commit.Summary = nil, "", "the commit's apply"
-		if len(c.Steps) == 0 && c.Plan != nil && c.Plan.Empty() {
-			commit.Summary = "no changes"
+		commit.Drift, commit.State, commit.Summary = nil, report.Success, "the commit's apply: "+report.PlanSummary(c.Plan)
+		for _, st := range c.Steps {
+			if st.Error != "" {
+				commit.State = report.Failure
+			}
 		}
 		v.Entry = &commit
 		v.Drift = viewOf(c.Drift, now)
@@ -400,7 +402,9 @@ func (d *Daemon) clusterPage(w http.ResponseWriter, r *http.Request) {
 			p.Head = &info
 		}
 		if n, err := d.Note(ctx, st.Commit); err == nil {
-			p.Commit = viewOf(n.Clusters[name], p.Now)
+			if p.Commit = viewOf(n.Clusters[name], p.Now); p.Commit != nil {
+				p.Drift = p.Commit.Drift
+			}
 		}
 	}
 	if p.Backups, err = reconciler.Backups(ctx, d.cfg.Store, name); err != nil {
