@@ -108,6 +108,8 @@ func TestREADMEFirstSession(t *testing.T) {
 		prefix string
 		check  func(t *testing.T, out string)
 	}
+	// The exit status the README says a command ends with, when not 0.
+	exits := map[string]int{"opke apply --cluster demo ": 1}
 	says := func(want ...string) func(*testing.T, string) {
 		return func(t *testing.T, out string) {
 			t.Helper()
@@ -125,6 +127,7 @@ func TestREADMEFirstSession(t *testing.T) {
 		{"sed -i 's/count: 2/count: 3/' .opke/fleet/clusters/demo/cluster.yaml", nil},
 		{"git -C .opke/fleet commit -qam 'demo: a third worker'", func(t *testing.T, _ string) { applied("the third worker's commit") }},
 		{"opke plan --cluster demo --detailed-exitcode", says("No changes.")},
+		{"opke apply --cluster demo ", says("leads on this state and applies the fleet itself: commit to its repository instead")},
 		{"opke kubeconfig --cluster demo --out demo.kubeconfig", func(t *testing.T, _ string) {
 			kc, err := os.ReadFile(filepath.Join(work, "demo.kubeconfig"))
 			if err != nil || !bytes.Contains(kc, []byte("proxy-url: socks5://127.0.0.1:")) {
@@ -153,8 +156,8 @@ func TestREADMEFirstSession(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd := shell(moved.Replace(c))
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("$ %s: %v\n%s%s", c, err, stdout.String(), stderr.String())
+		if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exits[steps[i].prefix] {
+			t.Fatalf("$ %s: %v, want exit %d\n%s%s", c, err, exits[steps[i].prefix], stdout.String(), stderr.String())
 		}
 		if steps[i].check != nil {
 			t.Run(fmt.Sprintf("%d", i+1), func(t *testing.T) {
