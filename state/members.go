@@ -284,3 +284,47 @@ func (s *Store) WatchValue(ctx context.Context, key string) <-chan Value {
 	}()
 	return out
 }
+
+// Put is a key written, and the revision it was written at.
+type Put struct {
+	Key string
+	Rev int64
+}
+
+// PutBatch is the puts one watch response carried, and the revision the
+// store was at when it sent them: every write up to Revision was seen.
+type PutBatch struct {
+	Puts     []Put
+	Revision int64
+}
+
+// WatchPuts sends the writes of keys under prefix from revision from on,
+// a batch per watch response (one with no put tells the revision moved),
+// until the watch breaks or ctx ends; then the channel closes and the
+// caller starts again from a revision of its choosing.
+func (s *Store) WatchPuts(ctx context.Context, prefix string, from int64) <-chan PutBatch {
+	out := make(chan PutBatch)
+	go func() {
+		defer close(out)
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		defer cancel()
+		for wr := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+			if wr.Err() != nil {
+				s.log.Debug("watch the puts: broken", "prefix", prefix, "err", wr.Err())
+				return
+			}
+			b := PutBatch{Revision: wr.Header.Revision}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					b.Puts = append(b.Puts, Put{Key: string(ev.Kv.Key), Rev: ev.Kv.ModRevision})
+				}
+			}
+			select {
+			case out <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}

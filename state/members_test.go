@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +141,58 @@ func TestWatchValue(t *testing.T) {
 		if v := next(); string(v.Data) != commit || v.Rev != rev {
 			t.Fatalf("after writing %s at %d: %q at %d", commit, rev, v.Data, v.Rev)
 		}
+	}
+}
+
+// TestWatchPuts: the writes under a prefix from a revision on, each with
+// its revision, and not those elsewhere or before; the channel closes
+// when ctx ends.
+func TestWatchPuts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := openStore(t, t.TempDir(), testKey(1))
+	defer s.Close()
+	prefix := s.Key("_reports") + "/"
+	if err := s.Put(ctx, prefix+"before", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	from, err := s.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := s.WatchPuts(ctx, prefix, from+1)
+	want := map[string]int64{}
+	for _, k := range []string{prefix + "c1", s.Key("_status", "demo"), prefix + "c1/demo"} {
+		if err := s.Put(ctx, k, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		_, rev, err := s.GetRev(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(k, prefix) {
+			want[k] = rev
+		}
+	}
+	got := map[string]int64{}
+	for len(got) < len(want) {
+		select {
+		case b := <-watch:
+			for _, p := range b.Puts {
+				got[p.Key] = p.Rev
+				if b.Revision < p.Rev {
+					t.Errorf("a batch at revision %d carries a put at %d", b.Revision, p.Rev)
+				}
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("puts seen %v, want %v", got, want)
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("puts (-want +got):\n%s", d)
+	}
+	cancel()
+	for range watch { // closes
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
 	"opke.dev/opke/reconciler/source"
@@ -477,26 +475,26 @@ func (d *Daemon) reportFrom(ctx context.Context, from int64, due map[string]bool
 	// of the time: a 10,000-cluster note is read and written whole.
 	tick := time.NewTimer(minReportGap)
 	defer tick.Stop()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	watch := d.cfg.Store.Client().Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1))
+	watch := d.cfg.Store.WatchPuts(wctx, prefix, from+1)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case resp, ok := <-watch:
-			if !ok || resp.Err() != nil {
+		case b, ok := <-watch:
+			if !ok {
 				return
 			}
-			for _, ev := range resp.Events {
-				if _, own := d.published.Load(ev.Kv.ModRevision); ev.Type == clientv3.EventTypePut && !own {
-					commit, _, _ := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/")
+			for _, put := range b.Puts {
+				if _, own := d.published.Load(put.Rev); !own {
+					commit, _, _ := strings.Cut(strings.TrimPrefix(put.Key, prefix), "/")
 					due[commit] = true
 				}
 			}
 			// The leader's own writes up to here were seen.
 			d.published.Range(func(rev, _ any) bool {
-				if rev.(int64) <= resp.Header.Revision {
+				if rev.(int64) <= b.Revision {
 					d.published.Delete(rev)
 				}
 				return true
