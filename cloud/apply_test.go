@@ -2,12 +2,17 @@ package cloud_test
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/pagination"
@@ -167,4 +172,66 @@ func roleOf(r diff.Resource) schemas.Role {
 		return schemas.RoleGateway
 	}
 	return schemas.RoleWorker
+}
+
+// TestAppCredentialCarriesOnlyWhatItsClusterNeeds: a cluster's application
+// credential carries the roles its cloud provider and CSI driver need and
+// OPKE's user has (ClusterCredentialRoles), never OPKE's others: made by
+// an admin, a token of the credential is no admin's. A user without the
+// member role is told why nothing is made.
+func TestAppCredentialCarriesOnlyWhatItsClusterNeeds(t *testing.T) {
+	t.Parallel()
+	_, demo, dir := cloudtest.Start(t)
+	ctx := context.Background()
+	admin, err := cloud.Connect(ctx, cloud.Target{File: filepath.Join(dir, "clouds.yaml"), Cloud: "sim-admin", Budget: cloud.Unlimited()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := diff.Resource{Kind: diff.KindAppCredential, Name: "prod"}
+	for _, tc := range []struct {
+		name    string
+		clients *cloud.Clients
+		want    []string
+	}{
+		{"the project's member", demo, []string{"load-balancer_member", "member"}},
+		{"an admin", admin, []string{"member"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := cloud.NewApplier(tc.clients, owner, "prod", nil)
+			id, err := a.CreateAppCredential(ctx, cred, "the-secret-opke-chose", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			user, err := tc.clients.UserID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ac, err := applicationcredentials.Get(ctx, tc.clients.Identity, user, id).Extract()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range ac.Roles {
+				got = append(got, r.Name)
+			}
+			slices.Sort(got)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("the credential's roles (-want +got):\n%s", d)
+			}
+			// What a node holding it can do: its token's roles.
+			pc, err := openstack.AuthenticatedClient(ctx, gophercloud.AuthOptions{IdentityEndpoint: tc.clients.AuthURL,
+				ApplicationCredentialID: id, ApplicationCredentialSecret: "the-secret-opke-chose"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			roles, err := (&cloud.Clients{Provider: pc}).Roles()
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(roles)
+			if d := cmp.Diff(tc.want, roles); d != "" {
+				t.Errorf("the credential's token's roles (-want +got):\n%s", d)
+			}
+		})
+	}
 }

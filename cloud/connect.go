@@ -149,6 +149,24 @@ func (c *Clients) UserID() (string, error) {
 	return u.ID, nil
 }
 
+// Roles are the roles the clients' token carries on its project (the
+// ones Keystone's implied roles add included).
+func (c *Clients) Roles() ([]string, error) {
+	r, ok := c.Provider.GetAuthResult().(tokens.CreateResult)
+	if !ok {
+		return nil, fmt.Errorf("the cloud's token does not name its roles")
+	}
+	roles, err := r.ExtractRoles()
+	if err != nil {
+		return nil, fmt.Errorf("the token's roles: %w", err)
+	}
+	names := make([]string, 0, len(roles))
+	for _, role := range roles {
+		names = append(names, role.Name)
+	}
+	return names, nil
+}
+
 // TokenExpiry is when the clients' token expires; zero if unknown.
 func (c *Clients) TokenExpiry() time.Time {
 	r, ok := c.Provider.GetAuthResult().(tokens.CreateResult)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/gophercloud/gophercloud/v2"
@@ -70,12 +71,46 @@ func (a *Applier) appCredential(ctx context.Context, r diff.Resource, secret str
 			return "", err
 		}
 	}
+	roles, err := a.credentialRoles()
+	if err != nil {
+		return "", err
+	}
 	ac, err := applicationcredentials.Create(ctx, a.c.Identity, user, applicationcredentials.CreateOpts{Name: name, Secret: secret,
-		Description: "OPKE: the cloud provider and CSI driver of cluster " + a.cluster}).Extract()
+		Roles: roles, Description: "OPKE: the cloud provider and CSI driver of cluster " + a.cluster}).Extract()
 	if err != nil {
 		return "", err
 	}
 	return ac.ID, nil
+}
+
+// ClusterCredentialRoles are the project roles a cluster's application
+// credential may carry: what its cloud controller manager (Nova, Neutron,
+// Octavia) and Cinder CSI driver need under OpenStack's default
+// policies (member implies reader in Keystone's default roles, as
+// keystone-manage bootstrap makes them). Without it the credential, which
+// sits on every controller, would carry every role of OPKE's user (admin,
+// where OPKE has it).
+var ClusterCredentialRoles = []string{"member", "load-balancer_member"}
+
+// credentialRoles are the roles of OPKE's token that a cluster's
+// credential carries (ClusterCredentialRoles, as far as the token has
+// them; Keystone refuses a role its creator lacks). member is required:
+// without it the cloud provider could not manage a load balancer.
+func (a *Applier) credentialRoles() ([]applicationcredentials.Role, error) {
+	have, err := a.c.Roles()
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(have, "member") {
+		return nil, fmt.Errorf("OPKE's user has no member role on the project (it has %s): a cluster's cloud provider needs it", strings.Join(have, ", "))
+	}
+	var roles []applicationcredentials.Role
+	for _, name := range ClusterCredentialRoles {
+		if slices.Contains(have, name) {
+			roles = append(roles, applicationcredentials.Role{Name: name})
+		}
+	}
+	return roles, nil
 }
 
 // appCredentials lists the user's application credentials: Keystone has
