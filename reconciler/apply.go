@@ -472,8 +472,22 @@ func waiting(ctx context.Context, err error) {
 	}
 	w.mu.Unlock()
 	if due {
-		w.report(err)
+		w.report(stillWaiting{err})
 	}
+}
+
+// stillWaiting is why a step still waits, as its progress reports it
+// (StepRetrying): no fault, unlike a retried error.
+type stillWaiting struct{ error }
+
+func (w stillWaiting) Unwrap() error { return w.error }
+
+// IsWaiting tells whether a step's retrying progress reports a wait (for
+// a host's health gate, for an API server) rather than an error tried
+// again.
+func IsWaiting(err error) bool {
+	var w stillWaiting
+	return errors.As(err, &w)
 }
 
 // pollUntil runs check every gate interval until it says nothing is
