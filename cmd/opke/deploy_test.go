@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -232,5 +234,24 @@ func TestNoCloudsFileSaysWhere(t *testing.T) {
 	code, _, stderr := opke(t, "backup", "list", "--store", "--cloud", "prod", "--data-dir", dir)
 	if code != exitFailure || !strings.Contains(stderr, "no clouds.yaml") || !strings.Contains(stderr, "--cloud-config FILE") {
 		t.Errorf("exit %d, want the clouds named and how:\n%s", code, stderr)
+	}
+}
+
+// TestAttachNeedsALiveDaemon: a data dir's endpoints.json is a running
+// daemon's only while its process lives (one killed -9 leaves it).
+func TestAttachNeedsALiveDaemon(t *testing.T) {
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for pid, alive := range map[int]bool{os.Getpid(): true, dead.Process.Pid: false} {
+		b, _ := json.Marshal(endpoints{PID: pid, Etcd: []string{"https://127.0.0.1:2379"}, Repo: "/fleet", Branch: "main", Cache: "/cache"})
+		if err := os.WriteFile(filepath.Join(dir, endpointsFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ep, err := attach(dir); (err == nil) != alive || alive && ep.Cache != "/cache" {
+			t.Errorf("pid %d (alive %v): %+v, %v", pid, alive, ep, err)
+		}
 	}
 }

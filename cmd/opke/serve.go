@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5"
@@ -343,6 +344,10 @@ func attach(dataDir string) (*endpoints, error) {
 	var ep endpoints
 	if err := json.Unmarshal(b, &ep); err != nil || len(ep.Etcd) == 0 {
 		return nil, errors.New(endpointsFile + ": not a daemon's")
+	}
+	// A daemon killed (-9) leaves its file behind: its process is gone.
+	if err := syscall.Kill(ep.PID, 0); ep.PID <= 0 || err != nil && !errors.Is(err, syscall.EPERM) {
+		return nil, fmt.Errorf("%s: its daemon (pid %d) is not running", endpointsFile, ep.PID)
 	}
 	return &ep, nil
 }
