@@ -191,10 +191,12 @@ func TestAppCredentialCarriesOnlyWhatItsClusterNeeds(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		clients *cloud.Clients
-		want    []string
+		// want are the credential's roles; its token lists reader too,
+		// which member implies.
+		want, token []string
 	}{
-		{"the project's member", demo, []string{"load-balancer_member", "member"}},
-		{"an admin", admin, []string{"member"}},
+		{"the project's member", demo, []string{"load-balancer_member", "member"}, []string{"load-balancer_member", "member", "reader"}},
+		{"an admin", admin, []string{"member"}, []string{"member", "reader"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := cloud.NewApplier(tc.clients, owner, "prod", nil)
@@ -229,7 +231,7 @@ func TestAppCredentialCarriesOnlyWhatItsClusterNeeds(t *testing.T) {
 				t.Fatal(err)
 			}
 			slices.Sort(roles)
-			if d := cmp.Diff(tc.want, roles); d != "" {
+			if d := cmp.Diff(tc.token, roles); d != "" {
 				t.Errorf("the credential's token's roles (-want +got):\n%s", d)
 			}
 		})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/keypairs"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
@@ -1172,6 +1173,30 @@ func TestContractKeystone(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("token with a wrong secret: %s, want 401", resp.Status)
+		}
+	})
+	// A credential limited to the member role: its token lists reader too
+	// (Keystone's implied roles) and none of the creator's others, and
+	// Octavia refuses it (its default policy wants a load-balancer role),
+	// as OPKE's clusters' credentials carry load-balancer_member for it.
+	t.Run("roles of a credential", func(t *testing.T) {
+		c := c.on(t)
+		limited, err := applicationcredentials.Create(c.ctx, ic, user, applicationcredentials.CreateOpts{Name: c.name("cred-member"), Secret: "s3cret-of-the-test",
+			Roles: []applicationcredentials.Role{{Name: "member"}}}).Extract()
+		c.must(err, "create a credential with the member role")
+		c.cleanup("application credential", func() error { return applicationcredentials.Delete(c.ctx, ic, user, limited.ID).ExtractErr() })
+		pc, err := openstack.AuthenticatedClient(c.ctx, gophercloud.AuthOptions{IdentityEndpoint: c.Clients.AuthURL,
+			ApplicationCredentialID: limited.ID, ApplicationCredentialSecret: "s3cret-of-the-test"})
+		c.must(err, "authenticate with it")
+		roles, err := (&cloud.Clients{Provider: pc}).Roles()
+		c.must(err, "its token's roles")
+		if !slices.Contains(roles, "member") || !slices.Contains(roles, "reader") || slices.Contains(roles, "load-balancer_member") {
+			t.Errorf("a token of a member-only credential lists %v: want member and reader (implied), no load-balancer_member", roles)
+		}
+		lb := *c.Clients.LoadBalancer
+		lb.ProviderClient = pc
+		if _, err := loadbalancers.List(&lb, nil).AllPages(c.ctx); !gophercloud.ResponseCodeIs(err, http.StatusForbidden) {
+			t.Errorf("Octavia with a member-only token: %v, want 403", err)
 		}
 	})
 	t.Run("duplicate name", func(t *testing.T) {

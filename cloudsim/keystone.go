@@ -48,6 +48,23 @@ type token struct {
 
 func (t *token) admin() bool { return slices.Contains(t.Roles, "admin") }
 
+// impliedRoles are the role implications keystone-manage bootstrap makes:
+// admin implies member, member implies reader. A token lists the roles
+// its roles imply, as Keystone's do.
+var impliedRoles = map[string]string{"admin": "member", "member": "reader"}
+
+// withImplied is roles with the ones they imply, sorted, each once.
+func withImplied(roles []string) []string {
+	out := slices.Clone(roles)
+	for i := 0; i < len(out); i++ {
+		if next, ok := impliedRoles[out[i]]; ok && !slices.Contains(out, next) {
+			out = append(out, next)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // authenticate returns the token named by the X-Auth-Token header while it
 // is valid.
 func (w *world) authenticate(id string, now time.Time) (*token, bool) {
@@ -205,6 +222,7 @@ func (s *Sim) issueToken(rw http.ResponseWriter, r *request) {
 	if ac != nil {
 		t.AppCredID, t.Roles = ac.ID, ac.Roles
 	}
+	t.Roles = withImplied(t.Roles)
 	w.Tokens[t.ID] = t
 	w.expireTokens(r.now)
 	rw.Header().Set("X-Subject-Token", t.ID)

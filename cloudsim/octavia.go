@@ -152,20 +152,53 @@ func newLBCommon(r *request, b map[string]any, lb string) lbCommon {
 		Tags: orEmpty(tags), Created: t, Updated: t, LB: lb}
 }
 
+// Octavia's default policy: no access to the load-balancer API without
+// one of its roles (https://docs.openstack.org/octavia/zed/configuration/policy.html):
+// the observers read, load-balancer_member reads and writes, the admins
+// do all; a project's member role alone is not enough.
+var (
+	octaviaReaders = []string{"load-balancer_observer", "load-balancer_global_observer", "load-balancer_member", "load-balancer_admin", "admin"}
+	octaviaWriters = []string{"load-balancer_member", "load-balancer_admin", "admin"}
+	octaviaQuotas  = []string{"load-balancer_quota_admin", "load-balancer_admin", "admin"}
+)
+
+// octaviaPolicy answers 403 as Octavia does to a token with none of the
+// roles, else runs h.
+func octaviaPolicy(roles []string, h handlerFunc) handlerFunc {
+	return func(rw http.ResponseWriter, r *request) {
+		if !slices.ContainsFunc(r.tok.Roles, func(role string) bool { return slices.Contains(roles, role) }) {
+			writeJSON(rw, http.StatusForbidden, map[string]any{"faultcode": "Client",
+				"faultstring": "Policy does not allow this request to be performed.", "debuginfo": nil})
+			return
+		}
+		h(rw, r)
+	}
+}
+
 func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
+	route := func(pattern string, h handlerFunc) {
+		roles := octaviaWriters
+		switch {
+		case strings.HasPrefix(pattern, "GET "):
+			roles = octaviaReaders
+		case strings.Contains(pattern, "quotas/"):
+			roles = octaviaQuotas
+		}
+		s.route(mux, pattern, octaviaPolicy(roles, h))
+	}
 	for _, v := range []string{"v2", "v2.0"} {
 		base := "/load-balancer/" + v + "/lbaas/"
-		s.route(mux, "GET "+base+"loadbalancers", s.lbList("loadbalancers", func(w *world) []any { return values(w.LoadBalancer) }))
-		s.route(mux, "POST "+base+"loadbalancers", s.createLB)
-		s.route(mux, "GET "+base+"loadbalancers/{id}", s.lbGet("loadbalancer"))
-		s.route(mux, "PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
-		s.route(mux, "DELETE "+base+"loadbalancers/{id}", s.deleteLB)
-		s.route(mux, "GET "+base+"loadbalancers/{id}/status", s.probingMembers(s.lbStatusTree))
+		route("GET "+base+"loadbalancers", s.lbList("loadbalancers", func(w *world) []any { return values(w.LoadBalancer) }))
+		route("POST "+base+"loadbalancers", s.createLB)
+		route("GET "+base+"loadbalancers/{id}", s.lbGet("loadbalancer"))
+		route("PUT "+base+"loadbalancers/{id}", s.updateLBObject("loadbalancer"))
+		route("DELETE "+base+"loadbalancers/{id}", s.deleteLB)
+		route("GET "+base+"loadbalancers/{id}/status", s.probingMembers(s.lbStatusTree))
 		// Octavia answers quotas at /v2/lbaas/quotas and, as gophercloud
 		// asks, at /v2/quotas.
 		for _, q := range []string{base + "quotas/{project}", "/load-balancer/" + v + "/quotas/{project}"} {
-			s.route(mux, "GET "+q, s.getOctaviaQuotas)
-			s.route(mux, "PUT "+q, s.putOctaviaQuotas)
+			route("GET "+q, s.getOctaviaQuotas)
+			route("PUT "+q, s.putOctaviaQuotas)
 		}
 		// The children of a load balancer share one shape of routes.
 		for _, c := range []struct {
@@ -182,15 +215,15 @@ func (s *Sim) octaviaRoutes(mux *http.ServeMux) {
 			if c.kind == "member" {
 				list, get = s.probingMembers(list), s.probingMembers(get)
 			}
-			s.route(mux, "GET "+base+c.path, list)
-			s.route(mux, "POST "+base+c.path, c.create)
-			s.route(mux, "GET "+base+c.path+"/{id}", get)
-			s.route(mux, "PUT "+base+c.path+"/{id}", s.updateLBObject(c.kind))
-			s.route(mux, "DELETE "+base+c.path+"/{id}", s.deleteLBChild(c.kind))
+			route("GET "+base+c.path, list)
+			route("POST "+base+c.path, c.create)
+			route("GET "+base+c.path+"/{id}", get)
+			route("PUT "+base+c.path+"/{id}", s.updateLBObject(c.kind))
+			route("DELETE "+base+c.path+"/{id}", s.deleteLBChild(c.kind))
 		}
 	}
 	for _, v := range []string{"v2", "v2.0"} {
-		s.route(mux, "PUT /load-balancer/"+v+"/lbaas/pools/{pool}/members", s.batchMembers)
+		route("PUT /load-balancer/"+v+"/lbaas/pools/{pool}/members", s.batchMembers)
 	}
 	mux.HandleFunc("GET /load-balancer", s.lbVersions)
 	mux.HandleFunc("GET /load-balancer/{$}", s.lbVersions)

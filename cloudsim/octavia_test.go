@@ -3,15 +3,21 @@ package cloudsim
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/quotas"
 )
 
 func TestOctaviaLifecycle(t *testing.T) {
@@ -160,4 +166,78 @@ func countVIPs(w *world) int {
 		}
 	}
 	return n
+}
+
+// TestOctaviaPolicy: as Octavia's default policy has it, a token with
+// none of the load-balancer roles (a project member's alone) is refused
+// (403), load-balancer_member reads and writes, and only the quota
+// admins and admins set quotas. Tokens list implied roles, as
+// Keystone's do: member brings reader.
+func TestOctaviaPolicy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := startEnv(t, Options{})
+	user, err := tokens.Get(ctx, e.user.identity, e.user.provider.Token()).ExtractUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := tokens.Get(ctx, e.user.identity, e.user.provider.Token()).ExtractProject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Clients holding a token of an application credential with roles.
+	withRoles := func(roles ...string) *gophercloud.ServiceClient {
+		t.Helper()
+		var rs []applicationcredentials.Role
+		for _, r := range roles {
+			rs = append(rs, applicationcredentials.Role{Name: r})
+		}
+		ac, err := applicationcredentials.Create(ctx, e.user.identity, user.ID, applicationcredentials.CreateOpts{Name: strings.Join(roles, "+"), Roles: rs}).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := openstack.AuthenticatedClient(ctx, gophercloud.AuthOptions{IdentityEndpoint: e.user.identity.IdentityEndpoint,
+			ApplicationCredentialID: ac.ID, ApplicationCredentialSecret: ac.Secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tokens.Get(ctx, e.user.identity, pc.Token()).ExtractRoles()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range got {
+			names = append(names, r.Name)
+		}
+		if want := append(slices.Clone(roles), "reader"); !slices.Equal(names, slices.Sorted(slices.Values(want))) {
+			t.Errorf("a token of %v lists %v, want the implied reader too", roles, names)
+		}
+		lb, err := openstack.NewLoadBalancerV2(pc, gophercloud.EndpointOpts{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lb
+	}
+	member, lbMember := withRoles("member"), withRoles("load-balancer_member", "member")
+	net := makeTenantNet(t, e.user, "prod", "192.168.20.0/24")
+	create := loadbalancers.CreateOpts{Name: "prod-api", VipSubnetID: net.subnet}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		code int
+	}{
+		{"a member lists", func() error { _, err := loadbalancers.List(member, nil).AllPages(ctx); return err }, http.StatusForbidden},
+		{"a member creates", func() error { _, err := loadbalancers.Create(ctx, member, create).Extract(); return err }, http.StatusForbidden},
+		{"a load-balancer member lists", func() error { _, err := loadbalancers.List(lbMember, nil).AllPages(ctx); return err }, 0},
+		{"a load-balancer member creates", func() error { _, err := loadbalancers.Create(ctx, lbMember, create).Extract(); return err }, 0},
+		{"a load-balancer member sets a quota", func() error {
+			_, err := quotas.Update(ctx, lbMember, project.ID, quotas.UpdateOpts{Loadbalancer: new(int)}).Extract()
+			return err
+		}, http.StatusForbidden},
+	} {
+		err := tc.call()
+		if tc.code == 0 && err != nil || tc.code != 0 && !gophercloud.ResponseCodeIs(err, tc.code) {
+			t.Errorf("%s: %v, want %d", tc.name, err, tc.code)
+		}
+	}
 }
