@@ -28,6 +28,7 @@ type Source interface {
 	IsPullRequest(ref string) bool
 	LocalPath() string
 	Commit(commit string) (source.CommitInfo, error)
+	Log(head string, limit int) ([]string, error)
 }
 
 // Defaults of Config.

@@ -469,7 +469,8 @@ func TestDaemonEndToEnd(t *testing.T) {
 	// applied commit apart, the hosts at their versions.
 	if code, body := e.get(t, "/clusters/demo"); code != 200 || !strings.Contains(body, "“two controllers” by ") ||
 		!strings.Contains(body, "invalid spec, nothing applied") || !strings.Contains(body, "(the head is not applied)") ||
-		!strings.Contains(body, "<td>demo-default-2</td>") {
+		!strings.Contains(body, "<td>demo-default-2</td>") || !strings.Contains(body, "<h2>Recent commits</h2>") ||
+		!strings.Contains(body, `<a href="/plans/`+c1+`/demo">`) || !strings.Contains(body, `<a href="/plans/`+c2+`/demo">`) {
 		t.Errorf("cluster page: %d\n%s", code, body)
 	}
 	if code, _ := e.get(t, "/clusters/nope"); code != 404 {

@@ -104,5 +104,6 @@ func TestPagesInChromium(t *testing.T) {
 	has(browse(t, e.srv.URL+"/", "5-fleet-gate-failed"), "the fleet's page after the failed gate",
 		`<span class="badge failure">failure</span>`, "halted: host/demo-default-0/health", `applied: <a href="/commits/`+c1+`">`)
 	has(browse(t, e.srv.URL+"/clusters/demo", "6-cluster-gate-failed"), "the cluster's page after the failed gate",
-		"(the head is not applied)", "host/demo-default-0/health", `class="error">failed</td>`)
+		"(the head is not applied)", "host/demo-default-0/health", `class="error">failed</td>`,
+		"<h2>Recent commits</h2>", "demo: v1.35.2", "demo: a new cluster")
 }

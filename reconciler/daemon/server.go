@@ -293,6 +293,7 @@ type page struct {
 	Status  ClusterStatus
 	Head    *source.CommitInfo
 	Commit  *entryView
+	History []historyEntry
 	Backups []*backup.Record
 	// A commit's page.
 	Note *report.Note
@@ -303,6 +304,55 @@ type page struct {
 	Entry          *report.Cluster
 	Plan           string
 	Drift          *entryView
+}
+
+// historyEntry is a commit of the tracked branch as a cluster's page
+// lists it: what OPKE did of it for the cluster.
+type historyEntry struct {
+	Commit string
+	Info   *source.CommitInfo
+	Entry  *report.Cluster
+}
+
+// historyLength is how many of the branch's recent commits a cluster's
+// page looks at, and historyShown how many of those concerning the
+// cluster it lists.
+const historyLength, historyShown = 30, 10
+
+// history is what the tracked branch's recent commits did for cluster,
+// newest first, from head back: each commit's entry for the cluster
+// alone is read (a commit that did not concern it has none).
+func (d *Daemon) history(ctx context.Context, cluster, head string) []historyEntry {
+	if head == "" {
+		return nil
+	}
+	commits, err := d.cfg.Source.Log(head, historyLength)
+	if err != nil {
+		return nil
+	}
+	keys := state.KeysOf(d.cfg.Store)
+	var out []historyEntry
+	for _, c := range commits {
+		if len(out) == historyShown {
+			break
+		}
+		var entry *report.Cluster
+		if data, err := d.cfg.Store.Get(ctx, keys.ReportEntry(c, cluster)); err == nil {
+			if json.Unmarshal(data, &entry) != nil {
+				continue
+			}
+		} else if n, err := d.Note(ctx, c); err == nil && n.Clusters[cluster] != nil {
+			entry = n.Clusters[cluster] // a note stored whole, from before the entries had keys
+		} else {
+			continue
+		}
+		h := historyEntry{Commit: c, Entry: entry}
+		if info, err := d.cfg.Source.Commit(c); err == nil {
+			h.Info = &info
+		}
+		out = append(out, h)
+	}
+	return out
 }
 
 // entryView is a cluster's entry in a note as a page shows it: its plan
@@ -407,6 +457,7 @@ func (d *Daemon) clusterPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	p.History = d.history(ctx, name, st.Commit)
 	if p.Backups, err = reconciler.Backups(ctx, d.cfg.Store, name); err != nil {
 		http.Error(w, "state store: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -606,6 +606,29 @@ func Redact(u string) string {
 // lie between the two it was given.
 var ErrTooManyCommits = errors.New("too many commits to check")
 
+// Log lists head and its first parents, newest first, at most limit
+// commits: a branch's recent history as people read it.
+func (m *Mirror) Log(head string, limit int) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for h := plumbing.NewHash(head); len(out) < limit; {
+		c, err := m.repo.CommitObject(h)
+		if err != nil {
+			if len(out) > 0 {
+				return out, nil // a shallow history ends here
+			}
+			return nil, fmt.Errorf("%w %s: %w", ErrUnknownRevision, head, err)
+		}
+		out = append(out, c.Hash.String())
+		if len(c.ParentHashes) == 0 {
+			break
+		}
+		h = c.ParentHashes[0]
+	}
+	return out, nil
+}
+
 // Since lists the commits reachable from head and not from base, newest
 // first, and tells whether head descends from base (or is base). It reads
 // at most limit commits past base's history; more is ErrTooManyCommits.

@@ -337,3 +337,32 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 		t.Errorf("refs with SkipForks (-want +got):\n%s", d)
 	}
 }
+
+// TestMirrorLog: a branch's head and its first parents, newest first, at
+// most the limit.
+func TestMirrorLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	remote := gittest.Init(t, dir)
+	var want []string
+	for i := range 4 {
+		want = append([]string{gittest.Commit(t, remote, fmt.Sprint(i), gittest.Files(map[string]string{"x": fmt.Sprint(i)})).String()}, want...)
+	}
+	setRef(t, remote, "refs/heads/main", plumbing.NewHash(want[0]))
+	m := openMirror(t, dir)
+	if _, err := m.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{2, 10} {
+		got, err := m.Log(want[0], limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want[:min(limit, len(want))], got); d != "" {
+			t.Errorf("Log(head, %d) (-want +got):\n%s", limit, d)
+		}
+	}
+	if _, err := m.Log(strings.Repeat("ab", 20), 3); !errors.Is(err, source.ErrUnknownRevision) {
+		t.Errorf("Log of a commit the cache lacks: %v", err)
+	}
+}
