@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"opke.dev/opke/internal/golden"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -24,8 +24,6 @@ import (
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // spec reads an example cluster and edits it.
 func spec(t testing.TB, name string, edit func(*schemas.Cluster)) *schemas.Cluster {
@@ -136,26 +134,6 @@ func normalize(b []byte) []byte {
 		}
 		return []byte(seen[string(m)])
 	})
-}
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./diff -update writes it)", err)
-	}
-	if d := cmp.Diff(string(want), string(got)); d != "" {
-		t.Errorf("%s (-want +got):\n%s", path, d)
-	}
 }
 
 // TestPlans: every case's plan in its JSON form and its human view, as
@@ -546,8 +524,8 @@ func checkPlan(t *testing.T, name string, p *Plan) {
 	if err := Text(&text, data); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/"+name+"/plan.json", normalize(append(data, '\n')))
-	golden(t, "testdata/"+name+"/plan.txt", text.Bytes())
+	golden.File(t, "testdata/"+name+"/plan.json", normalize(append(data, '\n')))
+	golden.File(t, "testdata/"+name+"/plan.txt", text.Bytes())
 	back, err := Read(data)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"opke.dev/opke/internal/golden"
+
 	"github.com/google/go-cmp/cmp"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestTargets(t *testing.T) {
 	for _, tc := range []struct {
@@ -109,7 +108,7 @@ func TestWrapperMod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/kubernetes-wrapper.go.mod", got)
+	golden.File(t, "testdata/kubernetes-wrapper.go.mod", got)
 
 	e, err := Etcd("registry.k8s.io/etcd:3.6.5-0")
 	if err != nil {
@@ -120,26 +119,10 @@ func TestWrapperMod(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = f.Format()
-	golden(t, "testdata/etcd-wrapper.go.mod", got)
+	golden.File(t, "testdata/etcd-wrapper.go.mod", got)
 
 	if _, err := WrapperMod(a, "1.25.0", []byte("module k8s.io/kubernetes\n")); err == nil {
 		t.Error("a kubernetes go.mod without staging replacements: no error")
-	}
-}
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff(string(want), string(got)); d != "" {
-		t.Errorf("%s (-want +got):\n%s", path, d)
 	}
 }
 

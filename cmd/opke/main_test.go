@@ -3,18 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"opke.dev/opke/internal/gittest"
+	goldenfile "opke.dev/opke/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // opke runs the command line in-process and returns its exit code and output.
 func opke(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -30,25 +26,10 @@ func opkeInput(t *testing.T, stdin string, args ...string) (code int, stdout, st
 	return code, out.String(), errOut.String()
 }
 
-// golden compares got with testdata/name, rewriting it under -update.
+// golden compares got with testdata/name (internal/golden).
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden file (run go test -update to create it): %v", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
+	goldenfile.File(t, filepath.Join("testdata", name), []byte(got))
 }
 
 // writeFleet writes specs as clusters/<name>/cluster.yaml under a new folder.

@@ -1,20 +1,16 @@
 package report
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"opke.dev/opke/internal/golden"
 
 	"opke.dev/opke/diff"
 	"opke.dev/opke/schemas"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // TestText keeps the text of notes a person reads in git log under
 // testdata/text/<case>.txt; regenerate with go test -update.
@@ -61,23 +57,7 @@ func TestText(t *testing.T) {
 	}
 	for name, n := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := Text(n)
-			path := filepath.Join("testdata", "text", name+".txt")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(string(want), got); d != "" {
-				t.Errorf("text (-want +got):\n%s", d)
-			}
+			golden.File(t, filepath.Join("testdata", "text", name+".txt"), []byte(Text(n)))
 		})
 	}
 }

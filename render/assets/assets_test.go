@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"opke.dev/opke/internal/golden"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -31,8 +32,6 @@ import (
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 var now = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
@@ -99,7 +98,7 @@ func TestGolden(t *testing.T) {
 			}
 			got["files.json"] = append(manifest, '\n')
 			dir := filepath.Join("testdata", tc.name)
-			if *update {
+			if *golden.Update {
 				if err := os.RemoveAll(dir); err != nil {
 					t.Fatal(err)
 				}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,13 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	"opke.dev/opke/internal/golden"
+
 	"github.com/google/go-cmp/cmp"
 
 	"opke.dev/opke/cloudsim/firstboot"
 	"opke.dev/opke/schemas"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 const opkeKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG opke@prod"
 
@@ -42,22 +41,7 @@ func TestGolden(t *testing.T) {
 			if err := json.Indent(&pretty, render(t, role), "", "  "); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", string(role)+".ign")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("golden file (go test -update writes it): %v", err)
-			}
-			if diff := cmp.Diff(string(want), pretty.String()); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", path, diff)
-			}
+			golden.File(t, filepath.Join("testdata", string(role)+".ign"), pretty.Bytes())
 		})
 	}
 }
