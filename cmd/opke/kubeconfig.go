@@ -1,15 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/internal/atomicfile"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/state"
@@ -51,8 +47,14 @@ simulator's SOCKS5 edge unless --proxy-url says otherwise.`,
 				return err
 			}
 			if proxy == "" {
-				if proxy, err = simEdge(simState, st.dataDir); err != nil {
+				// The simulator's edge (--sim-state, or the daemon's on the
+				// data dir), or the daemon's own proxy to floating IPs.
+				clouds, err := (&cloudFlags{simState: simState}).resolve(st.dataDir)
+				if err != nil {
 					return err
+				}
+				if clouds.dialer.Proxy != "" {
+					proxy = "socks5://" + clouds.dialer.Proxy
 				}
 			}
 			if proxy != "" {
@@ -73,26 +75,4 @@ simulator's SOCKS5 edge unless --proxy-url says otherwise.`,
 	cmd.Flags().StringVar(&proxy, "proxy-url", "", "the proxy kubectl reaches the API through (socks5://, http://, https://)")
 	cmd.Flags().StringVar(&simState, "sim-state", "", "a running simulator's state dir: the API through its SOCKS5 edge")
 	return cmd
-}
-
-// simEdge is the simulator's SOCKS5 edge as a proxy URL: the one of
-// --sim-state, else the one of the daemon running on dataDir with its
-// simulator, else none.
-func simEdge(simState, dataDir string) (string, error) {
-	if simState == "" {
-		ep, err := attach(dataDir)
-		if err != nil || ep.SimState == "" {
-			return "", nil // no daemon with a simulator there
-		}
-		simState = ep.SimState
-	}
-	b, err := os.ReadFile(filepath.Join(simState, "sim.json"))
-	if err != nil {
-		return "", usagef("--sim-state %s: no sim.json (is the simulator running?)", simState)
-	}
-	var info cloudsim.Info
-	if err := json.Unmarshal(b, &info); err != nil || info.Edge == "" {
-		return "", usagef("--sim-state %s: sim.json is not a simulator's", simState)
-	}
-	return "socks5://" + info.Edge, nil
 }
