@@ -290,13 +290,7 @@ func (d *Daemon) commit(ctx context.Context, ref, commit string) {
 	}
 	n.Notice = note
 	if j.broken {
-		var errs []string
-		for _, f := range n.Findings {
-			if f.Severity == schemas.SeverityError && report.ClusterOf(f.File) == "" {
-				errs = append(errs, f.String())
-			}
-		}
-		log.Warn("refused: the fleet is invalid", "findings", strings.Join(errs, "; "))
+		log.Warn("refused: the fleet is invalid", "findings", n.FleetErrors())
 		for _, name := range names {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: "not applied: the fleet is invalid (see the findings)"}
 		}

@@ -87,15 +87,25 @@ func (n *Note) Overall() State {
 			st = c.State
 		}
 	}
-	for _, f := range n.Findings {
-		if f.Severity == schemas.SeverityError && ClusterOf(f.File) == "" && st.rank() < Failure.rank() {
-			st = Failure
-		}
+	if len(n.FleetErrors()) > 0 && st.rank() < Failure.rank() {
+		st = Failure
 	}
 	if n.Message != "" && st.rank() < Failure.rank() {
 		st = Failure
 	}
 	return st
+}
+
+// FleetErrors are the error findings of no cluster: the fleet's own
+// (they fail the whole commit).
+func (n *Note) FleetErrors() []schemas.Finding {
+	var out []schemas.Finding
+	for _, f := range n.Findings {
+		if f.Severity == schemas.SeverityError && ClusterOf(f.File) == "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Pending returns the cluster's entry if the note is ref's and the

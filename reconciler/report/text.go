@@ -2,11 +2,10 @@ package report
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
-
-	"opke.dev/opke/schemas"
 )
 
 // RecordRef is the git notes ref of the notes' full records (Notes):
@@ -39,13 +38,7 @@ func Text(n *Note) string {
 	if n.Notice != "" {
 		fmt.Fprintf(&b, "Notice: %s\n", n.Notice)
 	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for name := range n.Clusters {
-			if !yield(name) {
-				return
-			}
-		}
-	})
+	names := slices.Sorted(maps.Keys(n.Clusters))
 	width := 0
 	for _, name := range names {
 		width = max(width, len(name))
@@ -135,20 +128,10 @@ func headline(n *Note) string {
 	case Error:
 		return fmt.Sprintf("%s not finished: OPKE or the cloud failed, not the spec (tried again); %s", what, tally)
 	}
-	if n.Message != "" || fleetErrors(n) {
+	if n.Message != "" || len(n.FleetErrors()) > 0 {
 		return fmt.Sprintf("%s refused: nothing of it applied; %s", what, tally)
 	}
 	return fmt.Sprintf("%s applied in part: a cluster that failed is not as its spec says; %s", what, tally)
-}
-
-// fleetErrors tells whether the fleet itself (no cluster) has an error.
-func fleetErrors(n *Note) bool {
-	for _, f := range n.Findings {
-		if f.Severity == schemas.SeverityError && ClusterOf(f.File) == "" {
-			return true
-		}
-	}
-	return false
 }
 
 // when is a cluster entry's time: when it finished and how long it took.
