@@ -145,15 +145,22 @@ func (d *Daemon) catchUp(ctx context.Context, commit string) {
 	}
 }
 
-// fleetAt reads and validates the fleet at commit, with the transitions
-// from what is applied checked.
-func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]*reconciler.AppliedSpec) (*schemas.Fleet, error) {
+// readFleet reads and validates the fleet at commit, within the limits,
+// without the transitions.
+func (d *Daemon) readFleet(ctx context.Context, commit string) (*schemas.Fleet, error) {
 	var fleet *schemas.Fleet
 	err := d.cfg.Source.Read(ctx, commit, func(fsys fs.FS) error {
 		var err error
 		fleet, err = schemas.LoadFleetWithin(fsys, "", d.cfg.Limits)
 		return err
 	})
+	return fleet, err
+}
+
+// fleetAt reads and validates the fleet at commit, with the transitions
+// from what is applied checked.
+func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]*reconciler.AppliedSpec) (*schemas.Fleet, error) {
+	fleet, err := d.readFleet(ctx, commit)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"slices"
@@ -135,9 +134,6 @@ func (d *Daemon) follow(ctx context.Context) {
 	}
 }
 
-// A dispatched head is a state.Value of the Dispatched key: the commit
-// (empty for none) and the revision of the write that dispatched it.
-
 // loadDispatch sets the member's head and fleet to a dispatched commit
 // (read from this daemon's own copy of the repository), without taking
 // anything of it; it returns the commit's note (nil if it could not).
@@ -166,21 +162,12 @@ func (d *Daemon) fleetOf(ctx context.Context, commit string) (map[string]*schema
 	// The transitions are not checked again (the leader did, and its
 	// note says which clusters it refused): each check reads two keys
 	// per cluster, 20,000 reads at 10,000 clusters.
-	read := func() (*schemas.Fleet, error) {
-		var fleet *schemas.Fleet
-		err := d.cfg.Source.Read(ctx, commit, func(fsys fs.FS) error {
-			var err error
-			fleet, err = schemas.LoadFleetWithin(fsys, "", d.cfg.Limits)
-			return err
-		})
-		return fleet, err
-	}
-	fleet, err := read()
+	fleet, err := d.readFleet(ctx, commit)
 	if err != nil {
 		if _, serr := d.cfg.Source.Sync(ctx); serr != nil && !errors.Is(serr, source.ErrUpToDate) {
 			return nil, nil, errors.Join(err, serr)
 		}
-		if fleet, err = read(); err != nil {
+		if fleet, err = d.readFleet(ctx, commit); err != nil {
 			return nil, nil, err
 		}
 	}
