@@ -283,3 +283,34 @@ func (m memo) Get(ctx context.Context, key string) ([]byte, error) {
 func (m memo) Put(ctx context.Context, key string, value []byte) error {
 	return m.d.write(ctx, state.KeysOf(m.d.cfg.Store).Reported(key), value)
 }
+
+// ReadNoteEntry reads a cluster's entry in a commit's note alone: its key,
+// else the note's header (a note stored whole, as before the entries had
+// keys of their own). A cluster's page reloads every few seconds: reading
+// the whole note of a 10,000-cluster commit (megabytes) for one entry,
+// for each of its recent commits, was the page's cost.
+func ReadNoteEntry(ctx context.Context, store *state.Store, commit, cluster string) (*report.Cluster, error) {
+	keys := state.KeysOf(store)
+	data, err := store.Get(ctx, keys.ReportEntry(commit, cluster))
+	if errors.Is(err, state.ErrNotFound) {
+		var header report.Note
+		if data, err = store.Get(ctx, keys.Report(commit)); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(data, &header); err != nil {
+			return nil, fmt.Errorf("note of %s: %w", commit, err)
+		}
+		if c := header.Clusters[cluster]; c != nil {
+			return c, nil
+		}
+		return nil, fmt.Errorf("note of %s: no entry of %s: %w", commit, cluster, state.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c report.Cluster
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("note of %s, entry of %s: %w", commit, cluster, err)
+	}
+	return &c, nil
+}

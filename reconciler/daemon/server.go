@@ -298,12 +298,11 @@ type page struct {
 	// A commit's page.
 	Note *report.Note
 	Info *source.CommitInfo
-	// A plan's page: the cluster and commit, and its entry (the fields of
-	// entryView, which its template shares).
+	// A plan's page: the cluster and the commit, whose entry is Commit.
 	Name, CommitID string
-	Entry          *report.Cluster
-	Plan           string
-	Drift          *entryView
+	// The drift check after the commit, if one changed something (a
+	// cluster's page and a plan's).
+	Drift *entryView
 }
 
 // historyEntry is a commit of the tracked branch as a cluster's page
@@ -330,20 +329,13 @@ func (d *Daemon) history(ctx context.Context, cluster, head string) []historyEnt
 	if err != nil {
 		return nil
 	}
-	keys := state.KeysOf(d.cfg.Store)
 	var out []historyEntry
 	for _, c := range commits {
 		if len(out) == historyShown {
 			break
 		}
-		var entry *report.Cluster
-		if data, err := d.cfg.Store.Get(ctx, keys.ReportEntry(c, cluster)); err == nil {
-			if json.Unmarshal(data, &entry) != nil {
-				continue
-			}
-		} else if n, err := d.Note(ctx, c); err == nil && n.Clusters[cluster] != nil {
-			entry = n.Clusters[cluster] // a note stored whole, from before the entries had keys
-		} else {
+		entry, err := ReadNoteEntry(ctx, d.cfg.Store, c, cluster)
+		if err != nil {
 			continue
 		}
 		h := historyEntry{Commit: c, Entry: entry}
@@ -451,10 +443,9 @@ func (d *Daemon) clusterPage(w http.ResponseWriter, r *http.Request) {
 		if info, err := d.cfg.Source.Commit(st.Commit); err == nil {
 			p.Head = &info
 		}
-		if n, err := d.Note(ctx, st.Commit); err == nil {
-			if p.Commit = viewOf(n.Clusters[name], p.Now); p.Commit != nil {
-				p.Drift = p.Commit.Drift
-			}
+		if entry, err := ReadNoteEntry(ctx, d.cfg.Store, st.Commit, name); err == nil {
+			p.Commit = viewOf(entry, p.Now)
+			p.Drift = p.Commit.Drift
 		}
 	}
 	p.History = d.history(ctx, name, st.Commit)
@@ -478,7 +469,7 @@ func (d *Daemon) planPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := viewOf(c, d.now())
-	render(w, "plan", &page{Title: name + " at " + n.Commit[:12], Now: v.Now, Name: name, CommitID: n.Commit, Entry: v.Entry, Plan: v.Plan, Drift: v.Drift})
+	render(w, "plan", &page{Title: name + " at " + n.Commit[:12], Now: v.Now, Name: name, CommitID: n.Commit, Commit: v, Drift: v.Drift})
 }
 
 func (d *Daemon) commitPage(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -228,7 +229,8 @@ func TestDaemonsShareTheFleet(t *testing.T) {
 
 // TestReadNoteOfBothForms: a note stored whole (as before each cluster's
 // entry had a key of its own) reads with its clusters, and an entry
-// written since under its own key wins over the whole note's.
+// written since under its own key wins over the whole note's; so does
+// one entry read alone (ReadNoteEntry, a cluster's page).
 func TestReadNoteOfBothForms(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -257,5 +259,14 @@ func TestReadNoteOfBothForms(t *testing.T) {
 	want := map[string]string{"east": "success: applied", "west": "success: no changes"}
 	if diff := cmp.Diff(want, got); diff != "" || n.State != report.Success {
 		t.Errorf("the note read (%s; -want +got):\n%s", n.State, diff)
+	}
+	// One entry alone, as a cluster's page reads it.
+	for name, want := range want {
+		if c, err := daemon.ReadNoteEntry(ctx, store, "c0ffee", name); err != nil || string(c.State)+": "+c.Summary != want {
+			t.Errorf("the entry of %s: %+v, %v; want %s", name, c, err, want)
+		}
+	}
+	if _, err := daemon.ReadNoteEntry(ctx, store, "c0ffee", "north"); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the entry of a cluster the note lacks: %v", err)
 	}
 }
