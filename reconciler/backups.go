@@ -362,11 +362,10 @@ func OpenStoreSnapshot(store *state.Store) func([]byte) ([]byte, error) {
 // its gateway as the cloud shows it (opke backup, opke ssh), and its
 // applied spec.
 func ClusterHosts(ctx context.Context, p *Planner, cluster string) (HostTarget, *AppliedSpec, error) {
-	specs, err := AppliedSpecs(ctx, p.Store)
+	a, err := appliedSpec(ctx, p.Store, cluster)
 	if err != nil {
 		return HostTarget{}, nil, err
 	}
-	a := specs[cluster]
 	if a == nil {
 		return HostTarget{}, nil, fmt.Errorf("cluster %s: %w: not applied", cluster, state.ErrNotFound)
 	}

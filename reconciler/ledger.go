@@ -108,19 +108,24 @@ func parseApplied(key string, v []byte) (*AppliedSpec, error) {
 // ReadLedger reads one cluster's ledger: its last applied spec and what
 // the store says was applied of it.
 func ReadLedger(ctx context.Context, kv ledgerKV, cluster string) (*Ledger, error) {
-	var spec *AppliedSpec
+	spec, err := appliedSpec(ctx, kv, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return readLedger(ctx, kv, cluster, spec)
+}
+
+// appliedSpec reads one cluster's last applied spec; nil if it has none.
+func appliedSpec(ctx context.Context, kv ledgerKV, cluster string) (*AppliedSpec, error) {
 	key := state.KeysOf(kv).AppliedSpec(cluster)
 	b, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, state.ErrNotFound):
+		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("ledger of %s: %w", cluster, err)
-	default:
-		if spec, err = parseApplied(key, b); err != nil {
-			return nil, err
-		}
 	}
-	return readLedger(ctx, kv, cluster, spec)
+	return parseApplied(key, b)
 }
 
 // readLedger reads a cluster's resources and files; spec is its applied
