@@ -358,8 +358,9 @@ func attach(dataDir string) (*endpoints, error) {
 // 75 MB at 1,000 clusters), and Go's default of 100 lets the heap grow to
 // twice the live size before it collects: `opke serve` settling 1,000
 // clusters peaked at 289 MiB with 100 and at 238-243 MiB with 50, its
-// settle taking 5.2 s instead of 4.8 s (make bench). Prometheus, which also keeps a large state, made 50 its
-// default for the same reason (v2.53).
+// settle taking 5.2 s instead of 4.8 s (make bench). Prometheus, which
+// also keeps a large state, made 50 its default for the same reason
+// (v2.53).
 const defaultGCPercent = 50
 
 // gcPercent is the collector target for serve and where it comes from:

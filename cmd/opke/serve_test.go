@@ -115,7 +115,7 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	args := func(name string) []string {
 		return append(etcdFlags(store, storeDir), "--repo", "file://"+bare, "--sim-state", simDir,
 			"--encryption-key-file", keyFile, "--data-dir", filepath.Join(base, name), "--listen", "127.0.0.1:0",
-			"--leader-ttl", "2s", "--interval", "1s", "--log-format", "json")
+			"--leader-ttl", "2s", "--interval", "1s", "--log-format", "json", "--gc-percent", "60")
 	}
 	first, firstOut := daemonProc(t, args("a")...)
 	waitFor(t, "the first daemon to lead", func() bool {
@@ -240,6 +240,9 @@ func TestTwoDaemonsTheStandbyFinishesThePlan(t *testing.T) {
 	}
 	if err := survivor.Wait(); err != nil {
 		t.Errorf("opke serve stopped by SIGTERM: %v", err)
+	}
+	if !strings.Contains(survivorOut.String(), `"msg":"the collector's target set","gc_percent":60,"from":"config"`) {
+		t.Errorf("the daemon did not set --gc-percent:\n%s", survivorOut)
 	}
 	if !strings.Contains(survivorOut.String(), `"msg":"the daemon stopped"`) {
 		t.Errorf("the daemon did not say it stopped:\n%s", survivorOut)
