@@ -30,22 +30,17 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"opke.dev/opke/reconciler/report"
 )
 
 // ErrUpToDate is Sync's answer when no ref it follows moved: nothing was
 // fetched. Like go-git's NoErrAlreadyUpToDate, it is not a failure.
 var ErrUpToDate = errors.New("the remote's refs did not move")
 
-// The notes refs OPKE keeps a note per commit in (report.Notes writes
-// them): the text people read in git log --notes=opke, and the full
-// record beside it.
-const (
-	NotesRef  = "refs/notes/opke"
-	RecordRef = "refs/notes/opke-record"
-)
-
-// notesRefs are the notes refs the mirror follows and pushes.
-var notesRefs = []string{NotesRef, RecordRef}
+// notesRefs are the notes refs the mirror follows and pushes, a note per
+// commit in each, as report.Notes writes them: the text people read in
+// git log --notes=opke, and the full record beside it.
+var notesRefs = []string{report.TextRef, report.RecordRef}
 
 // isNotes tells whether ref is one of OPKE's notes refs.
 func isNotes(ref string) bool { return slices.Contains(notesRefs, ref) }
@@ -469,8 +464,7 @@ func (m *Mirror) notesTree(notes string) (*object.Tree, *plumbing.Hash, error) {
 	return tree, &h, nil
 }
 
-// AddNotes sets OPKE's notes on commit, a body by notes ref (NotesRef,
-// RecordRef), and pushes the notes to the remote in one push, so `git log
+// AddNotes sets OPKE's notes on commit, a body by notes ref (notesRefs), and pushes the notes to the remote in one push, so `git log
 // --notes=opke` shows them wherever the repository is cloned. Notes
 // another writer pushed meanwhile are fetched and kept: a rejected push is
 // tried again on top of them.

@@ -94,12 +94,9 @@ func TestMirrorFollowsTheRemote(t *testing.T) {
 // TestMirrorNotes: notes are pushed under refs/notes/opke and
 // refs/notes/opke-record in one push, where git itself reads them; a
 // second note keeps the first, and notes another writer pushed meanwhile
-// are kept too. The refs are the ones report.Notes writes.
+// are kept too.
 func TestMirrorNotes(t *testing.T) {
 	t.Parallel()
-	if source.NotesRef != report.TextRef || source.RecordRef != report.RecordRef {
-		t.Fatalf("the mirror's notes refs %s, %s are not report's %s, %s", source.NotesRef, source.RecordRef, report.TextRef, report.RecordRef)
-	}
 	ctx := context.Background()
 	dir := t.TempDir()
 	remote := gittest.Init(t, dir)
@@ -113,7 +110,7 @@ func TestMirrorNotes(t *testing.T) {
 		}
 	}
 	notes := func(state string) map[string][]byte {
-		return map[string][]byte{source.NotesRef: []byte(state + "\n"), source.RecordRef: []byte(`{"state":"` + state + `"}`)}
+		return map[string][]byte{report.TextRef: []byte(state + "\n"), report.RecordRef: []byte(`{"state":"` + state + `"}`)}
 	}
 	if err := m1.AddNotes(ctx, a.String(), notes("pending")); err != nil {
 		t.Fatal(err)
@@ -137,7 +134,7 @@ func TestMirrorNotes(t *testing.T) {
 			t.Errorf("record of %s = %q", commit, got)
 		}
 	}
-	if got, err := m1.Note(source.RecordRef, b.String()); err != nil || string(got) != `{"state":"success"}` {
+	if got, err := m1.Note(report.RecordRef, b.String()); err != nil || string(got) != `{"state":"success"}` {
 		t.Errorf("Note = %q, %v", got, err)
 	}
 	if err := m1.AddNotes(ctx, a.String(), map[string][]byte{"refs/heads/main": []byte("x")}); err == nil {
@@ -310,7 +307,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	// fetched before a push) is bounded afresh, not cut by the last one's
 	// overflow.
 	gittest.Git(t, dir, "notes", "--ref=opke", "add", "-m", "another writer's", a.String())
-	if err := m.AddNotes(ctx, b.String(), map[string][]byte{source.NotesRef: []byte("note\n")}); err != nil {
+	if err := m.AddNotes(ctx, b.String(), map[string][]byte{report.TextRef: []byte("note\n")}); err != nil {
 		t.Fatalf("a note after a fetch over the bound: %v", err)
 	}
 	// Another ref moves: the failed one is not fetched again, and still fails.
