@@ -33,6 +33,19 @@ func ServerID(t testing.TB, c *cloud.Clients, name string) string {
 	return all[0].ID
 }
 
+// DeleteServer deletes the server called name by hand, as an operator
+// would (drift for OPKE); there must be one.
+func DeleteServer(t testing.TB, c *cloud.Clients, name string) {
+	t.Helper()
+	id := ServerID(t, c, name)
+	if id == "" {
+		t.Fatalf("no server named %s to delete", name)
+	}
+	if err := servers.Delete(context.Background(), c.Compute, id).ExtractErr(); err != nil {
+		t.Fatalf("delete %s: %v", name, err)
+	}
+}
+
 // DialHost opens an SSH session to a server of cluster as OPKE does: as
 // core with OPKE's key for the cluster, the host keys pinned from the
 // server's console; through gw to address (the host's fixed IP and

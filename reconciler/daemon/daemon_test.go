@@ -410,14 +410,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 
 	// 4. Drift: a server deleted by hand comes back within the resync
 	// interval.
-	id := ""
-	pages, _ := servers.List(e.clients.Compute, servers.ListOpts{Name: "^demo-default-1$"}).AllPages(context.Background())
-	if all, _ := servers.ExtractServers(pages); len(all) == 1 {
-		id = all[0].ID
-	}
-	if err := servers.Delete(context.Background(), e.clients.Compute, id).ExtractErr(); err != nil {
-		t.Fatalf("delete demo-default-1 (%q): %v", id, err)
-	}
+	cloudtest.DeleteServer(t, e.clients, "demo-default-1")
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		code, body := e.get(t, "/api/v1/clusters/demo")
@@ -597,17 +590,7 @@ func TestDaemonHoldsBack(t *testing.T) {
 	if n := e.waitNote(t, manual, main); n.State != report.Success {
 		t.Fatalf("note of the unpaused cluster: %+v", n)
 	}
-	pages, err := servers.List(e.clients.Compute, servers.ListOpts{Name: "^demo-default-1$"}).AllPages(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, _ := servers.ExtractServers(pages)
-	if len(all) != 1 {
-		t.Fatalf("demo-default-1: %d servers", len(all))
-	}
-	if err := servers.Delete(context.Background(), e.clients.Compute, all[0].ID).ExtractErr(); err != nil {
-		t.Fatal(err)
-	}
+	cloudtest.DeleteServer(t, e.clients, "demo-default-1")
 	deadline := time.Now().Add(time.Minute)
 	for {
 		_, body := e.get(t, "/api/v1/clusters/demo")

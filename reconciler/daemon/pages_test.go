@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
-
+	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
 )
@@ -77,17 +76,7 @@ func TestPagesInChromium(t *testing.T) {
 
 	// A drift repair: a server deleted by hand is made again by the drift
 	// check, whose own steps the cluster's page shows.
-	pages, err := servers.List(e.clients.Compute, servers.ListOpts{Name: "^demo-default-1$"}).AllPages(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, _ := servers.ExtractServers(pages)
-	if len(all) != 1 {
-		t.Fatalf("demo-default-1: %d servers", len(all))
-	}
-	if err := servers.Delete(t.Context(), e.clients.Compute, all[0].ID).ExtractErr(); err != nil {
-		t.Fatal(err)
-	}
+	cloudtest.DeleteServer(t, e.clients, "demo-default-1")
 	e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.DriftCorrected > 0 })
 	has(browse(t, e.srv.URL+"/", "3-fleet-drift-repaired"), "the fleet's page after the repair", "corrected</small>")
 	has(browse(t, e.srv.URL+"/clusters/demo", "4-cluster-drift-repaired"), "the cluster's page after the repair",
