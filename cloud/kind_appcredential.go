@@ -84,31 +84,38 @@ func (a *Applier) appCredential(ctx context.Context, r diff.Resource, secret str
 }
 
 // ClusterCredentialRoles are the project roles a cluster's application
-// credential may carry: what its cloud controller manager (Nova, Neutron,
-// Octavia) and Cinder CSI driver need under OpenStack's default
-// policies (member implies reader in Keystone's default roles, as
-// keystone-manage bootstrap makes them). Without it the credential, which
-// sits on every controller, would carry every role of OPKE's user (admin,
-// where OPKE has it).
-var ClusterCredentialRoles = []string{"member", "load-balancer_member"}
+// credential carries: what its cloud controller manager (Nova, Neutron,
+// Octavia) and Cinder CSI driver need under OpenStack's default policies,
+// the old (member) and the new (reader for reads, as Nova and Neutron
+// enforce them since 2023.2), and Octavia's (load-balancer_member). reader
+// is named although member implies it: a credential's token lists its
+// roles as they were named, without what they imply (a real Zed Keystone:
+// the contract suite's "roles of a credential"). Without this the
+// credential, which sits on every controller, would carry every role of
+// OPKE's user (admin, where OPKE has it).
+var ClusterCredentialRoles = []string{"member", "reader", "load-balancer_member"}
 
-// credentialRoles are the roles of OPKE's token that a cluster's
-// credential carries (ClusterCredentialRoles, as far as the token has
-// them; Keystone refuses a role its creator lacks). member is required:
-// without it the cloud provider could not manage a load balancer.
+// credentialRoles are ClusterCredentialRoles, each of which OPKE's token
+// must have (Keystone refuses a role its creator lacks, and without one a
+// cluster's cloud provider could not manage its load balancers or
+// volumes); the error names the roles missing and how to grant them.
 func (a *Applier) credentialRoles() ([]applicationcredentials.Role, error) {
 	have, err := a.c.Roles()
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(have, "member") {
-		return nil, fmt.Errorf("OPKE's user has no member role on the project (it has %s): a cluster's cloud provider needs it", strings.Join(have, ", "))
-	}
 	var roles []applicationcredentials.Role
+	var missing []string
 	for _, name := range ClusterCredentialRoles {
-		if slices.Contains(have, name) {
-			roles = append(roles, applicationcredentials.Role{Name: name})
+		if !slices.Contains(have, name) {
+			missing = append(missing, name)
+			continue
 		}
+		roles = append(roles, applicationcredentials.Role{Name: name})
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("OPKE's user lacks the role %s on its project (it has %s), which a cluster's cloud provider needs: grant it (openstack role add --project PROJECT --user USER %s)",
+			strings.Join(missing, " and "), strings.Join(have, ", "), missing[0])
 	}
 	return roles, nil
 }

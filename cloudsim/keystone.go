@@ -49,8 +49,11 @@ type token struct {
 func (t *token) admin() bool { return slices.Contains(t.Roles, "admin") }
 
 // impliedRoles are the role implications keystone-manage bootstrap makes:
-// admin implies member, member implies reader. A token lists the roles
-// its roles imply, as Keystone's do.
+// admin implies member, member implies reader. A user's token lists the
+// roles its roles imply, as Keystone's do (its effective assignments); an
+// application credential's token lists the credential's roles as they were
+// named, without what they imply (Zed's token model; the contract suite's
+// "roles of a credential" holds this to a real Keystone).
 var impliedRoles = map[string]string{"admin": "member", "member": "reader"}
 
 // withImplied is roles with the ones they imply, sorted, each once.
@@ -220,9 +223,10 @@ func (s *Sim) issueToken(rw http.ResponseWriter, r *request) {
 	t := &token{ID: "gAAAAA" + newSecret(32), UserID: u.ID, ProjectID: projectID, Methods: id.Methods,
 		Roles: u.Roles, IssuedAt: r.now.UTC(), ExpiresAt: r.now.Add(r.s.opts.TokenTTL).UTC()}
 	if ac != nil {
-		t.AppCredID, t.Roles = ac.ID, ac.Roles
+		t.AppCredID, t.Roles = ac.ID, slices.Clone(ac.Roles)
+	} else {
+		t.Roles = withImplied(t.Roles)
 	}
-	t.Roles = withImplied(t.Roles)
 	w.Tokens[t.ID] = t
 	w.expireTokens(r.now)
 	rw.Header().Set("X-Subject-Token", t.ID)
