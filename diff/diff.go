@@ -650,8 +650,8 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 // applied, in their names' order, each after every change of the
 // controllers (their files, restarts and gates): the objects go to an API
 // that runs the desired version, as kubeadm upgrades its addons after the
-// control plane. A manifest that is no longer desired is warned of: its
-// objects stay in the cluster.
+// control plane. A manifest that is no longer desired is deleted after
+// them: its objects no desired manifest holds go.
 func (b *builder) manifests(d *Desired, o *Observed) {
 	var applied map[string]string
 	if o.Applied != nil {
@@ -692,11 +692,20 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 		}
 		prev = p
 	}
+	// A manifest no longer rendered (its addon left the spec) has its
+	// objects deleted, after every apply: an object it shares with a
+	// desired manifest (one renamed) stays.
 	for _, name := range slices.Sorted(maps.Keys(applied)) {
-		if !desired[name] {
-			b.warnings = append(b.warnings, Warning{Cluster: d.Cluster, Message: fmt.Sprintf(
-				"%s is no longer rendered (its addon left the spec): OPKE does not delete its objects; delete them with kubectl", name)})
+		if desired[name] {
+			continue
 		}
+		p := b.add(&pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: ManifestAddress(d.Cluster, name), Action: ActionDelete,
+			Before: Attrs{"sha256": Known(applied[name])}, Reason: "no longer rendered: its addon left the spec"}})
+		p.deps = append(p.deps, controllers...)
+		if prev != nil {
+			p.deps = append(p.deps, prev.key)
+		}
+		prev = p
 	}
 }
 

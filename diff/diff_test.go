@@ -797,6 +797,39 @@ func TestUnsettledManifest(t *testing.T) {
 	}
 }
 
+// TestManifestLeavesTheRender: a manifest applied before and no longer
+// rendered (its addon left the spec) is deleted, after every apply of the
+// cluster's manifests, so that an object moved to another manifest is
+// applied there before the old one's objects are pruned.
+func TestManifestLeavesTheRender(t *testing.T) {
+	t.Parallel()
+	kv := statetest.Open(t)
+	c := spec(t, "demo", nil)
+	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := converged(d)
+	o.Applied.Manifests["09-dashboard.yaml"] = "0ld"
+	o.Applied.Manifests["01-coredns.yaml"] = "changed"
+	p := Diff([]*Desired{d}, []*Observed{o})
+	del := find(t, p.Changes, ManifestAddress("demo", "09-dashboard.yaml"), ActionDelete)
+	if del.Before["sha256"].Value != "0ld" || del.Phase != PhaseHosts || !strings.Contains(del.Reason, "no longer rendered") {
+		t.Errorf("the deletion: %+v", del)
+	}
+	apply := find(t, p.Changes, ManifestAddress("demo", "01-coredns.yaml"), ActionApply)
+	if !slices.Contains(del.DependsOn, apply.ID) {
+		t.Errorf("the deletion depends on %v, not on the apply %s", del.DependsOn, apply.ID)
+	}
+	if len(p.Warnings) != 0 {
+		t.Errorf("warnings: %v", p.Warnings)
+	}
+}
+
 // addressesOf are the addresses a plan changes.
 func addressesOf(p *Plan) map[string]bool {
 	out := map[string]bool{}

@@ -366,6 +366,11 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		return h.backup(ctx, c.Address)
 	case diff.ActionApply:
 		return h.applyManifest(ctx, c)
+	case diff.ActionDelete:
+		if c.Address.Target != diff.TargetManifest {
+			return fmt.Errorf("%s: a host step deletes manifests only", c.Address)
+		}
+		return h.deleteManifest(ctx, c)
 	case diff.ActionUpload:
 		f, ok := h.files[host][path]
 		if !ok {

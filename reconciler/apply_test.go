@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
+	"opke.dev/opke/state"
 )
 
 // apply plans the fleet and applies the plan, failing the test on any
@@ -182,7 +184,7 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 			applies = append(applies, c.Address.String())
 		}
 	}
-	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-control-plane.yaml", "kubernetes/demo/04-metrics-server.yaml"}, applies); d != "" {
+	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-control-plane.yaml", "kubernetes/demo/04-kube-router.yaml", "kubernetes/demo/08-metrics-server.yaml"}, applies); d != "" {
 		t.Errorf("applies (-want +got):\n%s", d)
 	}
 	events, err := r.sim.HostEvents("demo-controller-0")
@@ -200,6 +202,120 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 		if !slices.ContainsFunc(units, func(u string) bool { return strings.Contains(u, want) }) {
 			t.Errorf("controller did not %s: %v", want, units)
 		}
+	}
+}
+
+// TestApplyPrunesWhatLeavesTheSpec: a manifest's new version drops an
+// object it applied, which goes. Then an addon (metrics-server) and the
+// NetworkPolicy agent leave the spec. The plan deletes their manifests
+// after the applies; the apply deletes their objects from the cluster's
+// API and nothing else, the ledger forgets them and the next plan is
+// empty; back in the spec, they are applied again.
+func TestApplyPrunesWhatLeavesTheSpec(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	before, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"apps/v1/daemonsets/kube-system/kube-router", "apiregistration.k8s.io/v1/apiservices//v1beta1.metrics.k8s.io"} {
+		if _, ok := before.Applied[key]; !ok {
+			t.Fatalf("%s was not applied", key)
+		}
+	}
+
+	// A new version of a manifest that no longer holds an object it
+	// applied (here: kube-proxy's, as recorded, held a ConfigMap it no
+	// longer has): the object goes with the apply, and nothing else.
+	ctx := context.Background()
+	k := state.KeysOf(r.store)
+	withOld := before.Clone()
+	withOld.Applied["v1/configmaps/kube-system/kube-proxy-old"] = json.RawMessage(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-proxy-old","namespace":"kube-system"}}`)
+	if err := r.sim.SetKubeObjects("demo-controller-0", *withOld); err != nil {
+		t.Fatal(err)
+	}
+	recorded, err := r.store.Get(ctx, k.ManifestObjects("demo", "00-kube-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []map[string]string
+	if err := json.Unmarshal(recorded, &refs); err != nil || len(refs) == 0 {
+		t.Fatalf("the objects recorded for 00-kube-proxy.yaml: %s %v", recorded, err)
+	}
+	refs = append(refs, map[string]string{"apiVersion": "v1", "kind": "ConfigMap", "namespace": "kube-system", "name": "kube-proxy-old"})
+	b, _ := json.Marshal(refs)
+	if err := errors.Join(r.store.Put(ctx, k.ManifestObjects("demo", "00-kube-proxy.yaml"), b),
+		r.store.Put(ctx, k.Manifest("demo", "00-kube-proxy.yaml"), []byte(`{"sha256":"0ld"}`))); err != nil {
+		t.Fatal(err)
+	}
+	r.apply(t, demo)
+	pruned, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(pruned.Applied))); d != "" {
+		t.Errorf("objects after kube-proxy's manifest dropped one (-want +got):\n%s", d)
+	}
+
+	demo.Spec.Addons = slices.DeleteFunc(slices.Clone(demo.Spec.Addons), func(a schemas.Addon) bool { return a.Name == "metrics-server" })
+	demo.Spec.Network.NetworkPolicy = schemas.NetworkPolicyNone
+	plan, _ := r.apply(t, demo)
+	var changes []string
+	for _, c := range plan.Changes {
+		changes = append(changes, c.Action.String()+" "+c.Address.String())
+	}
+	if d := cmp.Diff([]string{"delete kubernetes/demo/04-kube-router.yaml", "delete kubernetes/demo/08-metrics-server.yaml"}, changes); d != "" {
+		t.Errorf("the plan (-want +got):\n%s", d)
+	}
+	after, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone []string
+	for key := range before.Applied {
+		if _, ok := after.Applied[key]; !ok {
+			gone = append(gone, key)
+		}
+	}
+	slices.Sort(gone)
+	want := []string{
+		"apiregistration.k8s.io/v1/apiservices//v1beta1.metrics.k8s.io",
+		"apps/v1/daemonsets/kube-system/kube-router",
+		"apps/v1/deployments/kube-system/metrics-server",
+		"rbac.authorization.k8s.io/v1/clusterrolebindings//kube-router",
+		"rbac.authorization.k8s.io/v1/clusterrolebindings//metrics-server:system:auth-delegator",
+		"rbac.authorization.k8s.io/v1/clusterrolebindings//system:metrics-server",
+		"rbac.authorization.k8s.io/v1/clusterroles//kube-router",
+		"rbac.authorization.k8s.io/v1/clusterroles//system:aggregated-metrics-reader",
+		"rbac.authorization.k8s.io/v1/clusterroles//system:metrics-server",
+		"rbac.authorization.k8s.io/v1/rolebindings/kube-system/metrics-server-auth-reader",
+		"v1/serviceaccounts/kube-system/kube-router",
+		"v1/serviceaccounts/kube-system/metrics-server",
+		"v1/services/kube-system/metrics-server",
+	}
+	if d := cmp.Diff(want, gone); d != "" {
+		t.Errorf("objects deleted (-want +got):\n%s", d)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Fatalf("after the prune, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+	}
+	for _, key := range []string{k.Manifest("demo", "08-metrics-server.yaml"), k.ManifestObjects("demo", "08-metrics-server.yaml")} {
+		if _, err := r.store.Get(ctx, key); !errors.Is(err, state.ErrNotFound) {
+			t.Errorf("%s after the prune: %v, want it forgotten", key, err)
+		}
+	}
+
+	demo.Spec.Addons = append(demo.Spec.Addons, schemas.Addon{Name: "metrics-server"})
+	demo.Spec.Network.NetworkPolicy = schemas.NetworkPolicyKubeRouter
+	r.apply(t, demo)
+	again, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(again.Applied))); d != "" {
+		t.Errorf("objects once back in the spec (-before +after):\n%s", d)
 	}
 }
 

@@ -45,8 +45,9 @@ import (
 // joined through the API's load balancer), and kube-proxy, flannel and
 // CoreDNS running on them; then a pod on the worker resolves
 // kubernetes.default through CoreDNS and reaches a pod on the controller
-// across flannel's VXLAN. These are the first two steps of make e2e
-// (issue "A real cluster comes up").
+// across flannel's VXLAN, until a NetworkPolicy admits only labelled
+// pods (kube-router enforcing it). These are the first two
+// steps of make e2e (issue "A real cluster comes up").
 func TestClusterComesUp(t *testing.T) {
 	r, reg, built := e2eRig(t)
 	c := spec(t, "demo", "", 0)
@@ -67,7 +68,7 @@ func TestClusterComesUp(t *testing.T) {
 	api, base, _ := r.apiClient(t, res, "demo-controller-0")
 	get := getter(api, base)
 	check := upCheck(t, api, base, "v1.35.1", []string{"demo-controller-0", "demo-default-0"},
-		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1})
+		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "kube-router-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1})
 	waitFor(t, e2eWait(), check)
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
@@ -134,7 +135,7 @@ func TestClusterComesUp(t *testing.T) {
 			}
 		}
 	}
-	post("/api/v1/namespaces/default/pods", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"e2e-server"},"spec":{
+	post("/api/v1/namespaces/default/pods", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"e2e-server","labels":{"app":"e2e-server"}},"spec":{
 		"nodeName":"demo-controller-0","tolerations":[{"operator":"Exists"}],
 		"containers":[{"name":"coredns","image":"registry.k8s.io/coredns/coredns:v1.13.1","args":["-dns.port","5353"]}]}}`)
 	server := waitPod("e2e-server", func(p podStatus) bool { return p.Status.Phase == "Running" && p.Status.PodIP != "" })
@@ -161,6 +162,115 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 			end.Status.Phase, server.Status.PodIP, out)
 	}
 	t.Logf("a pod on demo-default-0 resolved kubernetes.default and reached a pod on demo-controller-0 (%s):\n%s", server.Status.PodIP, out)
+
+	// NetworkPolicy is enforced (kube-router, the default of
+	// spec.network.networkPolicy): once the server admits only pods
+	// labelled access=granted on its port, a probe from the worker without
+	// the label no longer connects, and one with it gets its DNS answer.
+	post("/apis/networking.k8s.io/v1/namespaces/default/networkpolicies", `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy",
+		"metadata":{"name":"e2e-server-ingress"},"spec":{"podSelector":{"matchLabels":{"app":"e2e-server"}},"policyTypes":["Ingress"],
+		"ingress":[{"from":[{"podSelector":{"matchLabels":{"access":"granted"}}}],"ports":[{"protocol":"TCP","port":5353}]}]}}`)
+	runProbe := func(name string, labels map[string]string, script string) (string, string) {
+		t.Helper()
+		spec, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name, "labels": labels},
+			"spec": map[string]any{"nodeName": "demo-default-0", "restartPolicy": "Never",
+				"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+					"command": []string{"/bin/bash", "-ec", script}, "env": []any{map[string]any{"name": "SERVER", "value": server.Status.PodIP}}}}}})
+		post("/api/v1/namespaces/default/pods", string(spec))
+		end := waitPod(name, func(p podStatus) bool { return p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" })
+		resp, err := api.Get(base + "/api/v1/namespaces/default/pods/" + name + "/log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return end.Status.Phase, string(out)
+	}
+	// Up to a minute for the agent to program the policy: the probe
+	// succeeds once a connection attempt of 3 s times out (the agent
+	// drops, it does not reset).
+	phase, log := runProbe("e2e-denied", map[string]string{"access": "none"}, `for i in $(seq 20); do
+  if timeout 3 bash -c 'exec 3<>/dev/tcp/$SERVER/5353'; then echo "attempt $i: connected"; sleep 2; else echo "attempt $i: blocked"; exit 0; fi
+done
+exit 1`)
+	// The agent's own account, when it did not do its job.
+	agentLogs := func() string {
+		var pods struct {
+			Items []struct {
+				Metadata struct{ Name string }
+				Spec     struct{ NodeName string }
+			}
+		}
+		if err := get("/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-router", &pods); err != nil {
+			return err.Error()
+		}
+		var b strings.Builder
+		for _, p := range pods.Items {
+			resp, err := api.Get(base + "/api/v1/namespaces/kube-system/pods/" + p.Metadata.Name + "/log?tailLines=80")
+			if err != nil {
+				fmt.Fprintf(&b, "%s: %v\n", p.Metadata.Name, err)
+				continue
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fmt.Fprintf(&b, "== %s on %s:\n%s\n", p.Metadata.Name, p.Spec.NodeName, out)
+		}
+		return b.String()
+	}
+	if phase != "Succeeded" || !strings.Contains(log, "blocked") {
+		t.Fatalf("a pod the NetworkPolicy does not admit still reaches %s:5353 (%s):\n%s\nthe agents:\n%s", server.Status.PodIP, phase, log, agentLogs())
+	}
+	t.Logf("NetworkPolicy: a pod without access=granted is refused:\n%s", log)
+	phase, log = runProbe("e2e-granted", map[string]string{"access": "granted"}, `exec 3<>/dev/tcp/$SERVER/5353
+printf '\x00\x13\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x01\x00\x01' >&3
+timeout 10 head -c 4 <&3 | od -An -tx1`)
+	if phase != "Succeeded" || !strings.Contains(log, "12 34") {
+		t.Fatalf("a pod the NetworkPolicy admits gets no answer from %s:5353 (%s):\n%s\nthe agents:\n%s", server.Status.PodIP, phase, log, agentLogs())
+	}
+	t.Logf("NetworkPolicy: a pod with access=granted is answered:\n%s", log)
+
+	// The agent leaves the spec as the plan's warning says: the policies
+	// deleted first, while kube-router runs (it leaves its iptables rules
+	// behind when it stops, as upstream's does), then networkPolicy: none,
+	// and OPKE deletes its manifest's objects (prune).
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, base+"/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/e2e-server-ingress", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := api.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("delete the NetworkPolicy: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	c.Spec.Network.NetworkPolicy = schemas.NetworkPolicyNone
+	plan, _ := r.apply(t, c)
+	if !slices.ContainsFunc(plan.Changes, func(ch diff.Change) bool {
+		return ch.Action == diff.ActionDelete && ch.Address == diff.ManifestAddress("demo", "04-kube-router.yaml")
+	}) {
+		t.Fatalf("networkPolicy: none plans no deletion of the agent's manifest: %v", plan.Changes)
+	}
+	waitFor(t, 2*time.Minute, func() string {
+		var pods struct{ Items []struct{ Metadata struct{ Name string } } }
+		if err := get("/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-router", &pods); err != nil {
+			return err.Error()
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Sprintf("%d kube-router pods remain", len(pods.Items))
+		}
+		var ds struct{}
+		if err := get("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-router", &ds); err == nil {
+			return "the kube-router DaemonSet remains"
+		}
+		return ""
+	})
+	phase, log = runProbe("e2e-unenforced", map[string]string{"access": "none"}, `for i in $(seq 20); do
+  if timeout 3 bash -c 'exec 3<>/dev/tcp/$SERVER/5353'; then echo "attempt $i: connected"; exit 0; else echo "attempt $i: blocked"; sleep 2; fi
+done
+exit 1`)
+	if phase != "Succeeded" {
+		t.Fatalf("with the agent gone, a pod without access=granted still cannot reach %s:5353 (%s):\n%s", server.Status.PodIP, phase, log)
+	}
+	t.Logf("networkPolicy: none pruned the agent; the policy is stored, not enforced:\n%s", log)
 
 	// Secrets are encrypted at rest: etcd holds the Secret sealed with
 	// the cluster's key (secretbox), the API gives it back in the clear.

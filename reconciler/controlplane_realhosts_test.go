@@ -59,7 +59,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	res := r.observed(t)
 	api, base, _ := r.apiClient(t, res, "demo-controller-1")
 	waitFor(t, e2eWait(), upCheck(t, api, base, "v1.35.1", append(slices.Clone(controllers), "demo-default-0"),
-		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "coredns-": 1}))
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4, "coredns-": 1}))
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
 	etcd := r.etcdClient(t, res, controllers)
@@ -110,7 +110,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 		}
 	}
 	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
-		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "coredns-": 1}))
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4, "coredns-": 1}))
 
 	// A controller lost, its server deleted by hand as a hypervisor's
 	// failure takes it: the next apply removes its member from etcd,
@@ -159,7 +159,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	res = r.observed(t)
 	api, base, _ = r.apiClient(t, res, "demo-controller-0")
 	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
-		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4}))
 
 	// controllers.count 3 -> 5 -> 3: members join one at a time and leave
 	// highest index first, the API and etcd answering throughout.
@@ -187,7 +187,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 			t.Errorf("count %d: the plan after is not empty: %v %v", n, addresses(plan.Changes), addresses(plan.Drift))
 		}
 		waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(names), "demo-default-0"),
-			map[string]int{"kube-apiserver-": n, "kube-proxy-": n + 1, "kube-flannel-ds-": n + 1}))
+			map[string]int{"kube-apiserver-": n, "kube-proxy-": n + 1, "kube-flannel-ds-": n + 1, "kube-router-": n + 1}))
 	}
 	for _, gone := range []string{"demo-controller-3", "demo-controller-4"} {
 		if _, ok := res["openstack/server/"+gone]; ok {
@@ -245,7 +245,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Errorf("no API server answered at %v", down)
 	}
 	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
-		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4}))
 
 	// controllers.flavor changed: each controller in turn leaves etcd
 	// (every other member answering), its server is made again with the
@@ -283,7 +283,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Errorf("the plan after the roll is not empty: %v %v", addresses(plan.Changes), addresses(plan.Drift))
 	}
 	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
-		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4}))
+		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4}))
 
 	step = time.Now()
 	r.apply(t)

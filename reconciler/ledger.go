@@ -350,6 +350,33 @@ func recordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 stri
 	return kv.Put(ctx, state.KeysOf(kv).Manifest(cluster, name), b)
 }
 
+// recordManifestObjects notes the objects an applied manifest holds, kept
+// apart from its record so that reading a ledger does not read them.
+func recordManifestObjects(ctx context.Context, kv ledgerKV, cluster, name string, objs []objectRef) error {
+	b, err := json.Marshal(objs)
+	if err != nil {
+		return err
+	}
+	return kv.Put(ctx, state.KeysOf(kv).ManifestObjects(cluster, name), b)
+}
+
+// manifestObjects are the objects a manifest held when last applied; nil
+// if none were recorded.
+func manifestObjects(ctx context.Context, kv ledgerKV, cluster, name string) ([]objectRef, error) {
+	b, err := kv.Get(ctx, state.KeysOf(kv).ManifestObjects(cluster, name))
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var objs []objectRef
+	if err := json.Unmarshal(b, &objs); err != nil {
+		return nil, fmt.Errorf("ledger of %s: the objects of %s: %w", cluster, name, err)
+	}
+	return objs, nil
+}
+
 // recordEtcdStart notes how a controller's etcd member first started.
 func recordEtcdStart(ctx context.Context, kv ledgerKV, cluster, host string, start assets.EtcdStart) error {
 	b, err := json.Marshal(start)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // ErrManifest is a manifest the API refused, or one that is not a list of
@@ -35,6 +37,24 @@ const fieldManager = "opke"
 type object struct {
 	APIVersion, Kind, Namespace, Name string
 	Body                              map[string]any
+}
+
+// objectRef names an object a manifest applied: what OPKE deletes when
+// the manifest no longer holds it.
+type objectRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+}
+
+// ref is how errors and logs name an object.
+func (o objectRef) ref() string {
+	return object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}.ref()
+}
+
+func (o object) objectRef() objectRef {
+	return objectRef{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
 }
 
 // ref is how errors and logs name an object.
@@ -120,20 +140,28 @@ func (d *discovery) resource(ctx context.Context, apiVersion, kind string) (apiR
 	return apiResource{}, "", fmt.Errorf("%w: %s serves no kind %s", ErrManifest, apiVersion, kind)
 }
 
+// path is the API path of the object o names.
+func (d *discovery) path(ctx context.Context, o objectRef) (string, error) {
+	r, prefix, err := d.resource(ctx, o.APIVersion, o.Kind)
+	if err != nil {
+		return "", err
+	}
+	path := prefix
+	if r.Namespaced {
+		path += "/namespaces/" + url.PathEscape(cmp.Or(o.Namespace, "default"))
+	}
+	return path + "/" + r.Name + "/" + url.PathEscape(o.Name), nil
+}
+
 // applyObjects sends each object with a server-side apply that takes
 // ownership of the fields it sets (force), in the manifest's order.
 func applyObjects(ctx context.Context, k *kubeClient, objs []object) error {
 	d := &discovery{k: k, groups: map[string][]apiResource{}}
 	for _, o := range objs {
-		r, prefix, err := d.resource(ctx, o.APIVersion, o.Kind)
+		path, err := d.path(ctx, o.objectRef())
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.ref(), err)
 		}
-		path := prefix
-		if r.Namespaced {
-			path += "/namespaces/" + url.PathEscape(cmp.Or(o.Namespace, "default"))
-		}
-		path += "/" + r.Name + "/" + url.PathEscape(o.Name)
 		// A node is its kubelet's to create: OPKE only labels one that
 		// registered, and waits for it.
 		if o.APIVersion == "v1" && o.Kind == "Node" {
@@ -154,6 +182,32 @@ func applyObjects(ctx context.Context, k *kubeClient, objs []object) error {
 		}
 		if code/100 != 2 {
 			return fmt.Errorf("%w: %s: %d %s", ErrManifest, o.ref(), code, statusMessage(body))
+		}
+	}
+	return nil
+}
+
+// deleteObjects deletes the objects refs name, last first (a workload
+// before the account and the role it runs with, a namespace last), its
+// dependents in the background as kubectl delete does. An object already
+// gone, or of a kind the API no longer serves, is done.
+func deleteObjects(ctx context.Context, k *kubeClient, refs []objectRef) error {
+	d := &discovery{k: k, groups: map[string][]apiResource{}}
+	for _, o := range slices.Backward(refs) {
+		path, err := d.path(ctx, o)
+		if errors.Is(err, ErrManifest) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", o.ref(), err)
+		}
+		code, body, err := k.do(ctx, http.MethodDelete, path+"?propagationPolicy=Background", "", nil, nil)
+		switch {
+		case err != nil:
+			return fmt.Errorf("delete %s: %w", o.ref(), err)
+		case code == http.StatusNotFound, code/100 == 2:
+		default:
+			return fmt.Errorf("%w: delete %s: %d %s", ErrManifest, o.ref(), code, statusMessage(body))
 		}
 	}
 	return nil
@@ -197,12 +251,121 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
+	// What the manifest applied before and no manifest holds now goes
+	// once the new objects are in (an object moved to another manifest
+	// stays).
+	had, err := manifestObjects(ctx, h.j.w, c.Cluster, name)
+	if err != nil {
+		return err
+	}
+	stale, err := h.stale(had)
+	if err != nil {
+		return err
+	}
+	err = h.withAPI(ctx, c, name, func(k *kubeClient) error {
+		if err := applyObjects(ctx, k, objs); err != nil {
+			return err
+		}
+		return deleteObjects(ctx, k, stale)
+	})
+	if err != nil {
+		return err
+	}
+	if err := h.j.hook("applied " + c.Address.String()); err != nil {
+		return err
+	}
+	a.log().Info("manifest applied", "cluster", c.Cluster, "manifest", name, "objects", len(objs), "pruned", len(stale))
+	refs := make([]objectRef, len(objs))
+	for i, o := range objs {
+		refs[i] = o.objectRef()
+	}
+	// The objects first: a crash before the manifest's record applies it
+	// again, and prunes nothing it did not already.
+	if err := recordManifestObjects(ctx, h.j.w, c.Cluster, name, refs); err != nil {
+		return err
+	}
+	return recordManifest(ctx, h.j.w, c.Cluster, name, sum)
+}
+
+// deleteManifest deletes the objects of a manifest the render no longer
+// holds (its addon left the spec) that no other manifest holds, then its
+// records. A manifest applied before OPKE recorded its objects cannot be
+// pruned: the log says so and its record goes.
+func (h hostStep) deleteManifest(ctx context.Context, c diff.Change) error {
+	name := c.Address.Name
+	had, err := manifestObjects(ctx, h.j.w, c.Cluster, name)
+	if err != nil {
+		return err
+	}
+	if had == nil {
+		h.a.log().Warn("a manifest left the render but its objects were never recorded: delete them with kubectl", "cluster", c.Cluster, "manifest", name)
+	}
+	stale, err := h.stale(had)
+	if err != nil {
+		return err
+	}
+	if len(stale) > 0 {
+		if err := h.withAPI(ctx, c, name, func(k *kubeClient) error { return deleteObjects(ctx, k, stale) }); err != nil {
+			return err
+		}
+	}
+	if err := h.j.hook("deleted " + c.Address.String()); err != nil {
+		return err
+	}
+	h.a.log().Info("manifest deleted", "cluster", c.Cluster, "manifest", name, "objects", len(stale))
+	k := state.KeysOf(h.j.w)
+	return errors.Join(h.j.w.Delete(ctx, k.ManifestObjects(c.Cluster, name)), h.j.w.Delete(ctx, k.Manifest(c.Cluster, name)))
+}
+
+// stale are the objects of had that no manifest of the render holds.
+func (h hostStep) stale(had []objectRef) ([]objectRef, error) {
+	if len(had) == 0 {
+		return nil, nil
+	}
+	desired := map[objectRef]bool{}
+	for _, host := range controllerNames(h.t) {
+		files := h.files[host]
+		if files == nil {
+			continue
+		}
+		for path, f := range files {
+			if !strings.HasPrefix(path, assets.PathAddons+"/") {
+				continue
+			}
+			objs, err := parseManifest(f.Data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			for _, o := range objs {
+				desired[o.objectRef()] = true
+			}
+		}
+		break
+	}
+	var out []objectRef
+	for _, o := range had {
+		if !desired[o] {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// withAPI runs fn against the first controller's API server that is
+// ready, waiting for one up to the gate timeout (a new cluster's API
+// comes up after its controllers' restarts). An API that refuses a
+// request (ErrManifest) is not waited on.
+func (h hostStep) withAPI(ctx context.Context, c diff.Change, name string, fn func(*kubeClient) error) error {
+	a := h.a
 	timeout := cmp.Or(a.GateTimeout, DefaultGateTimeout)
 	deadline := time.Now().Add(timeout)
 	for {
-		err = h.applyOnce(ctx, objs)
-		if err == nil || errors.Is(err, ErrManifest) {
-			break
+		err := h.onAPI(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrManifest) {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		if ctx.Err() != nil {
 			return errors.Join(ctx.Err(), err)
@@ -210,7 +373,7 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 		if time.Now().After(deadline) {
 			return waitedOut{fmt.Errorf("%s: no API server ready within %s: %w", name, timeout, err)}
 		}
-		a.log().Debug("no API server ready to apply to yet", "cluster", c.Cluster, "manifest", name, "why", err)
+		a.log().Debug("no API server ready yet", "cluster", c.Cluster, "manifest", name, "why", err)
 		waiting(ctx, fmt.Errorf("no API server ready yet: %w", err))
 		select {
 		case <-ctx.Done():
@@ -218,19 +381,11 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 		case <-time.After(cmp.Or(a.GateInterval, time.Second)):
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	if err := h.j.hook("applied " + c.Address.String()); err != nil {
-		return err
-	}
-	a.log().Info("manifest applied", "cluster", c.Cluster, "manifest", name, "objects", len(objs))
-	return recordManifest(ctx, h.j.w, c.Cluster, name, sum)
 }
 
-// applyOnce applies objs through the first controller whose API server
-// answers /readyz.
-func (h hostStep) applyOnce(ctx context.Context, objs []object) error {
+// onAPI runs fn against the first controller whose API server answers
+// /readyz.
+func (h hostStep) onAPI(ctx context.Context, fn func(*kubeClient) error) error {
 	var errs []error
 	for _, ip := range controllerIPs(h.t) {
 		k, err := h.a.Hosts.kube(h.t, h.pki, ip)
@@ -248,7 +403,7 @@ func (h hostStep) applyOnce(ctx context.Context, objs []object) error {
 			case code != http.StatusOK:
 				return fmt.Errorf("API server %s /readyz: %d %s", ip, code, firstLine(body))
 			}
-			return applyObjects(ctx, k, objs)
+			return fn(k)
 		}()
 		if err == nil || errors.Is(err, ErrManifest) {
 			return err

@@ -7,6 +7,7 @@ const (
 	DefaultPodCIDR         = "10.2.0.0/16"
 	DefaultServiceCIDR     = "10.3.0.0/16"
 	DefaultCNI             = "flannel"
+	DefaultNetworkPolicy   = NetworkPolicyKubeRouter
 	DefaultMaxUnavailable  = 1
 	DefaultDrainTimeout    = 10 * time.Minute
 	DefaultBackupInterval  = 24 * time.Hour
@@ -23,6 +24,7 @@ func (c *Cluster) Default() {
 	setDefault(&s.Network.PodCIDR, DefaultPodCIDR)
 	setDefault(&s.Network.ServiceCIDR, DefaultServiceCIDR)
 	setDefault(&s.Network.CNI, DefaultCNI)
+	setDefault(&s.Network.NetworkPolicy, DefaultNetworkPolicy)
 	setDefault(&s.Upgrade.MaxUnavailable, DefaultMaxUnavailable)
 	setDefault(&s.Upgrade.DrainTimeout, Duration{DefaultDrainTimeout})
 	if s.Backup != nil {

@@ -115,6 +115,11 @@ func Compare(old, new *Cluster) []FieldChange {
 	diff(spec.Field("gateway").Field("flavor"), o.Gateway.Flavor, n.Gateway.Flavor, EffectReplace,
 		"the gateway holds no state and is replaced")
 	diff(spec.Field("addons"), o.Addons, n.Addons, EffectManifests, "addon manifests are applied or removed")
+	npNote := "the NetworkPolicy agent's manifest is applied"
+	if o.Network.NetworkPolicy == NetworkPolicyKubeRouter {
+		npNote = "kube-router's objects are deleted; the iptables rules it wrote stay on the hosts (it does not remove them as it stops): delete the cluster's NetworkPolicy objects first, while it runs, or reboot the hosts after"
+	}
+	diff(net.Field("networkPolicy"), o.Network.NetworkPolicy, n.Network.NetworkPolicy, EffectManifests, npNote)
 	diff(spec.Field("upgrade"), o.Upgrade, n.Upgrade, EffectConfig, "used by the next rollout")
 	diff(spec.Field("backup"), o.Backup, n.Backup, EffectConfig, "the backup schedule changes")
 	diff(spec.Field("remediation"), o.Remediation, n.Remediation, EffectConfig, "unhealthy workers are replaced, or left, from the next drift check")

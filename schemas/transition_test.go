@@ -81,7 +81,9 @@ func TestCompare(t *testing.T) {
 			[]effectAt{{"spec.controllers.availabilityZones", EffectNewServersOnly}}},
 		{"dnsNameservers: subnet updated in place", []string{"    externalNetwork: public\n", "    externalNetwork: public\n    dnsNameservers: [192.0.2.53]\n"},
 			[]effectAt{{"spec.network.dnsNameservers", EffectSubnetUpdate}}},
-		{"explicit default is no change", []string{"    externalNetwork: public\n", "    externalNetwork: public\n    podCIDR: 10.2.0.0/16\n    cni: flannel\n"}, nil},
+		{"explicit default is no change", []string{"    externalNetwork: public\n", "    externalNetwork: public\n    podCIDR: 10.2.0.0/16\n    cni: flannel\n    networkPolicy: kube-router\n"}, nil},
+		{"network.networkPolicy: manifests", []string{"    externalNetwork: public\n", "    externalNetwork: public\n    networkPolicy: none\n"},
+			[]effectAt{{"spec.network.networkPolicy", EffectManifests}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,6 +102,30 @@ func TestCompare(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("changes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNetworkPolicyOffSaysWhatStays: turning kube-router off says that
+// its iptables rules stay on the hosts and how not to be caught by them;
+// turning it on says nothing of the kind.
+func TestNetworkPolicyOffSaysWhatStays(t *testing.T) {
+	t.Parallel()
+	on := mustParse(t, baseSpec)
+	off := mustParse(t, strings.Replace(baseSpec, "    externalNetwork: public\n", "    externalNetwork: public\n    networkPolicy: none\n", 1))
+	for _, tc := range []struct {
+		name     string
+		from, to *Cluster
+		want     string
+	}{
+		{"off", on, off, "delete the cluster's NetworkPolicy objects first"},
+		{"on", off, on, "manifest is applied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			changes := Compare(tc.from, tc.to)
+			if len(changes) != 1 || !strings.Contains(changes[0].Note, tc.want) {
+				t.Errorf("changes %+v, want one whose note says %q", changes, tc.want)
 			}
 		})
 	}

@@ -87,7 +87,22 @@ type Network struct {
 	ExternalNetwork string   `json:"externalNetwork" yaml:"externalNetwork"`
 	DNSNameservers  []string `json:"dnsNameservers,omitempty" yaml:"dnsNameservers,omitempty"`
 	CNI             string   `json:"cni,omitempty" yaml:"cni,omitempty"`
+	// NetworkPolicy is what enforces the cluster's NetworkPolicy objects
+	// (flannel enforces none): NetworkPolicyKubeRouter (the default) or
+	// NetworkPolicyNone.
+	NetworkPolicy string `json:"networkPolicy,omitempty" yaml:"networkPolicy,omitempty"`
 }
+
+// The values of spec.network.networkPolicy.
+const (
+	// NetworkPolicyKubeRouter is kube-router's network policy controller
+	// alone (no routing, no service proxy): a DaemonSet that enforces
+	// NetworkPolicy with iptables and ipsets beside flannel, as Canal
+	// pairs Calico's policy with flannel.
+	NetworkPolicyKubeRouter = "kube-router"
+	// NetworkPolicyNone: NetworkPolicy objects are stored, not enforced.
+	NetworkPolicyNone = "none"
+)
 
 // Controllers is the control plane: kubeadm's layout with stacked etcd.
 type Controllers struct {

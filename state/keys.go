@@ -86,6 +86,12 @@ func (k Keys) Manifests(cluster string) string { return k.k.Key(cluster, "kubern
 // Manifest is an applied manifest's record.
 func (k Keys) Manifest(cluster, name string) string { return k.k.Key(cluster, "kubernetes", name) }
 
+// ManifestObjects are the objects an applied manifest holds (what is
+// deleted when it no longer does), apart from the manifests' records.
+func (k Keys) ManifestObjects(cluster, name string) string {
+	return k.k.Key(cluster, "kubernetes-objects", name)
+}
+
 // Backups is the prefix of a cluster's snapshot records.
 func (k Keys) Backups(cluster string) string { return k.k.Key(cluster, "backups") + "/" }
 

@@ -199,6 +199,12 @@ func Targets(set Set) ([]Artifact, error) {
 		}
 		add(fc)
 		add(CNIPlugins(CNIPluginsVersion))
+		// What enforces NetworkPolicy by default (spec.network.networkPolicy).
+		np, err := KubeRouter(im.NetworkPolicy)
+		if err != nil {
+			return nil, err
+		}
+		add(np)
 		if set == E2E {
 			// make e2e's LoadBalancer Service: the cloud controller
 			// manager alone, not the Cinder CSI plugin beside it.
@@ -477,6 +483,27 @@ func MetricsServer(ref string) (Artifact, error) {
 		DateVars:   []string{"k8s.io/client-go/pkg/version.buildDate"},
 		CommitVars: []string{"k8s.io/client-go/pkg/version.gitCommit"},
 		Images:     []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "metrics-server", Path: "/metrics-server"}}, Entrypoint: []string{"/metrics-server"}}},
+	}, nil
+}
+
+// KubeRouter is kube-router (docker.io/cloudnativelabs/kube-router:v2.1.0),
+// whose network policy controller enforces NetworkPolicy: /usr/local/bin/
+// kube-router on the network base (iptables, ipset, as upstream's Alpine
+// image has them), built as its Makefile builds it (no cgo, the version
+// and build date stamped).
+func KubeRouter(ref string) (Artifact, error) {
+	v, ok := tagOf(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: kube-router image %q has no tag", ref)
+	}
+	const m = "github.com/cloudnativelabs/kube-router/v2"
+	return Artifact{
+		Key: "kube-router-" + v, Module: m, Version: v, Lang: Go,
+		Binaries: []Binary{{Name: "kube-router", Package: m + "/cmd/kube-router"}},
+		Stamp:    map[string]string{m + "/pkg/version.Version": v},
+		DateVars: []string{m + "/pkg/version.BuildDate"},
+		Images: []ImageSpec{{Ref: ref, Base: netBase, Files: []ImageFile{{Binary: "kube-router", Path: "/usr/local/bin/kube-router"}},
+			Entrypoint: []string{"/usr/local/bin/kube-router"}}},
 	}, nil
 }
 

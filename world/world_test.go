@@ -26,11 +26,11 @@ func TestTargets(t *testing.T) {
 		keys []string
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
-			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "openstack-cloud-controller-manager-v1.35.0",
+			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "openstack-cloud-controller-manager-v1.35.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
-			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion,
+			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0",
 			"metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
@@ -62,6 +62,7 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"docker.io/cloudnativelabs/kube-router:v2.1.0",
 		"ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		"ghcr.io/flannel-io/flannel:v0.27.4",
 		"ghcr.io/opke-dev/cni-plugins:v1.8.0",

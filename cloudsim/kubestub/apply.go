@@ -216,6 +216,41 @@ func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(data)
 }
 
+// deleteApplied deletes an object a server-side apply made: 200 and the
+// object, or 404. A namespace takes its objects with it (the real API
+// server marks it Terminating and its namespace controller empties it;
+// here at once, which nothing of OPKE's waits on).
+func (h *handler) deleteApplied(w http.ResponseWriter, r *http.Request) {
+	t, code, msg := objectTarget(r)
+	if code != 0 {
+		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
+		return
+	}
+	var data json.RawMessage
+	err := h.b.Update(func(o *Objects) error {
+		had, ok := o.Applied[t.key()]
+		if !ok {
+			return &notFound{t.res.Name, t.name}
+		}
+		data = had
+		delete(o.Applied, t.key())
+		if t.gv == "v1" && t.res.Kind == "Namespace" {
+			for k := range o.Applied {
+				// gv/resource/namespace/name: a namespaced object's third part.
+				if parts := strings.Split(k, "/"); len(parts) >= 4 && parts[len(parts)-2] == t.name {
+					delete(o.Applied, k)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, data)
+}
+
 // mergePatch is a JSON merge patch (RFC 7386) of an object a server-side
 // apply made, as kubectl rollout restart sends one. A change to the spec
 // raises metadata.generation, as the real API server does for the

@@ -128,6 +128,7 @@ func Handler(gitVersion string, b Backend) http.Handler {
 		"/apis/{group}/{version}/{resource}/{name}", "/apis/{group}/{version}/namespaces/{ns}/{resource}/{name}"} {
 		mux.HandleFunc("PATCH "+p, h.apply)
 		mux.HandleFunc("GET "+p, h.getApplied)
+		mux.HandleFunc("DELETE "+p, h.deleteApplied)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)

@@ -111,6 +111,12 @@ for m in $(findmnt -rn -t cgroup,cgroup2 -o TARGET); do
   mkdir -p "$m$cg"
   mount --bind "$m" "$m$cg"
 done
+# systemd makes every mount shared at boot on a machine (mount-setup.c),
+# as kubelet's mountPropagation (HostToContainer, Bidirectional) needs, and
+# skips it in a container: a Flatcar VM has shared mounts, so this machine
+# has them too. Its root is a slave of the host's (runc), so nothing it
+# mounts reaches the host.
+mount --make-rshared /
 exec /sbin/init "$@"
 INIT
 chmod 0755 "$R"/usr/lib/opke/machine-init

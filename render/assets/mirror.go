@@ -30,7 +30,7 @@ func registryOf(ref string) string {
 func (r *renderer) registries() []string {
 	seen := map[string]bool{registryOf(KubernetesRegistry + "/x"): true, registryOf(r.kubeletImage()): true}
 	for _, ref := range []string{r.images.Etcd, r.images.CoreDNS, r.images.Pause, r.images.Flannel, r.images.FlannelCNI,
-		r.images.MetricsServer, r.images.IngressNginx, r.images.Dashboard, r.images.Prometheus, r.images.NodeExporter} {
+		r.images.MetricsServer, r.images.IngressNginx, r.images.Dashboard, r.images.Prometheus, r.images.NodeExporter, r.images.NetworkPolicy} {
 		seen[registryOf(ref)] = true
 	}
 	// cloud-provider-openstack's images are registry.k8s.io/provider-os/...

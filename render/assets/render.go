@@ -29,6 +29,12 @@ var coreManifests = []string{"kube-proxy", "coredns", "flannel", "control-plane"
 // addonManifests are the optional addons the spec can select.
 var addonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
 
+// manifestOrder is every manifest in the order they are applied, each
+// named NN-NAME.yaml by its place here: a manifest keeps its name
+// whatever else the spec selects. After the core, the NetworkPolicy
+// agent (spec.network.networkPolicy), then the addons.
+var manifestOrder = slices.Concat(coreManifests, []string{schemas.NetworkPolicyKubeRouter}, addonManifests)
+
 // renderer holds what every file of a cluster derives from.
 type renderer struct {
 	in      Input
@@ -541,14 +547,11 @@ func (r *renderer) staticPods(h Host, inputs []File) ([]File, error) {
 // clusterManifests are the API objects the applier sends to the cluster,
 // one file per component, kept on every controller.
 func (r *renderer) clusterManifests() ([]File, error) {
-	names := slices.Clone(coreManifests)
-	for _, a := range addonManifests {
-		if r.addons[a] {
-			names = append(names, a)
+	var out []File
+	for i, name := range manifestOrder {
+		if !slices.Contains(coreManifests, name) && !r.addons[name] && name != r.c.Spec.Network.NetworkPolicy {
+			continue
 		}
-	}
-	out := make([]File, 0, len(names))
-	for i, name := range names {
 		b, err := execute(name+".yaml", r.data)
 		if err != nil {
 			return nil, err

@@ -24,6 +24,9 @@ type Images struct {
 	Dashboard     string
 	Prometheus    string
 	NodeExporter  string
+	// NetworkPolicy is kube-router, the same for every minor
+	// (NetworkPolicyImage).
+	NetworkPolicy string
 }
 
 // matrix maps each supported minor to its images. The etcd, CoreDNS and
@@ -88,6 +91,17 @@ var matrix = map[string]Images{
 // installs them from an image of its own the same way.
 const CNIPluginsImage = "ghcr.io/opke-dev/cni-plugins:v1.8.0"
 
+// NetworkPolicyImage is kube-router, whose network policy controller
+// enforces NetworkPolicy with iptables and ipsets beside flannel. It reads
+// only stable APIs (networking.k8s.io/v1, core/v1), so one release serves
+// every minor. v2.1.0 is the release the Go module proxy serves here; its
+// reported flaws are in the service proxy (GO-2026-4724) and the BGP
+// router (GO-2026-5653), which the manifest does not run.
+// kube-network-policies (SIG Network's agent) was the first choice: it
+// queues packets with nftables' queue expression, which the test world's
+// kernel lacks (no nft_queue: every rule set it writes is refused).
+const NetworkPolicyImage = "docker.io/cloudnativelabs/kube-router:v2.1.0"
+
 // CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs.
 type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar string }
 
@@ -123,5 +137,6 @@ func ImagesFor(v schemas.Version) (Images, error) {
 	if !ok {
 		return Images{}, fmt.Errorf("kubernetes %s: no image versions for minor %s: %w", v, v.MinorString(), ErrUnsupportedVersion)
 	}
+	im.NetworkPolicy = NetworkPolicyImage
 	return im, nil
 }
