@@ -250,7 +250,9 @@ timeout 10 head -c 4 <&3 | od -An -tx1`)
 		t.Fatalf("networkPolicy: none plans no deletion of the agent's manifest: %v", plan.Changes)
 	}
 	waitFor(t, 2*time.Minute, func() string {
-		var pods struct{ Items []struct{ Metadata struct{ Name string } } }
+		var pods struct {
+			Items []struct{ Metadata struct{ Name string } }
+		}
 		if err := get("/api/v1/namespaces/kube-system/pods?labelSelector=k8s-app%3Dkube-router", &pods); err != nil {
 			return err.Error()
 		}
