@@ -828,6 +828,20 @@ func TestManifestLeavesTheRender(t *testing.T) {
 	if len(p.Warnings) != 0 {
 		t.Errorf("warnings: %v", p.Warnings)
 	}
+	// Printed, the deletion is a prune of the cluster's objects, not a
+	// resource of the cloud deleted.
+	checkPlan(t, "addon-removed", p)
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := Text(&text, data); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "0 to delete,") || !strings.Contains(text.String(), ", 1 manifests to prune.") {
+		t.Errorf("the closing line: %s", text.String()[strings.LastIndex(strings.TrimSuffix(text.String(), "\n"), "\n")+1:])
+	}
 }
 
 // addressesOf are the addresses a plan changes.

@@ -104,7 +104,15 @@ func Text(w io.Writer, data []byte) error {
 	if n := counts[ActionReplace]; n > 0 {
 		fmt.Fprintf(&b, "%d to replace, ", n)
 	}
-	fmt.Fprintf(&b, "%d to delete, %d uploads, %d restarts", counts[ActionDelete], counts[ActionUpload], counts[ActionRestart])
+	// A manifest's deletion prunes objects in the cluster: counted apart
+	// from the cloud's resources a plan deletes.
+	prunes := 0
+	for _, c := range slices.Concat(p.Changes, p.Drift) {
+		if c.Action == ActionDelete && c.Address.Target == TargetManifest {
+			prunes++
+		}
+	}
+	fmt.Fprintf(&b, "%d to delete, %d uploads, %d restarts", counts[ActionDelete]-prunes, counts[ActionUpload], counts[ActionRestart])
 	if n := counts[ActionBackup]; n > 0 {
 		fmt.Fprintf(&b, ", %d backups", n)
 	}
@@ -119,6 +127,9 @@ func Text(w io.Writer, data []byte) error {
 	}
 	if n := counts[ActionApply]; n > 0 {
 		fmt.Fprintf(&b, ", %d manifests to apply", n)
+	}
+	if prunes > 0 {
+		fmt.Fprintf(&b, ", %d manifests to prune", prunes)
 	}
 	b.WriteString(".\n")
 	_, err = io.WriteString(w, b.String())

@@ -97,7 +97,7 @@ func TestPlanNewCluster(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	golden(t, "plan/new.txt", text)
-	if !strings.HasSuffix(text, "\nPlan: 31 to create, 0 to update, 0 to delete, 50 uploads, 7 restarts, 5 manifests to apply.\n") {
+	if !strings.HasSuffix(text, "\nPlan: 31 to create, 0 to update, 0 to delete, 51 uploads, 7 restarts, 6 manifests to apply.\n") {
 		t.Errorf("closing line: %q", text[strings.LastIndex(strings.TrimSuffix(text, "\n"), "\n")+1:])
 	}
 
