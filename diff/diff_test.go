@@ -768,24 +768,30 @@ func TestGatewaySSHSources(t *testing.T) {
 	}
 }
 
+// demoDesired is the demo cluster's desired state as rendered, with
+// unsettled the files whose content is known only after apply.
+func demoDesired(t *testing.T, unsettled map[string]map[string]bool) *Desired {
+	t.Helper()
+	c := spec(t, "demo", nil)
+	out, err := render.Cluster(context.Background(), statetest.Open(t), c, render.Options{Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true, UnsettledFiles: unsettled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // TestUnsettledManifest: a manifest whose bytes carry material the plan
 // could only issue in memory is planned known after apply, also when the
 // cluster already applied one of that name (the apply checks every known
 // value against its render, so a known one would be refused there).
 func TestUnsettledManifest(t *testing.T) {
 	t.Parallel()
-	kv := statetest.Open(t)
-	c := spec(t, "demo", nil)
-	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const file = "/etc/kubernetes/addons/01-coredns.yaml"
-	d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true,
-		UnsettledFiles: map[string]map[string]bool{"demo-controller-0": {file: true}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := demoDesired(t, map[string]map[string]bool{"demo-controller-0": {file: true}})
 	o := converged(d)
 	p := Diff([]*Desired{d}, []*Observed{o})
 	ch := find(t, p.Changes, ManifestAddress("demo", "01-coredns.yaml"), ActionApply)
@@ -803,16 +809,7 @@ func TestUnsettledManifest(t *testing.T) {
 // applied there before the old one's objects are pruned.
 func TestManifestLeavesTheRender(t *testing.T) {
 	t.Parallel()
-	kv := statetest.Open(t)
-	c := spec(t, "demo", nil)
-	out, err := render.Cluster(context.Background(), kv, c, render.Options{Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := Desire(c, Inputs{UserData: out.UserData, Assets: out.Assets, APIFloatingIP: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := demoDesired(t, nil)
 	o := converged(d)
 	o.Applied.Manifests["09-dashboard.yaml"] = "0ld"
 	o.Applied.Manifests["01-coredns.yaml"] = "changed"
