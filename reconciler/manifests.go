@@ -323,11 +323,13 @@ func (h hostStep) stale(had []objectRef) ([]objectRef, error) {
 		return nil, nil
 	}
 	desired := map[objectRef]bool{}
+	found := false
 	for _, host := range controllerNames(h.t) {
 		files := h.files[host]
 		if files == nil {
 			continue
 		}
+		found = true
 		for path, f := range files {
 			if !strings.HasPrefix(path, assets.PathAddons+"/") {
 				continue
@@ -341,6 +343,11 @@ func (h hostStep) stale(had []objectRef) ([]objectRef, error) {
 			}
 		}
 		break
+	}
+	// Without a controller's render there is nothing to compare with:
+	// every object would look stale.
+	if !found {
+		return nil, errors.New("no controller's render to prune against")
 	}
 	var out []objectRef
 	for _, o := range had {
