@@ -319,6 +319,47 @@ func TestApplyPrunesWhatLeavesTheSpec(t *testing.T) {
 	}
 }
 
+// TestApplyForgetsAManifestWithoutRecordedObjects: a manifest applied by
+// an OPKE that recorded no objects (before pruning) leaves the render:
+// nothing is deleted from the cluster (OPKE cannot know what it held),
+// its record goes, and the next plan is empty.
+func TestApplyForgetsAManifestWithoutRecordedObjects(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	ctx := context.Background()
+	k := state.KeysOf(r.store)
+	const name = "08-metrics-server.yaml"
+	if err := r.store.Delete(ctx, k.ManifestObjects("demo", name)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo.Spec.Addons = nil
+	plan, _ := r.apply(t, demo)
+	if !slices.ContainsFunc(plan.Changes, func(c diff.Change) bool {
+		return c.Action == diff.ActionDelete && c.Address == diff.ManifestAddress("demo", name)
+	}) {
+		t.Fatalf("no deletion of %s planned: %v", name, addresses(plan.Changes))
+	}
+	after, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(after.Applied))); d != "" {
+		t.Errorf("objects deleted without a record of them (-before +after):\n%s", d)
+	}
+	if _, err := r.store.Get(ctx, k.Manifest("demo", name)); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the manifest's record after its deletion: %v, want it forgotten", err)
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Fatalf("after forgetting it, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+	}
+}
+
 // TestApplyScalesAndDeletes: scale out 2 -> 3, in 3 -> 1 (highest index
 // first), out again to 2 (a new server under an old name, with new host
 // keys), then with deletionPolicy Delete and the file gone, nothing
