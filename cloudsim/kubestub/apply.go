@@ -101,22 +101,22 @@ func (t target) key() string {
 }
 
 // objectTarget reads the path: /api/v1[/namespaces/NS]/RESOURCE/NAME or
-// /apis/GROUP/VERSION[/namespaces/NS]/RESOURCE/NAME.
-func objectTarget(r *http.Request) (target, int, string) {
-	t := target{gv: "v1", namespace: r.PathValue("ns"), name: r.PathValue("name")}
+// /apis/GROUP/VERSION[/namespaces/NS]/RESOURCE/NAME. A resource the stub
+// does not serve, or served at the wrong scope, is answered 404 here, and
+// ok is false.
+func objectTarget(w http.ResponseWriter, r *http.Request) (t target, ok bool) {
+	t = target{gv: "v1", namespace: r.PathValue("ns"), name: r.PathValue("name")}
 	if g := r.PathValue("group"); g != "" {
 		t.gv = g + "/" + r.PathValue("version")
 	}
 	res := r.PathValue("resource")
 	i := slices.IndexFunc(resources[t.gv], func(x metav1.APIResource) bool { return x.Name == res })
-	if i < 0 {
-		return t, http.StatusNotFound, "the server could not find the requested resource"
+	if i < 0 || resources[t.gv][i].Namespaced != (t.namespace != "") {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
+		return t, false
 	}
 	t.res = resources[t.gv][i]
-	if t.res.Namespaced != (t.namespace != "") {
-		return t, http.StatusNotFound, "the server could not find the requested resource"
-	}
-	return t, 0, ""
+	return t, true
 }
 
 // apply is a server-side apply (PATCH, application/apply-patch+yaml): the
@@ -124,9 +124,8 @@ func objectTarget(r *http.Request) (target, int, string) {
 // server, it requires a field manager, an object whose kind and name are
 // the path's, and an existing namespace.
 func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
-	t, code, msg := objectTarget(r)
-	if code != 0 {
-		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
+	t, ok := objectTarget(w, r)
+	if !ok {
 		return
 	}
 	ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
@@ -200,9 +199,8 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 
 // getApplied returns an object a server-side apply made.
 func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
-	t, code, msg := objectTarget(r)
-	if code != 0 {
-		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
+	t, ok := objectTarget(w, r)
+	if !ok {
 		return
 	}
 	var data json.RawMessage
@@ -217,13 +215,14 @@ func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteApplied deletes an object a server-side apply made: 200 and the
-// object, or 404. A namespace takes its objects with it (the real API
-// server marks it Terminating and its namespace controller empties it;
-// here at once, which nothing of OPKE's waits on).
+// object, or 404 (held to a real API server by internal/kubecontract). A
+// namespace takes its objects with it at once. Not modelled: the real API
+// server keeps a deleted namespace Terminating while its namespace
+// controller empties it, and refuses new content in it meanwhile (an
+// addon removed and added back at once would see a 403 there).
 func (h *handler) deleteApplied(w http.ResponseWriter, r *http.Request) {
-	t, code, msg := objectTarget(r)
-	if code != 0 {
-		writeStatus(w, code, metav1.StatusReasonNotFound, msg, nil)
+	t, ok := objectTarget(w, r)
+	if !ok {
 		return
 	}
 	var data json.RawMessage

@@ -1,6 +1,6 @@
 // Package kubecontract holds the stand-in API server (cloudsim/kubestub)
-// to a real kube-apiserver on what OPKE's health gates and drains ask of
-// the API: the same checks run against both, the stand-in's in make test
+// to a real kube-apiserver on what OPKE's health gates, drains and
+// prunes ask of the API: the same checks run against both, the stand-in's in make test
 // and a real cluster's in make e2e, so that the stand-in is never kinder
 // than the real one (a message it words more helpfully, a status code it
 // gets wrong, a taint it forgets).
@@ -255,5 +255,25 @@ func Run(t *testing.T, c Cluster) {
 		missing := strings.Replace(ev, c.Guarded, "no-such-pod", 1)
 		code, b = do(t, http.MethodPost, "/api/v1/namespaces/"+c.Namespace+"/pods/no-such-pod/eviction", "application/json", missing)
 		failure(t, "the eviction of a missing pod", code, b, http.StatusNotFound, "NotFound")
+	})
+
+	// What a prune does: an object a server-side apply made is deleted
+	// (2xx, kubectl's background propagation), then gone; deleting it
+	// again is the NotFound a prune resumed after a crash takes for done.
+	t.Run("an applied object is deleted, then NotFound", func(t *testing.T) {
+		path := "/api/v1/namespaces/" + c.Namespace + "/configmaps/opke-contract-prune"
+		cm := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"opke-contract-prune","namespace":%q},"data":{"a":"b"}}`, c.Namespace)
+		if code, b := do(t, http.MethodPatch, path+"?fieldManager=opke&force=true", "application/apply-patch+yaml", cm); code/100 != 2 {
+			t.Fatalf("apply a ConfigMap: %d %s", code, b)
+		}
+		if code, b := do(t, http.MethodDelete, path+"?propagationPolicy=Background", "", ""); code/100 != 2 {
+			t.Fatalf("delete it: %d %s", code, b)
+		}
+		code, b := do(t, http.MethodGet, path, "", "")
+		if st := failure(t, "GET it once deleted", code, b, http.StatusNotFound, "NotFound"); st.Message != `configmaps "opke-contract-prune" not found` {
+			t.Errorf("GET it once deleted: %q", st.Message)
+		}
+		code, b = do(t, http.MethodDelete, path+"?propagationPolicy=Background", "", "")
+		failure(t, "delete it again", code, b, http.StatusNotFound, "NotFound")
 	})
 }
