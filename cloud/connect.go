@@ -149,8 +149,9 @@ func (c *Clients) UserID() (string, error) {
 	return u.ID, nil
 }
 
-// Roles are the roles the clients' token carries on its project (the
-// ones Keystone's implied roles add included).
+// Roles are the roles the clients' token carries on its project: a
+// user's with the ones they imply (member implies reader), an application
+// credential's as the credential names them.
 func (c *Clients) Roles() ([]string, error) {
 	r, ok := c.Provider.GetAuthResult().(tokens.CreateResult)
 	if !ok {

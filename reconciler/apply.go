@@ -346,6 +346,8 @@ type hostStep struct {
 	// pki is the cluster's material, for the gates' and backups' clients.
 	pki  *pki.Bundle
 	spec *schemas.Cluster
+	// desired are the objects the render's manifests hold, parsed once.
+	desired *desiredObjects
 }
 
 // do runs an upload or a restart. An upload the host already has is not

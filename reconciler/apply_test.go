@@ -205,6 +205,17 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 	}
 }
 
+// appliedObjects are the objects server-side applies made in the demo
+// cluster's API, by key.
+func appliedObjects(t *testing.T, r *rig) map[string]json.RawMessage {
+	t.Helper()
+	o, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Applied
+}
+
 // TestApplyPrunesWhatLeavesTheSpec: a manifest's new version drops an
 // object it applied, which goes. Then an addon (metrics-server) and the
 // NetworkPolicy agent leave the spec. The plan deletes their manifests
@@ -251,11 +262,8 @@ func TestApplyPrunesWhatLeavesTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.apply(t, demo)
-	pruned, err := r.sim.KubeObjects("demo-controller-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(pruned.Applied))); d != "" {
+	pruned := appliedObjects(t, r)
+	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(pruned))); d != "" {
 		t.Errorf("objects after kube-proxy's manifest dropped one (-want +got):\n%s", d)
 	}
 
@@ -269,13 +277,10 @@ func TestApplyPrunesWhatLeavesTheSpec(t *testing.T) {
 	if d := cmp.Diff([]string{"delete kubernetes/demo/04-kube-router.yaml", "delete kubernetes/demo/08-metrics-server.yaml"}, changes); d != "" {
 		t.Errorf("the plan (-want +got):\n%s", d)
 	}
-	after, err := r.sim.KubeObjects("demo-controller-0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := appliedObjects(t, r)
 	var gone []string
 	for key := range before.Applied {
-		if _, ok := after.Applied[key]; !ok {
+		if _, ok := after[key]; !ok {
 			gone = append(gone, key)
 		}
 	}
@@ -310,11 +315,8 @@ func TestApplyPrunesWhatLeavesTheSpec(t *testing.T) {
 	demo.Spec.Addons = append(demo.Spec.Addons, schemas.Addon{Name: "metrics-server"})
 	demo.Spec.Network.NetworkPolicy = schemas.NetworkPolicyKubeRouter
 	r.apply(t, demo)
-	again, err := r.sim.KubeObjects("demo-controller-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(again.Applied))); d != "" {
+	again := appliedObjects(t, r)
+	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(again))); d != "" {
 		t.Errorf("objects once back in the spec (-before +after):\n%s", d)
 	}
 }
@@ -345,11 +347,8 @@ func TestApplyForgetsAManifestWithoutRecordedObjects(t *testing.T) {
 	}) {
 		t.Fatalf("no deletion of %s planned: %v", name, addresses(plan.Changes))
 	}
-	after, err := r.sim.KubeObjects("demo-controller-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(after.Applied))); d != "" {
+	after := appliedObjects(t, r)
+	if d := cmp.Diff(slices.Sorted(maps.Keys(before.Applied)), slices.Sorted(maps.Keys(after))); d != "" {
 		t.Errorf("objects deleted without a record of them (-before +after):\n%s", d)
 	}
 	if _, err := r.store.Get(ctx, k.Manifest("demo", name)); !errors.Is(err, state.ErrNotFound) {

@@ -555,7 +555,8 @@ func (ca *clusterApply) hostContext() (*hostStep, error) {
 		}
 	}
 	ca.made = nil
-	ca.hs = &hostStep{a: ca.a, j: ca.j, t: target, files: files, etcd: etcd, have: have, uploads: ca.uploads, pki: out.PKI, spec: ca.spec}
+	ca.hs = &hostStep{a: ca.a, j: ca.j, t: target, files: files, etcd: etcd, have: have, uploads: ca.uploads, pki: out.PKI, spec: ca.spec,
+		desired: &desiredObjects{}}
 	return ca.hs, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -33,14 +34,8 @@ var errNotRegistered = errors.New("not registered yet")
 // fieldManager is the name OPKE's server-side applies own fields under.
 const fieldManager = "opke"
 
-// object is one API object of a manifest, as sent.
-type object struct {
-	APIVersion, Kind, Namespace, Name string
-	Body                              map[string]any
-}
-
-// objectRef names an object a manifest applied: what OPKE deletes when
-// the manifest no longer holds it.
+// objectRef names an API object: what a manifest's apply records, and
+// what OPKE deletes when no manifest holds it any more.
 type objectRef struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
@@ -50,19 +45,16 @@ type objectRef struct {
 
 // ref is how errors and logs name an object.
 func (o objectRef) ref() string {
-	return object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}.ref()
-}
-
-func (o object) objectRef() objectRef {
-	return objectRef{APIVersion: o.APIVersion, Kind: o.Kind, Namespace: o.Namespace, Name: o.Name}
-}
-
-// ref is how errors and logs name an object.
-func (o object) ref() string {
 	if o.Namespace != "" {
 		return o.Kind + " " + o.Namespace + "/" + o.Name
 	}
 	return o.Kind + " " + o.Name
+}
+
+// object is one API object of a manifest, as sent.
+type object struct {
+	objectRef
+	Body map[string]any
 }
 
 // parseManifest reads the YAML documents of a manifest: each names its
@@ -158,7 +150,7 @@ func (d *discovery) path(ctx context.Context, o objectRef) (string, error) {
 func applyObjects(ctx context.Context, k *kubeClient, objs []object) error {
 	d := &discovery{k: k, groups: map[string][]apiResource{}}
 	for _, o := range objs {
-		path, err := d.path(ctx, o.objectRef())
+		path, err := d.path(ctx, o.objectRef)
 		if err != nil {
 			return fmt.Errorf("%s: %w", o.ref(), err)
 		}
@@ -277,7 +269,7 @@ func (h hostStep) applyManifest(ctx context.Context, c diff.Change) error {
 	a.log().Info("manifest applied", "cluster", c.Cluster, "manifest", name, "objects", len(objs), "pruned", len(stale))
 	refs := make([]objectRef, len(objs))
 	for i, o := range objs {
-		refs[i] = o.objectRef()
+		refs[i] = o.objectRef
 	}
 	// The objects first: a crash before the manifest's record applies it
 	// again, and prunes nothing it did not already.
@@ -322,32 +314,9 @@ func (h hostStep) stale(had []objectRef) ([]objectRef, error) {
 	if len(had) == 0 {
 		return nil, nil
 	}
-	desired := map[objectRef]bool{}
-	found := false
-	for _, host := range controllerNames(h.t) {
-		files := h.files[host]
-		if files == nil {
-			continue
-		}
-		found = true
-		for path, f := range files {
-			if !strings.HasPrefix(path, assets.PathAddons+"/") {
-				continue
-			}
-			objs, err := parseManifest(f.Data)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-			for _, o := range objs {
-				desired[o.objectRef()] = true
-			}
-		}
-		break
-	}
-	// Without a controller's render there is nothing to compare with:
-	// every object would look stale.
-	if !found {
-		return nil, errors.New("no controller's render to prune against")
+	desired, err := h.desired.get(h)
+	if err != nil {
+		return nil, err
 	}
 	var out []objectRef
 	for _, o := range had {
@@ -356,6 +325,45 @@ func (h hostStep) stale(had []objectRef) ([]objectRef, error) {
 		}
 	}
 	return out, nil
+}
+
+// desiredObjects are the objects the render's manifests hold, read from
+// the first controller's files once per render: every apply and deletion
+// of a manifest compares with them.
+type desiredObjects struct {
+	once sync.Once
+	set  map[objectRef]bool
+	err  error
+}
+
+func (d *desiredObjects) get(h hostStep) (map[objectRef]bool, error) {
+	d.once.Do(func() {
+		for _, host := range controllerNames(h.t) {
+			files := h.files[host]
+			if files == nil {
+				continue
+			}
+			d.set = map[objectRef]bool{}
+			for path, f := range files {
+				if !strings.HasPrefix(path, assets.PathAddons+"/") {
+					continue
+				}
+				objs, err := parseManifest(f.Data)
+				if err != nil {
+					d.err = fmt.Errorf("%s: %w", path, err)
+					return
+				}
+				for _, o := range objs {
+					d.set[o.objectRef] = true
+				}
+			}
+			return
+		}
+		// Without a controller's render there is nothing to compare
+		// with: every object would look stale.
+		d.err = errors.New("no controller's render to prune against")
+	})
+	return d.set, d.err
 }
 
 // withAPI runs fn against the first controller's API server that is

@@ -14,9 +14,13 @@ type NoteWriter interface {
 	AddNotes(ctx context.Context, commit string, bodies map[string][]byte) error
 }
 
-// TextRef is the git notes ref of the notes' text (Text), the one `git
-// log --notes=opke` shows; RecordRef holds the full record beside it.
-const TextRef = "refs/notes/opke"
+// The git notes refs of the notes: TextRef their text (Text), the one
+// `git log --notes=opke` shows, RecordRef the full record (the Note's
+// JSON), which `git notes --ref=opke-record show COMMIT` shows.
+const (
+	TextRef   = "refs/notes/opke"
+	RecordRef = "refs/notes/opke-record"
+)
 
 // Notes reports as git notes, two per commit, replaced as the commit's
 // state moves on: its text for people under refs/notes/opke (Text), and

@@ -8,11 +8,6 @@ import (
 	"time"
 )
 
-// RecordRef is the git notes ref of the notes' full records (Notes):
-// `git log --notes=opke` shows the text, `git notes --ref=opke-record
-// show COMMIT` the JSON.
-const RecordRef = "refs/notes/opke-record"
-
 // maxTextFindings and maxTextFailures bound the lines a text gives to a
 // fleet's findings and to a cluster's failed steps; the record has all.
 const (
@@ -27,10 +22,6 @@ const (
 // where the full record is. It is a function of the note only.
 func Text(n *Note) string {
 	var b strings.Builder
-	short := n.Commit
-	if len(short) > 12 {
-		short = short[:12]
-	}
 	fmt.Fprintf(&b, "OPKE: %s\n", headline(n))
 	if n.Message != "" {
 		fmt.Fprintf(&b, "%s\n", n.Message)
@@ -77,7 +68,7 @@ func Text(n *Note) string {
 			fmt.Fprintf(&b, "  %s\n", f)
 		}
 	}
-	fmt.Fprintf(&b, "\nThe full record (plans, steps, times): git notes --ref=%s show %s\n", strings.TrimPrefix(RecordRef, "refs/notes/"), short)
+	fmt.Fprintf(&b, "\nThe full record (plans, steps, times): git notes --ref=%s show %s\n", strings.TrimPrefix(RecordRef, "refs/notes/"), shortCommit(n.Commit))
 	return b.String()
 }
 
@@ -105,10 +96,7 @@ func headline(n *Note) string {
 	if state == "" {
 		state = n.Overall()
 	}
-	commit := n.Commit
-	if len(commit) > 12 {
-		commit = commit[:12]
-	}
+	commit := shortCommit(n.Commit)
 	if !n.Applied {
 		what := fmt.Sprintf("%s, the head of pull request %s,", commit, n.Ref)
 		switch state {
@@ -133,6 +121,9 @@ func headline(n *Note) string {
 	}
 	return fmt.Sprintf("%s applied in part: a cluster that failed is not as its spec says; %s", what, tally)
 }
+
+// shortCommit is a commit's first 12 digits, as the pages show it.
+func shortCommit(commit string) string { return commit[:min(len(commit), 12)] }
 
 // when is a cluster entry's time: when it finished and how long it took.
 func when(c *Cluster) string {

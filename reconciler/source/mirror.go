@@ -464,7 +464,8 @@ func (m *Mirror) notesTree(notes string) (*object.Tree, *plumbing.Hash, error) {
 	return tree, &h, nil
 }
 
-// AddNotes sets OPKE's notes on commit, a body by notes ref (notesRefs), and pushes the notes to the remote in one push, so `git log
+// AddNotes sets OPKE's notes on commit, a body by notes ref (notesRefs),
+// and pushes them to the remote in one push, so that `git log
 // --notes=opke` shows them wherever the repository is cloned. Notes
 // another writer pushed meanwhile are fetched and kept: a rejected push is
 // tried again on top of them.
