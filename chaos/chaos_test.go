@@ -7,12 +7,14 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,6 +39,7 @@ const (
 	scenarioTwoDaemons  = "two daemons, the leader paused"
 	scenarioKillRemedy  = "kill -9 serve during a remediation"
 	scenarioKillRotate  = "kill -9 serve during a CA rotation"
+	scenarioKillReboots = "kill -9 serve during OS reboots"
 )
 
 // runs is how many times a scenario runs: full for make chaos, short for
@@ -117,6 +120,25 @@ func (w *world) strikeAtStep(rng *rand.Rand) bool {
 	return w.applying(ctx)
 }
 
+// killAtStep kills serve a (called name) after a random number of the
+// apply's steps (o.Hit: whether it struck mid-apply) and starts it
+// again; it returns when it did.
+func (w *world) killAtStep(rng *rand.Rand, o *outcome, a *serveProc, name string) time.Time {
+	o.Hit = w.strikeAtStep(rng)
+	a.Kill()
+	w.serve(name)
+	return time.Now()
+}
+
+// resumed records whether serve name, started again after a kill that
+// struck mid-apply, resumed the journal the killed one left (o.Reported).
+func (w *world) resumed(o *outcome, name string) {
+	o.Reported = !o.Hit || strings.Contains(w.logs(name), "resuming an interrupted apply")
+	if !o.Reported {
+		w.t.Error("the restarted daemon did not resume the journal the killed one left")
+	}
+}
+
 // TestKillDuringCreate: opke serve is killed (-9) at a random point of a
 // cluster's create and started again: it resumes the journal the dead
 // one left and the cluster converges, every resource made once.
@@ -165,10 +187,7 @@ func killDuring(t *testing.T, rng *rand.Rand, o *outcome, ref *reference, upgrad
 			t.Errorf("the upgrade recreated servers: %v, were %v", got, ids)
 		}
 	}
-	o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
-	if !o.Reported {
-		t.Error("the restarted daemon did not resume the journal the killed one left")
-	}
+	w.resumed(o, "a")
 }
 
 // TestKillDuringRemediation: a worker's kubelet is stopped; once its Node
@@ -194,10 +213,7 @@ func TestKillDuringRemediation(t *testing.T) {
 		// the Node object deleted, the new host's files and restarts,
 		// its gate) takes a second or two in the simulator: the kill
 		// comes after a random number of its steps are done.
-		o.Hit = w.strikeAtStep(rng)
-		a.Kill()
-		w.serve("a")
-		restarted := time.Now()
+		restarted := w.killAtStep(rng, o, a, "a")
 		replaced := waitFor(settleTimeout, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -215,10 +231,59 @@ func TestKillDuringRemediation(t *testing.T) {
 				t.Errorf("%s was replaced too: %s, was %s", name, id, ids[name])
 			}
 		}
-		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
-		if !o.Reported {
-			t.Error("the restarted daemon did not resume the journal the killed one left")
+		w.resumed(o, "a")
+	})
+}
+
+// TestKillDuringOSReboots: both workers' staged OS updates wait for a
+// reboot (/run/reboot-required); a drift check's correction drains,
+// reboots, gates and uncordons them one at a time, and opke serve is
+// killed (-9) at a random point of it and started again: it resumes,
+// every worker is rebooted (its /run is new) and uncordoned, no server is
+// made again, nothing is duplicated or left.
+func TestKillDuringOSReboots(t *testing.T) {
+	t.Parallel()
+	ref := cleanRun(t)
+	workers := []string{cluster + "-default-0", cluster + "-default-1"}
+	each(t, scenarioKillReboots, runs(8, 1), func(t *testing.T, rng *rand.Rand, o *outcome) {
+		w := newWorld(t, worldOptions{})
+		a := w.serve("a")
+		c1 := w.commit(v1)
+		if !w.settled(c1, settleTimeout) {
+			t.Fatal("the create did not converge")
 		}
+		ids := w.serverIDs()
+		for _, h := range workers {
+			cloudtest.HostRun(t, w.store, w.clients(), w.simEdge, cluster, h, sshx.Sudo("touch /run/reboot-required /run/booted-before"))
+		}
+		restarted := w.killAtStep(rng, o, a, "a")
+		rebooted := waitFor(settleTimeout, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if w.applying(ctx) {
+				return false
+			}
+			// The simulator's hosts keep their roots in its state
+			// dir: StateDir/hosts/<server id>/root.
+			for _, h := range workers {
+				if _, err := os.Stat(filepath.Join(w.dir, "sim", "hosts", ids[h], "root", "run", "booted-before")); !errors.Is(err, os.ErrNotExist) {
+					return false
+				}
+			}
+			return true
+		})
+		if !rebooted {
+			o.Converged = false
+			t.Errorf("the workers were not both rebooted")
+		}
+		w.verify(o, ref, v1, restarted)
+		for name, id := range w.serverIDs() {
+			if ids[name] != id {
+				o.Converged = false
+				t.Errorf("%s was made again: %s, was %s", name, id, ids[name])
+			}
+		}
+		w.resumed(o, "a")
 	})
 }
 
@@ -246,10 +311,7 @@ func TestKillDuringRotation(t *testing.T) {
 			t.Fatal("the rotation's trust phase did not converge")
 		}
 		w.commitSpec(v1, rotation("reissue"))
-		o.Hit = w.strikeAtStep(rng)
-		a.Kill()
-		w.serve("a")
-		w.verify(o, ref, v1, time.Now())
+		w.verify(o, ref, v1, w.killAtStep(rng, o, a, "a"))
 		if got := w.serverIDs(); !maps.Equal(got, ids) {
 			o.Converged = false
 			t.Errorf("the rotation made servers again: %v, were %v", got, ids)
@@ -265,10 +327,7 @@ func TestKillDuringRotation(t *testing.T) {
 			o.Converged = false
 			t.Errorf("the API server's certificate after the reissue: issuer %v (%v)", c.Issuer.CommonName, err)
 		}
-		o.Reported = !o.Hit || strings.Contains(w.logs("a"), "resuming an interrupted apply")
-		if !o.Reported {
-			t.Error("the restarted daemon did not resume the journal the killed one left")
-		}
+		w.resumed(o, "a")
 	})
 }
 

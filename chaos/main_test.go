@@ -129,7 +129,7 @@ var results = struct {
 }{rows: map[string]*row{}}
 
 // order is the table's order of the scenarios; the others follow by name.
-var order = []string{scenarioKillCreate, scenarioKillUpgrade, scenarioKillRemedy, scenarioKillRotate, scenarioEtcd, scenarioCloudDown, scenarioGit, scenarioAPIErrors, scenarioTwoDaemons}
+var order = []string{scenarioKillCreate, scenarioKillUpgrade, scenarioKillRemedy, scenarioKillRotate, scenarioKillReboots, scenarioEtcd, scenarioCloudDown, scenarioGit, scenarioAPIErrors, scenarioTwoDaemons}
 
 // scenarios are the recorded scenarios in the table's order; the caller
 // holds results.mu.

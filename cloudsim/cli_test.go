@@ -79,7 +79,16 @@ func TestOpenStackCLI(t *testing.T) {
 	}
 	expect(osc("container", "create", "opke-backups"), "opke-backups")
 	expect(osc("object", "create", "opke-backups", file), file)
+	// Cinder through the CLI's volume commands, and Nova's attachments.
+	expect(osc("volume", "create", "--size", "1", "prod-data", "-f", "value", "-c", "status"), "creating")
+	osc("server", "add", "volume", "prod-worker-0", "prod-data")
+	expect(osc("volume", "show", "prod-data", "-f", "value", "-c", "status"), "in-use")
+	id := strings.TrimSpace(osc("server", "show", "prod-worker-0", "-f", "value", "-c", "id"))
+	if out := osc("volume", "list", "-f", "value", "-c", "Attached to"); !strings.Contains(out, id) || !strings.Contains(out, "'/dev/vdb'") {
+		t.Errorf("volume list: attached to %q, want %s at /dev/vdb", out, id)
+	}
 	osc("server", "delete", "--wait", "prod-worker-0")
+	expect(osc("volume", "show", "prod-data", "-f", "value", "-c", "status"), "available")
 	expect(osc("server", "list", "-f", "value", "-c", "Name"), "prod-worker-1")
 	if out := osc("server", "list", "-f", "value", "-c", "Name"); strings.Contains(out, "prod-worker-0") {
 		t.Errorf("prod-worker-0 still listed after delete:\n%s", out)

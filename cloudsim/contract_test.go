@@ -23,12 +23,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/snapshots"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/volumes"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/keypairs"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/quotasets"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servergroups"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/tags"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/volumeattach"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/applicationcredentials"
 	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
@@ -1255,4 +1258,190 @@ type serverUpdate map[string]any
 
 func (u serverUpdate) ToServerUpdateMap() (map[string]any, error) {
 	return map[string]any{"server": map[string]any(u)}, nil
+}
+
+// TestContractCinder: what the Cinder CSI plugin on a cluster asks of
+// Block Storage v3 and of Nova's volume attachments: volumes made, found
+// by name and in pages, attached to a server (in-use, with their device),
+// snapshotted, detached, extended, restored from a snapshot, freed when
+// their server goes, and the refusals it relies on.
+func TestContractCinder(t *testing.T) {
+	t.Parallel()
+	c := contract(t)
+	bs, err := openstack.NewBlockStorageV3(c.Clients.Provider, gophercloud.EndpointOpts{Region: c.Clients.Region})
+	c.must(err, "block storage endpoint")
+	cc := c.Clients.Compute
+	status := func(id, want string) *volumes.Volume {
+		t.Helper()
+		var v *volumes.Volume
+		c.eventually("volume "+id+" "+want, 2*time.Minute, func() (bool, string) {
+			var err error
+			if v, err = volumes.Get(c.ctx, bs, id).Extract(); err != nil {
+				return false, err.Error()
+			}
+			return v.Status == want, v.Status
+		})
+		return v
+	}
+	volume := func(opts volumes.CreateOpts) *volumes.Volume {
+		t.Helper()
+		v, err := volumes.Create(c.ctx, bs, opts, nil).Extract()
+		c.must(err, "create volume "+opts.Name)
+		c.cleanup("volume", func() error {
+			if err := volumes.Delete(c.ctx, bs, v.ID, nil).ExtractErr(); err != nil {
+				// attached, or busy: 400 from Cinder, retried as a 409
+				if gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+					return gophercloud.ErrUnexpectedResponseCode{Actual: http.StatusConflict}
+				}
+				return err
+			}
+			return gone("volume "+v.ID, func() error { _, err := volumes.Get(c.ctx, bs, v.ID).Extract(); return err })
+		})
+		if v.Status != "creating" {
+			t.Errorf("a new volume is %s, want creating", v.Status)
+		}
+		return status(v.ID, "available")
+	}
+	n := c.network("vol", "192.168.47.0/24", false)
+	sv := c.server(servers.CreateOpts{Name: c.name("vol-worker-0"), FlavorRef: c.flavor("m1.small"), ImageRef: c.image("flatcar"),
+		Networks: []servers.Network{{UUID: n.network}}, Tags: c.tags("vol")}, nil)
+
+	data := volume(volumes.CreateOpts{Name: c.name("data"), Size: 1, Metadata: map[string]string{"cinder.csi.openstack.org/cluster": c.Owner}})
+	t.Run("a volume", func(t *testing.T) {
+		if data.Size != 1 || data.AvailabilityZone != "nova" || data.VolumeType != "__DEFAULT__" || len(data.Attachments) != 0 ||
+			data.Metadata["cinder.csi.openstack.org/cluster"] != c.Owner || data.Bootable != "false" || data.Multiattach {
+			t.Errorf("volume %+v", data)
+		}
+		pages, err := volumes.List(bs, volumes.ListOpts{Name: data.Name}).AllPages(c.ctx)
+		c.must(err, "list volumes by name")
+		found, err := volumes.ExtractVolumes(pages)
+		if err != nil || len(found) != 1 || found[0].ID != data.ID {
+			t.Errorf("volumes named %s: %+v (%v), want %s alone", data.Name, found, err, data.ID)
+		}
+	})
+	t.Run("refusals", func(t *testing.T) {
+		if _, err := volumes.Create(c.ctx, bs, volumes.CreateOpts{Name: c.name("nosize")}, nil).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("a volume without a size: %v, want 400", err)
+		}
+		if _, err := volumes.Create(c.ctx, bs, volumes.CreateOpts{Name: c.name("nosnap"), SnapshotID: "9b3a1b52-7e0c-4c5e-9a36-2f1f5d3f0c11"}, nil).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			t.Errorf("a volume from a missing snapshot: %v, want 404", err)
+		}
+		if _, err := volumes.Get(c.ctx, bs, "9b3a1b52-7e0c-4c5e-9a36-2f1f5d3f0c11").Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			t.Errorf("get a missing volume: %v, want 404", err)
+		}
+	})
+
+	c.settled(sv.ID)
+	att, err := volumeattach.Create(c.ctx, cc, sv.ID, volumeattach.CreateOpts{VolumeID: data.ID}).Extract()
+	c.must(err, "attach the volume")
+	if att.VolumeID != data.ID || att.ServerID != sv.ID || !strings.HasPrefix(att.Device, "/dev/") {
+		t.Errorf("attachment %+v", att)
+	}
+	inUse := status(data.ID, "in-use")
+	t.Run("attached", func(t *testing.T) {
+		if len(inUse.Attachments) != 1 || inUse.Attachments[0].ServerID != sv.ID || inUse.Attachments[0].Device != att.Device {
+			t.Errorf("attachments %+v, want one to %s at %s", inUse.Attachments, sv.ID, att.Device)
+		}
+		pages, err := volumeattach.List(cc, sv.ID).AllPages(c.ctx)
+		c.must(err, "list attachments")
+		list, err := volumeattach.ExtractVolumeAttachments(pages)
+		if err != nil || len(list) != 1 || list[0].VolumeID != data.ID || list[0].Device != att.Device {
+			t.Errorf("the server's attachments: %+v (%v)", list, err)
+		}
+		got, err := servers.Get(c.ctx, cc, sv.ID).Extract()
+		if err != nil || len(got.AttachedVolumes) != 1 || got.AttachedVolumes[0].ID != data.ID {
+			t.Errorf("the server's volumes: %+v (%v)", got.AttachedVolumes, err)
+		}
+		if err := volumes.Delete(c.ctx, bs, data.ID, nil).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("delete an attached volume: %v, want 400", err)
+		}
+		if _, err := volumeattach.Create(c.ctx, cc, sv.ID, volumeattach.CreateOpts{VolumeID: data.ID}).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("attach an in-use volume: %v, want 400", err)
+		}
+	})
+
+	t.Run("snapshot of an in-use volume", func(t *testing.T) {
+		if _, err := snapshots.Create(c.ctx, bs, snapshots.CreateOpts{VolumeID: data.ID, Name: c.name("noforce")}).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("snapshot an in-use volume without force: %v, want 400", err)
+		}
+	})
+	snap, err := snapshots.Create(c.ctx, bs, snapshots.CreateOpts{VolumeID: data.ID, Name: c.name("snap"), Force: true}).Extract()
+	c.must(err, "snapshot the volume")
+	c.cleanup("snapshot", func() error {
+		if err := snapshots.Delete(c.ctx, bs, snap.ID).ExtractErr(); err != nil {
+			return err
+		}
+		return gone("snapshot "+snap.ID, func() error { _, err := snapshots.Get(c.ctx, bs, snap.ID).Extract(); return err })
+	})
+	c.eventually("snapshot available", 2*time.Minute, func() (bool, string) {
+		got, err := snapshots.Get(c.ctx, bs, snap.ID).Extract()
+		if err != nil {
+			return false, err.Error()
+		}
+		snap = got
+		return got.Status == "available", got.Status
+	})
+	if snap.Size != 1 || snap.VolumeID != data.ID {
+		t.Errorf("snapshot %+v", snap)
+	}
+
+	c.must(volumeattach.Delete(c.ctx, cc, sv.ID, data.ID).ExtractErr(), "detach the volume")
+	free := status(data.ID, "available")
+	t.Run("detached", func(t *testing.T) {
+		if len(free.Attachments) != 0 {
+			t.Errorf("a detached volume's attachments: %+v", free.Attachments)
+		}
+		if err := volumes.Delete(c.ctx, bs, data.ID, nil).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("delete a volume with a snapshot: %v, want 400", err)
+		}
+		if _, err := volumeattach.Get(c.ctx, cc, sv.ID, data.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			t.Errorf("get a detached volume's attachment: %v, want 404", err)
+		}
+	})
+	t.Run("extended", func(t *testing.T) {
+		c := c.on(t)
+		c.must(volumes.ExtendSize(c.ctx, bs, data.ID, volumes.ExtendSizeOpts{NewSize: 2}).ExtractErr(), "extend")
+		c.eventually("extended to 2 GB", 2*time.Minute, func() (bool, string) {
+			v, err := volumes.Get(c.ctx, bs, data.ID).Extract()
+			if err != nil {
+				return false, err.Error()
+			}
+			return v.Status == "available" && v.Size == 2, fmt.Sprintf("%s, %d GB", v.Status, v.Size)
+		})
+		if err := volumes.ExtendSize(c.ctx, bs, data.ID, volumes.ExtendSizeOpts{NewSize: 1}).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+			t.Errorf("shrink a volume: %v, want 400", err)
+		}
+	})
+
+	restored := volume(volumes.CreateOpts{Name: c.name("restored"), SnapshotID: snap.ID})
+	t.Run("restored from the snapshot, listed in pages", func(t *testing.T) {
+		if restored.SnapshotID != snap.ID || restored.Size != 1 {
+			t.Errorf("restored %+v", restored)
+		}
+		var ids []string
+		pages := 0
+		err := volumes.List(bs, volumes.ListOpts{Limit: 1}).EachPage(c.ctx, func(_ context.Context, p pagination.Page) (bool, error) {
+			vs, err := volumes.ExtractVolumes(p)
+			for _, v := range vs {
+				ids = append(ids, v.ID)
+			}
+			pages++
+			return true, err
+		})
+		if err != nil || !slices.Contains(ids, data.ID) || !slices.Contains(ids, restored.ID) || pages < 2 {
+			t.Errorf("volumes in pages of 1: %v in %d pages (%v)", ids, pages, err)
+		}
+	})
+
+	t.Run("a deleted server's volume", func(t *testing.T) {
+		c := c.on(t)
+		_, err := volumeattach.Create(c.ctx, cc, sv.ID, volumeattach.CreateOpts{VolumeID: restored.ID}).Extract()
+		c.must(err, "attach the restored volume")
+		status(restored.ID, "in-use")
+		c.must(servers.Delete(c.ctx, cc, sv.ID).ExtractErr(), "delete the server")
+		c.must(gone("server "+sv.ID, func() error { _, err := servers.Get(c.ctx, cc, sv.ID).Extract(); return err }), "server gone")
+		if v := status(restored.ID, "available"); len(v.Attachments) != 0 {
+			t.Errorf("the deleted server's volume keeps %+v", v.Attachments)
+		}
+	})
 }

@@ -94,7 +94,7 @@ func (h *simHost) startUnit(unit string, restart bool) (unitErr, podErr error) {
 		}
 		h.etcd.Store(m)
 	case unitKubelet:
-		if tag := h.s.crashTag(h.name); tag != "" && tag == kubestub.ImageTag(h.kubeletImage()) {
+		if tag := h.s.crashTag(h.name); tag != "" && tag == kubestub.ImageTag(h.kubeletEnv()["KUBELET_IMAGE"]) {
 			return fmt.Errorf("kubelet %s exits at start: %w", tag, errCrashLoop), nil
 		}
 		h.kubeletSeen()
@@ -130,17 +130,18 @@ func (s *Sim) crashTag(server string) string {
 	return s.crashing[server]
 }
 
-// kubeletImage is the image kubelet.env names; "" if none.
-func (h *simHost) kubeletImage() string {
+// kubeletEnv is the host's kubelet.env (its image, KUBELET_IMAGE, and
+// flags, KUBELET_ARGS); nil if it does not read.
+func (h *simHost) kubeletEnv() map[string]string {
 	b, err := h.root.ReadFile(pathKubeletEnv)
 	if err != nil {
-		return ""
+		return nil
 	}
 	env, err := readEnvFile(b)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return env["KUBELET_IMAGE"]
+	return env
 }
 
 // stopUnit stops what a unit runs. Static pods outlive their kubelet, as
@@ -551,12 +552,18 @@ func (s *Sim) kubeKey(ca []byte) string {
 // kubelet does; the caller holds svcMu.
 func (h *simHost) kubeletSeen() {
 	ca, _ := h.root.ReadFile(pathClusterCA)
-	version := kubestub.ImageTag(h.kubeletImage())
+	env := h.kubeletEnv()
+	version := kubestub.ImageTag(env["KUBELET_IMAGE"])
+	// The labels and taints its flags register the node with. Flags that
+	// do not read register it without (a real kubelet would not start:
+	// OPKE renders them; reconciler's TestApplyWaitsForAddonsToRollOut
+	// needs the controllers' taint read from its render).
+	labels, taints, _ := kubestub.KubeletRegistration(env["KUBELET_ARGS"])
 	h.s.mu.Lock()
 	key := h.s.kubeKey(ca)
 	h.s.mu.Unlock()
 	h.mu.Lock()
-	h.kubeCluster, h.kubeletVersion = key, version
+	h.kubeCluster, h.kubeletVersion, h.kubeletLabels, h.kubeletTaints = key, version, labels, taints
 	h.mu.Unlock()
 	if len(ca) == 0 {
 		return
@@ -568,7 +575,7 @@ func (h *simHost) kubeletSeen() {
 		o = &kubestub.Objects{}
 		h.s.w.Kube[key] = o
 	}
-	o.Register(kubestub.Node{Name: h.name, InternalIP: h.s.w.serverIP(h.id), KubeletVersion: version})
+	o.Register(kubestub.Node{Name: h.name, InternalIP: h.s.w.serverIP(h.id), KubeletVersion: version, Labels: labels, Taints: taints})
 	h.s.changed()
 }
 
@@ -758,11 +765,12 @@ func (b *kubeBackend) Nodes() []kubestub.Node {
 	for _, h := range hosts {
 		h.mu.Lock()
 		cluster, ready, version, since := h.kubeCluster, h.rec.Units[unitKubelet] == "active", h.kubeletVersion, h.kubeletSince
+		labels, taints := h.kubeletLabels, h.kubeletTaints
 		h.mu.Unlock()
 		if cluster != b.cluster {
 			continue
 		}
-		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version, Since: since})
+		nodes = append(nodes, kubestub.Node{Name: h.name, Ready: ready, KubeletVersion: version, Since: since, Labels: labels, Taints: taints})
 		ids = append(ids, h.id)
 	}
 	b.s.mu.Lock()

@@ -1,6 +1,7 @@
 // Package cloudsim is OPKE's OpenStack simulator: a stateful HTTP server
 // that speaks the real REST APIs of Keystone v3, Nova (microversions up to
-// Zed's 2.93), Glance v2 (images), Neutron, Octavia and Swift, so that
+// Zed's 2.93), Glance v2 (images), Neutron, Octavia, Swift and Cinder
+// (Block Storage v3 up to Zed's 3.70, cinder.go), so that
 // gophercloud and the upstream openstack CLI work against it unchanged. It
 // is the cloud of `make run` and of every end-to-end test; the conformance
 // suite runs the same tests against a real control plane to keep it honest.

@@ -29,6 +29,11 @@ type Fault struct {
 	// Drop processes the request, then closes the connection unanswered:
 	// the change happened and the client cannot know.
 	Drop bool `json:"drop,omitempty"`
+	// Seed, when set, draws the fault's Rate from its own generator seeded
+	// with it: a client sending its requests one at a time meets the same
+	// hits on every run, so a test can count on them. Unset, the draws are
+	// random.
+	Seed uint64 `json:"seed,omitempty"`
 }
 
 // Duration is a time.Duration written as "100ms" in JSON.
@@ -59,6 +64,19 @@ type faultSet struct {
 type activeFault struct {
 	Fault
 	hits int
+	// rand is the fault's own generator when it has a Seed.
+	rand *rand.Rand
+}
+
+// draw reports whether a matching request is hit at the fault's Rate.
+func (f *activeFault) draw() bool {
+	if f.Rate >= 1 {
+		return true
+	}
+	if f.rand != nil {
+		return f.rand.Float64() < f.Rate
+	}
+	return rand.Float64() < f.Rate //nolint:gosec // fault injection needs no crypto
 }
 
 // SetFaults replaces the injected faults; no argument clears them.
@@ -70,7 +88,11 @@ func (s *Sim) SetFaults(faults ...Fault) {
 		if f.Rate == 0 {
 			f.Rate = 1
 		}
-		s.faults.faults = append(s.faults.faults, &activeFault{Fault: f})
+		a := &activeFault{Fault: f}
+		if f.Seed != 0 {
+			a.rand = rand.New(rand.NewPCG(f.Seed, f.Seed)) //nolint:gosec // fault injection needs no crypto
+		}
+		s.faults.faults = append(s.faults.faults, a)
 	}
 }
 
@@ -97,7 +119,7 @@ func (fs *faultSet) match(pattern string) *Fault {
 		if !strings.Contains(pattern, f.Match) || (f.Count > 0 && f.hits >= f.Count) {
 			continue
 		}
-		if f.Rate < 1 && rand.Float64() >= f.Rate { //nolint:gosec // fault injection needs no crypto
+		if !f.draw() {
 			continue
 		}
 		f.hits++

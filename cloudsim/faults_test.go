@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
@@ -321,5 +322,33 @@ func TestListingPagesFollowAChange(t *testing.T) {
 	}
 	if n := count("extra"); n != 1 {
 		t.Errorf("listed %d servers tagged extra after the tag was added, want 1", n)
+	}
+}
+
+// TestSeededFaultRepeats: a fault with a Seed hits the same requests of a
+// sequence on every run, at about its Rate; faults with different seeds
+// hit differently.
+func TestSeededFaultRepeats(t *testing.T) {
+	t.Parallel()
+	hits := func(seed uint64) []int {
+		s := &Sim{faults: &faultSet{}}
+		s.SetFaults(Fault{Match: "POST", Rate: 0.33, Seed: seed})
+		var out []int
+		for i := range 300 {
+			if s.faults.match("POST /compute/v2.1/servers") != nil {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	first, again, other := hits(1), hits(1), hits(2)
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("the same seed hit other requests (-first +again):\n%s", diff)
+	}
+	if n := len(first); n < 60 || n > 140 {
+		t.Errorf("%d of 300 requests hit at rate 0.33", n)
+	}
+	if cmp.Equal(first, other) {
+		t.Errorf("seeds 1 and 2 hit the same requests: %v", first)
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
@@ -72,6 +74,10 @@ type simHost struct {
 	rec            hostRecord
 	kubeCluster    string // the key of the cluster its kubelet last started in (Sim.kubeKey)
 	kubeletVersion string // the tag of the kubelet image it last started with
+	// kubeletLabels and kubeletTaints are what it registered its node
+	// with when it last started (its flags).
+	kubeletLabels map[string]string
+	kubeletTaints []corev1.Taint
 	// kubeletSince is when its kubelet's unit last changed state: its
 	// Node's Ready condition's last transition (kubestub.Node.Since).
 	kubeletSince time.Time

@@ -303,6 +303,7 @@ func (s *Sim) catalog(projectID string) []any {
 		svc("image", "glance", "/image"),
 		svc("network", "neutron", "/network"),
 		svc("load-balancer", "octavia", "/load-balancer"),
+		svc("volumev3", "cinderv3", "/volume/v3/"+projectID),
 		svc("object-store", "swift", "/object-store/v1/AUTH_"+projectID),
 	}
 }

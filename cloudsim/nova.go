@@ -69,6 +69,7 @@ func defaultQuotas() *quotaSet {
 		"instances": 20, "cores": 80, "ram": 163840, "key_pairs": 100, "server_groups": 10, "server_group_members": 10,
 		"network": 20, "subnet": 20, "port": 200, "router": 10, "floatingip": 20, "security_group": 20, "security_group_rule": 200,
 		"load_balancer": 10, "listener": -1, "pool": -1, "member": -1, "health_monitor": -1,
+		"volumes": 10, "gigabytes": 1000, "snapshots": 10,
 	}
 }
 
@@ -109,6 +110,8 @@ type serverGroup struct {
 	Members   []string `json:"members"`
 }
 
+// novaError answers an OpenStack fault as Nova (and Cinder) write them:
+// {"badRequest": {"code": 400, "message": "..."}}.
 func novaError(rw http.ResponseWriter, code int, msg string) {
 	kind := map[int]string{400: "badRequest", 403: "forbidden", 404: "itemNotFound", 409: "conflictingRequest", 413: "overLimit"}[code]
 	if kind == "" {
@@ -124,27 +127,37 @@ func novaVersion(rw http.ResponseWriter, r *request) (minor int, ok bool) {
 	if v := r.Header.Get("OpenStack-API-Version"); raw == "" && strings.HasPrefix(v, "compute ") {
 		raw = strings.TrimPrefix(v, "compute ")
 	}
-	minor = novaMinMinor
+	return microversion(rw, raw, 2, novaMinMinor, novaMaxMinor, func(h http.Header, v string) {
+		h.Set("X-OpenStack-Nova-API-Version", v)
+		h.Set("OpenStack-API-Version", "compute "+v)
+		h.Set("Vary", "OpenStack-API-Version, X-OpenStack-Nova-API-Version")
+	})
+}
+
+// microversion reads a requested microversion of major ("", "latest" or
+// "<major>.N", the oldest when empty) that the service serves from lo to
+// hi, as OpenStack's services read theirs: the answer's headers are set
+// with the version ("<major>.N"), a malformed one answered 400 and one out
+// of range 406 (ok is false when it answered).
+func microversion(rw http.ResponseWriter, raw string, major, lo, hi int, set func(h http.Header, v string)) (minor int, ok bool) {
+	minor = lo
 	switch raw = strings.TrimSpace(raw); raw {
 	case "":
 	case "latest":
-		minor = novaMaxMinor
+		minor = hi
 	default:
-		major, m, found := strings.Cut(raw, ".")
+		maj, m, found := strings.Cut(raw, ".")
 		n, err := strconv.Atoi(m)
-		if !found || major != "2" || err != nil {
+		if !found || maj != strconv.Itoa(major) || err != nil {
 			novaError(rw, http.StatusBadRequest, fmt.Sprintf("API Version String %s is of invalid format. Must be of format MajorNum.MinorNum.", raw))
 			return 0, false
 		}
 		minor = n
 	}
-	v := "2." + strconv.Itoa(minor)
-	h := rw.Header()
-	h.Set("X-OpenStack-Nova-API-Version", v)
-	h.Set("OpenStack-API-Version", "compute "+v)
-	h.Set("Vary", "OpenStack-API-Version, X-OpenStack-Nova-API-Version")
-	if minor < novaMinMinor || minor > novaMaxMinor {
-		novaError(rw, http.StatusNotAcceptable, fmt.Sprintf("Version %s is not supported by the API. Minimum is 2.%d and maximum is 2.%d.", v, novaMinMinor, novaMaxMinor))
+	v := fmt.Sprintf("%d.%d", major, minor)
+	set(rw.Header(), v)
+	if minor < lo || minor > hi {
+		novaError(rw, http.StatusNotAcceptable, fmt.Sprintf("Version %s is not supported by the API. Minimum is %d.%d and maximum is %d.%d.", v, major, lo, major, hi))
 		return 0, false
 	}
 	return minor, true
@@ -194,6 +207,10 @@ func (s *Sim) novaRoutes(mux *http.ServeMux) {
 	n("PUT /compute/v2.1/servers/{id}/tags/{tag}", s.serverTag)
 	n("DELETE /compute/v2.1/servers/{id}/tags/{tag}", s.serverTag)
 	n("GET /compute/v2.1/servers/{id}/os-interface", s.serverInterfaces)
+	n("GET /compute/v2.1/servers/{id}/os-volume_attachments", s.listAttachments)
+	n("POST /compute/v2.1/servers/{id}/os-volume_attachments", s.attachVolume)
+	n("GET /compute/v2.1/servers/{id}/os-volume_attachments/{volume}", s.getAttachment)
+	n("DELETE /compute/v2.1/servers/{id}/os-volume_attachments/{volume}", s.detachVolumeFromServer)
 	n("GET /compute/v2.1/os-server-groups", s.listServerGroups)
 	n("POST /compute/v2.1/os-server-groups", s.createServerGroup)
 	n("GET /compute/v2.1/os-server-groups/{id}", s.getServerGroup)
@@ -492,18 +509,34 @@ func (s *Sim) links(path string) []linkJSON {
 	return []linkJSON{{Rel: "self", Href: s.URL() + path}, {Rel: "bookmark", Href: s.URL() + path}}
 }
 
-// fipsByPort indexes the floating IPs by the port they are bound to.
-func (w *world) fipsByPort() map[string][]*floatingIP {
-	out := map[string][]*floatingIP{}
-	for _, f := range w.FloatingIPs {
-		if f.PortID != nil {
-			out[*f.PortID] = append(out[*f.PortID], f)
-		}
-	}
-	return out
+// serverIndex is what a server's view looks up elsewhere in the world,
+// indexed once per answer (a listing of thousands of servers reads it for
+// each): the floating IPs by the port they are bound to, the volumes by
+// the server they are attached (or attaching) to.
+type serverIndex struct {
+	fips    map[string][]*floatingIP
+	volumes map[string][]*volume
 }
 
-func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, fips map[string][]*floatingIP) serverJSON {
+func (w *world) serverIndex() serverIndex {
+	ix := serverIndex{fips: map[string][]*floatingIP{}, volumes: map[string][]*volume{}}
+	for _, f := range w.FloatingIPs {
+		if f.PortID != nil {
+			ix.fips[*f.PortID] = append(ix.fips[*f.PortID], f)
+		}
+	}
+	for _, v := range w.Volumes {
+		if v.Attachment != nil {
+			ix.volumes[v.Attachment.ServerID] = append(ix.volumes[v.Attachment.ServerID], v)
+		}
+	}
+	for _, vs := range ix.volumes {
+		slices.SortFunc(vs, byDevice)
+	}
+	return ix
+}
+
+func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, ix serverIndex) serverJSON {
 	addresses := map[string][]addrJSON{}
 	for _, pid := range sv.Ports {
 		p := w.Ports[pid]
@@ -514,7 +547,7 @@ func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, fips map[stri
 		for _, ip := range p.FixedIPs {
 			addresses[name] = append(addresses[name], addrJSON{Version: 4, Addr: ip.IPAddress, Type: "fixed", MAC: p.MACAddress})
 		}
-		for _, f := range fips[pid] {
+		for _, f := range ix.fips[pid] {
 			addresses[name] = append(addresses[name], addrJSON{Version: 4, Addr: f.FloatingIPAddress, Type: "floating", MAC: p.MACAddress})
 		}
 	}
@@ -523,6 +556,13 @@ func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, fips map[stri
 		Created: sv.Created.Format(time.RFC3339), Updated: sv.Updated.Format(time.RFC3339), Addresses: addresses,
 		Links: s.links("/compute/v2.1/servers/" + sv.ID), DiskConfig: "MANUAL", AZ: sv.AZ, SecurityGroups: []nameJSON{},
 		VMState: map[string]string{"BUILD": "building", "ACTIVE": "active", "ERROR": "error"}[sv.Status], Volumes: []any{}}
+	for _, vol := range ix.volumes[sv.ID] {
+		att := map[string]any{"id": vol.ID}
+		if mv >= 3 {
+			att["delete_on_termination"] = vol.Attachment.DeleteOnTermination
+		}
+		v.Volumes = append(v.Volumes, att)
+	}
 	if sv.KeyName != "" {
 		v.KeyName = &sv.KeyName
 	}
@@ -650,10 +690,10 @@ func (s *Sim) listServers(rw http.ResponseWriter, r *request, mv int) {
 		return
 	}
 	out := make([]any, 0, len(page))
-	fips := r.w.fipsByPort()
+	ix := r.w.serverIndex()
 	for _, sv := range page {
 		if detail {
-			out = append(out, s.serverView(r.w, sv, mv, r.tok.admin(), fips))
+			out = append(out, s.serverView(r.w, sv, mv, r.tok.admin(), ix))
 		} else {
 			out = append(out, map[string]any{"id": sv.ID, "name": sv.Name, "links": s.links("/compute/v2.1/servers/" + sv.ID)})
 		}
@@ -962,7 +1002,7 @@ func (s *Sim) getServer(rw http.ResponseWriter, r *request, mv int) {
 	if !ok {
 		return
 	}
-	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.fipsByPort())})
+	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.serverIndex())})
 }
 
 // updateServer renames a server (and, from 2.19, sets its description),
@@ -1006,7 +1046,7 @@ func (s *Sim) updateServer(rw http.ResponseWriter, r *request, mv int) {
 		sv.Description = d
 	}
 	sv.Updated = r.now.UTC()
-	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.fipsByPort())})
+	writeJSON(rw, http.StatusOK, map[string]any{"server": s.serverView(r.w, sv, mv, r.tok.admin(), r.w.serverIndex())})
 }
 
 // metadataOK checks server metadata as Nova does: keys of 1 to 255
@@ -1109,6 +1149,7 @@ func (s *Sim) deleteServer(rw http.ResponseWriter, r *request, _ int) {
 
 func (w *world) removeServer(sv *server, now time.Time) {
 	w.releaseServerPorts(sv)
+	w.releaseServerVolumes(sv, now)
 	for _, pid := range sv.Ports {
 		if p := w.Ports[pid]; p != nil && !slices.Contains(sv.NovaPorts, pid) {
 			p.DeviceID, p.DeviceOwner, p.Status, p.Updated = "", "", "DOWN", now.UTC()

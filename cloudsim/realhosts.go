@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -69,6 +70,7 @@ type realHosts struct {
 	procs    []*exec.Cmd     // processes run in edges (registries), stopped at close
 	applied  applied
 	lbs      map[string]*realLB
+	metadata map[string]*http.Server // router id -> its metadata proxy
 }
 
 // edge is an external network's edge: its namespace's path and its
@@ -82,9 +84,10 @@ type edge struct {
 type realMachine struct {
 	ns     string // its network namespace's name
 	m      *machine.Machine
-	booted bool  // its first boot is over (m set, or err)
-	err    error // why it could not boot
-	off    bool  // powered off (its server SHUTOFF): m stopped, its disk kept
+	booted bool   // its first boot is over (m set, or err)
+	err    error  // why it could not boot
+	off    bool   // powered off (its server SHUTOFF): m stopped, its disk kept
+	disks  string // the disks SetDisks last gave m, and m's start then ("": none)
 }
 
 // realLB is a load balancer's amphora and what its listeners forward to.
@@ -103,6 +106,10 @@ type applied struct {
 	legs     map[string]string // router id / network id -> key
 	fips     map[string]string // floating address -> key
 	dhcp     map[string]string // network id -> key
+	loops    map[string]bool   // volume id -> its file may have a loop device
+	// files are the volumes' and snapshots' files by name, with their
+	// sizes; nil until the first pass that has volumes read the folder.
+	files map[string]int64
 }
 
 // fabricName names a simulator's fabric after its hosts folder, so a
@@ -139,9 +146,9 @@ func (s *Sim) startRealHosts(ctx context.Context) (*realHosts, error) {
 	}
 	r := &realHosts{s: s, log: s.log, img: img, fab: fab, dir: s.hostsDir, keep: !s.tempDir,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		machines: map[string]*realMachine{}, edges: map[string]edge{}, lbs: map[string]*realLB{},
+		machines: map[string]*realMachine{}, edges: map[string]edge{}, lbs: map[string]*realLB{}, metadata: map[string]*http.Server{},
 		applied: applied{networks: map[string]bool{}, ports: map[string]string{}, rules: map[string]string{}, dhcp: map[string]string{},
-			routers: map[string]string{}, legs: map[string]string{}, fips: map[string]string{}}}
+			routers: map[string]string{}, legs: map[string]string{}, fips: map[string]string{}, loops: map[string]bool{}}}
 	s.log.Info("real hosts", "fabric", name, "image", img.Hash)
 	return r, nil
 }
@@ -328,6 +335,9 @@ func (r *realHosts) close() error {
 	for _, lb := range r.lbs {
 		errs = append(errs, lb.lb.Close(ctx))
 	}
+	for _, srv := range r.metadata {
+		_ = srv.Close()
+	}
 	for id, rm := range r.machines {
 		errs = append(errs, r.stopMachine(ctx, id, rm, r.keep))
 	}
@@ -345,23 +355,25 @@ func (r *realHosts) stopMachine(ctx context.Context, id string, rm *realMachine,
 	case rm.m != nil:
 		err = rm.m.Destroy(ctx)
 	case !keep:
-		err = os.RemoveAll(filepath.Join(r.dir, id))
+		err = machine.Remove(id, filepath.Join(r.dir, id))
 	}
 	return errors.Join(err, machine.DeleteNetNS(ctx, rm.ns))
 }
 
 // desired is the part of the world the fabric and machines follow.
 type desired struct {
-	servers  map[string]wantServer
-	networks map[string]bool
-	ports    map[string]wantPort
-	rules    map[string][]machine.Rule
-	routers  map[string]wantRouter
-	legs     map[string]wantLeg // by router id / network id
-	fips     map[string]wantFIP // by floating address
-	lbs      map[string]wantLB
-	edges    map[string]netip.Prefix // external network -> the edge's address there
-	dhcp     map[string]machine.DHCP // network id -> its DHCP server
+	servers   map[string]wantServer
+	networks  map[string]bool
+	ports     map[string]wantPort
+	rules     map[string][]machine.Rule
+	routers   map[string]wantRouter
+	legs      map[string]wantLeg // by router id / network id
+	fips      map[string]wantFIP // by floating address
+	lbs       map[string]wantLB
+	edges     map[string]netip.Prefix // external network -> the edge's address there
+	dhcp      map[string]machine.DHCP // network id -> its DHCP server
+	volumes   map[string]wantVolume
+	snapshots map[string]string // snapshot id -> its volume's id
 }
 
 type wantServer struct {
@@ -369,6 +381,7 @@ type wantServer struct {
 	userData     []byte
 	memory       int64
 	cpus         float64
+	disk         int64 // the root disk's size in bytes
 }
 
 // wantPort is a port of a server's machine.
@@ -494,7 +507,12 @@ func (w *world) want() desired {
 		ws := wantServer{name: sv.Name, status: sv.Status}
 		ws.userData, _ = base64.StdEncoding.DecodeString(sv.UserData)
 		if f := w.Flavors[sv.FlavorID]; f != nil {
-			ws.memory, ws.cpus = int64(f.RAM)<<20, float64(f.VCPUs)
+			ws.memory, ws.cpus, ws.disk = int64(f.RAM)<<20, float64(f.VCPUs), int64(f.Disk)<<30
+			if f.Disk == 0 {
+				// A flavor without a root disk size boots on the image's
+				// minimum disk, as Nova sizes it from the image.
+				ws.disk = int64(imageMinDisk) << 30
+			}
 		}
 		d.servers[id] = ws
 		for i, pid := range sv.Ports {
@@ -615,6 +633,7 @@ func (w *world) want() desired {
 		}
 		d.lbs[id] = want
 	}
+	w.wantVolumes(&d)
 	return d
 }
 
@@ -768,7 +787,7 @@ func (r *realHosts) converge(ctx context.Context) error {
 		case !rm.booted:
 		case ws.status == "SHUTOFF" && rm.m != nil:
 			errs = append(errs, rm.m.Stop(ctx))
-			rm.m, rm.off = nil, true
+			rm.m, rm.off, rm.disks = nil, true, ""
 		case ws.status == "ACTIVE" && rm.off:
 			rm.off, rm.booted = false, false
 			r.startBoot(id, ws)
@@ -819,6 +838,10 @@ func (r *realHosts) converge(ctx context.Context) error {
 	// Routers, their legs, floating IPs.
 	for id, key := range a.routers {
 		if w, ok := d.routers[id]; !ok || fmt.Sprint(w) != key {
+			if srv := r.metadata[id]; srv != nil {
+				_ = srv.Close()
+				delete(r.metadata, id)
+			}
 			errs = append(errs, r.fab.RemoveRouter(ctx, id))
 			delete(a.routers, id)
 			for k := range a.legs {
@@ -843,6 +866,21 @@ func (r *realHosts) converge(ctx context.Context) error {
 			continue
 		}
 		a.routers[id] = fmt.Sprint(w)
+	}
+	// Each router's metadata proxy (Neutron's L3 agent runs one per
+	// router).
+	for _, id := range slices.Sorted(maps.Keys(a.routers)) {
+		if r.metadata[id] != nil {
+			continue
+		}
+		ln, err := r.fab.ListenMetadata(id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("router %s: its metadata proxy: %w", id, err))
+			continue
+		}
+		srv := r.s.metadataServer(id)
+		r.metadata[id] = srv
+		r.s.serve(srv, ln)
 	}
 	for k, key := range a.legs {
 		if w, ok := d.legs[k]; !ok || fmt.Sprint(w) != key {
@@ -899,6 +937,7 @@ func (r *realHosts) converge(ctx context.Context) error {
 		}
 		a.dhcp[id] = key
 	}
+	errs = append(errs, r.convergeVolumes(ctx, d)...)
 	errs = append(errs, r.convergeLBs(ctx, d)...)
 	// Networks last: what was plugged into them went first.
 	for id := range a.networks {
@@ -952,10 +991,10 @@ func (r *realHosts) startBoot(id string, ws wantServer) {
 			err = errHostGone
 		} else {
 			m, err = machine.Boot(ctx, machine.Config{ID: id, Hostname: hostname(ws.name), Dir: dir, Image: r.img,
-				UserData: ws.userData, NetNS: filepath.Join(machine.NetNSDir, rm.ns), MemoryBytes: ws.memory, CPUs: ws.cpus})
+				UserData: ws.userData, NetNS: filepath.Join(machine.NetNSDir, rm.ns), MemoryBytes: ws.memory, CPUs: ws.cpus, DiskBytes: ws.disk})
 		}
 		r.mu.Lock()
-		rm.m, rm.err, rm.booted = m, err, true
+		rm.m, rm.err, rm.booted, rm.disks = m, err, true, ""
 		r.mu.Unlock()
 		if err != nil {
 			r.log.Warn("real hosts: a machine did not boot", "server", id, "err", err)

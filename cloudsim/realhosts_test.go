@@ -5,6 +5,7 @@ package cloudsim
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -19,7 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/snapshots"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/volumes"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/volumeattach"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/monitors"
@@ -298,6 +302,19 @@ func TestRealHosts(t *testing.T) {
 	w.writeConfig("a")
 
 	t.Run("login", func(t *testing.T) {
+		// A host prints its keys before its sshd listens: under load, the
+		// gap is seconds.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			out, err := w.ssh("a", "true")
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no SSH on a a minute after it printed its keys: %v\n%s", err, out)
+			}
+			time.Sleep(time.Second)
+		}
 		if got := strings.TrimSpace(w.mustSSH("a", "systemctl is-system-running --wait")); got != "running" {
 			t.Errorf("is-system-running: %q", got)
 		}
@@ -333,6 +350,49 @@ func TestRealHosts(t *testing.T) {
 		}
 		if !strings.Contains(out, "http://203.0.113.254/identity/v3") {
 			t.Errorf("Keystone's links, asked at the edge, are not the edge's:\n%s", out)
+		}
+	})
+
+	// Nova's metadata service at 169.254.169.254, through each instance's
+	// router: each instance is told its own id (what the Cinder CSI node
+	// plugin asks), name, addresses and user_data.
+	t.Run("metadata", func(t *testing.T) {
+		get := func(host, path string) string {
+			out := w.mustSSH(host, `exec 3<>/dev/tcp/169.254.169.254/80 && printf 'GET `+path+` HTTP/1.0\r\nHost: 169.254.169.254\r\n\r\n' >&3 && timeout 10 cat <&3`)
+			head, body, _ := strings.Cut(out, "\r\n\r\n")
+			if !strings.HasPrefix(head, "HTTP/1.0 200") {
+				t.Errorf("%s on %s: %s", path, host, head)
+			}
+			return body
+		}
+		for _, host := range []string{"a", "b-via"} {
+			name := strings.TrimSuffix(host, "-via")
+			var meta struct {
+				UUID, Name, Hostname string
+				AZ                   string `json:"availability_zone"`
+			}
+			if body := get(host, "/openstack/latest/meta_data.json"); json.Unmarshal([]byte(body), &meta) != nil {
+				t.Errorf("meta_data.json on %s: %q", name, body)
+			}
+			if want := w.servers[name].id; meta.UUID != want || meta.Name != name || meta.Hostname != name+".novalocal" || meta.AZ != "nova" {
+				t.Errorf("meta_data.json on %s: %+v, want uuid %s", name, meta, want)
+			}
+			if got := get(host, "/latest/meta-data/local-ipv4"); got != w.servers[name].fixed {
+				t.Errorf("local-ipv4 on %s: %q", name, got)
+			}
+		}
+		if got := get("a", "/latest/meta-data/public-ipv4"); got != w.servers["a"].fip {
+			t.Errorf("a's public-ipv4: %q, want %s", got, w.servers["a"].fip)
+		}
+		// The EC2 tree's folders list their entries, the root among them.
+		if got := get("a", "/latest/meta-data/"); !strings.Contains(got, "instance-id\n") || !strings.Contains(got, "placement/\n") {
+			t.Errorf("a's /latest/meta-data/: %q", got)
+		}
+		if got := get("a", "/latest/meta-data/placement"); got != "availability-zone" {
+			t.Errorf("a's /latest/meta-data/placement: %q", got)
+		}
+		if got := get("a", "/openstack/2018-08-27/user_data"); !strings.Contains(got, `"ignition"`) {
+			t.Errorf("a's user_data: %q", got)
 		}
 	})
 
@@ -432,6 +492,57 @@ func TestRealHosts(t *testing.T) {
 		}
 	})
 
+	// A volume is a real block device on the machine it is attached to:
+	// its node as Nova named it, udev's link from its serial, its size;
+	// what one machine wrote, another reads after the volume moved; a
+	// snapshot holds what the volume held when it was taken, and a volume
+	// made from it starts from that.
+	var data, restored string
+	t.Run("volumes", func(t *testing.T) {
+		v, err := volumes.Create(ctx, c.volume, volumes.CreateOpts{Size: 1, Name: "data"}, nil).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = v.ID
+		w.waitVolume(v.ID, "available")
+		w.attach("a", v.ID)
+		if got := w.mustSSH("a", waitDisk(v.ID)+" && readlink -f "+diskLink(v.ID)+" && sudo -n blockdev --getsize64 "+diskLink(v.ID)); got != "/dev/vdb\n1073741824\n" {
+			t.Errorf("the volume on a: %q, want /dev/vdb of 1 GiB", got)
+		}
+		w.mustSSH("a", "sudo -n mkfs.ext4 -q "+diskLink(v.ID)+" && sudo -n mkdir -p /mnt/data && sudo -n mount "+diskLink(v.ID)+
+			" /mnt/data && echo written-on-a | sudo -n tee /mnt/data/f >/dev/null && sudo -n umount /mnt/data")
+		w.detach("a", v.ID)
+		if out, err := w.ssh("a", "ls /dev/vdb "+diskLink(v.ID)); err == nil {
+			t.Errorf("the detached volume is still on a:\n%s", out)
+		}
+		w.attach("b", v.ID)
+		mount := func(id string) string {
+			return waitDisk(id) + " && sudo -n mkdir -p /mnt/data && sudo -n mount " + diskLink(id) + " /mnt/data && cat /mnt/data/f"
+		}
+		if got := w.mustSSH("b-via", mount(v.ID)); got != "written-on-a\n" {
+			t.Errorf("the volume moved to b holds %q, want what a wrote", got)
+		}
+		sn, err := snapshots.Create(ctx, c.volume, snapshots.CreateOpts{VolumeID: v.ID, Force: true, Name: "data"}).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.waitSnapshot(sn.ID)
+		w.mustSSH("b-via", "echo after-the-snapshot | sudo -n tee /mnt/data/f >/dev/null && sync")
+		from, err := volumes.Create(ctx, c.volume, volumes.CreateOpts{Size: 1, Name: "restored", SnapshotID: sn.ID}, nil).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		restored = from.ID
+		w.waitVolume(from.ID, "available")
+		w.attach("a", from.ID)
+		if got := w.mustSSH("a", mount(from.ID)); got != "written-on-a\n" {
+			t.Errorf("the volume made from the snapshot holds %q, want what the volume held when it was taken", got)
+		}
+		if got := w.mustSSH("b-via", "cat /mnt/data/f"); got != "after-the-snapshot\n" {
+			t.Errorf("the volume on b holds %q after the snapshot", got)
+		}
+	})
+
 	t.Run("reboot", func(t *testing.T) {
 		w.mustSSH("b-via", "echo kept > /home/core/kept")
 		if err := servers.Reboot(ctx, c.compute, w.servers["b"].id, servers.RebootOpts{Type: servers.HardReboot}).ExtractErr(); err != nil {
@@ -447,6 +558,13 @@ func TestRealHosts(t *testing.T) {
 				t.Fatalf("after a reboot: %v\n%s", err, out)
 			}
 			time.Sleep(time.Second)
+		}
+		// Its volume is still attached after the reboot, with what was
+		// written before it.
+		if data != "" {
+			if got := w.mustSSH("b-via", waitDisk(data)+" && sudo -n mount "+diskLink(data)+" /mnt/data && cat /mnt/data/f"); got != "after-the-snapshot\n" {
+				t.Errorf("b's volume after a reboot: %q", got)
+			}
 		}
 	})
 
@@ -477,6 +595,16 @@ func TestRealHosts(t *testing.T) {
 		if err != nil || string(again[len(again)-1].Marshal()) != string(keysA[len(keysA)-1].Marshal()) {
 			t.Errorf("a's host key after a restart: %v", err)
 		}
+		// a's volume is there again, on the loop device the first
+		// simulator set up (one device per file).
+		if restored != "" {
+			if got := w.mustSSH("a", waitDisk(restored)+" && readlink -f "+diskLink(restored)); got != "/dev/vdb\n" {
+				t.Errorf("a's volume after a restart: %q", got)
+			}
+			if n := loopsOver(filepath.Join(w.e.dir, "hosts", "volumes")); n != 2 {
+				t.Errorf("%d loop devices over the volumes' files after a restart, want 2 (a's and b's)", n)
+			}
+		}
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -498,6 +626,39 @@ func TestRealHosts(t *testing.T) {
 			t.Errorf("a connection to a deleted server: read %d, %v; want it cut", n, err)
 		}
 		w.deleteNetworks()
+		// The servers' volumes are free again: their loop devices go, and
+		// their files with them.
+		for _, id := range []string{data, restored} {
+			if id != "" {
+				w.waitVolume(id, "available")
+			}
+		}
+		snaps, err := snapshots.List(w.e.user.volume, nil).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, _ := snapshots.ExtractSnapshots(snaps)
+		for _, sn := range all {
+			if err := snapshots.Delete(ctx, w.e.user.volume, sn.ID).ExtractErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range []string{restored, data} {
+			if id == "" {
+				continue
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				err := volumes.Delete(ctx, w.e.user.volume, id, nil).ExtractErr()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Second)
+			}
+		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			left := w.leftovers(ids)
@@ -663,10 +824,96 @@ func (w *realWorld) leftovers(ids map[string]bool) []string {
 			left = append(left, "mount of "+id)
 		}
 	}
+	if n := loopsOver(w.dir); n > 0 {
+		left = append(left, fmt.Sprintf("%d loop devices over the test's files (volumes, machines' disks)", n))
+	}
+	if files, _ := filepath.Glob(filepath.Join(w.e.dir, "hosts", "volumes", "*.img")); len(files) > 0 {
+		left = append(left, fmt.Sprintf("volume files %v", files))
+	}
 	if ns := w.namespaces(); len(ns) != 2 {
 		left = append(left, fmt.Sprintf("namespaces %v (want the fabric's and the public edge's)", ns))
 	}
 	return left
+}
+
+// waitVolume waits for a volume's status.
+func (w *realWorld) waitVolume(id, status string) {
+	w.t.Helper()
+	w.waitStatus("volume "+id, status, func() (string, error) {
+		v, err := volumes.Get(context.Background(), w.e.user.volume, id).Extract()
+		if err != nil {
+			return "", err
+		}
+		return v.Status, nil
+	})
+}
+
+func (w *realWorld) waitSnapshot(id string) {
+	w.t.Helper()
+	w.waitStatus("snapshot "+id, "available", func() (string, error) {
+		sn, err := snapshots.Get(context.Background(), w.e.user.volume, id).Extract()
+		if err != nil {
+			return "", err
+		}
+		return sn.Status, nil
+	})
+}
+
+// waitStatus waits a minute at most for status() to say want.
+func (w *realWorld) waitStatus(what, want string, status func() (string, error)) {
+	w.t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		got, err := status()
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s: %s, want %s", what, got, want)
+		}
+	}
+}
+
+// attach attaches a volume to a server and waits for it to be in-use.
+func (w *realWorld) attach(server, volume string) {
+	w.t.Helper()
+	if _, err := volumeattach.Create(context.Background(), w.e.user.compute, w.servers[server].id, volumeattach.CreateOpts{VolumeID: volume}).Extract(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.waitVolume(volume, "in-use")
+}
+
+// detach detaches a volume from a server and waits for it to be
+// available.
+func (w *realWorld) detach(server, volume string) {
+	w.t.Helper()
+	if err := volumeattach.Delete(context.Background(), w.e.user.compute, w.servers[server].id, volume).ExtractErr(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.waitVolume(volume, "available")
+}
+
+// diskLink is udev's link to the disk of a volume on a host.
+func diskLink(volume string) string { return "/dev/disk/by-id/virtio-" + volume[:20] }
+
+// waitDisk is a shell command waiting (30 s at most) for a volume's disk
+// to appear on a host, as a guest waits for its hot-plugged disk.
+func waitDisk(volume string) string {
+	return "for i in $(seq 60); do test -b " + diskLink(volume) + " && break; sleep 0.5; done; test -b " + diskLink(volume)
+}
+
+// loopsOver counts the loop devices over files under dir.
+func loopsOver(dir string) int {
+	out, _ := exec.Command("losetup", "--noheadings", "--output", "BACK-FILE").Output()
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, dir+"/") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestRealHostsContract holds real machines to the host contract

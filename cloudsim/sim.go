@@ -423,6 +423,7 @@ func (s *Sim) apiHandler() http.Handler {
 	s.novaRoutes(mux)
 	s.neutronRoutes(mux)
 	s.octaviaRoutes(mux)
+	s.cinderRoutes(mux)
 	swift := s.swiftHandler()
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		// Swift names may hold "//" and "/./", which ServeMux would "clean"

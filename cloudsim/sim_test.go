@@ -49,7 +49,7 @@ type env struct {
 type clients struct {
 	provider                           *gophercloud.ProviderClient
 	compute, network, image, lb, swift *gophercloud.ServiceClient
-	identity                           *gophercloud.ServiceClient
+	identity, volume                   *gophercloud.ServiceClient
 }
 
 func startEnv(t *testing.T, opts Options) *env {
@@ -123,6 +123,7 @@ func (e *env) connect(t testing.TB, cloud string) *clients {
 	c.lb = must(openstack.NewLoadBalancerV2(pc, eo))
 	c.swift = must(openstack.NewObjectStorageV1(pc, eo))
 	c.identity = must(openstack.NewIdentityV3(pc, eo))
+	c.volume = must(openstack.NewBlockStorageV3(pc, eo))
 	return c
 }
 

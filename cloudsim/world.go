@@ -41,6 +41,8 @@ type world struct {
 	Members      map[string]*member       `json:"members"`
 	Monitors     map[string]*monitor      `json:"health_monitors"`
 	Accounts     map[string]*account      `json:"accounts"` // Swift, by AUTH_<project id>
+	Volumes      map[string]*volume       `json:"volumes"`
+	Snapshots    map[string]*snapshot     `json:"snapshots"`
 
 	// PeerPorts are the loopback ports standing for the simulated
 	// addresses etcd members dial themselves (their peer URLs), by
@@ -79,7 +81,7 @@ type meta struct {
 
 type pendingChange struct {
 	Due  time.Time `json:"due"`
-	Kind string    `json:"kind"` // "server-active", "lb-active", "lb-deleted"
+	Kind string    `json:"kind"` // "server-active", "lb-active", "lb-deleted", "volume-settle", "snapshot-settle"
 	ID   string    `json:"id"`
 }
 
@@ -107,6 +109,8 @@ func (w *world) init() {
 	initMap(&w.Members)
 	initMap(&w.Monitors)
 	initMap(&w.Accounts)
+	initMap(&w.Volumes)
+	initMap(&w.Snapshots)
 	initMap(&w.PeerPorts)
 	initMap(&w.Kube)
 }
@@ -131,6 +135,9 @@ const (
 	AdminProjectName = "admin"
 	DefaultDomain    = "default"
 	publicCIDR       = "203.0.113.0/24"
+	// imageMinDisk is the seeded image's min_disk in GB: the root disk
+	// of a server whose flavor gives none.
+	imageMinDisk = 10
 )
 
 // seedWorld builds the state of a fresh cloud.
@@ -158,7 +165,7 @@ func seedWorld(now time.Time, hypervisors int) *world {
 	}
 	for _, name := range []string{"flatcar", "fedora-coreos"} {
 		img := &image{meta: w.meta(now), Seq: w.next(), ID: newID(), Name: name, Status: "active", Visibility: "public",
-			DiskFormat: "qcow2", ContainerFormat: "bare", Size: 1 << 30, MinDisk: 10, Owner: admin.ID}
+			DiskFormat: "qcow2", ContainerFormat: "bare", Size: 1 << 30, MinDisk: imageMinDisk, Owner: admin.ID}
 		w.Images[img.ID] = img
 	}
 	for _, p := range []string{admin.ID, demo.ID} {
@@ -199,6 +206,10 @@ func (w *world) tick(now time.Time) bool {
 			w.activateLB(p.ID, now)
 		case "lb-deleted":
 			w.finishLBDelete(p.ID)
+		case "volume-settle":
+			w.settleVolume(p.ID, now)
+		case "snapshot-settle":
+			w.settleSnapshot(p.ID, now)
 		}
 	}
 	return len(due) > 0

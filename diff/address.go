@@ -26,6 +26,7 @@ const (
 	TargetSnapshot         // backup/<cluster>/before-rollout
 	TargetState            // state/<cluster>: what only the state store keeps
 	TargetWorkloads        // kubernetes/<cluster>/workloads/restart: a rolling restart of the cluster's workloads
+	TargetReboot           // host/<host>/reboot: the host's reboot into its staged OS update
 )
 
 // Address names what a change is about, as Terraform's addrs do: a typed
@@ -71,6 +72,10 @@ func DrainAddress(host string) Address { return Address{Target: TargetDrain, Hos
 // NodeAddress is the address of a host's Node object in Kubernetes.
 func NodeAddress(host string) Address { return Address{Target: TargetNode, Host: host} }
 
+// RebootAddress is the address of a host's reboot into its staged OS
+// update.
+func RebootAddress(host string) Address { return Address{Target: TargetReboot, Host: host} }
+
 // MemberAddress is the address of a controller's membership in its
 // cluster's etcd.
 func MemberAddress(host string) Address { return Address{Target: TargetMember, Host: host} }
@@ -111,6 +116,7 @@ const (
 	drainSuffix     = "/drain"
 	nodeSuffix      = "/node"
 	memberSuffix    = "/etcd-member"
+	rebootSuffix    = "/reboot"
 	snapshotSuffix  = "/before-rollout"
 	workloadsSuffix = "/workloads/restart"
 )
@@ -132,6 +138,8 @@ func (a Address) String() string {
 		return spaceHost + a.Host + nodeSuffix
 	case TargetMember:
 		return spaceHost + a.Host + memberSuffix
+	case TargetReboot:
+		return spaceHost + a.Host + rebootSuffix
 	case TargetManifest:
 		return spaceKubernetes + a.Cluster + "/" + a.Name
 	case TargetBackup:
@@ -150,7 +158,7 @@ func (a Address) String() string {
 func (a Address) IsZero() bool { return a == Address{} }
 
 // OnHost reports whether a names something on a host (a file, a unit, its
-// gate, its drain, its Node object or its etcd membership).
+// gate, its drain, its Node object, its etcd membership or its reboot).
 func (a Address) OnHost() bool { return a.Host != "" }
 
 // Compare orders addresses by their string forms.
@@ -211,6 +219,8 @@ func ParseAddress(s string) (Address, error) {
 			return NodeAddress(host), nil
 		case rest == memberSuffix:
 			return MemberAddress(host), nil
+		case rest == rebootSuffix:
+			return RebootAddress(host), nil
 		case strings.HasPrefix(rest, unitsPrefix):
 			if unit := rest[len(unitsPrefix):]; segment(unit) {
 				return UnitAddress(host, unit), nil

@@ -25,6 +25,7 @@ func TestAddresses(t *testing.T) {
 		{DrainAddress("prod-general-0"), "host/prod-general-0/drain"},
 		{NodeAddress("prod-general-0"), "host/prod-general-0/node"},
 		{MemberAddress("prod-controller-1"), "host/prod-controller-1/etcd-member"},
+		{RebootAddress("prod-worker-0"), "host/prod-worker-0/reboot"},
 		{ManifestAddress("prod", "00-kube-proxy.yaml"), "kubernetes/prod/00-kube-proxy.yaml"},
 		{WorkloadsAddress("prod"), "kubernetes/prod/workloads/restart"},
 		{BackupAddress("prod"), "backup/prod"},

@@ -71,7 +71,8 @@ var modes = func() (out [0o1000]string) {
 func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	n := c.Metadata.Name
 	s := c.Spec
-	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue, MaxUnavailable: s.Upgrade.MaxUnavailable}
+	d := &Desired{Cluster: n, DeletionPolicy: string(s.DeletionPolicy), BackupDue: in.BackupDue, MaxUnavailable: s.Upgrade.MaxUnavailable,
+		OSReboots: s.Upgrade.OSReboots}
 	if r := s.Remediation; r != nil {
 		d.Remediation = &Remediation{UnhealthyAfter: r.UnhealthyAfter.Duration, MaxUnhealthy: r.MaxUnhealthy}
 	}

@@ -173,6 +173,7 @@ func (b *builder) cluster(d *Desired, o *Observed) {
 	b.manifests(d, o)
 	b.workloads(d)
 	b.stateChanges(d, o)
+	b.reboots(d, o)
 }
 
 // trustFiles are the files whose change on the controllers of a cluster
@@ -657,9 +658,15 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 	if o.Applied != nil {
 		applied = o.Applied.Manifests
 	}
+	// A manifest goes through a controller's API server, after every
+	// step of the controllers; and its workloads, which the apply waits
+	// for, need the nodes: after every kubelet (re)started in the plan.
 	var controllers []string
 	for _, p := range b.list {
-		if p.Cluster == d.Cluster && p.Phase == PhaseHosts && p.Address.OnHost() && b.isController(d, p.Address.Host) {
+		if p.Cluster != d.Cluster || p.Phase != PhaseHosts || !p.Address.OnHost() {
+			continue
+		}
+		if b.isController(d, p.Address.Host) || p.Address.Target == TargetUnit && p.Address.Name == "kubelet.service" {
 			controllers = append(controllers, p.key)
 		}
 	}
@@ -668,7 +675,8 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 	for _, m := range d.Manifests {
 		desired[m.Name] = true
 		had := applied[m.Name]
-		if had == m.SHA256 && !m.Unknown {
+		drifted := o.ObjectDrift[m.Name]
+		if had == m.SHA256 && !m.Unknown && len(drifted) == 0 {
 			continue
 		}
 		p := &pending{Change: Change{Cluster: d.Cluster, Phase: PhaseHosts, Address: ManifestAddress(d.Cluster, m.Name), Action: ActionApply,
@@ -678,6 +686,12 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 			p.Reason = "new manifest"
 		case m.Unknown:
 			p.Reason = "carries keys or certificates issued at apply"
+		case had == m.SHA256:
+			// Applied as it is, and some of its objects deleted or changed
+			// since: drift, corrected by applying it again.
+			p.drift, p.Reason = true, "changed outside OPKE since the last apply: "+strings.Join(drifted, "; ")
+		case len(m.Objects) > 0:
+			p.Reason = "content changed: " + strings.Join(m.Objects, ", ")
 		}
 		if m.Unknown {
 			p.After["sha256"] = Value{Unknown: true}

@@ -426,6 +426,88 @@ func TestPlans(t *testing.T) {
 			find(t, p.Drift, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
 			find(t, p.Drift, "host/demo-default-0/units/kubelet.service", ActionRestart)
 		}},
+		{"drift-manifest-objects-deleted-or-changed", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			o.ObjectDrift = map[string][]string{base.Manifests[0].Name: {"DaemonSet kube-system/kube-proxy deleted",
+				"ConfigMap kube-system/kube-proxy changed (its other field managers: kubectl-edit: .data.config.conf)"}}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 || len(p.Drift) != 1 {
+				t.Fatalf("want one drift, the manifest applied again: changes %v, drift %v", p.Changes, p.Drift)
+			}
+			c := find(t, p.Drift, "kubernetes/demo/"+base.Manifests[0].Name, ActionApply)
+			if c.Reason != "changed outside OPKE since the last apply: DaemonSet kube-system/kube-proxy deleted; "+
+				"ConfigMap kube-system/kube-proxy changed (its other field managers: kubectl-edit: .data.config.conf)" {
+				t.Errorf("reason: %q", c.Reason)
+			}
+		}},
+		{"os-reboots-coordinated", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			o.RebootRequired = []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-gateway-0"}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			if len(p.Changes) != 0 || len(p.Warnings) != 0 {
+				t.Fatalf("a reboot is drift, and nothing else changes: changes %v, warnings %v", p.Changes, p.Warnings)
+			}
+			// Each node: drain, reboot, gate, uncordon; one host at a
+			// time: the controller, the workers (maxUnavailable 1), the
+			// gateway last, with no drain of its own.
+			var prev Change
+			for _, h := range []string{"demo-controller-0", "demo-default-0", "demo-default-1"} {
+				drain := find(t, p.Drift, DrainAddress(h), ActionDrain)
+				reboot := find(t, p.Drift, RebootAddress(h), ActionRestart)
+				gate := find(t, p.Drift, GateAddress(h), ActionCheck)
+				uncordon := find(t, p.Drift, NodeAddress(h), ActionUpdate)
+				if !after(p, reboot, drain) || !after(p, gate, reboot) || !after(p, uncordon, gate) {
+					t.Errorf("%s: not drain, reboot, gate, uncordon in order", h)
+				}
+				if prev.ID != "" && !after(p, drain, prev) {
+					t.Errorf("%s drains before the host before it is back", h)
+				}
+				if uncordon.After["unschedulable"] != Known("false") {
+					t.Errorf("%s: uncordon %v", h, uncordon.After)
+				}
+				prev = uncordon
+			}
+			gw := find(t, p.Drift, RebootAddress("demo-gateway-0"), ActionRestart)
+			if !after(p, gw, prev) || len(p.Drift) != 13 {
+				t.Errorf("the gateway reboots alone, last: %d drift changes", len(p.Drift))
+			}
+		}},
+		{"os-reboots-after-the-hosts-changes", []*Desired{base}, []*Observed{func() *Observed {
+			o := converged(base)
+			o.HostFiles = map[string]map[string]string{}
+			for h, files := range o.Applied.Files {
+				o.HostFiles[h] = maps.Clone(files)
+			}
+			o.HostFiles["demo-default-0"]["/etc/kubernetes/kubelet.env"] = strings.Repeat("0", 64)
+			o.RebootRequired = []string{"demo-default-0", "demo-default-1"}
+			return o
+		}()}, func(t *testing.T, p *Plan) {
+			// A host with a change of its own waits for the next drift
+			// check; the others' reboots wait for every other change.
+			if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0].Message, "demo-default-0 wait for a reboot") {
+				t.Errorf("warnings: %v", p.Warnings)
+			}
+			if slices.ContainsFunc(p.Drift, func(c Change) bool { return c.Address == RebootAddress("demo-default-0") }) {
+				t.Error("demo-default-0 reboots in the plan that changes its files")
+			}
+			drain := find(t, p.Drift, DrainAddress("demo-default-1"), ActionDrain)
+			if restart := find(t, p.Drift, "host/demo-default-0/units/kubelet.service", ActionRestart); !after(p, drain, restart) {
+				t.Error("demo-default-1 drains before the plan's other changes are made")
+			}
+		}},
+		{"os-reboots-manual", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Upgrade.OSReboots = schemas.OSRebootsManual }), true)},
+			[]*Observed{func() *Observed {
+				o := converged(base)
+				o.RebootRequired = []string{"demo-default-1"}
+				return o
+			}()}, func(t *testing.T, p *Plan) {
+				if len(p.Changes)+len(p.Drift) != 0 || len(p.Warnings) != 1 ||
+					p.Warnings[0].Message != "demo-default-1 wait for a reboot to finish an OS update; spec.upgrade.osReboots is manual: OPKE reboots none" {
+					t.Errorf("manual reboots: changes %v, drift %v, warnings %v", p.Changes, p.Drift, p.Warnings)
+				}
+			}},
 		{"removed-retain", nil, []*Observed{done}, func(t *testing.T, p *Plan) {
 			if len(p.Changes) != 1 || p.Changes[0].Action != ActionForget || len(p.Warnings) != 1 {
 				t.Errorf("Retain must destroy nothing, warn and forget: %+v", p)
@@ -790,11 +872,11 @@ func demoDesired(t *testing.T, unsettled map[string]map[string]bool) *Desired {
 // value against its render, so a known one would be refused there).
 func TestUnsettledManifest(t *testing.T) {
 	t.Parallel()
-	const file = "/etc/kubernetes/addons/01-coredns.yaml"
+	const file = "/etc/kubernetes/addons/05-coredns.yaml"
 	d := demoDesired(t, map[string]map[string]bool{"demo-controller-0": {file: true}})
 	o := converged(d)
 	p := Diff([]*Desired{d}, []*Observed{o})
-	ch := find(t, p.Changes, ManifestAddress("demo", "01-coredns.yaml"), ActionApply)
+	ch := find(t, p.Changes, ManifestAddress("demo", "05-coredns.yaml"), ActionApply)
 	if !ch.After["sha256"].Unknown || ch.Reason != "carries keys or certificates issued at apply" || ch.Before["sha256"].Value == "" {
 		t.Errorf("the unsettled manifest's change: %+v", ch)
 	}
@@ -812,13 +894,13 @@ func TestManifestLeavesTheRender(t *testing.T) {
 	d := demoDesired(t, nil)
 	o := converged(d)
 	o.Applied.Manifests["09-dashboard.yaml"] = "0ld"
-	o.Applied.Manifests["01-coredns.yaml"] = "changed"
+	o.Applied.Manifests["05-coredns.yaml"] = "changed"
 	p := Diff([]*Desired{d}, []*Observed{o})
 	del := find(t, p.Changes, ManifestAddress("demo", "09-dashboard.yaml"), ActionDelete)
 	if del.Before["sha256"].Value != "0ld" || del.Phase != PhaseHosts || !strings.Contains(del.Reason, "no longer rendered") {
 		t.Errorf("the deletion: %+v", del)
 	}
-	apply := find(t, p.Changes, ManifestAddress("demo", "01-coredns.yaml"), ActionApply)
+	apply := find(t, p.Changes, ManifestAddress("demo", "05-coredns.yaml"), ActionApply)
 	if !slices.Contains(del.DependsOn, apply.ID) {
 		t.Errorf("the deletion depends on %v, not on the apply %s", del.DependsOn, apply.ID)
 	}
@@ -908,5 +990,25 @@ func TestRotationPlans(t *testing.T) {
 		[]*Observed{converged(prev)})
 	if !p.Empty() {
 		t.Errorf("after the rotation: %d changes", len(p.Changes))
+	}
+}
+
+// TestManifestReasonSaysItsObjects: a changed manifest told which of its
+// objects its apply changes is planned with them as its reason; one not
+// told says its content changed.
+func TestManifestReasonSaysItsObjects(t *testing.T) {
+	t.Parallel()
+	d := demoDesired(t, nil)
+	o := converged(d)
+	o.Applied.Manifests[d.Manifests[0].Name] = "0ld"
+	o.Applied.Manifests[d.Manifests[1].Name] = "0ld"
+	d.Manifests[0].Objects = []string{"DaemonSet kube-system/kube-proxy changed", "ConfigMap kube-system/extra added"}
+	p := Diff([]*Desired{d}, []*Observed{o})
+	told := find(t, p.Changes, ManifestAddress("demo", d.Manifests[0].Name), ActionApply)
+	if told.Reason != "content changed: DaemonSet kube-system/kube-proxy changed, ConfigMap kube-system/extra added" {
+		t.Errorf("the told manifest's reason: %q", told.Reason)
+	}
+	if other := find(t, p.Changes, ManifestAddress("demo", d.Manifests[1].Name), ActionApply); other.Reason != "content changed" {
+		t.Errorf("the other manifest's reason: %q", other.Reason)
 	}
 }

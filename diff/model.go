@@ -52,6 +52,11 @@ type Manifest struct {
 	// Unknown marks a manifest whose bytes carry keys or certificates
 	// issued at apply.
 	Unknown bool
+	// Objects says, for a manifest that changed since its last apply,
+	// which of its objects the apply adds, changes or removes
+	// ("DaemonSet kube-system/kube-proxy changed"): the plan's reason.
+	// Empty when unchanged, or when the last apply recorded no objects.
+	Objects []string
 }
 
 // Host is a host's desired files.
@@ -80,6 +85,9 @@ type Desired struct {
 	// Remediation, if set, replaces hosts whose Node stays not Ready
 	// (spec.remediation).
 	Remediation *Remediation
+	// OSReboots says who reboots a host whose OS update waits for a
+	// reboot (spec.upgrade.osReboots): coordinated (OPKE) or manual.
+	OSReboots string
 }
 
 // Remediation is when a host whose Node is not Ready is replaced
@@ -126,6 +134,15 @@ type Observed struct {
 	// HostFiles holds the sha256 of each file read on the hosts, by host
 	// and path; nil unless a resync asked for them.
 	HostFiles map[string]map[string]string
+	// RebootRequired are the hosts, sorted, whose staged OS update waits
+	// for a reboot (assets.PathRebootRequired is there), as a resync read
+	// them with their files; nil otherwise.
+	RebootRequired []string
+	// ObjectDrift is, by manifest, what changed outside OPKE in the objects
+	// it applied, one line each ("Deployment kube-system/coredns deleted",
+	// or changed by another field manager): read by a resync (nil
+	// otherwise, or when the API did not answer).
+	ObjectDrift map[string][]string
 	// Nodes is the health of the cluster's Node objects, by name, as its
 	// API showed them when the plan was made; nil when they were not read
 	// (no remediation asked for), and NodesUnread says why when the API

@@ -100,19 +100,32 @@ func Text(w io.Writer, data []byte) error {
 	section("Changes:", p.Changes)
 	section("Drift (changed outside OPKE since the last apply; this plan corrects it):", p.Drift)
 	writeWarnings(&b, p.Warnings)
-	fmt.Fprintf(&b, "\nPlan: %d to create, %d to update, ", counts[ActionCreate], counts[ActionUpdate])
+	// A manifest's deletion prunes objects in the cluster: counted apart
+	// from the cloud's resources a plan deletes.
+	// So are a host's reboot (a restart of the machine) and a Node's
+	// uncordon (an update of an object in the cluster).
+	prunes, reboots, uncordons := 0, 0, 0
+	for _, c := range slices.Concat(p.Changes, p.Drift) {
+		switch {
+		case c.Action == ActionDelete && c.Address.Target == TargetManifest:
+			prunes++
+		case c.Action == ActionRestart && c.Address.Target == TargetReboot:
+			reboots++
+		case c.Action == ActionUpdate && c.Address.Target == TargetNode:
+			uncordons++
+		}
+	}
+	fmt.Fprintf(&b, "\nPlan: %d to create, %d to update, ", counts[ActionCreate], counts[ActionUpdate]-uncordons)
 	if n := counts[ActionReplace]; n > 0 {
 		fmt.Fprintf(&b, "%d to replace, ", n)
 	}
-	// A manifest's deletion prunes objects in the cluster: counted apart
-	// from the cloud's resources a plan deletes.
-	prunes := 0
-	for _, c := range slices.Concat(p.Changes, p.Drift) {
-		if c.Action == ActionDelete && c.Address.Target == TargetManifest {
-			prunes++
-		}
+	fmt.Fprintf(&b, "%d to delete, %d uploads, %d restarts", counts[ActionDelete]-prunes, counts[ActionUpload], counts[ActionRestart]-reboots)
+	if reboots > 0 {
+		fmt.Fprintf(&b, ", %d reboots", reboots)
 	}
-	fmt.Fprintf(&b, "%d to delete, %d uploads, %d restarts", counts[ActionDelete]-prunes, counts[ActionUpload], counts[ActionRestart])
+	if uncordons > 0 {
+		fmt.Fprintf(&b, ", %d uncordons", uncordons)
+	}
 	if n := counts[ActionBackup]; n > 0 {
 		fmt.Fprintf(&b, ", %d backups", n)
 	}

@@ -397,6 +397,9 @@ func (h hostStep) do(ctx context.Context, c diff.Change) error {
 		if c.Address.Target == diff.TargetWorkloads {
 			return h.a.restartWorkloads(ctx, h.j, h.t, h.pki, c)
 		}
+		if c.Address.Target == diff.TargetReboot {
+			return h.a.reboot(ctx, h.t, h.pki, host)
+		}
 		if c.Address.Target != diff.TargetUnit {
 			return fmt.Errorf("%s: not a unit", c.Address)
 		}

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -184,7 +187,7 @@ func TestApplyCreatesAClusterFromNothing(t *testing.T) {
 			applies = append(applies, c.Address.String())
 		}
 	}
-	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-coredns.yaml", "kubernetes/demo/02-flannel.yaml", "kubernetes/demo/03-control-plane.yaml", "kubernetes/demo/04-kube-router.yaml", "kubernetes/demo/08-metrics-server.yaml"}, applies); d != "" {
+	if d := cmp.Diff([]string{"kubernetes/demo/00-kube-proxy.yaml", "kubernetes/demo/01-flannel.yaml", "kubernetes/demo/02-control-plane.yaml", "kubernetes/demo/03-kube-router.yaml", "kubernetes/demo/05-coredns.yaml", "kubernetes/demo/08-metrics-server.yaml"}, applies); d != "" {
 		t.Errorf("applies (-want +got):\n%s", d)
 	}
 	events, err := r.sim.HostEvents("demo-controller-0")
@@ -274,7 +277,7 @@ func TestApplyPrunesWhatLeavesTheSpec(t *testing.T) {
 	for _, c := range plan.Changes {
 		changes = append(changes, c.Action.String()+" "+c.Address.String())
 	}
-	if d := cmp.Diff([]string{"delete kubernetes/demo/04-kube-router.yaml", "delete kubernetes/demo/08-metrics-server.yaml"}, changes); d != "" {
+	if d := cmp.Diff([]string{"delete kubernetes/demo/03-kube-router.yaml", "delete kubernetes/demo/08-metrics-server.yaml"}, changes); d != "" {
 		t.Errorf("the plan (-want +got):\n%s", d)
 	}
 	after := appliedObjects(t, r)
@@ -527,19 +530,8 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 func nodeNames(t *testing.T, r *rig) []string {
 	t.Helper()
 	api, base, _ := r.apiClient(t, r.observed(t), "demo-controller-0")
-	resp, err := api.Get(base + "/api/v1/nodes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var nodes struct {
-		Items []struct{ Metadata struct{ Name string } }
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil {
-		t.Fatal(err)
-	}
 	var names []string
-	for _, n := range nodes.Items {
+	for _, n := range nodesOf(t, getter(api, base)) {
 		names = append(names, n.Metadata.Name)
 	}
 	return names
@@ -755,5 +747,201 @@ func TestWithProgressChains(t *testing.T) {
 	(&reconciler.Applier{}).WithProgress(func(context.Context, reconciler.Step) { told = append(told, "only") }).Progress(context.Background(), reconciler.Step{})
 	if d := cmp.Diff([]string{"only"}, told); d != "" {
 		t.Errorf("without a hook of its own (-want +got):\n%s", d)
+	}
+}
+
+// TestApplyWaitsForAddonsToRollOut: a manifest is done once its
+// workloads rolled out, as kubectl rollout status reads them: with both
+// workers' kubelets stopped, metrics-server (which does not tolerate the
+// controllers' taint) has nowhere to run, so its apply waits, fails at the
+// gate timeout saying why, and is not recorded; with a worker back, the
+// next apply finishes it. A DaemonSet's pods on the nodes down are not
+// waited for (kube-proxy's and flannel's manifests are not held up).
+func TestApplyWaitsForAddonsToRollOut(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	ctx := context.Background()
+	res := r.observed(t)
+	r.kubelet(t, res, "demo-default-0", "stop")
+	r.kubelet(t, res, "demo-default-1", "stop")
+	// The manifests applied again: their records forgotten.
+	k := state.KeysOf(r.store)
+	for _, m := range []string{"00-kube-proxy.yaml", "08-metrics-server.yaml"} {
+		if err := r.store.Delete(ctx, k.Manifest("demo", m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := r.applier(t)
+	a.GateTimeout, a.GateInterval = 2*time.Second, 200*time.Millisecond
+	_, sum, err := r.applyPlan(t, a, demo)
+	if err == nil {
+		t.Fatal("the apply of metrics-server with no node to run it succeeded")
+	}
+	var failed []string
+	for _, f := range sum.Failed {
+		failed = append(failed, f.Change.Address.String()+": "+f.Err.Error())
+	}
+	want := "kubernetes/demo/08-metrics-server.yaml: 08-metrics-server.yaml: its workloads to roll out: not within 2s: Deployment kube-system/metrics-server: 0 of 1 updated replicas are available"
+	if d := cmp.Diff([]string{want}, failed); d != "" {
+		t.Errorf("failed steps (-want +got):\n%s", d)
+	}
+	if _, err := r.store.Get(ctx, k.Manifest("demo", "08-metrics-server.yaml")); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("metrics-server's manifest recorded though it did not roll out: %v", err)
+	}
+	if _, err := r.store.Get(ctx, k.Manifest("demo", "00-kube-proxy.yaml")); err != nil {
+		t.Errorf("kube-proxy's manifest, whose pods are missing only on the nodes down, not recorded: %v", err)
+	}
+
+	r.kubelet(t, res, "demo-default-1", "start")
+	p := r.mustApply(t, a, demo)
+	if got := addresses(p.Changes); got["kubernetes/demo/08-metrics-server.yaml"] != diff.ActionApply {
+		t.Errorf("the next plan does not apply metrics-server again: %v", got)
+	}
+	if _, err := r.store.Get(ctx, k.Manifest("demo", "08-metrics-server.yaml")); err != nil {
+		t.Errorf("metrics-server's manifest not recorded once rolled out: %v", err)
+	}
+}
+
+// TestResyncFindsAddonObjectsDeletedOrChanged: a resync asks the
+// cluster's API for every object its manifests applied. One deleted by
+// hand is drift, and so is one whose field OPKE applied was changed by
+// hand (the field now another manager's); a field OPKE never set, changed
+// by another manager, is not. Each time the manifest is applied again,
+// after which the next resync finds nothing.
+func TestResyncFindsAddonObjectsDeletedOrChanged(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.askHosts(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	ctx := context.Background()
+	if p := r.resync(t, demo); !p.Empty() {
+		t.Fatalf("a resync after the apply: %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+	}
+	correct := func(p *diff.Plan) {
+		t.Helper()
+		sum, err := r.applier(t).Apply(ctx, request(demo), p)
+		if err != nil {
+			t.Fatalf("the drift's correction: %v (%v)", err, sum.Failed)
+		}
+		if p := r.resync(t, demo); !p.Empty() {
+			t.Errorf("a resync after the correction: %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+		}
+	}
+	drift := func(p *diff.Plan) []string {
+		var out []string
+		for _, c := range p.Drift {
+			out = append(out, c.Action.String()+" "+c.Address.String()+": "+c.Reason)
+		}
+		if len(p.Changes) != 0 {
+			t.Errorf("changes beside the drift: %v", addresses(p.Changes))
+		}
+		return out
+	}
+
+	objects, err := r.sim.KubeObjects("demo-controller-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gone = "apps/v1/deployments/kube-system/metrics-server"
+	if _, ok := objects.Applied[gone]; !ok {
+		t.Fatalf("%s was not applied", gone)
+	}
+	delete(objects.Applied, gone)
+	delete(objects.Applied, "v1/serviceaccounts/kube-system/metrics-server")
+	if err := r.sim.SetKubeObjects("demo-controller-0", *objects); err != nil {
+		t.Fatal(err)
+	}
+	p := r.resync(t, demo)
+	want := []string{"apply kubernetes/demo/08-metrics-server.yaml: changed outside OPKE since the last apply: " +
+		"ServiceAccount kube-system/metrics-server deleted; Deployment kube-system/metrics-server deleted"}
+	if d := cmp.Diff(want, drift(p)); d != "" {
+		t.Errorf("the resync's drift (-want +got):\n%s", d)
+	}
+	correct(p)
+	if _, ok := appliedObjects(t, r)[gone]; !ok {
+		t.Errorf("%s was not made again", gone)
+	}
+
+	// By hand, as kubectl edit and another tool would: CoreDNS scaled
+	// (a field OPKE applied), metrics-server annotated (one it did not).
+	api, base, _ := r.apiClient(t, r.observed(t), "demo-controller-0")
+	patch := func(path, manager, body string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPatch, base+path+"?fieldManager="+manager, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/merge-patch+json")
+		resp, err := api.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PATCH %s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	const coredns = "/apis/apps/v1/namespaces/kube-system/deployments/coredns"
+	patch(coredns, "kubectl-edit", `{"spec":{"replicas":5}}`)
+	patch("/apis/apps/v1/namespaces/kube-system/deployments/metrics-server", "another-tool", `{"metadata":{"annotations":{"example.com/note":"mine"}}}`)
+	p = r.resync(t, demo)
+	want = []string{"apply kubernetes/demo/05-coredns.yaml: changed outside OPKE since the last apply: " +
+		"Deployment kube-system/coredns changed (its other field managers: kubectl-edit: .spec.replicas)"}
+	if d := cmp.Diff(want, drift(p)); d != "" {
+		t.Errorf("the resync's drift (-want +got):\n%s", d)
+	}
+	correct(p)
+	var dep struct{ Spec struct{ Replicas int } }
+	if err := json.Unmarshal(appliedObjects(t, r)["apps/v1/deployments/kube-system/coredns"], &dep); err != nil || dep.Spec.Replicas != 2 {
+		t.Errorf("CoreDNS after the correction: %d replicas (%v), want the manifest's 2", dep.Spec.Replicas, err)
+	}
+}
+
+// TestPlanSaysWhatAManifestChanges: a manifest that changed since its last
+// apply is planned with what its apply changes in the cluster's objects,
+// read against the digests the last apply recorded (the plan, and so a
+// pull request's comment, shows the addon's diff).
+func TestPlanSaysWhatAManifestChanges(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	bumped := spec(t, "demo", "", 0)
+	bumped.Spec.Kubernetes.Version = "v1.35.4"
+	reasons := map[string]string{}
+	for _, c := range r.plan(t, bumped).Changes {
+		if c.Address.Target == diff.TargetManifest {
+			reasons[c.Address.String()] = c.Reason
+		}
+	}
+	want := map[string]string{"kubernetes/demo/00-kube-proxy.yaml": "content changed: DaemonSet kube-system/kube-proxy changed"}
+	if d := cmp.Diff(want, reasons); d != "" {
+		t.Errorf("the manifests' changes (-want +got):\n%s", d)
+	}
+
+	// With the cluster's API to ask (the daemon's and the CLI's plans),
+	// the plan names the fields, from a dry-run apply against the live
+	// objects; nothing is written.
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	r.planner.Hosts = hosts
+	before := appliedObjects(t, r)
+	clear(reasons)
+	for _, c := range r.plan(t, bumped).Changes {
+		if c.Address.Target == diff.TargetManifest {
+			reasons[c.Address.String()] = c.Reason
+		}
+	}
+	want["kubernetes/demo/00-kube-proxy.yaml"] = "content changed: DaemonSet kube-system/kube-proxy changed: " +
+		`spec.template.spec.containers[kube-proxy].image: "registry.k8s.io/kube-proxy:v1.35.1" → "registry.k8s.io/kube-proxy:v1.35.4"`
+	if d := cmp.Diff(want, reasons); d != "" {
+		t.Errorf("the manifests' changes, the API asked (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(before, appliedObjects(t, r)); d != "" {
+		t.Errorf("the plan's dry run changed the cluster's objects (-before +after):\n%s", d)
 	}
 }

@@ -21,6 +21,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/volumes"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
@@ -33,6 +37,7 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/internal/kubecontract"
 	"opke.dev/opke/reconciler"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
@@ -52,7 +57,7 @@ func TestClusterComesUp(t *testing.T) {
 	r, reg, built := e2eRig(t)
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools[0].Count = 1
-	c.Spec.Addons = []schemas.Addon{{Name: "openstack-cloud-controller-manager"}}
+	c.Spec.Addons = []schemas.Addon{{Name: "openstack-cloud-controller-manager"}, {Name: "cinder-csi"}, {Name: "gateway"}, {Name: "monitoring"}}
 	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
 	// Whatever fails, the hosts' own account of it.
 	t.Cleanup(func() {
@@ -68,7 +73,8 @@ func TestClusterComesUp(t *testing.T) {
 	api, base, _ := r.apiClient(t, res, "demo-controller-0")
 	get := getter(api, base)
 	check := upCheck(t, api, base, "v1.35.1", []string{"demo-controller-0", "demo-default-0"},
-		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "kube-router-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1})
+		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "kube-router-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1,
+			"csi-cinder-controllerplugin-": 1, "csi-cinder-nodeplugin-": 2})
 	waitFor(t, e2eWait(), check)
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
@@ -107,6 +113,18 @@ func TestClusterComesUp(t *testing.T) {
 	// through CoreDNS, and reaches a pod on the controller across
 	// flannel's VXLAN (the real bridge and security groups between them):
 	// a CoreDNS of its own there, answering whoami over TCP on 5353.
+	del := func(path string) {
+		t.Helper()
+		resp, err := api.Do(mustRequest(t, http.MethodDelete, base+path, "", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("DELETE %s: %s %.300s", path, resp.Status, b)
+		}
+	}
 	post := func(path, body string) {
 		t.Helper()
 		resp, err := api.Post(base+path, "application/json", strings.NewReader(body))
@@ -170,13 +188,13 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 	post("/apis/networking.k8s.io/v1/namespaces/default/networkpolicies", `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy",
 		"metadata":{"name":"e2e-server-ingress"},"spec":{"podSelector":{"matchLabels":{"app":"e2e-server"}},"policyTypes":["Ingress"],
 		"ingress":[{"from":[{"podSelector":{"matchLabels":{"access":"granted"}}}],"ports":[{"protocol":"TCP","port":5353}]}]}}`)
-	runProbe := func(name string, labels map[string]string, script string) (string, string) {
+	// runPod creates a pod that ends (restartPolicy Never) and waits for
+	// its end: its phase and its log.
+	runPod := func(spec map[string]any) (string, string) {
 		t.Helper()
-		spec, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name, "labels": labels},
-			"spec": map[string]any{"nodeName": "demo-default-0", "restartPolicy": "Never",
-				"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:v1.35.1",
-					"command": []string{"/bin/bash", "-ec", script}, "env": []any{map[string]any{"name": "SERVER", "value": server.Status.PodIP}}}}}})
-		post("/api/v1/namespaces/default/pods", string(spec))
+		body, _ := json.Marshal(spec)
+		name := spec["metadata"].(map[string]any)["name"].(string)
+		post("/api/v1/namespaces/default/pods", string(body))
 		end := waitPod(name, func(p podStatus) bool { return p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" })
 		resp, err := api.Get(base + "/api/v1/namespaces/default/pods/" + name + "/log")
 		if err != nil {
@@ -185,6 +203,13 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
 		return end.Status.Phase, string(out)
+	}
+	runProbe := func(name string, labels map[string]string, script string) (string, string) {
+		t.Helper()
+		return runPod(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name, "labels": labels},
+			"spec": map[string]any{"nodeName": "demo-default-0", "restartPolicy": "Never",
+				"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+					"command": []string{"/bin/bash", "-ec", script}, "env": []any{map[string]any{"name": "SERVER", "value": server.Status.PodIP}}}}}})
 	}
 	// Up to a minute for the agent to program the policy: the probe
 	// succeeds once a connection attempt of 3 s times out (the agent
@@ -221,7 +246,15 @@ exit 1`)
 		t.Fatalf("a pod the NetworkPolicy does not admit still reaches %s:5353 (%s):\n%s\nthe agents:\n%s", server.Status.PodIP, phase, log, agentLogs())
 	}
 	t.Logf("NetworkPolicy: a pod without access=granted is refused:\n%s", log)
-	phase, log = runProbe("e2e-granted", map[string]string{"access": "granted"}, `exec 3<>/dev/tcp/$SERVER/5353
+	// A policy is programmed after the pods it selects start, on every
+	// implementation: the agent on the server's node adds the new pod's
+	// address to the policy's set when it sees the pod (kube-router
+	// rejects until then), so the probe tries for up to a minute.
+	phase, log = runProbe("e2e-granted", map[string]string{"access": "granted"}, `for i in $(seq 30); do
+  if timeout 3 bash -c 'exec 3<>/dev/tcp/$SERVER/5353'; then break; fi
+  echo "attempt $i: refused"; sleep 2
+done
+exec 3<>/dev/tcp/$SERVER/5353
 printf '\x00\x13\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x01\x00\x01' >&3
 timeout 10 head -c 4 <&3 | od -An -tx1`)
 	if phase != "Succeeded" || !strings.Contains(log, "12 34") {
@@ -233,19 +266,11 @@ timeout 10 head -c 4 <&3 | od -An -tx1`)
 	// deleted first, while kube-router runs (it leaves its iptables rules
 	// behind when it stops, as upstream's does), then networkPolicy: none,
 	// and OPKE deletes its manifest's objects (prune).
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodDelete, base+"/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/e2e-server-ingress", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := api.Do(req); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("delete the NetworkPolicy: %v %v", resp, err)
-	} else {
-		resp.Body.Close()
-	}
+	del("/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/e2e-server-ingress")
 	c.Spec.Network.NetworkPolicy = schemas.NetworkPolicyNone
 	plan, _ := r.apply(t, c)
 	if !slices.ContainsFunc(plan.Changes, func(ch diff.Change) bool {
-		return ch.Action == diff.ActionDelete && ch.Address == diff.ManifestAddress("demo", "04-kube-router.yaml")
+		return ch.Action == diff.ActionDelete && ch.Address == diff.ManifestAddress("demo", "03-kube-router.yaml")
 	}) {
 		t.Fatalf("networkPolicy: none plans no deletion of the agent's manifest: %v", plan.Changes)
 	}
@@ -289,6 +314,64 @@ exit 1`)
 		t.Errorf("the Secret through the API: %q %v", secret.Data["password"], err)
 	}
 	t.Logf("a Secret is encrypted in etcd (%.26s...) and read back through the API", raw.Kvs[0].Value)
+
+	// Addon drift: kube-proxy's ConfigMap deleted by hand, and CoreDNS's
+	// Deployment scaled by hand as kubectl edit does (the replicas OPKE
+	// applied now kubectl-edit's field), are found by a
+	// resync, which asks the API for every object the manifests applied;
+	// a field OPKE never set, changed by another manager, is not drift.
+	// Each manifest is applied again (and waited for until it rolled out).
+	driftStart := time.Now()
+	const coredns, proxyConfig = "/apis/apps/v1/namespaces/kube-system/deployments/coredns", "/api/v1/namespaces/kube-system/configmaps/kube-proxy"
+	del(proxyConfig)
+	mergePatch := func(path, manager, body string) {
+		t.Helper()
+		resp, err := api.Do(mustRequest(t, http.MethodPatch, base+path+"?fieldManager="+manager, "application/merge-patch+json", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PATCH %s: %s %.300s", path, resp.Status, b)
+		}
+	}
+	mergePatch(coredns, "kubectl-edit", `{"spec":{"replicas":3}}`)
+	mergePatch("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", "e2e-other-tool", `{"metadata":{"annotations":{"example.com/note":"mine"}}}`)
+	r.askHosts(t)
+	resynced := r.resync(t, c)
+	var addonDrift []string
+	for _, ch := range resynced.Drift {
+		addonDrift = append(addonDrift, ch.Address.String()+": "+ch.Reason)
+	}
+	slices.Sort(addonDrift)
+	want := []string{
+		"kubernetes/demo/00-kube-proxy.yaml: changed outside OPKE since the last apply: ConfigMap kube-system/kube-proxy deleted",
+		"kubernetes/demo/05-coredns.yaml: changed outside OPKE since the last apply: Deployment kube-system/coredns changed (its other field managers: kubectl-edit: .spec.replicas)",
+	}
+	if d := cmp.Diff(want, addonDrift); d != "" {
+		t.Fatalf("the resync's drift (-want +got):\n%s", d)
+	}
+	if sum, err := r.applier(t).Apply(t.Context(), request(c), resynced); err != nil {
+		t.Fatalf("the addon drift's correction: %v %v", err, sum.Failed)
+	}
+	var deployment struct {
+		Spec   struct{ Replicas int }
+		Status struct{ AvailableReplicas int }
+	}
+	if err := get(coredns, &deployment); err != nil || deployment.Spec.Replicas != 2 || deployment.Status.AvailableReplicas < 2 {
+		t.Fatalf("CoreDNS after the correction: %+v %v, want the manifest's 2 replicas, available", deployment, err)
+	}
+	var proxyConf struct{ Data map[string]string }
+	if err := get(proxyConfig, &proxyConf); err != nil || proxyConf.Data["config.conf"] == "" {
+		t.Fatalf("kube-proxy's ConfigMap after the correction: %v %v", proxyConf, err)
+	}
+	// Every object the manifests applied is OPKE's as applied again.
+	if again := r.resync(t, c); !again.Empty() {
+		t.Errorf("a resync after the correction: %v, drift %v", addresses(again.Changes), addresses(again.Drift))
+	}
+	r.planner.Hosts = nil
+	t.Logf("addon drift: kube-proxy's ConfigMap deleted and CoreDNS's Deployment scaled by hand, found by a resync and corrected in %s", time.Since(driftStart).Round(time.Second))
 
 	// The API server audits: the Secret's creation is in the log on the
 	// controller, who made it and when, its content not (Metadata).
@@ -335,18 +418,10 @@ exit 1`)
 	var lb serviceLB
 	workerIP := res["openstack/port/demo-default-0"].Attrs["fixed_ip"].Value
 	waitFor(t, 5*time.Minute, func() string {
-		var svc struct {
-			Status struct {
-				LoadBalancer struct{ Ingress []struct{ IP string } }
-			}
+		var why string
+		if lbIP, why = serviceAddress(get, "default", "e2e-dns"); why != "" {
+			return why
 		}
-		if err := get("/api/v1/namespaces/default/services/e2e-dns", &svc); err != nil {
-			return err.Error()
-		}
-		if len(svc.Status.LoadBalancer.Ingress) == 0 {
-			return "the Service e2e-dns has no load balancer yet" + ccmEvents(get)
-		}
-		lbIP = svc.Status.LoadBalancer.Ingress[0].IP
 		// The worker alone: the controller is excluded from Services'
 		// load balancers by its label.
 		if lb = serviceLoadBalancer(t, r, "kube_service_demo_default_e2e-dns"); !slices.Equal(lb.members, []string{workerIP}) {
@@ -367,6 +442,152 @@ exit 1`)
 	})
 	t.Logf("the Service e2e-dns got its load balancer %s (members %v) from the cloud controller manager and answered through it, in %s",
 		lbIP, lb.members, time.Since(step).Round(time.Second))
+
+	// The gateway addon: Traefik, applied by OPKE with the Gateway API's
+	// definitions, serves an HTTPRoute through its Service's load
+	// balancer and floating IP: a request for the route's host name,
+	// through the edge as from the Internet, reaches the pod behind the
+	// route (Traefik's ping answers OK); one for another host is not
+	// routed (404).
+	step = time.Now()
+	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-http"},"spec":{
+		"replicas":1,"selector":{"matchLabels":{"app":"e2e-http"}},"template":{"metadata":{"labels":{"app":"e2e-http"}},"spec":{
+		"containers":[{"name":"http","image":"`+assets.GatewayImage+`","args":["--entryPoints.http.address=:8081","--ping=true","--ping.entryPoint=http"]}]}}}}`)
+	post("/api/v1/namespaces/default/services", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"e2e-http"},"spec":{
+		"selector":{"app":"e2e-http"},"ports":[{"name":"http","port":80,"targetPort":8081}]}}`)
+	post("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes", `{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute",
+		"metadata":{"name":"e2e-http"},"spec":{"parentRefs":[{"name":"opke","namespace":"opke-gateway"}],"hostnames":["e2e.example"],
+		"rules":[{"matches":[{"path":{"type":"PathPrefix","value":"/ping"}}],"backendRefs":[{"name":"e2e-http","port":80}]}]}}`)
+	var gatewayIP string
+	waitFor(t, 5*time.Minute, func() string {
+		var why string
+		if gatewayIP, why = serviceAddress(get, "opke-gateway", "traefik"); why != "" {
+			return why
+		}
+		var route struct {
+			Status struct {
+				Parents []struct {
+					Conditions []struct{ Type, Status, Message string }
+				}
+			}
+		}
+		if err := get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/e2e-http", &route); err != nil {
+			return err.Error()
+		}
+		if len(route.Status.Parents) == 0 || !slices.ContainsFunc(route.Status.Parents[0].Conditions, func(c struct{ Type, Status, Message string }) bool {
+			return c.Type == "Accepted" && c.Status == "True"
+		}) {
+			return fmt.Sprintf("the HTTPRoute is not accepted by the Gateway opke: %+v", route.Status.Parents)
+		}
+		return ""
+	})
+	httpVia := func(host string) (int, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		client := &http.Client{Transport: &http.Transport{DialContext: sshx.Dialer{Proxy: r.sim.Edge()}.DialContext}}
+		defer client.CloseIdleConnections()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gatewayIP+"/ping", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	waitFor(t, 2*time.Minute, func() string {
+		if code, body := httpVia("e2e.example"); code != http.StatusOK || body != "OK" {
+			return fmt.Sprintf("GET http://%s/ping (Host e2e.example): %d %q", gatewayIP, code, body)
+		}
+		return ""
+	})
+	if code, body := httpVia("other.example"); code != http.StatusNotFound {
+		t.Errorf("GET http://%s/ping for a host no route names: %d %q, want 404", gatewayIP, code, body)
+	}
+	t.Logf("an HTTPRoute served through the gateway addon's load balancer %s (Traefik, Gateway API %s) in %s",
+		gatewayIP, assets.GatewayAPIVersion, time.Since(step).Round(time.Second))
+
+	// The monitoring addon: the Prometheus Operator runs a Prometheus and
+	// an Alertmanager; Prometheus scrapes every target of its
+	// ServiceMonitors (the API server, etcd, each kubelet and its cAdvisor, each
+	// node-exporter, CoreDNS, itself, Alertmanager, the operator) and
+	// loads OPKE's rules without an error, and its always-firing Watchdog
+	// reaches Alertmanager.
+	step = time.Now()
+	mon := monitoringAPI{get: func(path string, out any) error { return get(path, out) }} // get as it is then: a new one after the gateway's reboot
+	waitFor(t, 5*time.Minute, func() string {
+		targets, err := mon.targets()
+		if err != nil {
+			return err.Error()
+		}
+		for _, job := range []string{"apiserver", "etcd", "kubelet", "node-exporter", "kube-dns", "prometheus-operated", "alertmanager-operated", "prometheus-operator"} {
+			if targets[job] == nil {
+				return fmt.Sprintf("Prometheus has no target of job %s: %v", job, targets)
+			}
+		}
+		for job, health := range targets {
+			for instance, h := range health {
+				if h != "up" {
+					return fmt.Sprintf("Prometheus' target %s of job %s is %s", instance, job, h)
+				}
+			}
+		}
+		// Two kubelet endpoints (metrics, cAdvisor) per node.
+		if n := len(targets["kubelet"]); n != 4 {
+			return fmt.Sprintf("%d kubelet targets, want 4 (2 nodes): %v", n, targets["kubelet"])
+		}
+		rules, err := mon.rules()
+		if err != nil {
+			return err.Error()
+		}
+		if len(rules) < 15 {
+			return fmt.Sprintf("Prometheus loaded %d rules: %v", len(rules), rules)
+		}
+		for name, health := range rules {
+			if health != "ok" {
+				return fmt.Sprintf("the rule %s: %s", name, health)
+			}
+		}
+		alerts, err := mon.alertmanager()
+		if err != nil {
+			return err.Error()
+		}
+		if !slices.ContainsFunc(alerts, func(a alert) bool { return a.Labels["alertname"] == "Watchdog" }) {
+			return fmt.Sprintf("no Watchdog in Alertmanager: %v", alerts)
+		}
+		return ""
+	})
+	targets, _ := mon.targets()
+	t.Logf("the monitoring addon: Prometheus scrapes %d jobs, every target up, its rules loaded, Watchdog in Alertmanager, in %s",
+		len(targets), time.Since(step).Round(time.Second))
+	// An AlertmanagerConfig in the namespace monitoring routes the
+	// cluster's own alerts (no namespace label: the Watchdog) to its
+	// receiver: Alertmanager tries its webhook (nothing listens there; the
+	// attempt is what counts).
+	step = time.Now()
+	post("/apis/monitoring.coreos.com/v1alpha1/namespaces/monitoring/alertmanagerconfigs", `{"apiVersion":"monitoring.coreos.com/v1alpha1",
+		"kind":"AlertmanagerConfig","metadata":{"name":"e2e"},"spec":{"route":{"receiver":"e2e-webhook","groupWait":"5s",
+		"matchers":[{"name":"alertname","value":"Watchdog","matchType":"="}]},
+		"receivers":[{"name":"e2e-webhook","webhookConfigs":[{"url":"http://127.0.0.1:9/"}]}]}}`)
+	waitFor(t, 3*time.Minute, func() string {
+		resp, err := api.Get(base + alertmanagerProxy + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, `alertmanager_notifications_total{integration="webhook"} `) && !strings.HasSuffix(line, " 0\n") {
+				return ""
+			}
+		}
+		return "Alertmanager has sent nothing to the AlertmanagerConfig's webhook"
+	})
+	t.Logf("an AlertmanagerConfig in monitoring routed the Watchdog to its webhook in %s", time.Since(step).Round(time.Second))
 
 	// Step 3 of make e2e: scale out to two workers, and in again with a
 	// real drain. A Deployment keeps a pod on each worker (required
@@ -396,6 +617,231 @@ exit 1`)
 		return "demo-default-1 is not Ready"
 	})
 	t.Logf("scaled out to two workers, demo-default-1 Ready, in %s", time.Since(step).Round(time.Second))
+
+	// Storage (the cinder-csi addon): a claim of the default class gets
+	// a Cinder volume, attached to the node its first pod is scheduled
+	// on, formatted and mounted there by the CSI node plugin (the disk
+	// found by udev's by-id link, the node's instance id asked of the
+	// metadata service); what that pod wrote, a pod on the other worker
+	// reads once the volume moved; the claim's deletion deletes the
+	// volume in Cinder.
+	step = time.Now()
+	post("/api/v1/namespaces/default/persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim",
+		"metadata":{"name":"e2e-data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`)
+	volumePod := func(name, node, script string) string {
+		t.Helper()
+		phase, out := runPod(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name},
+			"spec": map[string]any{"nodeSelector": map[string]string{"kubernetes.io/hostname": node}, "restartPolicy": "Never",
+				"containers": []any{map[string]any{"name": "c", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+					"command": []string{"/bin/bash", "-ec", script}, "volumeMounts": []any{map[string]any{"name": "data", "mountPath": "/data"}}}},
+				"volumes": []any{map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": "e2e-data"}}}}})
+		if phase != "Succeeded" {
+			t.Fatalf("pod %s on %s: %s\n%s", name, node, phase, out)
+		}
+		return out
+	}
+	volumePod("e2e-writer", "demo-default-0", "df -h /data; echo written-on-demo-default-0 > /data/f; sync")
+	del("/api/v1/namespaces/default/pods/e2e-writer")
+	if got := volumePod("e2e-reader", "demo-default-1", "cat /data/f"); got != "written-on-demo-default-0\n" {
+		t.Errorf("the claim's volume on demo-default-1 holds %q, want what the pod on demo-default-0 wrote", got)
+	}
+	var pvs struct {
+		Items []struct {
+			Spec struct {
+				CSI struct{ Driver, VolumeHandle string }
+			}
+		}
+	}
+	if err := get("/api/v1/persistentvolumes", &pvs); err != nil || len(pvs.Items) != 1 || pvs.Items[0].Spec.CSI.Driver != "cinder.csi.openstack.org" {
+		t.Fatalf("persistent volumes: %+v %v", pvs, err)
+	}
+	volumeID := pvs.Items[0].Spec.CSI.VolumeHandle
+	del("/api/v1/namespaces/default/pods/e2e-reader")
+	del("/api/v1/namespaces/default/persistentvolumeclaims/e2e-data")
+	cinder, err := openstack.NewBlockStorageV3(r.clients.Provider, gophercloud.EndpointOpts{Region: r.clients.Region, Availability: gophercloud.AvailabilityInternal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, func() string {
+		pages, err := volumes.List(cinder, nil).AllPages(t.Context())
+		if err != nil {
+			return err.Error()
+		}
+		if left, _ := volumes.ExtractVolumes(pages); len(left) > 0 {
+			return fmt.Sprintf("Cinder volumes left: %+v (the claim's %s)", left, volumeID)
+		}
+		return ""
+	})
+	t.Logf("a claim's Cinder volume written on demo-default-0, read on demo-default-1, deleted with the claim, in %s", time.Since(step).Round(time.Second))
+
+	// OS updates: every host's staged update waits for a reboot
+	// (/run/reboot-required, as a Debian package's postinst writes it
+	// and as the Ignition timer does on Flatcar when update_engine says
+	// UPDATE_STATUS_UPDATED_NEED_REBOOT). A resync finds them, and its
+	// correction reboots them one at a time through Nova as a rollout
+	// goes: the controller, each worker, the gateway last. Each node is
+	// drained first (its Deployments' pods evicted: none of the names
+	// running on the workers before is left), rebooted (/run is new),
+	// gated healthy (the controller's etcd and API server back) and
+	// uncordoned before the next one's drain.
+	step = time.Now()
+	workers := []string{"demo-default-0", "demo-default-1"}
+	rebooted := slices.Concat([]string{"demo-controller-0"}, workers, []string{"demo-gateway-0"})
+	evictable := func() []string { // the pods of Deployments on the workers
+		var pods struct {
+			Items []struct {
+				Metadata struct {
+					Name, Namespace string
+					OwnerReferences []struct{ Kind string }
+				}
+				Spec struct{ NodeName string }
+			}
+		}
+		if err := get("/api/v1/pods", &pods); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range pods.Items {
+			if slices.Contains(workers, p.Spec.NodeName) && len(p.Metadata.OwnerReferences) > 0 && p.Metadata.OwnerReferences[0].Kind == "ReplicaSet" {
+				out = append(out, p.Metadata.Namespace+"/"+p.Metadata.Name)
+			}
+		}
+		return out
+	}
+	before := evictable()
+	if len(before) == 0 {
+		t.Fatal("no Deployment's pod on the workers: the drains would prove nothing")
+	}
+	onHosts := func(command string, each func(host string, out []byte, err error)) {
+		t.Helper()
+		res := r.observed(t)
+		gw := dialHost(t, r, res, "demo-gateway-0", nil)
+		for _, h := range rebooted {
+			c := gw
+			if h != "demo-gateway-0" {
+				c = dialHost(t, r, res, h, gw)
+			}
+			out, err := sshx.Run(t.Context(), c, command)
+			each(h, out, err)
+		}
+	}
+	onHosts(sshx.Sudo("touch /run/reboot-required /run/booted-before"), func(h string, _ []byte, err error) {
+		if err != nil {
+			t.Fatalf("%s: %v", h, err)
+		}
+	})
+	r.askHosts(t)
+	reboots := r.resync(t, c)
+	if len(reboots.Changes) != 0 || len(reboots.Drift) != 13 {
+		t.Fatalf("the resync after the OS updates: changes %v, drift %v; want each node's drain, reboot, gate and uncordon, and the gateway's reboot", addresses(reboots.Changes), addresses(reboots.Drift))
+	}
+	osApplier := r.applier(t)
+	osDone := doneSteps(osApplier)
+	if sum, err := osApplier.Apply(t.Context(), request(c), reboots); err != nil {
+		t.Fatalf("the OS updates' reboots: %v %v", err, sum.Failed)
+	}
+	var wantOrder []string
+	for _, h := range rebooted[:3] {
+		wantOrder = append(wantOrder, "host/"+h+"/drain", "host/"+h+"/reboot", "host/"+h+"/health", "host/"+h+"/node")
+	}
+	wantOrder = append(wantOrder, "host/demo-gateway-0/reboot")
+	if d := cmp.Diff(wantOrder, osDone()); d != "" {
+		t.Errorf("the reboots' steps (-want +got):\n%s", d)
+	}
+	// The API client's connections went with the gateway's reboot.
+	api, base, _ = r.apiClient(t, r.observed(t), "demo-controller-0")
+	get = getter(api, base)
+	onHosts("ls /run/reboot-required /run/booted-before", func(h string, out []byte, err error) {
+		if err == nil {
+			t.Errorf("%s was not rebooted: %s", h, out)
+		}
+	})
+	for _, n := range nodesOf(t, get) {
+		if n.Spec.Unschedulable {
+			t.Errorf("%s is still cordoned after its reboot", n.Metadata.Name)
+		}
+	}
+	if left := slices.DeleteFunc(evictable(), func(p string) bool { return !slices.Contains(before, p) }); len(left) > 0 {
+		t.Errorf("pods on the workers before their reboots are still there (not drained): %v", left)
+	}
+	if again := r.resync(t, c); !again.Empty() {
+		t.Errorf("a resync after the reboots: %v, drift %v", addresses(again.Changes), addresses(again.Drift))
+	}
+	r.planner.Hosts = nil
+	t.Logf("an OS update on every host: rebooted one at a time (controller, workers, gateway), nodes drained and uncordoned, in %s; Deployments' pods evicted from the workers: %v", time.Since(step).Round(time.Second), before)
+
+	// A node goes down: the worker that runs neither Prometheus nor
+	// Alertmanager is powered off through Nova, and OPKE's NodeDown alert
+	// fires for it in Alertmanager (its kubelet and node-exporter both
+	// silent for a minute); powered on again, it is Ready and the alert
+	// resolves.
+	step = time.Now()
+	down := ""
+	waitFor(t, 3*time.Minute, func() string {
+		busy, err := mon.nodesOf("prometheus-k8s-0", "alertmanager-main-0")
+		if err != nil {
+			return err.Error()
+		}
+		for _, w := range workers {
+			if !slices.Contains(busy, w) {
+				down = w
+				return ""
+			}
+		}
+		// One on each worker: Alertmanager joins Prometheus (its node
+		// cordoned while its pod is made again).
+		mergePatch("/api/v1/nodes/"+busy[1], "e2e", `{"spec":{"unschedulable":true}}`)
+		del("/api/v1/namespaces/monitoring/pods/alertmanager-main-0")
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+			if now, err := mon.nodesOf("alertmanager-main-0"); err == nil && now[0] == busy[0] {
+				break
+			}
+		}
+		mergePatch("/api/v1/nodes/"+busy[1], "e2e", `{"spec":{"unschedulable":null}}`)
+		return fmt.Sprintf("Prometheus and Alertmanager ran on %v: Alertmanager moved to %s", busy, busy[0])
+	})
+	downID := r.serverID(t, down)
+	if err := servers.Stop(t.Context(), r.clients.Compute, downID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	var fired time.Duration
+	waitFor(t, 5*time.Minute, func() string {
+		alerts, err := mon.alertmanager()
+		if err != nil {
+			return err.Error()
+		}
+		if !slices.ContainsFunc(alerts, func(a alert) bool { return a.Labels["alertname"] == "NodeDown" && a.Labels["node"] == down }) {
+			return fmt.Sprintf("no NodeDown for %s in Alertmanager: %v", down, alerts)
+		}
+		fired = time.Since(step)
+		return ""
+	})
+	if err := servers.Start(t.Context(), r.clients.Compute, downID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Minute, func() string {
+		var n struct {
+			Status struct {
+				Conditions []struct{ Type, Status string }
+			}
+		}
+		if err := get("/api/v1/nodes/"+down, &n); err != nil {
+			return err.Error()
+		}
+		if !slices.ContainsFunc(n.Status.Conditions, func(c struct{ Type, Status string }) bool { return c.Type == "Ready" && c.Status == "True" }) {
+			return down + " is not Ready"
+		}
+		alerts, err := mon.prometheusAlerts()
+		if err != nil {
+			return err.Error()
+		}
+		if slices.ContainsFunc(alerts, func(a alert) bool { return a.Labels["alertname"] == "NodeDown" }) {
+			return fmt.Sprintf("NodeDown is still active in Prometheus: %v", alerts)
+		}
+		return ""
+	})
+	t.Logf("%s powered off: NodeDown in Alertmanager %s later; powered on, Ready and the alert resolved, in %s",
+		down, fired.Round(time.Second), time.Since(step).Round(time.Second))
 
 	// Node remediation: demo-default-1's kubelet stopped, Kubernetes' node
 	// lifecycle controller marks its Node Unknown after its grace period,
@@ -474,7 +920,40 @@ exit 1`)
 		t.Fatal(err)
 	}
 	kubecontract.Run(t, kubecontract.Cluster{Client: api, Base: base, Node: "demo-default-1",
-		Namespace: "default", Guarded: onGoing, Budget: "e2e-web", Static: manifest, StaticNode: "demo-controller-0"})
+		Namespace: "default", Guarded: onGoing, Budget: "e2e-web", Static: manifest, StaticNode: "demo-controller-0",
+		Image: "registry.k8s.io/pause:3.10.1"})
+
+	// OPKE's own apply of a manifest with a custom resource definition
+	// and a resource of its kind, in one go, as an addon's: the resource
+	// is sent once the real API server serves its kind.
+	crdStart := time.Now()
+	fields, err := reconciler.ApplyManifest(t.Context(), api, base, []byte(`apiVersion: opke.dev/v1
+kind: E2eWidget
+metadata: {name: one, namespace: default}
+spec: {size: 3}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: e2ewidgets.opke.dev}
+spec:
+  group: opke.dev
+  names: {plural: e2ewidgets, singular: e2ewidget, kind: E2eWidget, listKind: E2eWidgetList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`))
+	if err != nil {
+		t.Fatalf("a manifest with a definition and a resource of its kind: %v", err)
+	}
+	var widget struct{ Spec struct{ Size int } }
+	if err := get("/apis/opke.dev/v1/namespaces/default/e2ewidgets/one", &widget); err != nil || widget.Spec.Size != 3 || len(fields) != 2 || fields[0] == "" || fields[1] == "" {
+		t.Fatalf("the E2eWidget applied with its definition: %+v %v, field digests %q", widget, err, fields)
+	}
+	del("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/e2ewidgets.opke.dev")
+	t.Logf("a custom resource definition and a resource of its kind applied in one manifest in %s", time.Since(crdStart).Round(time.Millisecond))
 
 	step = time.Now()
 	c.Spec.WorkerPools[0].Count = 1
@@ -564,8 +1043,18 @@ exit 1`)
 	}
 	c.Spec.Kubernetes.Version = "v1.35.4"
 	c.Spec.DeletionPolicy = schemas.DeletionDelete // for step 5
+	r.askHosts(t)                                  // the plan asks the API what the addons' applies change, as the daemon's does
 	plan, _ = r.apply(t, c)
+	r.planner.Hosts = nil
 	t.Logf("upgraded to v1.35.4 in %s (%d steps)", time.Since(step).Round(time.Second), len(plan.Changes))
+	// The plan said what the addon's apply changes: which object, from
+	// the digests its last apply on this cluster recorded, and which
+	// field, from a dry-run apply against the live object.
+	if i := slices.IndexFunc(plan.Changes, func(ch diff.Change) bool { return ch.Address == diff.ManifestAddress("demo", "00-kube-proxy.yaml") }); i < 0 ||
+		plan.Changes[i].Reason != "content changed: DaemonSet kube-system/kube-proxy changed: "+
+			`spec.template.spec.containers[kube-proxy].image: "registry.k8s.io/kube-proxy:v1.35.1" → "registry.k8s.io/kube-proxy:v1.35.4"` {
+		t.Errorf("the upgrade's kube-proxy manifest: %+v", plan.Changes[i:min(i+1, len(plan.Changes))])
+	}
 	for addr, x := range r.observed(t) {
 		if id, ok := servers[addr]; ok && id != x.ID {
 			t.Errorf("%s was replaced in the upgrade", addr)
@@ -843,6 +1332,24 @@ func serviceLoadBalancers(t *testing.T, r *rig) []string {
 	return out
 }
 
+// serviceAddress is the address a Service of type LoadBalancer got from
+// the cloud controller manager (its load balancer's floating IP), or why
+// there is none yet.
+func serviceAddress(get func(string, any) error, namespace, name string) (ip, why string) {
+	var svc struct {
+		Status struct {
+			LoadBalancer struct{ Ingress []struct{ IP string } }
+		}
+	}
+	if err := get("/api/v1/namespaces/"+namespace+"/services/"+name, &svc); err != nil {
+		return "", err.Error()
+	}
+	if len(svc.Status.LoadBalancer.Ingress) == 0 {
+		return "", "the Service " + namespace + "/" + name + " has no load balancer yet" + ccmEvents(get)
+	}
+	return svc.Status.LoadBalancer.Ingress[0].IP, ""
+}
+
 // dnsOverTCP sends a DNS query over TCP (RFC 7766: its length first), id
 // 0x1234, for "a." IN A, to addr through the edge, and returns the
 // answer's id in hex ("12 34"), or why there is none.
@@ -889,6 +1396,10 @@ func ccmEvents(get func(string, any) error) string {
 	return "\n" + strings.Join(out[max(0, len(out)-3):], "\n")
 }
 
+// e2eDiskNeed is what the machines of one make e2e test write to their
+// disks at most (measured: see e2eRig), with room to spare.
+const e2eDiskNeed = 12 << 30
+
 // e2eRig is make e2e's start: real machines (refused otherwise), and the
 // simulator's registry mirror loaded with make world's e2e set.
 func e2eRig(t *testing.T) (*rig, *cloudsim.Registry, *world.Built) {
@@ -896,36 +1407,20 @@ func e2eRig(t *testing.T) (*rig, *cloudsim.Registry, *world.Built) {
 	if !realHosts {
 		t.Fatal("this test runs on real machines: OPKE_TEST_HOSTS=real (make e2e)")
 	}
-	// The machines' kubelets see this machine's file system as their
-	// own: below 15 % free (imagefs.available, the kubelet's default hard
-	// eviction) every node is under disk pressure, its pods evicted and
-	// new ones left Pending, which looks like anything but a full disk.
+	// Each machine has a disk of its own of its flavor's size (what its
+	// kubelet's eviction measures), a sparse file on this machine's
+	// file system: that file system needs room for what the machines
+	// write, or their disks fail under them.
 	var fs syscall.Statfs_t
 	if err := syscall.Statfs(os.TempDir(), &fs); err != nil {
 		t.Fatal(err)
 	}
-	if free := float64(fs.Bavail) / float64(fs.Blocks); free < 0.20 {
-		t.Fatalf("%s has %.0f%% free: the machines' kubelets evict below 15%%; free some space (the Go build cache, old test dirs) first", os.TempDir(), 100*free)
+	if free := int64(fs.Bavail) * fs.Bsize; free < e2eDiskNeed {
+		t.Fatalf("%s has %d GiB free: the machines' disks need %d GiB; free some space (the Go build cache, old test dirs) first", os.TempDir(), free>>30, e2eDiskNeed>>30)
 	}
 	r := newRig(t)
 	reg, built := mirrorWorld(t, r)
 	return r, reg, built
-}
-
-// getter GETs a path of the API into out, failing on any status but 200.
-func getter(api *http.Client, base string) func(path string, out any) error {
-	return func(path string, out any) error {
-		resp, err := api.Get(base + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s %.200s", path, resp.Status, b)
-		}
-		return json.Unmarshal(b, out)
-	}
 }
 
 // upCheck says what keeps a cluster from being up, as Kubernetes says it:
@@ -1146,4 +1641,107 @@ func remediate(t *testing.T, r *rig, c *schemas.Cluster, get func(string, any) e
 		t.Errorf("the plan after the remediation: %v %v %v", addresses(p.Changes), addresses(p.Drift), p.Warnings)
 	}
 	return plan
+}
+
+// monitoringAPI reads the monitoring addon's Prometheus and Alertmanager
+// through the API server's service proxy.
+type monitoringAPI struct {
+	get func(path string, out any) error
+}
+
+const (
+	prometheusProxy   = "/api/v1/namespaces/monitoring/services/prometheus-operated:web/proxy"
+	alertmanagerProxy = "/api/v1/namespaces/monitoring/services/alertmanager-operated:web/proxy"
+)
+
+// alert is an alert as Prometheus and Alertmanager list it.
+type alert struct {
+	Labels map[string]string
+	State  string
+}
+
+// targets are the health of Prometheus' active targets, by job and
+// instance (and path: a kubelet has two).
+func (m monitoringAPI) targets() (map[string]map[string]string, error) {
+	var r struct {
+		Data struct {
+			ActiveTargets []struct {
+				Labels map[string]string
+				Health string
+			}
+		}
+	}
+	if err := m.get(prometheusProxy+"/api/v1/targets?state=active", &r); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	for _, tg := range r.Data.ActiveTargets {
+		job := tg.Labels["job"]
+		if out[job] == nil {
+			out[job] = map[string]string{}
+		}
+		out[job][tg.Labels["instance"]+tg.Labels["metrics_path"]] = tg.Health
+	}
+	return out, nil
+}
+
+// rules are the health of every alerting rule Prometheus loaded, by
+// group and name.
+func (m monitoringAPI) rules() (map[string]string, error) {
+	var r struct {
+		Data struct {
+			Groups []struct {
+				Name  string
+				Rules []struct{ Name, Health, LastError string }
+			}
+		}
+	}
+	if err := m.get(prometheusProxy+"/api/v1/rules?type=alert", &r); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, g := range r.Data.Groups {
+		for _, rule := range g.Rules {
+			out[g.Name+"/"+rule.Name] = strings.TrimSpace(rule.Health + " " + rule.LastError)
+		}
+	}
+	return out, nil
+}
+
+// prometheusAlerts are the alerts Prometheus has pending or firing.
+func (m monitoringAPI) prometheusAlerts() ([]alert, error) {
+	var r struct{ Data struct{ Alerts []alert } }
+	if err := m.get(prometheusProxy+"/api/v1/alerts", &r); err != nil {
+		return nil, err
+	}
+	return r.Data.Alerts, nil
+}
+
+// alertmanager are the alerts Alertmanager holds active (received from
+// Prometheus, firing).
+func (m monitoringAPI) alertmanager() ([]alert, error) {
+	var r []alert
+	if err := m.get(alertmanagerProxy+"/api/v2/alerts?active=true&silenced=false&inhibited=false", &r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// nodesOf are the nodes the monitoring namespace's named pods run on.
+func (m monitoringAPI) nodesOf(pods ...string) ([]string, error) {
+	var out []string
+	for _, name := range pods {
+		var p struct {
+			Spec   struct{ NodeName string }
+			Status struct{ Phase string }
+		}
+		if err := m.get("/api/v1/namespaces/monitoring/pods/"+name, &p); err != nil {
+			return nil, err
+		}
+		if p.Status.Phase != "Running" || p.Spec.NodeName == "" {
+			return nil, fmt.Errorf("%s is %s on %q", name, p.Status.Phase, p.Spec.NodeName)
+		}
+		out = append(out, p.Spec.NodeName)
+	}
+	return out, nil
 }

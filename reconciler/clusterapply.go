@@ -301,8 +301,8 @@ func (ca *clusterApply) current() ([]diff.Resource, *Ledger) {
 	return ca.observed, ca.ledger
 }
 
-// nodeStep drains a worker, deletes a Node object or removes an etcd
-// member, through the API or etcd with the render's credentials.
+// nodeStep drains a node, uncordons or deletes a Node object, or removes
+// an etcd member, through the API or etcd with the render's credentials.
 func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 	if ca.spec == nil {
 		return fmt.Errorf("%s: no spec to reach the cluster's API with", c.Address)
@@ -321,6 +321,12 @@ func (ca *clusterApply) nodeStep(ctx context.Context, c diff.Change) error {
 		return ca.a.drain(ctx, t, out.PKI, ca.spec, c.Address.Host, diff.BestEffort(c))
 	case diff.TargetMember:
 		return ca.a.memberStep(ctx, ca.j, t, out.PKI, ca.spec, c)
+	}
+	if c.Action == diff.ActionUpdate {
+		if err := nodeUpdate(c); err != nil {
+			return err
+		}
+		return ca.a.uncordon(ctx, t, out.PKI, c.Address.Host)
 	}
 	if err := ca.a.deleteNode(ctx, t, out.PKI, c.Address.Host); err != nil {
 		return err

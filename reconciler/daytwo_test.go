@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"maps"
 	"math/big"
 	"net"
@@ -131,6 +133,22 @@ func (r *rig) observedOf(t *testing.T, cluster string) map[string]diff.Resource 
 		out[x.Address().String()] = x
 	}
 	return out
+}
+
+// getter GETs a path of the API into out, failing on any status but 200.
+func getter(api *http.Client, base string) func(path string, out any) error {
+	return func(path string, out any) error {
+		resp, err := api.Get(base + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s %.200s", path, resp.Status, b)
+		}
+		return json.Unmarshal(b, out)
+	}
 }
 
 // apiClient talks to a controller's API server through the gateway, as
@@ -598,13 +616,7 @@ func TestDayTwo(t *testing.T) {
 		demo.Spec.Remediation = &schemas.Remediation{UnhealthyAfter: schemas.Duration{Duration: 5 * time.Minute}, MaxUnhealthy: 1}
 		defer func() { demo.Spec.Remediation, r.planner.Health = nil, nil }()
 		res := r.observed(t)
-		gw := dialHost(t, r, res, "demo-gateway-0", nil)
-		kubelet := func(host, verb string) {
-			t.Helper()
-			if _, err := sshx.Run(ctx, dialHost(t, r, res, host, gw), sshx.Sudo("systemctl "+verb+" kubelet")); err != nil {
-				t.Fatalf("%s: systemctl %s kubelet: %v", host, verb, err)
-			}
-		}
+		kubelet := func(host, verb string) { t.Helper(); r.kubelet(t, res, host, verb) }
 		if p := r.plan(t, demo); !p.Empty() || len(p.Warnings) != 0 {
 			t.Fatalf("healthy workers: the plan is not empty: %v %v %v", addresses(p.Changes), addresses(p.Drift), p.Warnings)
 		}

@@ -497,6 +497,9 @@ func (p *Planner) resync(ctx context.Context, pl *Planned, clients *cloud.Client
 		for _, f := range h.Files {
 			addPath(h.Name, f.Path)
 		}
+		// Whether its staged OS update waits for a reboot, in the same
+		// command.
+		addPath(h.Name, assets.PathRebootRequired)
 	}
 	if pl.Ledger.Applied != nil {
 		for host, files := range pl.Ledger.Applied.Files {

@@ -350,10 +350,29 @@ func recordManifest(ctx context.Context, kv ledgerKV, cluster, name, sha256 stri
 	return kv.Put(ctx, state.KeysOf(kv).Manifest(cluster, name), b)
 }
 
-// recordManifestObjects notes the objects an applied manifest holds, kept
-// apart from its record so that reading a ledger does not read them.
-func recordManifestObjects(ctx context.Context, kv ledgerKV, cluster, name string, objs []objectRef) error {
-	b, err := json.Marshal(objs)
+// recordedObject is an object a manifest applied, with the sha256 of what
+// was sent and of the field set OPKE's apply owned once applied
+// (kubestatus.Fields), each empty in records made before OPKE kept it.
+type recordedObject struct {
+	objectRef
+	SHA256 string `json:"sha256,omitempty"`
+	Fields string `json:"fields,omitempty"`
+}
+
+// recordManifestObjects notes the objects an applied manifest holds, the
+// digest of each and of the fields OPKE owns in it (fields, in objs'
+// order), kept apart from its record so that reading a ledger does not
+// read them.
+func recordManifestObjects(ctx context.Context, kv ledgerKV, cluster, name string, objs []object, fields []string) error {
+	rec := make([]recordedObject, len(objs))
+	for i, o := range objs {
+		d, err := o.digest()
+		if err != nil {
+			return err
+		}
+		rec[i] = recordedObject{objectRef: o.objectRef, SHA256: d, Fields: fields[i]}
+	}
+	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
@@ -363,6 +382,40 @@ func recordManifestObjects(ctx context.Context, kv ledgerKV, cluster, name strin
 // manifestObjects are the objects a manifest held when last applied; nil
 // if none were recorded.
 func manifestObjects(ctx context.Context, kv ledgerKV, cluster, name string) ([]objectRef, error) {
+	rec, err := recordedObjects(ctx, kv, cluster, name)
+	if rec == nil {
+		return nil, err
+	}
+	refs := make([]objectRef, len(rec))
+	for i, r := range rec {
+		refs[i] = r.objectRef
+	}
+	return refs, nil
+}
+
+// clusterManifestObjects are, by manifest, the objects each of the
+// cluster's manifests held when last applied, with their digests, read at
+// once.
+func clusterManifestObjects(ctx context.Context, kv ledgerKV, cluster string) (map[string][]recordedObject, error) {
+	prefix := state.KeysOf(kv).ManifestObjects(cluster, "")
+	kvs, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]recordedObject, len(kvs))
+	for key, b := range kvs {
+		var rec []recordedObject
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, fmt.Errorf("ledger of %s: %s: %w", cluster, key, err)
+		}
+		out[strings.TrimPrefix(key, prefix)] = rec
+	}
+	return out, nil
+}
+
+// recordedObjects are the objects a manifest held when last applied, with
+// their digests; nil if none were recorded.
+func recordedObjects(ctx context.Context, kv ledgerKV, cluster, name string) ([]recordedObject, error) {
 	b, err := kv.Get(ctx, state.KeysOf(kv).ManifestObjects(cluster, name))
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, nil
@@ -370,11 +423,11 @@ func manifestObjects(ctx context.Context, kv ledgerKV, cluster, name string) ([]
 	if err != nil {
 		return nil, err
 	}
-	var objs []objectRef
-	if err := json.Unmarshal(b, &objs); err != nil {
+	var rec []recordedObject
+	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("ledger of %s: the objects of %s: %w", cluster, name, err)
 	}
-	return objs, nil
+	return rec, nil
 }
 
 // recordEtcdStart notes how a controller's etcd member first started.

@@ -26,11 +26,10 @@ var _ HealthReader = (*HostSessions)(nil)
 // NodeHealth lists the cluster's Nodes through the gateway, as admin,
 // from the first controller whose API server answers.
 func (h *HostSessions) NodeHealth(ctx context.Context, t HostTarget, now time.Time) (map[string]diff.NodeHealth, error) {
-	b, err := pki.Load(ctx, t.KV, t.Cluster, pki.CA, pki.Admin)
+	c, err := h.asAdmin(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	c := &apiAt{h: h, t: t, b: b}
 	defer c.close()
 	var list nodeList
 	code, body, err := c.api(ctx, http.MethodGet, "/api/v1/nodes", "", nil, &list)
@@ -104,4 +103,15 @@ func (h *HostSessions) EtcdAnswers(ctx context.Context, t HostTarget) (map[strin
 		}
 	}
 	return out, nil
+}
+
+// asAdmin reaches the cluster's API through the gateway with the admin
+// credentials of its PKI, from the first controller whose API server
+// answers; close it when done.
+func (h *HostSessions) asAdmin(ctx context.Context, t HostTarget) (*apiAt, error) {
+	b, err := pki.Load(ctx, t.KV, t.Cluster, pki.CA, pki.Admin)
+	if err != nil {
+		return nil, err
+	}
+	return &apiAt{h: h, t: t, b: b}, nil
 }

@@ -36,6 +36,14 @@ type HostReader interface {
 	// Checksums returns, by host and path, the sha256 of each file of
 	// paths found on the host; a missing file is absent from the result.
 	Checksums(ctx context.Context, t HostTarget, paths map[string][]string) (map[string]map[string]string, error)
+	// ObjectDrift returns, by manifest, what changed outside OPKE in the
+	// objects of recorded (what each manifest applied): those the
+	// cluster's API no longer has, and those whose fields OPKE applied
+	// another manager changed.
+	ObjectDrift(ctx context.Context, t HostTarget, recorded map[string][]recordedObject) (map[string][]string, error)
+	// FieldChanges returns, for each of objs the cluster's API has, the
+	// fields applying it would change there (a dry run).
+	FieldChanges(ctx context.Context, t HostTarget, objs []object) (map[objectRef][]string, error)
 }
 
 // HostTarget is how a cluster's hosts are reached: through its gateway's
@@ -175,6 +183,10 @@ type Planned struct {
 	// changes were synced to (0 without).
 	changes *state.Changes
 	rev     int64
+	// changed are, by manifest and by their index in its Objects, the
+	// objects the render changed since the last apply recorded them: what
+	// a plan asks the API about (tellFieldChanges).
+	changed map[string]map[int]object
 }
 
 // Result is a plan and what it was made from.
@@ -387,8 +399,13 @@ func (p *Planner) plannedCluster(ctx context.Context, req Request, name string, 
 		// without their material (diff.Renewed).
 		pl.Observed.Nodes, pl.Observed.NodesUnread = p.nodeHealth(ctx, pl, clients)
 	}
+	pl.changed = nil
 	if pl.Desired, err = p.desire(ctx, c, clients, pl); err != nil {
 		return nil, err
+	}
+	if len(pl.changed) > 0 && p.Hosts != nil {
+		// The render's changed addon objects, asked of the cluster's API.
+		p.tellFieldChanges(ctx, pl, clients)
 	}
 	if pl.Ledger.Spec != nil {
 		// A scheduled backup of a cluster that exists.
@@ -400,6 +417,8 @@ func (p *Planner) plannedCluster(ctx context.Context, req Request, name string, 
 		if pl.Observed.HostFiles, err = p.resync(ctx, pl, clients); err != nil {
 			return nil, fmt.Errorf("resync %s: %w", name, err)
 		}
+		pl.Observed.RebootRequired = rebootAwaited(pl.Observed.HostFiles)
+		pl.Observed.ObjectDrift = p.objectDrift(ctx, pl, clients)
 	}
 	return pl.Desired, nil
 }
@@ -494,11 +513,59 @@ func (p *Planner) desireWith(ctx context.Context, c *schemas.Cluster, clients *c
 		return nil, err
 	}
 	shareWithLedger(d, pl.Ledger)
-	if len(out.Issued) == 0 && !placeholder {
+	told, changed, err := tellObjectChanges(ctx, kv, c.Metadata.Name, d, out.Assets, pl.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	pl.changed = changed
+	// What a changed manifest changes is read against the objects its last
+	// apply recorded: such a desired state is not kept (the records move).
+	if len(out.Issued) == 0 && !placeholder && !told {
 		// Settled: the same inputs render the same bytes.
 		p.desired.put(c.Metadata.Name, key, p.now(), d)
 	}
 	return d, nil
+}
+
+// tellObjectChanges says, for each manifest of d that changed since its
+// last apply, which of its objects the apply adds, changes or removes
+// (diff.Manifest.Objects), from the render's bytes and the objects the
+// last apply recorded; told is whether any manifest was told, changed the
+// objects said changed, by manifest and index (objectChanges).
+func tellObjectChanges(ctx context.Context, kv ledgerKV, cluster string, d *diff.Desired, a *assets.Set, l *Ledger) (told bool, changed map[string]map[int]object, err error) {
+	if a == nil || l == nil || l.Applied == nil {
+		return false, nil, nil
+	}
+	for i := range d.Manifests {
+		m := &d.Manifests[i]
+		had := l.Applied.Manifests[m.Name]
+		if had == "" || had == m.SHA256 || m.Unknown {
+			continue
+		}
+		objs, ok, err := renderedObjects(a, m.Name)
+		if err != nil {
+			return false, nil, err
+		}
+		if !ok {
+			continue
+		}
+		rec, err := recordedObjects(ctx, kv, cluster, m.Name)
+		if err != nil {
+			return false, nil, err
+		}
+		var ch map[int]object
+		if m.Objects, ch, err = objectChanges(rec, installOrder(objs)); err != nil {
+			return false, nil, err
+		}
+		told = told || len(m.Objects) > 0
+		if len(ch) > 0 {
+			if changed == nil {
+				changed = map[string]map[int]object{}
+			}
+			changed[m.Name] = ch
+		}
+	}
+	return told, changed, nil
 }
 
 // shareWithLedger points each desired file's and manifest's sha256, and

@@ -93,6 +93,38 @@ func (r *rig) plan(t testing.TB, fleet ...*schemas.Cluster) *diff.Plan {
 	return res.Plan
 }
 
+// resync plans the fleet reading the hosts and the clusters' APIs (the
+// planner's Hosts must be set).
+func (r *rig) resync(t testing.TB, fleet ...*schemas.Cluster) *diff.Plan {
+	t.Helper()
+	req := request(fleet...)
+	req.Resync = true
+	res, err := r.planner.Plan(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Plan
+}
+
+// askHosts gives the rig's planner sessions to the hosts, as the daemon's
+// planner has them, for the plans that read the hosts and the clusters'
+// APIs (a resync; the fields an addon's change changes), until the test
+// ends or planner.Hosts is set back to nil.
+func (r *rig) askHosts(t testing.TB) {
+	hosts := &reconciler.HostSessions{Dialer: sshx.Dialer{Proxy: r.sim.Edge()}}
+	t.Cleanup(hosts.Close)
+	r.planner.Hosts = hosts
+}
+
+// kubelet runs systemctl verb kubelet on host, through the gateway.
+func (r *rig) kubelet(t *testing.T, res map[string]diff.Resource, host, verb string) {
+	t.Helper()
+	gw := dialHost(t, r, res, "demo-gateway-0", nil)
+	if _, err := sshx.Run(context.Background(), dialHost(t, r, res, host, gw), sshx.Sudo("systemctl "+verb+" kubelet")); err != nil {
+		t.Fatalf("%s: systemctl %s kubelet: %v", host, verb, err)
+	}
+}
+
 func (r *rig) converge(t testing.TB, cs ...*schemas.Cluster) {
 	t.Helper()
 	cloudtest.Converge(t, r.store, r.clients, now, cs...)
@@ -343,15 +375,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	demo := spec(t, "demo", "", 0)
 	r.converge(t, demo)
 	cloudtest.WaitHosts(t, r.clients)
-	resync := func() *diff.Plan {
-		t.Helper()
-		res, err := r.planner.Plan(ctx, reconciler.Request{Clusters: map[string]*schemas.Cluster{"demo": demo}, Resync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Plan
-	}
-	plan := resync()
+	plan := r.resync(t, demo)
 	drift := map[string]string{}
 	for _, c := range plan.Drift {
 		drift[c.Address.String()] = c.Reason
@@ -390,7 +414,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	put(t, dialHost(t, r, res, "demo-default-0", gw), "/etc/kubernetes/kubelet.env", kubeletEnv)
 	put(t, dialHost(t, r, res, "demo-controller-0", gw), "/etc/kubernetes/kubelet.env", []byte("KUBELET_IMAGE=edited-by-hand\n"))
 
-	plan = resync()
+	plan = r.resync(t, demo)
 	drift = map[string]string{}
 	for _, c := range plan.Drift {
 		drift[c.Address.String()] = c.Reason

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
 	"opke.dev/opke/diff"
@@ -150,5 +152,107 @@ func TestApplyAfterHostsRebooted(t *testing.T) {
 	}
 	if next := r.plan(t, demo); !next.Empty() {
 		t.Errorf("after the worker was made again, plan: %v", addresses(next.Changes))
+	}
+}
+
+// TestOSUpdateRebootsCoordinated: hosts whose staged OS update waits for
+// a reboot (/run/reboot-required, as the update engine's timer or a
+// Debian package writes it) are found by a resync and rebooted one at a
+// time through Nova, each node drained first, gated healthy and
+// uncordoned after, the next host's drain after the last one's uncordon.
+// The reboot takes the file away (/run is new at boot): the next resync
+// finds nothing.
+func TestOSUpdateRebootsCoordinated(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.askHosts(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	waiting := []string{"demo-controller-0", "demo-default-0"}
+	for _, h := range waiting {
+		root, err := r.sim.HostRoot(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "run", "reboot-required"), []byte("*** System restart required ***\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// What only a boot takes away: the proof of the reboot.
+		if err := os.WriteFile(filepath.Join(root, "run", "booted-before"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := r.resync(t, demo)
+	if len(p.Changes) != 0 || len(p.Drift) != 8 {
+		t.Fatalf("the resync: changes %v, drift %v; want each waiting node's drain, reboot, gate and uncordon", addresses(p.Changes), addresses(p.Drift))
+	}
+	a := r.applier(t)
+	a.GateTimeout, a.GateInterval = time.Minute, 100*time.Millisecond
+	done := doneSteps(a)
+	sum, err := a.Apply(context.Background(), request(demo), p)
+	if err != nil {
+		t.Fatalf("apply the reboots: %v (%v)", err, sum.Failed)
+	}
+	var want []string
+	for _, h := range waiting {
+		want = append(want, "host/"+h+"/drain", "host/"+h+"/reboot", "host/"+h+"/health", "host/"+h+"/node")
+	}
+	if d := cmp.Diff(want, done()); d != "" {
+		t.Errorf("steps done (-want +got):\n%s", d)
+	}
+	for _, h := range waiting {
+		root, err := r.sim.HostRoot(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"reboot-required", "booted-before"} {
+			if _, err := os.Stat(filepath.Join(root, "run", f)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: /run/%s after its reboot: %v", h, f, err)
+			}
+		}
+	}
+	api, base, _ := r.apiClient(t, r.observed(t), "demo-controller-0")
+	for _, n := range nodesOf(t, getter(api, base)) {
+		if n.Spec.Unschedulable {
+			t.Errorf("%s is still cordoned", n.Metadata.Name)
+		}
+	}
+	if p := r.resync(t, demo); !p.Empty() {
+		t.Errorf("a resync after the reboots: %v, drift %v", addresses(p.Changes), addresses(p.Drift))
+	}
+}
+
+// node is what a test reads of a Node object.
+type node struct {
+	Metadata struct{ Name string }
+	Spec     struct{ Unschedulable bool }
+}
+
+// nodesOf lists a cluster's Node objects through get.
+func nodesOf(t *testing.T, get func(string, any) error) []node {
+	t.Helper()
+	var list struct{ Items []node }
+	if err := get("/api/v1/nodes", &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// doneSteps records the addresses of a's steps as they are done, in
+// order; the function it returns reads them.
+func doneSteps(a *reconciler.Applier) func() []string {
+	var mu sync.Mutex
+	var done []string
+	a.Progress = func(_ context.Context, s reconciler.Step) {
+		if s.State == reconciler.StepDone {
+			mu.Lock()
+			done = append(done, s.Change.Address.String())
+			mu.Unlock()
+		}
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(done)
 	}
 }

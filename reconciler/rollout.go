@@ -422,15 +422,8 @@ func firstLine(b []byte) string {
 func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *schemas.Cluster, host string, bestEffort bool) error {
 	p := &apiAt{h: a.Hosts, t: t, b: b}
 	defer p.close()
-	code, body, err := p.api(ctx, http.MethodPatch, "/api/v1/nodes/"+host, "application/merge-patch+json",
-		map[string]any{"spec": map[string]any{"unschedulable": true}}, nil)
-	switch {
-	case err != nil:
-		return fmt.Errorf("cordon %s: %w", host, err)
-	case code == http.StatusNotFound:
-		return nil // no node: nothing runs there
-	case code/100 != 2:
-		return fmt.Errorf("cordon %s: %d %s", host, code, firstLine(body))
+	if found, err := p.schedulable(ctx, host, false); err != nil || !found {
+		return err // no node: nothing runs there
 	}
 	timeout := spec.Spec.Upgrade.DrainTimeout.Duration
 	deadline := time.Now().Add(timeout)
@@ -490,6 +483,27 @@ func (a *Applier) drain(ctx context.Context, t HostTarget, b *pki.Bundle, spec *
 		case <-time.After(cmp.Or(a.GateInterval, time.Second)):
 		}
 	}
+}
+
+// schedulable uncordons a node (on) or cordons it, as kubectl does: a
+// merge patch of spec.unschedulable (null takes it away). found is false
+// for a node that does not exist.
+func (p *apiAt) schedulable(ctx context.Context, host string, on bool) (found bool, err error) {
+	verb, unschedulable := "cordon", any(true)
+	if on {
+		verb, unschedulable = "uncordon", nil
+	}
+	code, body, err := p.api(ctx, http.MethodPatch, "/api/v1/nodes/"+host, "application/merge-patch+json",
+		map[string]any{"spec": map[string]any{"unschedulable": unschedulable}}, nil)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%s %s: %w", verb, host, err)
+	case code == http.StatusNotFound:
+		return false, nil
+	case code/100 != 2:
+		return false, fmt.Errorf("%s %s: %d %s", verb, host, code, firstLine(body))
+	}
+	return true, nil
 }
 
 // deleteNode deletes a host's Node object through the API; one already

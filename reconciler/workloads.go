@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"opke.dev/opke/diff"
+	"opke.dev/opke/internal/kubestatus"
 	"opke.dev/opke/render/pki"
 )
 
@@ -20,11 +22,6 @@ import (
 // service account keys), so a restart resumed after a crash does not
 // restart again what it restarted before.
 const annotationTrust = "opke.dev/trust-sha256"
-
-// workloadKinds are the workloads a restart restarts, by resource.
-var workloadKinds = []struct{ resource, kind string }{
-	{"deployments", "Deployment"}, {"daemonsets", "DaemonSet"}, {"statefulsets", "StatefulSet"},
-}
 
 // workload is what a restart reads of a Deployment, DaemonSet or
 // StatefulSet.
@@ -57,6 +54,8 @@ type workload struct {
 		UpdatedNumberScheduled int32 `json:"updatedNumberScheduled"`
 		NumberAvailable        int32 `json:"numberAvailable"`
 	} `json:"status"`
+	// raw is the object as the API gave it.
+	raw json.RawMessage
 }
 
 // want is how many pods the workload asks for.
@@ -81,20 +80,15 @@ func (w *workload) available(kind string) bool {
 	return w.Status.AvailableReplicas >= w.want(kind)
 }
 
-// rolledOut reports whether the workload's pods are all of its current
-// template and up, as kubectl rollout status says.
-func (w *workload) rolledOut(kind string) bool {
-	if w.Status.ObservedGeneration < w.Metadata.Generation || !w.available(kind) {
-		return false
+// rolledOut says whether the workload's pods are all of its current
+// template and up, as kubectl rollout status says (internal/kubestatus),
+// and if not, why.
+func (w *workload) rolledOut(kind string) (bool, string) {
+	done, why, err := kubestatus.RolledOut(kind, w.raw, 0)
+	if err != nil {
+		return false, err.Error()
 	}
-	n := w.want(kind)
-	switch kind {
-	case "DaemonSet":
-		return w.Status.UpdatedNumberScheduled >= n
-	case "StatefulSet":
-		return w.Status.UpdatedReplicas >= n && w.Status.CurrentRevision == w.Status.UpdateRevision
-	}
-	return w.Status.UpdatedReplicas >= n && w.Status.Replicas == n
+	return done, why
 }
 
 // restartWorkloads restarts the cluster's workloads after a roll that
@@ -132,14 +126,14 @@ func (a *Applier) restartWorkloads(ctx context.Context, j *journal, t HostTarget
 	}
 	wait := map[string]bool{} // the workloads that were up, by ref
 	restarted := 0
-	for _, k := range workloadKinds {
-		items, err := listWorkloads(ctx, api, k.resource)
+	for _, k := range kubestatus.Workloads() {
+		items, err := listWorkloads(ctx, api, k.Resource)
 		if err != nil {
 			return err
 		}
 		for _, w := range items {
-			ref := w.ref(k.kind)
-			if w.available(k.kind) && w.want(k.kind) > 0 {
+			ref := w.ref(k.Kind)
+			if w.available(k.Kind) && w.want(k.Kind) > 0 {
 				wait[ref] = true
 			}
 			if w.Spec.Template.Metadata.Annotations[annotationTrust] == digest {
@@ -147,7 +141,7 @@ func (a *Applier) restartWorkloads(ctx context.Context, j *journal, t HostTarget
 			}
 			patch := map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
 				"annotations": map[string]string{annotationTrust: digest}}}}}
-			path := "/apis/apps/v1/namespaces/" + w.Metadata.Namespace + "/" + k.resource + "/" + w.Metadata.Name
+			path, _ := kubestatus.Path("apps/v1", k.Kind, w.Metadata.Namespace, w.Metadata.Name)
 			code, body, err := api.api(ctx, http.MethodPatch, path, "application/merge-patch+json", patch, nil)
 			switch {
 			case err != nil:
@@ -166,14 +160,16 @@ func (a *Applier) restartWorkloads(ctx context.Context, j *journal, t HostTarget
 	}
 	err = a.pollUntil(ctx, "the restarted workloads to roll out", func() (error, error) {
 		var left []string
-		for _, k := range workloadKinds {
-			items, err := listWorkloads(ctx, api, k.resource)
+		for _, k := range kubestatus.Workloads() {
+			items, err := listWorkloads(ctx, api, k.Resource)
 			if err != nil {
 				return nil, err
 			}
 			for _, w := range items {
-				if ref := w.ref(k.kind); wait[ref] && !w.rolledOut(k.kind) {
-					left = append(left, ref)
+				if ref := w.ref(k.Kind); wait[ref] {
+					if done, why := w.rolledOut(k.Kind); !done {
+						left = append(left, ref+": "+why)
+					}
 				}
 			}
 		}
@@ -197,7 +193,7 @@ func (w *workload) ref(kind string) string {
 // listWorkloads lists an apps/v1 resource in every namespace.
 func listWorkloads(ctx context.Context, api *apiAt, resource string) ([]workload, error) {
 	var list struct {
-		Items []workload `json:"items"`
+		Items []json.RawMessage `json:"items"`
 	}
 	code, body, err := api.api(ctx, http.MethodGet, "/apis/apps/v1/"+resource, "", nil, &list)
 	switch {
@@ -206,5 +202,12 @@ func listWorkloads(ctx context.Context, api *apiAt, resource string) ([]workload
 	case code != http.StatusOK:
 		return nil, fmt.Errorf("list %s: %d %s", resource, code, firstLine(body))
 	}
-	return list.Items, nil
+	out := make([]workload, len(list.Items))
+	for i, raw := range list.Items {
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			return nil, fmt.Errorf("list %s: %w", resource, err)
+		}
+		out[i].raw = raw
+	}
+	return out, nil
 }

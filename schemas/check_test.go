@@ -143,7 +143,7 @@ func TestParseRules(t *testing.T) {
 			return baseSpec + "  addons:\n    - name: metrics-server\n    - name: metrics-server\n    - name: linkerd\n"
 		}, []string{
 			file + `:24: spec.addons[1].name: addon "metrics-server" is listed already at spec.addons[0]`,
-			file + ":25: spec.addons[2].name: must be one of ingress-nginx, cinder-csi, openstack-cloud-controller-manager, metrics-server, dashboard, monitoring; got linkerd",
+			file + ":25: spec.addons[2].name: must be one of ingress-nginx, cinder-csi, openstack-cloud-controller-manager, metrics-server, dashboard, monitoring, gateway; got linkerd",
 		}},
 		{"ssh key not in authorized_keys form", func(t *testing.T) string {
 			return edit(t, "  image: flatcar\n", "  image: flatcar\n  sshAuthorizedKeys:\n    - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEf4mS9KkD1lV6l0pQn5bqg3Sx2dy9x+hXqD1EdzZkCG ops@example\n    - not a key\n")

@@ -10,6 +10,7 @@ const (
 	DefaultNetworkPolicy   = NetworkPolicyKubeRouter
 	DefaultMaxUnavailable  = 1
 	DefaultDrainTimeout    = 10 * time.Minute
+	DefaultOSReboots       = OSRebootsCoordinated
 	DefaultBackupInterval  = 24 * time.Hour
 	DefaultBackupRetain    = 7
 	DefaultBackupContainer = "opke-backups"
@@ -27,6 +28,7 @@ func (c *Cluster) Default() {
 	setDefault(&s.Network.NetworkPolicy, DefaultNetworkPolicy)
 	setDefault(&s.Upgrade.MaxUnavailable, DefaultMaxUnavailable)
 	setDefault(&s.Upgrade.DrainTimeout, Duration{DefaultDrainTimeout})
+	setDefault(&s.Upgrade.OSReboots, DefaultOSReboots)
 	if s.Backup != nil {
 		setDefault(&s.Backup.Interval, Duration{DefaultBackupInterval})
 		setDefault(&s.Backup.Retain, DefaultBackupRetain)

@@ -134,11 +134,31 @@ type Addon struct {
 	Name string `json:"name" yaml:"name"`
 }
 
-// Upgrade tunes rolling upgrades and replacements of workers.
+// Upgrade tunes rolling upgrades and replacements of workers, and the
+// reboots that finish the hosts' OS updates.
 type Upgrade struct {
 	MaxUnavailable int      `json:"maxUnavailable,omitempty" yaml:"maxUnavailable,omitempty"`
 	DrainTimeout   Duration `json:"drainTimeout,omitempty" yaml:"drainTimeout,omitempty"`
+	// OSReboots is who reboots a host whose OS update is staged (Flatcar's
+	// update engine applies updates to the passive partition; a reboot
+	// switches to it): OSRebootsCoordinated (the default) or
+	// OSRebootsManual. Flatcar's own reboot manager (locksmithd), which
+	// reboots without a drain, is off on every host.
+	OSReboots string `json:"osReboots,omitempty" yaml:"osReboots,omitempty"`
 }
+
+// The values of spec.upgrade.osReboots.
+const (
+	// OSRebootsCoordinated: a drift check finds the hosts whose update
+	// waits for a reboot, and the drift correction reboots them one at
+	// a time as a rollout goes (controllers, then workers by
+	// maxUnavailable, then the gateway), each node drained before, gated
+	// healthy and uncordoned after.
+	OSRebootsCoordinated = "coordinated"
+	// OSRebootsManual: the plan warns of the hosts that wait for a
+	// reboot, and OPKE reboots none.
+	OSRebootsManual = "manual"
+)
 
 // Remediation replaces a host whose Node stays not Ready (its kubelet
 // says NotReady, or stopped posting its status: Unknown) for longer than

@@ -61,8 +61,9 @@ func (s *Store) Changes() *Changes {
 // to the store's revision was delivered: read the store instead.
 var ErrBehind = errors.New("state changes: the watch is behind the store")
 
-// syncWait bounds how long Sync waits for the watch to catch up.
-const syncWait = 2 * time.Second
+// syncWait bounds how long Sync waits for the watch to catch up;
+// progressAsk is how often it asks the server where the watch stands.
+const syncWait, progressAsk = 2 * time.Second, 200 * time.Millisecond
 
 // Sync waits until every write up to the store's current revision was
 // delivered, and returns that revision.
@@ -80,6 +81,13 @@ func (c *Changes) Sync(ctx context.Context) (int64, error) {
 	}
 	timeout := time.NewTimer(syncWait)
 	defer timeout.Stop()
+	// A quiet store sends nothing: ask the server where the watch stands.
+	// It answers only while every watcher of the stream is synced, and
+	// drops the request otherwise (etcd's watchableStore.progressIfSync:
+	// a watcher whose events wait to be sent, on a busy machine, is not),
+	// so the question is asked again until the answer comes.
+	ask := time.NewTicker(progressAsk)
+	defer ask.Stop()
 	asked := false
 	for {
 		c.mu.Lock()
@@ -89,8 +97,6 @@ func (c *Changes) Sync(ctx context.Context) (int64, error) {
 			return rev, nil
 		}
 		if !asked {
-			// A quiet store sends nothing: ask the server where the
-			// watch stands (it answers once the watch is synced).
 			// The request goes on the watch's stream: etcd's client finds
 			// it by the context's metadata, the watch's (WithRequireLeader).
 			if err := c.watcher.RequestProgress(clientv3.WithRequireLeader(ctx)); err != nil {
@@ -100,6 +106,8 @@ func (c *Changes) Sync(ctx context.Context) (int64, error) {
 		}
 		select {
 		case <-caught:
+		case <-ask.C:
+			asked = false
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-timeout.C:

@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
 
 	"opke.dev/opke/internal/localtls"
@@ -536,5 +539,58 @@ func TestFingerprint(t *testing.T) {
 		} else {
 			lastTracked = now
 		}
+	}
+}
+
+// TestRestartReplaysLessThanEtcdKeeps: after many writes, the entries a
+// restart replays (those past the last snapshot on disk) stay well below
+// what etcd keeps in memory; past it, a restarted member could compact
+// its log under raft's feet and panic (see snapshotCount). With etcd's
+// default snapshot count, 9,000 writes leave no snapshot at all.
+func TestRestartReplaysLessThanEtcdKeeps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openStore(t, dir, testKey(1))
+	const writes, writers = 9000, 16
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := w; i < writes; i += writers {
+				if err := s.Put(ctx, s.Key("restart", fmt.Sprint(i%100)), []byte("v")); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	server := s.etcd.Server
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	applied := server.AppliedIndex()
+
+	snaps, err := wal.ValidSnapshotEntries(zap.NewNop(), filepath.Join(dir, "etcd", "member", "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := snaps[len(snaps)-1].GetIndex()
+	catchUp := embed.NewConfig().SnapshotCatchUpEntries
+	// A snapshot follows the batch that crossed the count: a margin for it.
+	if replay := applied - last; replay > catchUp-1000 {
+		t.Errorf("a restart replays %d entries (applied %d, last snapshot %d): want at most %d, 1,000 below what etcd keeps in memory",
+			replay, applied, last, catchUp-1000)
+	}
+
+	s = openStore(t, dir, testKey(1))
+	defer s.Close()
+	if v, err := s.Get(ctx, s.Key("restart", "99")); err != nil || string(v) != "v" {
+		t.Errorf("after the restart: %q %v", v, err)
 	}
 }

@@ -180,18 +180,27 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 	if err := os.MkdirAll(filepath.Join(tmp, "bin"), 0o755); err != nil {
 		return fmt.Errorf("world %s: %w", a.Key, err)
 	}
+	var info moduleInfo
+	var err error
 	src := filepath.Join(w.Dir, "src", a.Key)
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return fmt.Errorf("world %s: %w", a.Key, err)
-	}
-	info, err := w.download(ctx, src, a.Module, a.Version, a.NoSumDB)
-	if err != nil {
-		return fmt.Errorf("world %s: %w", a.Key, err)
-	}
-	if a.Sum != "" && info.Sum != a.Sum {
-		return fmt.Errorf("world %s: %w: %s@%s is %s, pinned %s", a.Key, ErrSum, a.Module, a.Version, info.Sum, a.Sum)
+	if a.Lang == Project {
+		// The project's own sources: nothing to download; the image's time
+		// is fixed, so that the same sources make the same image.
+		info.Time = time.Unix(0, 0).UTC()
+	} else {
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return fmt.Errorf("world %s: %w", a.Key, err)
+		}
+		if info, err = w.download(ctx, src, a.Module, a.Version, a.NoSumDB); err != nil {
+			return fmt.Errorf("world %s: %w", a.Key, err)
+		}
+		if a.Sum != "" && info.Sum != a.Sum {
+			return fmt.Errorf("world %s: %w: %s@%s is %s, pinned %s", a.Key, ErrSum, a.Module, a.Version, info.Sum, a.Sum)
+		}
 	}
 	switch a.Lang {
+	case Project:
+		err = w.buildProject(ctx, a, info, filepath.Join(tmp, "bin"))
 	case Go:
 		err = w.buildGo(ctx, a, src, info, filepath.Join(tmp, "bin"))
 	case C:
@@ -243,8 +252,44 @@ type moduleInfo struct {
 }
 
 // goEnv is the environment of every go command: modules through the
-// proxy, this toolchain, no workspace of the caller's.
-var goEnv = []string{"GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOOS=linux", "GOARCH=amd64"}
+// proxy and nothing else, this toolchain, no workspace of the caller's.
+var goEnv = []string{"GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "GOOS=linux", "GOARCH=amd64",
+	"GOPROXY=" + proxyOnly(os.Getenv("GOPROXY"))}
+
+// proxyOnly is a GOPROXY list without "direct": the go command's default
+// (proxy.golang.org, then direct) falls back to cloning a module's
+// repository from its origin when the proxy refuses it, and the world
+// reaches no address but its module proxy. Unset, it is proxy.golang.org;
+// a list of nothing but direct becomes off (every download refused, with
+// the go command's own error).
+func proxyOnly(list string) string {
+	if strings.TrimSpace(list) == "" {
+		return "https://proxy.golang.org"
+	}
+	var b strings.Builder
+	sep := ""
+	for list != "" {
+		i := strings.IndexAny(list, ",|")
+		entry, next := list, ""
+		if i >= 0 {
+			entry, next = list[:i], list[i:i+1]
+			list = list[i+1:]
+		} else {
+			list = ""
+		}
+		if e := strings.TrimSpace(entry); e != "" && e != "direct" {
+			b.WriteString(sep + e)
+			sep = next
+			if sep == "" {
+				sep = ","
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "off"
+	}
+	return b.String()
+}
 
 // download fetches a module's zip through the proxy (in a scratch module
 // dir) and returns where it is.
@@ -443,6 +488,25 @@ func (w *World) buildGo(ctx context.Context, a Artifact, src string, info module
 		}
 		args = append(args, b.Package)
 		if out, err := w.run(ctx, src, env, "go", args...); err != nil {
+			return fmt.Errorf("go build %s: %w: %s", b.Package, err, tailOf(out, 15))
+		}
+		w.Log.Info("built binary", "artifact", a.Key, "binary", b.Name, "took", time.Since(started).Round(time.Second))
+	}
+	return nil
+}
+
+// buildProject builds a Project artifact's binaries in the project's
+// tree, with its go.mod and go.sum as they are (-mod=readonly: a build
+// never rewrites them), statically.
+func (w *World) buildProject(ctx context.Context, a Artifact, info moduleInfo, bin string) error {
+	if a.Dir == "" {
+		return errors.New("a project artifact without the project's folder")
+	}
+	env := append(slices.Clone(goEnv), "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
+	for _, b := range a.Binaries {
+		started := time.Now()
+		out, err := w.run(ctx, a.Dir, env, "go", "build", "-trimpath", "-ldflags="+LDFlags(a, info.Time, ""), "-o", filepath.Join(bin, b.Name), b.Package)
+		if err != nil {
 			return fmt.Errorf("go build %s: %w: %s", b.Package, err, tailOf(out, 15))
 		}
 		w.Log.Info("built binary", "artifact", a.Key, "binary", b.Name, "took", time.Since(started).Round(time.Second))

@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"opke.dev/opke/render/assets"
 )
 
 // OCI media types of what WriteImage writes.
@@ -84,7 +86,7 @@ const (
 // always make the same digests. origin says where the binaries come from,
 // for the image's history.
 func WriteImage(dir string, spec ImageSpec, files map[string]string, created time.Time, origin string, base *Layer) (Descriptor, error) {
-	tag, ok := tagOf(spec.Ref)
+	tag, ok := assets.ImageTag(spec.Ref)
 	if !ok {
 		return Descriptor{}, fmt.Errorf("image %q: no tag", spec.Ref)
 	}

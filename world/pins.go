@@ -1,8 +1,14 @@
 package world
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -92,6 +98,10 @@ type Lang string
 const (
 	Go Lang = "go"
 	C  Lang = "c"
+	// Project is a Go program of this project, built from its working
+	// tree (Artifact.Dir) with its own go.mod: Module names it, Version
+	// is the hash of its sources (projectSources), so a change rebuilds it.
+	Project Lang = "project"
 )
 
 // Artifact is one cached build: a module at a version, its binaries and
@@ -131,6 +141,9 @@ type Artifact struct {
 	Staging bool
 	// CDefine is, for C builds, the -D flags.
 	CDefine []string
+	// Dir is, for Project builds, the project's root (its go.mod's
+	// folder); not part of the build's identity (its sources' hash is).
+	Dir string `json:"-"`
 }
 
 // Targets returns the artifacts of a set, in build order.
@@ -205,10 +218,26 @@ func Targets(set Set) ([]Artifact, error) {
 			return nil, err
 		}
 		add(np)
+		// The gateway addon's Gateway API implementation.
+		gw, err := Traefik(im.Gateway)
+		if err != nil {
+			return nil, err
+		}
+		add(gw)
+		// The monitoring addon.
+		mon, err := Monitoring(im.Monitoring)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range mon {
+			add(a)
+		}
 		if set == E2E {
 			// make e2e's LoadBalancer Service: the cloud controller
-			// manager alone, not the Cinder CSI plugin beside it.
+			// manager; its volumes: the Cinder CSI plugin apart (so that
+			// each is cached on its own).
 			add(CloudControllerManager(im.CloudProvider))
+			add(CinderCSI(im.CloudProvider))
 		}
 		if set == All {
 			ms, err := MetricsServer(im.MetricsServer)
@@ -217,11 +246,17 @@ func Targets(set Set) ([]Artifact, error) {
 			}
 			add(ms)
 			add(CloudProvider(im.CloudProvider))
-			for _, c := range csiSidecars {
-				add(c.Artifact())
-			}
+		}
+		// The sidecars the Cinder CSI plugin runs with, in both sets.
+		for _, c := range csiSidecars {
+			add(c.Artifact())
 		}
 	}
+	reg, err := Registrar()
+	if err != nil {
+		return nil, err
+	}
+	add(reg)
 	return out, nil
 }
 
@@ -291,7 +326,7 @@ var kubernetesStampPackages = []string{"k8s.io/client-go/pkg/version", "k8s.io/c
 // etcd:3.6.5-0): etcd, etcdctl and etcdutl of the release before the
 // dash. etcd's version is a constant of its source: nothing to stamp.
 func Etcd(ref string) (Artifact, error) {
-	tag, ok := tagOf(ref)
+	tag, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: etcd image %q has no tag", ref)
 	}
@@ -321,7 +356,7 @@ func Etcd(ref string) (Artifact, error) {
 // k8s.io/kubernetes at kubeVersion (build/pause), whose Makefile's TAG
 // must be the image's tag, compiled statically as its Makefile does.
 func Pause(ref, kubeVersion string) (Artifact, error) {
-	tag, ok := tagOf(ref)
+	tag, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: pause image %q has no tag", ref)
 	}
@@ -413,21 +448,12 @@ func Distribution(v string) Artifact {
 	}
 }
 
-// tagOf returns a reference's tag.
-func tagOf(ref string) (string, bool) {
-	i := strings.LastIndex(ref, ":")
-	if i < 0 || strings.Contains(ref[i:], "/") {
-		return "", false
-	}
-	return ref[i+1:], true
-}
-
 // CoreDNS is the cluster DNS image a minor's matrix row names
 // (registry.k8s.io/coredns/coredns:v1.13.1), with the plugins of its
 // release (plugin.cfg, as its Makefile builds it), at /coredns as
 // upstream's image has it.
 func CoreDNS(ref string) (Artifact, error) {
-	v, ok := tagOf(ref)
+	v, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: coredns image %q has no tag", ref)
 	}
@@ -471,7 +497,7 @@ func CNIPlugins(v string) Artifact {
 // not in the checksum database: the proxy's copy is taken unchecked
 // (NoSumDB), which the note of its build says.
 func MetricsServer(ref string) (Artifact, error) {
-	v, ok := tagOf(ref)
+	v, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: metrics-server image %q has no tag", ref)
 	}
@@ -492,7 +518,7 @@ func MetricsServer(ref string) (Artifact, error) {
 // image has them), built as its Makefile builds it (no cgo, the version
 // and build date stamped).
 func KubeRouter(ref string) (Artifact, error) {
-	v, ok := tagOf(ref)
+	v, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: kube-router image %q has no tag", ref)
 	}
@@ -507,6 +533,95 @@ func KubeRouter(ref string) (Artifact, error) {
 	}, nil
 }
 
+// Traefik is Traefik Proxy (docker.io/library/traefik:v3.6.12), the
+// Gateway API implementation of the gateway addon: /usr/local/bin/traefik
+// as upstream's image has it, built as its Makefile builds it (no cgo,
+// the version, codename and build date stamped). v3.6 is the newest line
+// that builds here: v3.7's module needs 15 dependencies (lego's DNS
+// providers' SDKs, containous/go-http-auth) the Go module proxy refuses
+// (403). No base: Traefik reads its configuration from its flags and
+// the Kubernetes API, and serves no TLS of its own in the addon.
+func Traefik(ref string) (Artifact, error) {
+	v, ok := assets.ImageTag(ref)
+	if !ok {
+		return Artifact{}, fmt.Errorf("world: traefik image %q has no tag", ref)
+	}
+	const m = "github.com/traefik/traefik/v3"
+	return Artifact{
+		Key: "traefik-" + v, Module: m, Version: v, Lang: Go,
+		Binaries: []Binary{{Name: "traefik", Package: m + "/cmd/traefik"}},
+		Stamp:    map[string]string{m + "/pkg/version.Version": v, m + "/pkg/version.Codename": "opke"},
+		DateVars: []string{m + "/pkg/version.BuildDate"},
+		Images: []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "traefik", Path: "/usr/local/bin/traefik"}},
+			Entrypoint: []string{"/usr/local/bin/traefik"}}},
+	}, nil
+}
+
+// Monitoring is the monitoring addon's Prometheus Operator, Prometheus,
+// Alertmanager and node-exporter (assets.MonitoringImages), each from its
+// module at the image's tag and stamped as its promu or Makefile build
+// stamps it (prometheus/common's version variables), its binary where
+// upstream's image has it, on no base (upstream's are busybox: nothing of
+// it is used). Prometheus has no web UI (npm); its API is whole.
+func Monitoring(im assets.MonitoringImages) ([]Artifact, error) {
+	stamp := func(v string) map[string]string {
+		const p = "github.com/prometheus/common/version."
+		return map[string]string{p + "Version": strings.TrimPrefix(v, "v"), p + "Revision": "archive", p + "Branch": "HEAD", p + "BuildUser": "opke-world"}
+	}
+	tags := map[string]string{}
+	for _, ref := range []string{im.Operator, im.ConfigReloader, im.Prometheus, im.Alertmanager, im.NodeExporter} {
+		v, ok := assets.ImageTag(ref)
+		if !ok {
+			return nil, fmt.Errorf("world: monitoring image %q has no tag", ref)
+		}
+		tags[ref] = v
+	}
+	if tags[im.Operator] != tags[im.ConfigReloader] {
+		return nil, fmt.Errorf("world: the Prometheus Operator %s and its config reloader %s are of one release", im.Operator, im.ConfigReloader)
+	}
+	pv, err := prometheusModuleVersion(tags[im.Prometheus])
+	if err != nil {
+		return nil, err
+	}
+	// Each artifact: named by its image's tag, built at version (the
+	// tag but for Prometheus'), its binaries at /bin/NAME.
+	artifact := func(name, module, version, tag string, bins []Binary, refs ...string) Artifact {
+		a := Artifact{Key: name + "-" + tag, Module: module, Version: version, Lang: Go, Binaries: bins, Stamp: stamp(tag),
+			DateVars: []string{"github.com/prometheus/common/version.BuildDate"}}
+		for i, ref := range refs {
+			path := "/bin/" + bins[i].Name
+			a.Images = append(a.Images, ImageSpec{Ref: ref, Files: []ImageFile{{Binary: bins[i].Name, Path: path}}, Entrypoint: []string{path}})
+		}
+		return a
+	}
+	const op = "github.com/prometheus-operator/prometheus-operator"
+	return []Artifact{
+		// Its go.mod replaces its API and client modules by their
+		// folders, which its zip lacks: they come from the proxy at the
+		// same version.
+		artifact("prometheus-operator", op, tags[im.Operator], tags[im.Operator],
+			[]Binary{{Name: "operator", Package: op + "/cmd/operator"}, {Name: "prometheus-config-reloader", Package: op + "/cmd/prometheus-config-reloader"}},
+			im.Operator, im.ConfigReloader),
+		artifact("prometheus", "github.com/prometheus/prometheus", pv, tags[im.Prometheus],
+			[]Binary{{Name: "prometheus", Package: "github.com/prometheus/prometheus/cmd/prometheus"}}, im.Prometheus),
+		artifact("alertmanager", "github.com/prometheus/alertmanager", tags[im.Alertmanager], tags[im.Alertmanager],
+			[]Binary{{Name: "alertmanager", Package: "github.com/prometheus/alertmanager/cmd/alertmanager"}}, im.Alertmanager),
+		artifact("node-exporter", "github.com/prometheus/node_exporter", tags[im.NodeExporter], tags[im.NodeExporter],
+			[]Binary{{Name: "node_exporter", Package: "github.com/prometheus/node_exporter"}}, im.NodeExporter),
+	}, nil
+}
+
+// prometheusModuleVersion is the Go module version of a Prometheus
+// release: v3.16.0 is v0.316.0 (its go.mod has no /v3 path, so releases
+// are published as v0.MAJOR MINOR(two digits).PATCH).
+func prometheusModuleVersion(tag string) (string, error) {
+	var major, minor, patch int
+	if n, err := fmt.Sscanf(tag, "v%d.%d.%d", &major, &minor, &patch); n != 3 || err != nil || minor > 99 || major < 2 {
+		return "", fmt.Errorf("world: prometheus tag %q is not vMAJOR.MINOR.PATCH", tag)
+	}
+	return fmt.Sprintf("v0.%d%02d.%d", major, minor, patch), nil
+}
+
 // Flannel is the flannel image a minor's matrix row names
 // (ghcr.io/flannel-io/flannel:v0.27.4): flanneld at /opt/bin/flanneld on
 // the network base (iptables, nft, ip), as upstream's image has it on
@@ -515,7 +630,7 @@ func KubeRouter(ref string) (Artifact, error) {
 // glibc where upstream links statically against musl. v0.27.4 is on the
 // proxy but not in the checksum database (NoSumDB).
 func Flannel(ref string) (Artifact, error) {
-	v, ok := tagOf(ref)
+	v, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: flannel image %q has no tag", ref)
 	}
@@ -545,7 +660,7 @@ const FlannelCNIPluginsVersion = "v0.9.1"
 // its root as upstream's has it, on the network base for the cp its
 // install container runs, built from FlannelCNIPluginsVersion.
 func FlannelCNI(ref string) (Artifact, error) {
-	if _, ok := tagOf(ref); !ok {
+	if _, ok := assets.ImageTag(ref); !ok {
 		return Artifact{}, fmt.Errorf("world: flannel CNI plugin image %q has no tag", ref)
 	}
 	const m = "github.com/containernetworking/plugins"
@@ -601,6 +716,93 @@ func CloudProvider(v string) Artifact {
 	return a
 }
 
+// CinderCSI is cloud-provider-openstack's Cinder CSI plugin alone.
+func CinderCSI(v string) Artifact {
+	a := CloudProvider(v)
+	a.Key = "cinder-csi-plugin-" + v
+	a.Binaries = a.Binaries[1:]
+	a.Images = a.Images[1:]
+	return a
+}
+
+// registrarSources are the files OPKE's CSI node driver registrar is
+// built from, relative to the project's root.
+var registrarSources = []string{"go.mod", "go.sum", "cmd/opke-csi-registrar"}
+
+// Registrar is OPKE's CSI node driver registrar (cmd/opke-csi-registrar),
+// built from this project's tree, in the image the rendered Cinder CSI
+// node plugin names (assets.CSI().NodeDriverRegistrar): the module proxy
+// serves no version of kubernetes-csi/node-driver-registrar (its v2
+// releases have no /v2 module path).
+func Registrar() (Artifact, error) {
+	root, err := projectRoot()
+	if err != nil {
+		return Artifact{}, err
+	}
+	sum, err := projectSources(root, registrarSources)
+	if err != nil {
+		return Artifact{}, err
+	}
+	const name = "opke-csi-registrar"
+	return Artifact{
+		Key: name + "-" + sum[:12], Module: "opke.dev/opke", Version: sum, Lang: Project, Dir: root,
+		Binaries: []Binary{{Name: name, Package: "./cmd/" + name}},
+		Images: []ImageSpec{{Ref: assets.CSI().NodeDriverRegistrar, Files: []ImageFile{{Binary: name, Path: "/" + name}},
+			Entrypoint: []string{"/" + name}}},
+	}, nil
+}
+
+// projectRoot is the folder of the go.mod of the module the go command
+// sees from the working folder: this project's, when make or a test of
+// it runs.
+func projectRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("world: go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("world: not inside the project's module (go env GOMOD is empty)")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// projectSources hashes the Go sources under root named by paths (files,
+// or folders whose non-test .go files count), names and contents.
+func projectSources(root string, paths []string) (string, error) {
+	h := sha256.New()
+	for _, p := range paths {
+		full := filepath.Join(root, p)
+		st, err := os.Stat(full)
+		if err != nil {
+			return "", fmt.Errorf("world: %w", err)
+		}
+		files := []string{full}
+		if st.IsDir() {
+			matches, err := filepath.Glob(filepath.Join(full, "*.go"))
+			if err != nil {
+				return "", fmt.Errorf("world: %w", err)
+			}
+			files = files[:0]
+			for _, m := range matches {
+				if !strings.HasSuffix(m, "_test.go") {
+					files = append(files, m)
+				}
+			}
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", fmt.Errorf("world: %w", err)
+			}
+			rel, _ := filepath.Rel(root, f)
+			fmt.Fprintf(h, "%s %d\n", rel, len(b))
+			h.Write(b)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // CSISidecar is one of the Kubernetes CSI sidecars the rendered Cinder
 // CSI controller runs, built from its module's cmd/<name>.
 type CSISidecar struct {
@@ -622,7 +824,7 @@ var csiSidecars = []CSISidecar{
 // image has it, stamped as its release-tools build stamps it
 // (main.version).
 func (c CSISidecar) Artifact() Artifact {
-	v, _ := tagOf(c.Ref)
+	v, _ := assets.ImageTag(c.Ref)
 	name := c.Ref[strings.LastIndex(c.Ref, "/")+1 : strings.LastIndex(c.Ref, ":")]
 	return Artifact{
 		Key: name + "-" + v, Module: c.Module, Version: v, Lang: Go, NoSumDB: c.NoSumDB,
@@ -637,11 +839,8 @@ func (c CSISidecar) Artifact() Artifact {
 // names, for every version of the test matrix, to being built or listed
 // here.
 var notBuilt = map[string]string{
-	assets.CSI().NodeDriverRegistrar:                   "Cinder CSI sidecar: its v2 releases have no /v2 module path, so no Go module version names them",
 	"registry.k8s.io/ingress-nginx/controller:v1.14.0": "ingress-nginx addon: nginx and its Lua modules are C, not on the module proxy",
-	"docker.io/kubernetesui/dashboard:v2.7.0":          "dashboard addon: its web front end is built with npm",
-	"quay.io/prometheus/prometheus:v3.7.3":             "monitoring addon: its web UI is built with npm",
-	"quay.io/prometheus/node-exporter:v1.10.2":         "monitoring addon: not built yet",
+	assets.DashboardImage:                              "dashboard addon (Headlamp): its front end is built with npm, and its Go backend's module is not on the module proxy",
 }
 
 // NotBuilt returns a copy of notBuilt: no caller can rewrite the package's own.

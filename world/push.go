@@ -17,7 +17,7 @@ import (
 // spec.registryMirror says: registry.k8s.io/pause:3.10.1 is
 // PATH/registry.k8s.io/pause:3.10.1. It returns the repository and tag.
 func MirrorName(ref, path string) (repo, tag string, err error) {
-	tag, ok := tagOf(ref)
+	tag, ok := assets.ImageTag(ref)
 	if !ok {
 		return "", "", fmt.Errorf("image %q: no tag", ref)
 	}

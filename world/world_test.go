@@ -21,18 +21,24 @@ import (
 )
 
 func TestTargets(t *testing.T) {
+	reg, err := Registrar()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		set  Set
 		keys []string
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
-			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "openstack-cloud-controller-manager-v1.35.0",
-			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
+			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
+			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "openstack-cloud-controller-manager-v1.35.0",
+			"cinder-csi-plugin-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
+			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6", reg.Key}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
-			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0",
-			"metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
-			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6"}},
+			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
+			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
+			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6", reg.Key}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
@@ -63,12 +69,19 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 	}
 	want := []string{
 		"docker.io/cloudnativelabs/kube-router:v2.1.0",
+		"docker.io/library/traefik:v3.6.12",
 		"ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		"ghcr.io/flannel-io/flannel:v0.27.4",
 		"ghcr.io/opke-dev/cni-plugins:v1.8.0",
+		"ghcr.io/opke-dev/csi-node-driver-registrar:v0.1.0",
 		"ghcr.io/opke-dev/kubelet:v1.35.1",
 		"ghcr.io/opke-dev/kubelet:v1.35.4",
 		"ghcr.io/opke-dev/kubelet:v1.36.1",
+		"quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0",
+		"quay.io/prometheus-operator/prometheus-operator:v0.85.0",
+		"quay.io/prometheus/alertmanager:v0.31.1",
+		"quay.io/prometheus/node-exporter:v1.12.1",
+		"quay.io/prometheus/prometheus:v3.16.0",
 		"registry.k8s.io/coredns/coredns:v1.13.1",
 		"registry.k8s.io/etcd:3.6.5-0",
 		"registry.k8s.io/etcd:3.6.6-0",
@@ -85,7 +98,11 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"registry.k8s.io/kube-scheduler:v1.35.4",
 		"registry.k8s.io/kube-scheduler:v1.36.1",
 		"registry.k8s.io/pause:3.10.1",
+		"registry.k8s.io/provider-os/cinder-csi-plugin:v1.35.0",
 		"registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0",
+		"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
+		"registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
+		"registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 	}
 	if d := cmp.Diff(want, imageRefs(arts)); d != "" {
 		t.Errorf("images (-want +got):\n%s", d)
@@ -526,6 +543,17 @@ func TestPinnedSum(t *testing.T) {
 		}
 		if !tc.build && slices.ContainsFunc(fg.calls, func(c string) bool { return strings.HasPrefix(c, "go build") }) {
 			t.Errorf("download with hash %q: built anyway", tc.sum)
+		}
+	}
+}
+
+func TestPrometheusModuleVersion(t *testing.T) {
+	for _, tt := range []struct{ tag, want string }{
+		{"v3.16.0", "v0.316.0"}, {"v3.5.2", "v0.305.2"}, {"v2.53.1", "v0.253.1"}, {"3.16.0", ""}, {"v3.100.0", ""}, {"v1.2.3", ""},
+	} {
+		got, err := prometheusModuleVersion(tt.tag)
+		if got != tt.want || (err != nil) != (tt.want == "") {
+			t.Errorf("prometheusModuleVersion(%q) = %q, %v; want %q", tt.tag, got, err, tt.want)
 		}
 	}
 }

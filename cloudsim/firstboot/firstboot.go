@@ -216,8 +216,8 @@ func lastLines(b []byte, n int) string {
 
 // ApplyFallback applies the parts of spec 3.3.0 OPKE's configs use, as
 // Ignition's files stage does: directories, files from data URLs, the
-// core user's SSH keys, systemd units with their enablement preset, and
-// the result marker. Anything else is refused rather than ignored.
+// core user's SSH keys, systemd units with their enablement preset (or
+// masked), and the result marker. Anything else is refused rather than ignored.
 func ApplyFallback(root string, config []byte) error {
 	cfg, rpt, err := v33.Parse(config)
 	if err != nil || rpt.IsFatal() {
@@ -272,6 +272,15 @@ func ApplyFallback(root string, config []byte) error {
 		if u.Contents != nil {
 			if err := writeIn(r, "/etc/systemd/system/"+u.Name, []byte(*u.Contents), 0o644, mkdirs); err != nil {
 				return err
+			}
+		}
+		if u.Mask != nil && *u.Mask {
+			// As Ignition masks a unit: a link to /dev/null in its place.
+			if err := mkdirs("/etc/systemd/system/" + u.Name); err != nil {
+				return fmt.Errorf("fallback ignition: %w", err)
+			}
+			if err := r.Symlink("/dev/null", "etc/systemd/system/"+u.Name); err != nil {
+				return fmt.Errorf("fallback ignition: mask %s: %w", u.Name, err)
 			}
 		}
 		if u.Enabled != nil {

@@ -64,6 +64,13 @@ func tree(t *testing.T, root string) map[string]string {
 			}
 			desc += " " + string(b)
 		}
+		if info.Mode()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		}
 		out[rel] = desc
 		return nil
 	})

@@ -7,9 +7,9 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -48,6 +48,7 @@ var resources = map[string][]metav1.APIResource{
 		{Name: "storageclasses", Namespaced: false, Kind: "StorageClass"},
 	},
 	"networking.k8s.io/v1":      {{Name: "ingressclasses", Namespaced: false, Kind: "IngressClass"}},
+	crdGV:                       {{Name: "customresourcedefinitions", Namespaced: false, Kind: "CustomResourceDefinition"}},
 	"apiregistration.k8s.io/v1": {{Name: "apiservices", Namespaced: false, Kind: "APIService"}},
 	"policy/v1":                 {{Name: "poddisruptionbudgets", Namespaced: true, Kind: "PodDisruptionBudget"}},
 }
@@ -65,15 +66,28 @@ func (h *handler) versions(w http.ResponseWriter, r *http.Request) {
 // its one version.
 func (h *handler) groups(w http.ResponseWriter, _ *http.Request) {
 	list := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
-	for _, gv := range slices.Sorted(maps.Keys(resources)) {
+	byGroup := map[string]int{}
+	for _, gv := range slices.Sorted(maps.Keys(h.served())) {
 		g, v, ok := strings.Cut(gv, "/")
 		if !ok {
 			continue
 		}
 		ver := metav1.GroupVersionForDiscovery{GroupVersion: gv, Version: v}
+		if i, ok := byGroup[g]; ok {
+			list.Groups[i].Versions = append(list.Groups[i].Versions, ver)
+			continue
+		}
+		byGroup[g] = len(list.Groups)
 		list.Groups = append(list.Groups, metav1.APIGroup{Name: g, Versions: []metav1.GroupVersionForDiscovery{ver}, PreferredVersion: ver})
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// served are the resources the API serves now, by group version.
+func (h *handler) served() map[string][]metav1.APIResource {
+	var out map[string][]metav1.APIResource
+	h.b.View(func(o *Objects) { out = served(o) })
+	return out
 }
 
 func (h *handler) discover(w http.ResponseWriter, r *http.Request) {
@@ -81,7 +95,7 @@ func (h *handler) discover(w http.ResponseWriter, r *http.Request) {
 	if g := r.PathValue("group"); g != "" {
 		gv = g + "/" + r.PathValue("version")
 	}
-	list, ok := resources[gv]
+	list, ok := h.served()[gv]
 	if !ok {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
 		return
@@ -94,6 +108,8 @@ type target struct {
 	gv, namespace string
 	res           metav1.APIResource
 	name          string
+	// establishing is a custom resource definition not established yet.
+	establishing bool
 }
 
 func (t target) key() string {
@@ -104,27 +120,30 @@ func (t target) key() string {
 // /apis/GROUP/VERSION[/namespaces/NS]/RESOURCE/NAME. A resource the stub
 // does not serve, or served at the wrong scope, is answered 404 here, and
 // ok is false.
-func objectTarget(w http.ResponseWriter, r *http.Request) (t target, ok bool) {
+func (h *handler) objectTarget(w http.ResponseWriter, r *http.Request) (t target, ok bool) {
 	t = target{gv: "v1", namespace: r.PathValue("ns"), name: r.PathValue("name")}
 	if g := r.PathValue("group"); g != "" {
 		t.gv = g + "/" + r.PathValue("version")
 	}
 	res := r.PathValue("resource")
-	i := slices.IndexFunc(resources[t.gv], func(x metav1.APIResource) bool { return x.Name == res })
-	if i < 0 || resources[t.gv][i].Namespaced != (t.namespace != "") {
+	list := h.served()[t.gv]
+	i := slices.IndexFunc(list, func(x metav1.APIResource) bool { return x.Name == res })
+	if i < 0 || list[i].Namespaced != (t.namespace != "") {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
 		return t, false
 	}
-	t.res = resources[t.gv][i]
+	t.res = list[i]
 	return t, true
 }
 
 // apply is a server-side apply (PATCH, application/apply-patch+yaml): the
-// object is created or replaced by the applied one. As the real API
+// object is created or replaced by the applied one, whose fields its
+// manager then owns (managed.go); with dryRun=All, the answer is what the
+// object would become, and nothing is kept. As the real API
 // server, it requires a field manager, an object whose kind and name are
 // the path's, and an existing namespace.
 func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
-	t, ok := objectTarget(w, r)
+	t, ok := h.objectTarget(w, r)
 	if !ok {
 		return
 	}
@@ -168,12 +187,28 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 	if t.res.Namespaced {
 		md["namespace"] = t.namespace
 	}
-	data, err := json.Marshal(obj)
-	if err != nil {
-		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
+	delete(obj, "status") // an apply to the object sets no status
+	if t.gv == crdGV {
+		if err := checkCRD(obj); err != nil {
+			writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error(), nil)
+			return
+		}
+	}
+	delete(md, "managedFields")
+	manager := r.URL.Query().Get("fieldManager")
+	dryRun := false
+	switch v := r.URL.Query()["dryRun"]; {
+	case len(v) == 0:
+	case len(v) == 1 && v[0] == "All":
+		dryRun = true
+	default:
+		writeStatus(w, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf(`PatchOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: %#v: supported values: "All"`, v), nil)
 		return
 	}
 	created := false
+	var data []byte
+	var nodes []corev1.Node
+	live := h.live()
 	err = h.b.Update(func(o *Objects) error {
 		if t.res.Namespaced && !slices.Contains(builtinNamespaces, t.namespace) {
 			if _, ok := o.Applied["v1/namespaces//"+t.namespace]; !ok {
@@ -183,13 +218,46 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 		if o.Applied == nil {
 			o.Applied = map[string]json.RawMessage{}
 		}
-		_, had := o.Applied[t.key()]
-		created = !had
-		o.Applied[t.key()] = data
+		had, ok := o.Applied[t.key()]
+		created = !ok
+		var before map[string]any
+		if ok {
+			if err := json.Unmarshal(had, &before); err != nil {
+				return err
+			}
+		}
+		after, err := applied(before, obj, manager, time.Now())
+		if err != nil {
+			return fmt.Errorf("%w: %w", errBadPatch, err)
+		}
+		generation(had, after)
+		if data, err = json.Marshal(after); err != nil {
+			return err
+		}
+		if !dryRun {
+			o.Applied[t.key()] = data
+			if t.gv == crdGV && created {
+				if o.Established == nil {
+					o.Established = map[string]time.Time{}
+				}
+				o.Established[t.name] = time.Now().Add(establishDelay)
+			}
+		}
+		t.establishing = establishing(o, t.gv, t.name)
+		nodes = h.servedNodes(o, live)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errBadPatch):
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
+		return
+	case err != nil:
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, err.Error(), nil)
+		return
+	}
+	// Answered as a GET would show it, as the API server answers.
+	if data, err = objectStatus(t, data, nodes); err != nil {
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error(), nil)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -199,15 +267,27 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 
 // getApplied returns an object a server-side apply made.
 func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
-	t, ok := objectTarget(w, r)
+	t, ok := h.objectTarget(w, r)
 	if !ok {
 		return
 	}
 	var data json.RawMessage
-	h.b.View(func(o *Objects) { data = o.Applied[t.key()] })
+	var nodes []corev1.Node
+	live := h.live()
+	h.b.View(func(o *Objects) {
+		if data = o.Applied[t.key()]; data != nil {
+			nodes = h.servedNodes(o, live)
+			t.establishing = establishing(o, t.gv, t.name)
+		}
+	})
 	if data == nil {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("%s %q not found", t.res.Name, t.name),
 			&metav1.StatusDetails{Name: t.name, Kind: t.res.Name})
+		return
+	}
+	data, err := objectStatus(t, data, nodes)
+	if err != nil {
+		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error(), nil)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -221,7 +301,7 @@ func (h *handler) getApplied(w http.ResponseWriter, r *http.Request) {
 // controller empties it, and refuses new content in it meanwhile (an
 // addon removed and added back at once would see a 403 there).
 func (h *handler) deleteApplied(w http.ResponseWriter, r *http.Request) {
-	t, ok := objectTarget(w, r)
+	t, ok := h.objectTarget(w, r)
 	if !ok {
 		return
 	}
@@ -233,6 +313,9 @@ func (h *handler) deleteApplied(w http.ResponseWriter, r *http.Request) {
 		}
 		data = had
 		delete(o.Applied, t.key())
+		if t.gv == crdGV {
+			deleteCustomResources(o, had)
+		}
 		if t.gv == "v1" && t.res.Kind == "Namespace" {
 			for k := range o.Applied {
 				// gv/resource/namespace/name: a namespaced object's third part.
@@ -251,7 +334,8 @@ func (h *handler) deleteApplied(w http.ResponseWriter, r *http.Request) {
 }
 
 // mergePatch is a JSON merge patch (RFC 7386) of an object a server-side
-// apply made, as kubectl rollout restart sends one. A change to the spec
+// apply made, as kubectl rollout restart sends one: an update, whose
+// manager takes the fields it changes (managed.go). A change to the spec
 // raises metadata.generation, as the real API server does for the
 // workloads.
 func (h *handler) mergePatch(w http.ResponseWriter, r *http.Request, t target) {
@@ -260,6 +344,7 @@ func (h *handler) mergePatch(w http.ResponseWriter, r *http.Request, t target) {
 		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error(), nil)
 		return
 	}
+	manager := updateManager(r)
 	var data []byte
 	err = h.b.Update(func(o *Objects) error {
 		had, ok := o.Applied[t.key()]
@@ -271,12 +356,15 @@ func (h *handler) mergePatch(w http.ResponseWriter, r *http.Request, t target) {
 			return fmt.Errorf("%w: %w", errBadPatch, err)
 		}
 		var before, after map[string]any
-		if err := errors.Join(json.Unmarshal(had, &before), json.Unmarshal(merged, &after)); err != nil {
+		if err := json.Unmarshal(had, &before); err != nil {
 			return err
 		}
-		if md, ok := after["metadata"].(map[string]any); ok && !reflect.DeepEqual(before["spec"], after["spec"]) {
-			g, _ := md["generation"].(float64)
-			md["generation"] = max(g, 1) + 1
+		if err := json.Unmarshal(merged, &after); err != nil {
+			return err
+		}
+		generation(had, after)
+		if err := updated(before, after, manager, time.Now()); err != nil {
+			return err
 		}
 		if data, err = json.Marshal(after); err != nil {
 			return err
@@ -302,21 +390,36 @@ var errBadPatch = errors.New("the merge patch cannot be applied")
 func (h *handler) listApplied(w http.ResponseWriter, r *http.Request) {
 	gv := r.PathValue("group") + "/" + r.PathValue("version")
 	res := r.PathValue("resource")
-	i := slices.IndexFunc(resources[gv], func(x metav1.APIResource) bool { return x.Name == res })
+	list := h.served()[gv]
+	i := slices.IndexFunc(list, func(x metav1.APIResource) bool { return x.Name == res })
 	if i < 0 {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource", nil)
 		return
 	}
 	prefix := gv + "/" + res + "/"
 	items := []json.RawMessage{}
+	var notYet []bool
+	var nodes []corev1.Node
+	live := h.live()
 	h.b.View(func(o *Objects) {
 		for _, k := range slices.Sorted(maps.Keys(o.Applied)) {
 			if strings.HasPrefix(k, prefix) {
 				items = append(items, o.Applied[k])
+				notYet = append(notYet, establishing(o, gv, strings.TrimPrefix(k, prefix+"/")))
 			}
 		}
+		nodes = h.servedNodes(o, live)
 	})
-	writeJSON(w, http.StatusOK, map[string]any{"apiVersion": gv, "kind": resources[gv][i].Kind + "List", "metadata": map[string]any{}, "items": items})
+	served := target{gv: gv, res: list[i]}
+	for j, item := range items {
+		var err error
+		served.establishing = notYet[j]
+		if items[j], err = objectStatus(served, item, nodes); err != nil {
+			writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, err.Error(), nil)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"apiVersion": gv, "kind": list[i].Kind + "List", "metadata": map[string]any{}, "items": items})
 }
 
 // rootCA serves kube-root-ca.crt as the controller-manager publishes it

@@ -20,7 +20,23 @@
 //     fieldSelector spec.nodeName=NODE, GET of one pod;
 //   - POST /api/v1/namespaces/{ns}/pods/{name}/eviction (policy/v1): 201
 //     and the pod is gone, or 429 when a disruption budget forbids it, with
-//     the real API server's message and cause.
+//     the real API server's message and cause;
+//   - server-side apply (with dryRun=All too), a JSON merge patch, GET,
+//     list and DELETE of the kinds a rendered cluster's manifests hold, a
+//     generation counted as the API server counts it, and managedFields
+//     moved between field managers as the API server moves them
+//     (managed.go says how far); custom resource definitions, whose kinds
+//     are served a moment after their apply (crd.go); a Deployment,
+//     DaemonSet or StatefulSet
+//     shows the status its controller would write were its pods running
+//     at once on the nodes they fit (workloads.go says what is and is not
+//     modelled).
+//
+// A node carries the labels and taints its kubelet's flags register it
+// with (--node-labels, --register-with-taints). Not modelled: the
+// uninitialized taint a kubelet with --cloud-provider=external registers
+// until the cloud controller manager initializes the node (no such manager
+// runs in-process).
 //
 // The objects come from a [Backend]: a node is registered when its
 // host's kubelet starts and stays until it is deleted through the API,

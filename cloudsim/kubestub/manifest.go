@@ -106,3 +106,40 @@ func ImageTag(image string) string {
 	_, tag, _ := strings.Cut(name, ":")
 	return tag
 }
+
+// KubeletRegistration reads a kubelet's flags (KUBELET_ARGS, as the unit
+// passes them) for what it registers its node with: --node-labels
+// (k=v,...) and --register-with-taints (key[=value]:Effect,...).
+func KubeletRegistration(args string) (map[string]string, []corev1.Taint, error) {
+	if uq, err := strconv.Unquote(args); err == nil {
+		args = uq
+	}
+	var labels map[string]string
+	var taints []corev1.Taint
+	for _, f := range strings.Fields(args) {
+		switch {
+		case strings.HasPrefix(f, "--node-labels="):
+			for _, kv := range strings.Split(strings.TrimPrefix(f, "--node-labels="), ",") {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return nil, nil, fmt.Errorf("--node-labels: %q is not key=value", kv)
+				}
+				if labels == nil {
+					labels = map[string]string{}
+				}
+				labels[k] = v
+			}
+		case strings.HasPrefix(f, "--register-with-taints="):
+			for _, t := range strings.Split(strings.TrimPrefix(f, "--register-with-taints="), ",") {
+				kv, effect, ok := strings.Cut(t, ":")
+				k, v, _ := strings.Cut(kv, "=")
+				e := corev1.TaintEffect(effect)
+				if !ok || k == "" || (e != corev1.TaintEffectNoSchedule && e != corev1.TaintEffectPreferNoSchedule && e != corev1.TaintEffectNoExecute) {
+					return nil, nil, fmt.Errorf("--register-with-taints: %q is not key[=value]:Effect", t)
+				}
+				taints = append(taints, corev1.Taint{Key: k, Value: v, Effect: e})
+			}
+		}
+	}
+	return labels, taints, nil
+}

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // ErrNotFound is a node or pod the cluster does not have.
@@ -46,6 +49,10 @@ type Node struct {
 	// makes the real world's wait longer.
 	Since time.Time `json:"-"`
 	gone  bool      // registered, its host gone
+	// Labels and Taints are what its kubelet registers it with
+	// (--node-labels, --register-with-taints; [KubeletRegistration]).
+	Labels map[string]string `json:"labels,omitempty"`
+	Taints []corev1.Taint    `json:"taints,omitempty"`
 }
 
 // Pod is a pod bound to a node; tests set them through the admin endpoint.
@@ -117,6 +124,11 @@ type Objects struct {
 	Applied map[string]json.RawMessage `json:"applied,omitempty"`
 	// NodeLabels are the labels server-side applies gave nodes, by node.
 	NodeLabels map[string]map[string]string `json:"nodeLabels,omitempty"`
+	// Established is when each applied custom resource definition, by
+	// name, is established (crd.go).
+	Established map[string]time.Time `json:"established,omitempty"`
+	// NodeManaged are the managedFields of those applies, by node.
+	NodeManaged map[string][]metav1.ManagedFieldsEntry `json:"nodeManaged,omitempty"`
 	// Recreated counts the DaemonSet pods made again, for their names.
 	Recreated int `json:"recreated,omitempty"`
 	// RootCA is what the controller-manager publishes as kube-root-ca.crt
@@ -182,6 +194,7 @@ func (o *Objects) DeleteNode(name string) error {
 	delete(o.Nodes, name)
 	delete(o.Unschedulable, name)
 	delete(o.NodeLabels, name)
+	delete(o.NodeManaged, name)
 	o.Pods = slices.DeleteFunc(o.Pods, func(p Pod) bool { return p.Node == name })
 	return nil
 }
@@ -241,6 +254,13 @@ func (o *Objects) Clone() *Objects {
 			c.NodeLabels = map[string]map[string]string{}
 		}
 		c.NodeLabels[n] = maps.Clone(l)
+	}
+	c.Established = maps.Clone(o.Established)
+	for n, m := range o.NodeManaged {
+		if c.NodeManaged == nil {
+			c.NodeManaged = map[string][]metav1.ManagedFieldsEntry{}
+		}
+		c.NodeManaged[n] = slices.Clone(m) // entries are replaced, never changed in place
 	}
 	for _, p := range o.Pods {
 		p.Labels, p.Annotations = maps.Clone(p.Labels), maps.Clone(p.Annotations)

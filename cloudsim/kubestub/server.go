@@ -187,10 +187,11 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 	}
 	// What a kubelet labels its node with, and what was applied to it.
 	labels := map[string]string{"kubernetes.io/hostname": n.Name, "kubernetes.io/os": "linux"}
+	maps.Copy(labels, n.Labels)
 	maps.Copy(labels, o.NodeLabels[n.Name])
 	node := corev1.Node{
 		TypeMeta:   metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels, ManagedFields: o.NodeManaged[n.Name]},
 		Spec:       corev1.NodeSpec{Unschedulable: o.Unschedulable[n.Name]},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: reason, Message: message, LastTransitionTime: since}},
@@ -198,8 +199,9 @@ func (h *handler) node(n Node, o *Objects) corev1.Node {
 			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: n.KubeletVersion, OperatingSystem: "linux", Architecture: runtime.GOARCH},
 		},
 	}
+	node.Spec.Taints = slices.Clone(n.Taints)
 	if node.Spec.Unschedulable {
-		node.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}}
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
 	}
 	return node
 }
@@ -318,7 +320,31 @@ func (h *handler) applyNodeLabels(w http.ResponseWriter, r *http.Request, n Node
 		if o.NodeLabels == nil {
 			o.NodeLabels = map[string]map[string]string{}
 		}
-		o.NodeLabels[n.Name] = maps.Clone(labels)
+		if o.NodeManaged == nil {
+			o.NodeManaged = map[string][]metav1.ManagedFieldsEntry{}
+		}
+		// The node's labels OPKE's applies keep, applied as an object's.
+		before := map[string]any{"apiVersion": "v1", "metadata": map[string]any{"labels": anyMap(o.NodeLabels[n.Name]), "managedFields": o.NodeManaged[n.Name]}}
+		config := map[string]any{"apiVersion": "v1", "metadata": map[string]any{"labels": anyMap(labels)}}
+		after, err := applied(normalise(before).(map[string]any), config, r.URL.Query().Get("fieldManager"), time.Now())
+		if err != nil {
+			return err
+		}
+		entries, err := readManaged(after)
+		if err != nil {
+			return err
+		}
+		o.NodeManaged[n.Name] = nil
+		for _, e := range entries {
+			o.NodeManaged[n.Name] = append(o.NodeManaged[n.Name], e.ManagedFieldsEntry)
+		}
+		kept := map[string]string{}
+		md, _ := after["metadata"].(map[string]any)
+		l, _ := md["labels"].(map[string]any)
+		for k, v := range l {
+			kept[k], _ = v.(string)
+		}
+		o.NodeLabels[n.Name] = kept
 		out = h.node(n, o)
 		return nil
 	})
@@ -534,4 +560,13 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// anyMap is a label map as a decoded object holds it.
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -532,7 +532,7 @@ spec:
 		return nil
 	})
 	kubecontract.Run(t, kubecontract.Cluster{Client: client, Base: "https://" + f.srv.Addr(), Node: "prod-default-0",
-		Namespace: "default", Guarded: "web-1", Budget: "web", Static: manifest, StaticNode: "prod-controller-0"})
+		Namespace: "default", Guarded: "web-1", Budget: "web", Static: manifest, StaticNode: "prod-controller-0", Image: "registry.k8s.io/pause:3.10.1"})
 }
 
 // TestDiscoveryRoots: client-go's discovery (as kubectl runs it before
@@ -553,12 +553,36 @@ func TestDiscoveryRoots(t *testing.T) {
 	for _, g := range groups.Groups {
 		got = append(got, g.PreferredVersion.GroupVersion)
 	}
-	want := []string{"v1", "apiregistration.k8s.io/v1", "apps/v1", "networking.k8s.io/v1", "policy/v1", "rbac.authorization.k8s.io/v1", "storage.k8s.io/v1"}
+	want := []string{"v1", "apiextensions.k8s.io/v1", "apiregistration.k8s.io/v1", "apps/v1", "networking.k8s.io/v1", "policy/v1", "rbac.authorization.k8s.io/v1", "storage.k8s.io/v1"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("discovered groups (-want +got):\n%s", d)
 	}
 	res, err := dc.ServerResourcesForGroupVersion("v1")
 	if err != nil || !slices.ContainsFunc(res.APIResources, func(r metav1.APIResource) bool { return r.Name == "nodes" }) {
 		t.Errorf("v1's resources: %v %v", res, err)
+	}
+}
+
+// TestKubeletRegistration: the labels and taints a kubelet registers its
+// node with, from its flags as OPKE's kubelet.env passes them.
+func TestKubeletRegistration(t *testing.T) {
+	t.Parallel()
+	labels, taints, err := KubeletRegistration(`"--hostname-override=c-0 --node-labels=opke.dev/pool=controllers,topology.kubernetes.io/zone=nova --register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule,dedicated=gpu:NoExecute"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := map[string]string{"opke.dev/pool": "controllers", "topology.kubernetes.io/zone": "nova"}
+	wantTaints := []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoExecute}}
+	if d := cmp.Diff(wantLabels, labels); d != "" {
+		t.Errorf("labels (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(wantTaints, taints); d != "" {
+		t.Errorf("taints (-want +got):\n%s", d)
+	}
+	for _, bad := range []string{"--node-labels=novalue", "--register-with-taints=key", "--register-with-taints=key:Sometimes"} {
+		if _, _, err := KubeletRegistration(bad); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
 	}
 }

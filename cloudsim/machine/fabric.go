@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,14 +286,39 @@ func (f *Fabric) SetFloatingIP(ctx context.Context, routerID string, fip, fixed 
 	return f.applyRouter(ctx, routerID)
 }
 
+// MetadataAddr is the address of the metadata service every instance
+// asks (Nova's, as EC2's), and MetadataPort the port of its proxy in
+// each router's namespace, where Neutron's L3 agent runs it.
+var MetadataAddr = netip.MustParseAddr("169.254.169.254")
+
+const MetadataPort = 9697
+
+// ListenMetadata listens in a router's namespace where its metadata proxy
+// serves: the router redirects what its legs send to port 80 of
+// MetadataAddr there, the source kept (which instance asks), as the L3
+// agent's iptables rule does; what reaches the port from the external
+// network is dropped.
+func (f *Fabric) ListenMetadata(routerID string) (net.Listener, error) {
+	f.mu.Lock()
+	r := f.routers[routerID]
+	f.mu.Unlock()
+	if r == nil {
+		return nil, fmt.Errorf("no router %s", routerID)
+	}
+	return ListenIn(filepath.Join(NetNSDir, r.ns), "tcp", fmt.Sprintf("0.0.0.0:%d", MetadataPort))
+}
+
 // applyRouter writes a router's NAT: each floating IP DNATed to its fixed
 // IP and its fixed IP SNATed to it; everything else leaving by the
-// gateway SNATed to the gateway's address.
+// gateway SNATed to the gateway's address; the metadata service's
+// address redirected to the router's metadata proxy.
 func (f *Fabric) applyRouter(ctx context.Context, id string) error {
 	f.mu.Lock()
 	r := f.routers[id]
 	var b strings.Builder
-	b.WriteString("flush ruleset\ntable ip nat {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n")
+	fmt.Fprintf(&b, "flush ruleset\ntable ip filter {\n  chain input {\n    type filter hook input priority filter; policy accept;\n    iifname \"qg\" tcp dport %d drop\n  }\n}\n", MetadataPort)
+	b.WriteString("table ip nat {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n")
+	fmt.Fprintf(&b, "    iifname \"qr*\" ip daddr %s tcp dport 80 redirect to :%d\n", MetadataAddr, MetadataPort)
 	fips := slices.SortedFunc(maps.Keys(r.fips), netip.Addr.Compare)
 	for _, fip := range fips {
 		fmt.Fprintf(&b, "    ip daddr %s dnat to %s\n", fip, r.fips[fip])

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"opke.dev/opke/cloudsim/machine"
 	"opke.dev/opke/sshx"
@@ -113,7 +114,7 @@ func TestMachine(t *testing.T) {
 	_, _ = rand.Read(rb[:])
 	id := "opke-test-" + hex.EncodeToString(rb[:])
 	m, err := machine.Boot(ctx, machine.Config{ID: id, Hostname: "demo-controller-0", Dir: dir, Image: img,
-		UserData: ignition(t, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))), NetNS: mns, MemoryBytes: 1 << 30, CPUs: 1})
+		UserData: ignition(t, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))), NetNS: mns, MemoryBytes: 1 << 30, CPUs: 1, DiskBytes: 2 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +207,27 @@ func TestMachine(t *testing.T) {
 			t.Errorf("%s: %q, %v (want ok %v, %q)", tc.cmd, out, err, tc.ok, tc.want)
 		}
 	}
+	// The machine's root and its runtime's store are on a disk of its
+	// own, of the flavor's size (what its kubelet's eviction measures),
+	// not on the host's filesystem; the host holds only what was written.
+	for _, path := range []string{"/", "/var/lib/kubelet", "/var/lib/containerd"} {
+		out, err := run("sudo -n mkdir -p " + path + " && stat -f -c '%b %S' " + path)
+		var blocks, size int64
+		if _, serr := fmt.Sscan(out, &blocks, &size); err != nil || serr != nil {
+			t.Errorf("stat -f %s: %q, %v", path, out, err)
+			continue
+		}
+		if total := blocks * size; total < 1800<<20 || total > 2<<30 {
+			t.Errorf("%s is on a filesystem of %d MiB, want the machine's disk of 2048 MiB", path, total>>20)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "disk.img"), &st); err != nil {
+		t.Error(err)
+	} else if used := st.Blocks * 512; used > 512<<20 {
+		t.Errorf("the disk's file holds %d MiB on the host: it is not sparse", used>>20)
+	}
+
 	sc, err := sftp.NewClient(client)
 	if err != nil {
 		t.Fatal(err)
@@ -254,6 +276,9 @@ func TestMachine(t *testing.T) {
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
 		t.Errorf("a mount is left under %s", dir)
 	}
+	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), dir) {
+		t.Errorf("a loop device is left on the machine's disk: %s", out)
+	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the machine's folder is left: %v", err)
 	}
@@ -277,7 +302,7 @@ func TestMachineRejectedConfig(t *testing.T) {
 	}
 	base := t.TempDir()
 	dir := filepath.Join(base, "m")
-	_, err = machine.Boot(ctx, machine.Config{ID: "opke-test-rejected", Dir: dir, Image: img, UserData: []byte(`{"ignition":{"version":"9.9.9"}}`)})
+	_, err = machine.Boot(ctx, machine.Config{ID: "opke-test-rejected", Dir: dir, Image: img, UserData: []byte(`{"ignition":{"version":"9.9.9"}}`), DiskBytes: 1 << 30})
 	if !errors.Is(err, machine.ErrInvalidConfig) {
 		t.Fatalf("Boot: %v, want ErrInvalidConfig", err)
 	}
@@ -287,6 +312,9 @@ func TestMachineRejectedConfig(t *testing.T) {
 	}
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) {
 		t.Errorf("a mount is left under %s", dir)
+	}
+	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), dir) {
+		t.Errorf("a loop device is left on the machine's disk: %s", out)
 	}
 	if out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output(); strings.Contains(string(out), "opke-test-rejected") {
 		t.Errorf("a container is left: %s", out)

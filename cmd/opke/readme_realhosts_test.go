@@ -76,7 +76,7 @@ func TestREADMEFirstSession(t *testing.T) {
 			continue
 		}
 		serve := shell("exec " + line)
-		out := &syncBuffer{}
+		out := &proctest.Buffer{}
 		serve.Stdout, serve.Stderr = out, out
 		if err := serve.Start(); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
@@ -39,30 +38,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // daemonProc starts opke serve as a process of its own.
-func daemonProc(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func daemonProc(t *testing.T, args ...string) (*exec.Cmd, *proctest.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), "OPKE_TEST_MAIN=1")
-	out := &syncBuffer{}
+	out := &proctest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"opke.dev/opke/internal/kubestatus"
 )
 
 // Cluster is what the contract runs against.
@@ -34,6 +37,9 @@ type Cluster struct {
 	// kubelet runs it: its mirror pod shows it as a gate reads it.
 	Static     []byte
 	StaticNode string
+	// Image is one the cluster's nodes run (from its registry mirror): the
+	// contract's workloads run it.
+	Image string
 }
 
 // status is a metav1.Status as the checks read it.
@@ -255,6 +261,272 @@ func Run(t *testing.T, c Cluster) {
 		missing := strings.Replace(ev, c.Guarded, "no-such-pod", 1)
 		code, b = do(t, http.MethodPost, "/api/v1/namespaces/"+c.Namespace+"/pods/no-such-pod/eviction", "application/json", missing)
 		failure(t, "the eviction of a missing pod", code, b, http.StatusNotFound, "NotFound")
+	})
+
+	// What OPKE waits for after a manifest's apply: its workloads' status
+	// as kubectl rollout status reads it (internal/kubestatus), a
+	// DaemonSet's pods on nodes that are not Ready aside. A Deployment
+	// whose pods fit no node says so and is not done.
+	t.Run("applied workloads roll out as OPKE reads their status", func(t *testing.T) {
+		const ns = "default"
+		deploy := func(name, selector string) (string, string) {
+			return "/apis/apps/v1/namespaces/" + ns + "/deployments/" + name, fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment",
+				"metadata":{"name":%q,"namespace":%q},"spec":{"replicas":1,"selector":{"matchLabels":{"app":%q}},
+				"template":{"metadata":{"labels":{"app":%q}},"spec":{%s"terminationGracePeriodSeconds":1,
+				"containers":[{"name":"pause","image":%q}]}}}}`, name, ns, name, name, selector, c.Image)
+		}
+		fits, fitsBody := deploy("opke-contract-fits", "")
+		nowhere, nowhereBody := deploy("opke-contract-nowhere", `"nodeSelector":{"opke.dev/contract":"no-such-node"},`)
+		ds := "/apis/apps/v1/namespaces/" + ns + "/daemonsets/opke-contract-everywhere"
+		dsBody := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"opke-contract-everywhere","namespace":%q},
+			"spec":{"selector":{"matchLabels":{"app":"opke-contract-everywhere"}},"template":{"metadata":{"labels":{"app":"opke-contract-everywhere"}},
+			"spec":{"tolerations":[{"operator":"Exists"}],"terminationGracePeriodSeconds":1,"containers":[{"name":"pause","image":%q}]}}}}`, ns, c.Image)
+		objects := []struct{ kind, path, body string }{{"Deployment", fits, fitsBody}, {"Deployment", nowhere, nowhereBody}, {"DaemonSet", ds, dsBody}}
+		for _, o := range objects {
+			if code, b := do(t, http.MethodPatch, o.path+"?fieldManager=opke&force=true", "application/apply-patch+yaml", o.body); code/100 != 2 {
+				t.Fatalf("apply %s: %d %s", o.path, code, b)
+			}
+		}
+		defer func() {
+			for _, o := range objects {
+				do(t, http.MethodDelete, o.path+"?propagationPolicy=Background", "", "")
+			}
+		}()
+		notReady := func() int {
+			code, b := do(t, http.MethodGet, "/api/v1/nodes", "", "")
+			n, err := kubestatus.NotReady(b)
+			if code != http.StatusOK || err != nil {
+				t.Fatalf("GET nodes: %d %v %.300s", code, err, b)
+			}
+			return n
+		}
+		want := map[string]string{fits: "", ds: "", nowhere: "0 of 1 updated replicas are available"}
+		got := map[string]string{}
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+			down := notReady()
+			for _, o := range objects {
+				code, b := do(t, http.MethodGet, o.path, "", "")
+				if code != http.StatusOK {
+					t.Fatalf("GET %s: %d %.300s", o.path, code, b)
+				}
+				done, why, err := kubestatus.RolledOut(o.kind, b, down)
+				if err != nil {
+					t.Fatalf("%s: %v", o.path, err)
+				}
+				if done != (why == "") {
+					t.Errorf("%s: done %t with %q", o.path, done, why)
+				}
+				got[o.path] = why
+			}
+			if maps.Equal(want, got) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !maps.Equal(want, got) {
+			t.Errorf("rollouts: %q, want %q", got, want)
+		}
+	})
+
+	// What a resync's drift check reads (kubestatus.Fields): the field set
+	// OPKE's apply owns loses a field another manager changes, and only
+	// then; a forced apply takes it back.
+	t.Run("a field OPKE applied and another manager changed leaves OPKE's field set, and only such a field", func(t *testing.T) {
+		path := "/api/v1/namespaces/" + c.Namespace + "/configmaps/opke-contract-fields"
+		cm := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"opke-contract-fields","namespace":%q,
+			"labels":{"app":"opke-contract"}},"data":{"a":"1","b":"2"}}`, c.Namespace)
+		// fields is the digest of OPKE's fields, and the other managers
+		// with what they own ("opke-contract-edit .data.a").
+		fields := func(what string, code int, b []byte) (string, []string) {
+			t.Helper()
+			if code/100 != 2 {
+				t.Fatalf("%s: %d %s", what, code, b)
+			}
+			d, err := kubestatus.Fields(b, "opke")
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			others, err := kubestatus.Managers(b, "opke")
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			var said []string
+			for _, m := range others {
+				said = append(said, m.Name+" "+strings.Join(m.Fields, " "))
+			}
+			return d, said
+		}
+		apply := func() (int, []byte) {
+			return do(t, http.MethodPatch, path+"?fieldManager=opke&force=true", "application/apply-patch+yaml", cm)
+		}
+		code, b := apply()
+		applied, _ := fields("apply a ConfigMap", code, b)
+		defer do(t, http.MethodDelete, path, "", "")
+		if applied == "" {
+			t.Fatal("the apply's answer has no Apply entry of opke in its managedFields")
+		}
+		patch := func(manager, body string) (int, []byte) {
+			return do(t, http.MethodPatch, path+"?fieldManager="+manager, "application/merge-patch+json", body)
+		}
+		for _, step := range []struct {
+			what, manager, patch string
+			changed              bool
+			others               []string
+		}{
+			{"read back", "", "", false, nil},
+			{"another manager annotates it", "opke-contract-other", `{"metadata":{"annotations":{"example.com/note":"x"}}}`, false,
+				[]string{`opke-contract-other .metadata.annotations.example.com/note`}},
+			{"another manager sets a field OPKE applied to its value", "opke-contract-same", `{"data":{"a":"1"}}`, false,
+				[]string{`opke-contract-other .metadata.annotations.example.com/note`}},
+			{"another manager changes a field OPKE applied", "opke-contract-edit", `{"data":{"a":"changed"}}`, true,
+				[]string{"opke-contract-edit .data.a", `opke-contract-other .metadata.annotations.example.com/note`}},
+		} {
+			code, b := do(t, http.MethodGet, path, "", "")
+			if step.patch != "" {
+				code, b = patch(step.manager, step.patch)
+			}
+			got, others := fields(step.what, code, b)
+			if (got != applied) != step.changed || !slices.Equal(others, step.others) {
+				t.Errorf("%s: OPKE's fields changed %t, other managers %q; want changed %t, %q", step.what, got != applied, others, step.changed, step.others)
+			}
+		}
+		code, b = apply()
+		again, _ := fields("apply it again", code, b)
+		if again != applied {
+			t.Error("a forced apply did not take back the field another manager changed")
+		}
+		// An apply merges: what another manager set stays, what the
+		// manager no longer applies goes.
+		cm = strings.Replace(cm, `"a":"1","b":"2"`, `"a":"1"`, 1)
+		code, b = apply()
+		if code/100 != 2 {
+			t.Fatalf("apply without data.b: %d %s", code, b)
+		}
+		var got struct {
+			Metadata struct{ Annotations map[string]string }
+			Data     map[string]string
+		}
+		if err := json.Unmarshal(b, &got); err != nil || got.Metadata.Annotations["example.com/note"] != "x" || got.Data["a"] != "1" || got.Data["b"] != "" {
+			t.Errorf("an apply without data.b: annotations %v, data %v (%v); want the other manager's annotation kept, data.b gone", got.Metadata.Annotations, got.Data, err)
+		}
+	})
+
+	// What a plan's field-level addon diff reads (kubestatus.FieldChanges
+	// of the live object and a dry-run apply's answer): the same
+	// configuration shows no change, whatever the API server defaulted;
+	// a changed field shows alone; nothing is written.
+	t.Run("a dry-run apply answers what the object would become, and writes nothing", func(t *testing.T) {
+		path := "/api/v1/namespaces/" + c.Namespace + "/services/opke-contract-dryrun"
+		// (Not the port: the API server defaults targetPort from it, the
+		// stand-in defaults nothing.)
+		svc := func(app string) string {
+			return fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"opke-contract-dryrun","namespace":%q},
+				"spec":{"selector":{"app":%q},"ports":[{"name":"web","port":80}]}}`, c.Namespace, app)
+		}
+		if code, b := do(t, http.MethodPatch, path+"?fieldManager=opke&force=true", "application/apply-patch+yaml", svc("none")); code/100 != 2 {
+			t.Fatalf("apply a Service: %d %s", code, b)
+		}
+		defer do(t, http.MethodDelete, path, "", "")
+		read := func(what string) []byte {
+			code, b := do(t, http.MethodGet, path, "", "")
+			if code != http.StatusOK {
+				t.Fatalf("GET the Service %s: %d %s", what, code, b)
+			}
+			return b
+		}
+		live := read("applied")
+		for _, step := range []struct {
+			app  string
+			want []string
+		}{
+			{"none", nil},
+			{"other", []string{`spec.selector.app: "none" → "other"`}},
+		} {
+			code, b := do(t, http.MethodPatch, path+"?fieldManager=opke&force=true&dryRun=All", "application/apply-patch+yaml", svc(step.app))
+			if code/100 != 2 {
+				t.Fatalf("dry-run apply of app %s: %d %s", step.app, code, b)
+			}
+			got, err := kubestatus.FieldChanges(live, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, step.want) {
+				t.Errorf("a dry run of app %s changes %q, want %q", step.app, got, step.want)
+			}
+		}
+		if got, err := kubestatus.FieldChanges(live, read("after the dry runs")); err != nil || len(got) > 0 {
+			t.Errorf("the dry runs wrote %q (%v)", got, err)
+		}
+		code, b := do(t, http.MethodPatch, path+"?fieldManager=opke&force=true&dryRun=Some", "application/apply-patch+yaml", svc("none"))
+		failure(t, "a dry run of another value than All", code, b, http.StatusUnprocessableEntity, "Invalid")
+	})
+
+	// What an addon with custom resources needs: its definition applied,
+	// then, once Established, its kind served (discovery, apply, GET);
+	// the definition's deletion takes its objects.
+	t.Run("a custom resource definition, once Established, serves its kind; its deletion deletes its objects", func(t *testing.T) {
+		const crdPath = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/contracttests.opke.dev"
+		def := func(name string) string {
+			return fmt.Sprintf(`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":%q},
+				"spec":{"group":"opke.dev","names":{"plural":"contracttests","singular":"contracttest","kind":"ContractTest","listKind":"ContractTestList"},
+				"scope":"Namespaced","versions":[{"name":"v1","served":true,"storage":true,
+				"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`, name)
+		}
+		code, b := do(t, http.MethodPatch, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/other.opke.dev?fieldManager=opke&force=true",
+			"application/apply-patch+yaml", def("other.opke.dev"))
+		failure(t, "a definition not named plural.group", code, b, http.StatusUnprocessableEntity, "Invalid")
+		if code, b := do(t, http.MethodPatch, crdPath+"?fieldManager=opke&force=true", "application/apply-patch+yaml", def("contracttests.opke.dev")); code/100 != 2 {
+			t.Fatalf("apply a definition: %d %s", code, b)
+		}
+		defer do(t, http.MethodDelete, crdPath, "", "")
+		eventually := func(what string, ok func() (bool, string)) {
+			t.Helper()
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+				done, last := ok()
+				if done {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: not after a minute: %s", what, last)
+				}
+			}
+		}
+		eventually("the definition Established", func() (bool, string) {
+			code, b := do(t, http.MethodGet, crdPath, "", "")
+			est, err := kubestatus.Established(b)
+			return code == http.StatusOK && err == nil && est, fmt.Sprintf("%d %v %.300s", code, err, b)
+		})
+		eventually("discovery serving ContractTest", func() (bool, string) {
+			code, b := do(t, http.MethodGet, "/apis/opke.dev/v1", "", "")
+			var list struct {
+				Resources []struct {
+					Name, Kind string
+					Namespaced bool
+				}
+			}
+			_ = json.Unmarshal(b, &list)
+			return code == http.StatusOK && slices.ContainsFunc(list.Resources, func(r struct {
+				Name, Kind string
+				Namespaced bool
+			}) bool {
+				return r.Name == "contracttests" && r.Kind == "ContractTest" && r.Namespaced
+			}), fmt.Sprintf("%d %.300s", code, b)
+		})
+		cr := "/apis/opke.dev/v1/namespaces/" + c.Namespace + "/contracttests/one"
+		body := fmt.Sprintf(`{"apiVersion":"opke.dev/v1","kind":"ContractTest","metadata":{"name":"one","namespace":%q},"spec":{"a":"b"}}`, c.Namespace)
+		eventually("a ContractTest applied", func() (bool, string) {
+			code, b := do(t, http.MethodPatch, cr+"?fieldManager=opke&force=true", "application/apply-patch+yaml", body)
+			return code/100 == 2, fmt.Sprintf("%d %.300s", code, b)
+		})
+		if code, b := do(t, http.MethodGet, cr, "", ""); code != http.StatusOK || !strings.Contains(string(b), `"a":"b"`) {
+			t.Errorf("GET the ContractTest: %d %.300s", code, b)
+		}
+		if code, b := do(t, http.MethodDelete, crdPath, "", ""); code/100 != 2 {
+			t.Fatalf("delete the definition: %d %s", code, b)
+		}
+		eventually("the ContractTest gone with its definition", func() (bool, string) {
+			code, b := do(t, http.MethodGet, cr, "", "")
+			return code == http.StatusNotFound, fmt.Sprintf("%d %.300s", code, b)
+		})
 	})
 
 	// What a prune does: an object a server-side apply made is deleted

@@ -4,6 +4,7 @@
 package proctest
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -123,13 +124,33 @@ func (p *Proc) Resume() error { return p.Cmd.Process.Signal(syscall.SIGCONT) }
 // process that must listen on the same address when it starts again.
 func FreeAddr(tb testing.TB) string { return FreeAddrs(tb, 1)[0] }
 
-// FreeAddrs returns n distinct 127.0.0.1 addresses nothing listens on now.
-// Their ports are below the kernel's ephemeral range, so that no port the
-// kernel hands out (a listener on :0, the local end of a connection) takes
-// one while its process is down between a stop and a start.
+// FreeAddrs returns n distinct 127.0.0.1 addresses nothing listens on now,
+// each reserved for this test until it ends, against every test process
+// of the machine. A test that stops a process and starts it again on the
+// same address (etcd killed, back after 5 s) must find the port free
+// again; three things could take it meanwhile, and none can:
+//   - the kernel: the ports are outside its ephemeral range (unless that
+//     covers nearly all ports), so no listener on :0 and no connection's
+//     local end (nor a client's connection to itself while it retries the
+//     stopped process) gets one;
+//   - another test of this or another test binary: a port is reserved by
+//     a lock on a file named after it in the temporary folder
+//     (opke-ports/PORT), held until tb ends (the lock goes with the
+//     process should it die), and FreeAddrs skips ports locked;
+//   - the address of a listener that just stopped: Go listeners set
+//     SO_REUSEADDR, so connections in TIME_WAIT do not hold it.
 func FreeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
-	low := ephemeralLow()
+	ranges := portRanges(ephemeralRange())
+	total := 0
+	for _, r := range ranges {
+		total += r[1] - r[0] + 1
+	}
+	if total < 1_000 {
+		// The ephemeral range covers (nearly) everything: reservations
+		// alone keep tests apart; the kernel may still take a port.
+		ranges, total = [][2]int{{10_000, 65_535}}, 55_536
+	}
 	var held []net.Listener
 	defer func() {
 		for _, ln := range held {
@@ -139,30 +160,85 @@ func FreeAddrs(tb testing.TB, n int) []string {
 	var out []string
 	for tries := 0; len(out) < n; tries++ {
 		if tries == 10_000 {
-			tb.Fatalf("no free port below %d", low)
+			tb.Fatalf("no free port in %v after %d tries", ranges, tries)
 		}
-		port := 10_000 + rand.IntN(low-10_000)
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
+		port := pick(ranges, rand.IntN(total))
+		unlock, ok := reserve(port)
+		if !ok {
 			continue
 		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			unlock()
+			continue
+		}
+		tb.Cleanup(unlock)
 		held = append(held, ln)
 		out = append(out, ln.Addr().String())
 	}
 	return out
 }
 
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() int {
+// portRanges are the ports FreeAddrs picks from: 10000–65535 less the
+// kernel's ephemeral range [lo, hi] (inclusive ranges).
+func portRanges(lo, hi int) [][2]int {
+	const first, last = 10_000, 65_535
+	var out [][2]int
+	if lo > first {
+		out = append(out, [2]int{first, min(lo-1, last)})
+	}
+	if hi < last {
+		out = append(out, [2]int{max(hi+1, first), last})
+	}
+	return out
+}
+
+// pick is the i-th port of ranges.
+func pick(ranges [][2]int, i int) int {
+	for _, r := range ranges {
+		if n := r[1] - r[0] + 1; i >= n {
+			i -= n
+			continue
+		}
+		return r[0] + i
+	}
+	panic("proctest: port index out of ranges")
+}
+
+// reserve locks port's file in the temporary folder's opke-ports folder,
+// or says another holder has it.
+func reserve(port int) (unlock func(), ok bool) {
+	dir := filepath.Join(os.TempDir(), "opke-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return func() {}, true // no folder to lock in: the listen check alone
+	}
+	// The files stay: removing one while another process opens it would
+	// let two lock two different files of one name.
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return func() {}, true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
+}
+
+// ephemeralRange is the kernel's ephemeral port range (Linux's default if
+// it cannot be read).
+func ephemeralRange() (lo, hi int) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 11_000 {
-				return v
+			l, err1 := strconv.Atoi(f[0])
+			h, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && l <= h {
+				return l, h
 			}
 		}
 	}
-	return 32768
+	return 32768, 60999
 }
 
 // WaitListening waits up to a minute for addr to accept connections.
@@ -177,4 +253,24 @@ func WaitListening(tb testing.TB, addr string) {
 			tb.Fatalf("nothing listens on %s", addr)
 		}
 	}
+}
+
+// Buffer is a bytes.Buffer that several goroutines may write at once: a
+// process's output, a logger's handler.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

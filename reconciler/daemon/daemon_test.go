@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/internal/cloudtest"
 	"opke.dev/opke/internal/gittest"
+	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/internal/statetest"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/daemon"
@@ -132,26 +134,8 @@ func (s *statuses) of(sha, context string) []string {
 }
 
 // env is a daemon on the simulator, a real store and a bare repository.
-// logBuffer is a bytes.Buffer safe for a daemon's logs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type env struct {
-	logs    logBuffer
+	logs    proctest.Buffer
 	sim     *cloudsim.Sim
 	clients *cloud.Clients
 	store   *state.Store
@@ -241,7 +225,10 @@ func (e *env) push(t *testing.T, ref string) {
 func (e *env) gitNote(t *testing.T, commit string) *report.Note {
 	t.Helper()
 	// The daemon may push newer notes between two reads: the record is
-	// compared with a text read before and after it, the same.
+	// compared with a text read before and after it, the same. One push
+	// updates the two refs one after the other (the remote's refs are
+	// not updated at once), so a read between them sees one ahead of the
+	// other: read again, for up to 2 s, before calling it a mismatch.
 	for try := 0; ; try++ {
 		before, _ := gittest.Note(t, e.bare, commit)
 		out, ok := gittest.Record(t, e.bare, commit)
@@ -253,7 +240,8 @@ func (e *env) gitNote(t *testing.T, commit string) *report.Note {
 			t.Fatalf("note of %s: %v\n%s", commit, err, out)
 		}
 		after, _ := gittest.Note(t, e.bare, commit)
-		if !bytes.Equal(before, after) && try < 10 {
+		if (!bytes.Equal(before, after) || string(after) != report.Text(&n)) && try < 40 {
+			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		if string(after) != report.Text(&n) {
@@ -797,6 +785,51 @@ func TestDaemonRemediatesAWorker(t *testing.T) {
 	}
 	if _, page := e.get(t, "/"); !strings.Contains(page, "2 workers have been unhealthy") {
 		t.Errorf("the status page does not show the outage's warning:\n%s", page)
+	}
+}
+
+// TestDaemonRebootsForOSUpdates: a worker whose staged OS update waits
+// for a reboot is rebooted by the daemon's drift check without a commit
+// (drained, rebooted, gated, uncordoned): the file and the rest of its
+// /run are gone and the status counts the correction. With
+// spec.upgrade.osReboots manual, nothing is rebooted and the drift
+// check's warning says which host waits.
+func TestDaemonRebootsForOSUpdates(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Second, "")
+	first := commitSpec(t, e.work, "demo", demoSpec(1), "demo")
+	e.push(t, main)
+	if n := e.waitNote(t, first, main); n.State != report.Success {
+		t.Fatalf("note: %+v", n.Clusters["demo"])
+	}
+	root, err := e.sim.HostRoot("demo-default-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() bool {
+		_, err := os.Stat(filepath.Join(root, "run", "reboot-required"))
+		return err == nil
+	}
+	cloudtest.HostRun(t, e.store, e.clients, e.sim.Edge(), "demo", "demo-default-0", sshx.Sudo("touch /run/reboot-required /run/booted-before"))
+	st := e.status(t, "demo", func(s daemon.ClusterStatus) bool {
+		return !waiting() && s.State == report.Success && s.DriftCorrected > 0 && s.Drift == 0
+	})
+	if _, err := os.Stat(filepath.Join(root, "run", "booted-before")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("demo-default-0 was not rebooted: its /run/booted-before %v (status %+v)", err, st)
+	}
+
+	manual := commitSpec(t, e.work, "demo", demoSpec(1)+"  upgrade:\n    osReboots: manual\n", "demo: OS reboots by hand")
+	e.push(t, main)
+	if n := e.waitNote(t, manual, main); n.State != report.Success {
+		t.Fatalf("note: %+v", n.Clusters["demo"])
+	}
+	cloudtest.HostRun(t, e.store, e.clients, e.sim.Edge(), "demo", "demo-default-0", sshx.Sudo("touch /run/reboot-required"))
+	e.status(t, "demo", func(s daemon.ClusterStatus) bool {
+		return strings.Contains(s.ResyncWarnings, "demo-default-0 wait for a reboot to finish an OS update; spec.upgrade.osReboots is manual")
+	})
+	time.Sleep(2 * time.Second) // a drift check or two more
+	if !waiting() {
+		t.Error("demo-default-0 was rebooted with spec.upgrade.osReboots manual")
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"opke.dev/opke/reconciler/report"
 )
@@ -86,7 +87,7 @@ type Mirror struct {
 	opts    MirrorOptions
 	mu      sync.Mutex
 	repo    *git.Repository
-	storage *boundedStorage
+	storage *cacheStorage
 	// seen are the followed refs as last fetched.
 	seen map[string]string
 	// failed are the pull request heads whose fetch failed, by commit:
@@ -108,7 +109,7 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 		opts.Branch = "main"
 	}
 	opts.MaxFetchBytes = cmp.Or(opts.MaxFetchBytes, DefaultMaxFetchBytes)
-	st := &boundedStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes}
+	st := &cacheStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes}
 	repo, err := git.Open(st, nil)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -130,11 +131,58 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 			return nil, fmt.Errorf("git cache %s: %w", opts.Dir, err)
 		}
 	}
+	// A cache that go-git's own ref writes left with an empty ref when the
+	// daemon was killed (before cacheStorage) opens: what it held is the
+	// remote's, fetched again.
+	if err := repairRefs(opts.Dir, opts.Logger); err != nil {
+		return nil, err
+	}
 	m := &Mirror{opts: opts, repo: repo, storage: st, failed: map[string]error{}}
 	if m.seen, err = m.localRefs(); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// repairRefs removes the cache's ref files that hold no ref (empty or cut
+// short) and the temporary files of refs never renamed: the next Sync
+// fetches those refs again.
+func repairRefs(dir string, log *slog.Logger) error {
+	tmp, _ := filepath.Glob(filepath.Join(dir, refTempPattern))
+	for _, f := range tmp {
+		_ = os.Remove(f)
+	}
+	return filepath.WalkDir(filepath.Join(dir, "refs"), func(file string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("git cache: %w", err)
+		}
+		if validRef(strings.TrimSpace(string(b))) {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, file)
+		log.Warn("the git cache held a damaged ref; removed, to be fetched again", "ref", filepath.ToSlash(rel), "bytes", len(b))
+		if err := os.Remove(file); err != nil {
+			return fmt.Errorf("git cache: %w", err)
+		}
+		return nil
+	})
+}
+
+// validRef tells whether a ref file's content (spaces trimmed) is a ref:
+// an object name (SHA-1 or SHA-256) or "ref: " and a name.
+func validRef(s string) bool {
+	if target, ok := strings.CutPrefix(s, "ref: "); ok {
+		return target != ""
+	}
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 // CacheDir names a remote's cache folder under dir: one per URL.
@@ -710,12 +758,18 @@ func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.
 	return err
 }
 
-// boundedStorage is the cache's storage with every fetched pack bounded.
-// A fetch arms it with its cancel: a pack over the bound cancels the
-// fetch (which kills the remote's upload-pack; go-git's file transport
-// waits for it forever if the pack is merely no longer read), the rest
-// is discarded, and no temporary pack is left.
-type boundedStorage struct {
+// cacheStorage is the cache's go-git storage with two changes.
+//
+// Every fetched pack is bounded. A fetch arms it with its cancel: a pack
+// over the bound cancels the fetch (which kills the remote's upload-pack;
+// go-git's file transport waits for it forever if the pack is merely no
+// longer read), the rest is discarded, and no temporary pack is left.
+//
+// A ref is written whole and renamed into place, as git does with its
+// lock files (SetReference): go-git truncates the file and then writes
+// it, so a daemon killed between the two left an empty ref file, which
+// every later listing of the refs fails on.
+type cacheStorage struct {
 	*filesystem.Storage
 	dir string
 	max int64
@@ -729,18 +783,18 @@ type fetchBound struct {
 	over   atomic.Bool
 }
 
-func (s *boundedStorage) arm(cancel context.CancelFunc) *fetchBound {
+func (s *cacheStorage) arm(cancel context.CancelFunc) *fetchBound {
 	s.fetch = &fetchBound{cancel: cancel}
 	return s.fetch
 }
 
 // disarm ends a fetch's bound: the next pack gets one of its own (one
 // left armed after an overflow would cut the next fetch).
-func (s *boundedStorage) disarm() { s.fetch = nil }
+func (s *cacheStorage) disarm() { s.fetch = nil }
 
 // PackfileWriter implements storer.PackfileWriter, which a fetch writes
 // its pack through.
-func (s *boundedStorage) PackfileWriter() (io.WriteCloser, error) {
+func (s *cacheStorage) PackfileWriter() (io.WriteCloser, error) {
 	w, err := s.Storage.PackfileWriter()
 	if err != nil {
 		return nil, err
@@ -783,4 +837,60 @@ func (b *boundedWriter) Close() error {
 		_ = os.Remove(f)
 	}
 	return ErrFetchTooLarge
+}
+
+// refTempPattern names the files a ref is written to before its rename,
+// in the cache's folder.
+const refTempPattern = "opke-ref-*.tmp"
+
+// SetReference implements storer.ReferenceStorer: a hash reference is
+// written to a file in the cache's folder and renamed over its own, so a crash leaves
+// the old ref or the new one, never a part of either. Symbolic references
+// (HEAD, at the cache's creation) are go-git's.
+func (s *cacheStorage) SetReference(ref *plumbing.Reference) error {
+	return s.CheckAndSetReference(ref, nil)
+}
+
+// CheckAndSetReference implements storer.ReferenceStorer: ref is set if
+// old is nil or what the ref holds. The mirror's writers take turns
+// under its mutex, and one daemon uses a cache.
+func (s *cacheStorage) CheckAndSetReference(ref, old *plumbing.Reference) error {
+	name := ref.Name()
+	if ref.Type() != plumbing.HashReference || !strings.HasPrefix(name.String(), "refs/") {
+		return s.Storage.CheckAndSetReference(ref, old)
+	}
+	if !name.IsSafe() || name.Validate() != nil {
+		return fmt.Errorf("set the ref %q: %w", name, plumbing.ErrInvalidReferenceName)
+	}
+	if old != nil {
+		cur, err := s.Storage.Reference(old.Name())
+		if err != nil {
+			return fmt.Errorf("set the ref %s: %w", name, err)
+		}
+		if cur.Hash() != old.Hash() {
+			return storage.ErrReferenceHasChanged
+		}
+	}
+	file := filepath.Join(s.dir, filepath.FromSlash(name.String()))
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return fmt.Errorf("set the ref %s: %w", name, err)
+	}
+	// Beside the refs, not among them: go-git reads every file under refs/
+	// as a ref.
+	tmp, err := os.CreateTemp(s.dir, refTempPattern)
+	if err != nil {
+		return fmt.Errorf("set the ref %s: %w", name, err)
+	}
+	defer os.Remove(tmp.Name()) // gone once renamed
+	if _, err := tmp.WriteString(ref.Hash().String() + "\n"); err != nil {
+		tmp.Close()
+		return fmt.Errorf("set the ref %s: %w", name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("set the ref %s: %w", name, err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("set the ref %s: %w", name, err)
+	}
+	return nil
 }

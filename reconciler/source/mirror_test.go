@@ -5,8 +5,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"net"
+	"os"
 
 	"os/exec"
 	"path/filepath"
@@ -362,4 +365,111 @@ func TestMirrorLog(t *testing.T) {
 	if _, err := m.Log(strings.Repeat("ab", 20), 3); !errors.Is(err, source.ErrUnknownRevision) {
 		t.Errorf("Log of a commit the cache lacks: %v", err)
 	}
+}
+
+// TestMirrorOpensADamagedCache: a cache whose ref file a crash left empty
+// (go-git truncates a ref file before writing it) or cut short opens,
+// says so, and fetches the refs again; a ref's leftover temporary file
+// goes.
+func TestMirrorOpensADamagedCache(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, content string }{
+		{"empty", ""},
+		{"cut short", "5f43dfddcb1d3fe8c8e5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			dir, remote, m := syncedMirror(t)
+			a := head(t, remote)
+			setRef(t, remote, "refs/pull/3/head", a)
+			if _, err := m.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			opts := source.MirrorOptions{URL: dir, Dir: m.Dir(), Branch: "main"}
+			if err := os.WriteFile(filepath.Join(opts.Dir, "refs", "heads", "main"), []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(opts.Dir, "opke-ref-1.tmp"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			var logs strings.Builder
+			opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			m, err := source.OpenMirror(ctx, opts)
+			if err != nil {
+				t.Fatalf("open the damaged cache: %v", err)
+			}
+			if !strings.Contains(logs.String(), "damaged ref") || !strings.Contains(logs.String(), "refs/heads/main") {
+				t.Errorf("the repair was not logged:\n%s", logs.String())
+			}
+			refs, err := m.Sync(ctx)
+			if err != nil {
+				t.Fatalf("sync after the repair: %v", err)
+			}
+			want := map[string]string{"refs/heads/main": a.String(), "refs/pull/3/head": a.String()}
+			if d := cmp.Diff(want, refs); d != "" {
+				t.Errorf("refs (-want +got):\n%s", d)
+			}
+			if left, _ := filepath.Glob(filepath.Join(opts.Dir, "opke-ref-*")); len(left) > 0 {
+				t.Errorf("temporary ref files left: %v", left)
+			}
+		})
+	}
+}
+
+// TestMirrorReplacesRefsWhole: a ref the cache sets is a new file renamed
+// over the old one (as git's lock files), never the old file truncated and
+// rewritten, which a crash between the two leaves empty.
+func TestMirrorReplacesRefsWhole(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, remote, m := syncedMirror(t)
+	a, cache := head(t, remote), m.Dir()
+	// The old file, held open, keeps what it held if it was replaced; it
+	// reads the new ref if it was rewritten.
+	file := filepath.Join(cache, "refs", "heads", "main")
+	old, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
+	setRef(t, remote, "refs/heads/main", b)
+	if _, err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := io.ReadAll(old); err != nil || string(body) != a.String()+"\n" {
+		t.Errorf("the ref file was rewritten in place, not replaced: the old one reads %q (%v)", body, err)
+	}
+	if body, err := os.ReadFile(file); err != nil || string(body) != b.String()+"\n" {
+		t.Errorf("the ref file holds %q (%v), want %s", body, err, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "opke-ref-*")); len(left) > 0 {
+		t.Errorf("temporary ref files left: %v", left)
+	}
+}
+
+// syncedMirror is a remote (its folder and repository) whose main holds
+// one commit, and a mirror of it, synced.
+func syncedMirror(t *testing.T) (string, *git.Repository, *source.Mirror) {
+	t.Helper()
+	dir := t.TempDir()
+	remote := gittest.Init(t, dir)
+	setRef(t, remote, "refs/heads/main", gittest.Commit(t, remote, "a", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "a\n"})))
+	m := openMirror(t, dir)
+	if _, err := m.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return dir, remote, m
+}
+
+// head is the commit the remote's main names.
+func head(t *testing.T, remote *git.Repository) plumbing.Hash {
+	t.Helper()
+	ref, err := remote.Reference("refs/heads/main", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref.Hash()
 }

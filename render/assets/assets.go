@@ -195,6 +195,20 @@ func (s *Set) Host(name string) (HostFiles, bool) {
 	return HostFiles{}, false
 }
 
+// Manifest returns the bytes of the cluster manifest named name
+// ("00-kube-proxy.yaml"), as the controllers keep it.
+func (s *Set) Manifest(name string) ([]byte, bool) {
+	for _, h := range s.Hosts {
+		if h.Role != schemas.RoleController {
+			continue
+		}
+		if f, ok := h.File(PathAddons + "/" + name); ok {
+			return f.Data, true
+		}
+	}
+	return nil, false
+}
+
 // File returns the file at path on the named host.
 func (h HostFiles) File(path string) (File, bool) {
 	for _, f := range h.Files {
@@ -222,6 +236,14 @@ const (
 	PathMirrorCA         = "/etc/containerd/opke-mirror-ca.crt"
 	ownerRoot, ownerCore = "root:root", "core:core"
 )
+
+// PathRebootRequired is the file whose presence says a host waits for a
+// reboot to finish an update: Debian's and Ubuntu's convention (what a
+// package's postinst writes, what kured watches), which a host's
+// Ignition config writes on Flatcar when its update engine staged an
+// update (UPDATE_STATUS_UPDATED_NEED_REBOOT). /run is a tmpfs: a reboot
+// takes it away. A drift check reads it; nothing pushes it.
+const PathRebootRequired = "/run/reboot-required"
 
 // Render renders every file of every host in in.Hosts.
 func Render(in Input) (*Set, error) {

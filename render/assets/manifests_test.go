@@ -3,23 +3,31 @@ package assets_test
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	clientcmdv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	kubeproxyv1alpha1 "k8s.io/kube-proxy/config/v1alpha1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	"opke.dev/opke/internal/golden"
 	"opke.dev/opke/internal/statetest"
+	"opke.dev/opke/render"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 )
@@ -33,7 +41,6 @@ var kinds = map[string]func() any{
 	"v1/Node":            func() any { return &corev1.Node{} },
 	"v1/ServiceAccount":  func() any { return &corev1.ServiceAccount{} },
 	"v1/ConfigMap":       func() any { return &corev1.ConfigMap{} },
-	"v1/Secret":          func() any { return &corev1.Secret{} },
 	"v1/Service":         func() any { return &corev1.Service{} },
 	"v1/Config":          func() any { return &clientcmdv1.Config{} },
 	"apps/v1/DaemonSet":  func() any { return &appsv1.DaemonSet{} },
@@ -50,6 +57,14 @@ var kinds = map[string]func() any{
 	"kubeproxy.config.k8s.io/v1alpha1/KubeProxyConfiguration": func() any { return &kubeproxyv1alpha1.KubeProxyConfiguration{} },
 	"apiserver.config.k8s.io/v1/EncryptionConfiguration":      func() any { return &apiserverv1.EncryptionConfiguration{} },
 	"audit.k8s.io/v1/Policy":                                  func() any { return &auditv1.Policy{} },
+	"apiextensions.k8s.io/v1/CustomResourceDefinition":        func() any { return &apiextensionsv1.CustomResourceDefinition{} },
+	"gateway.networking.k8s.io/v1/GatewayClass":               func() any { return &gatewayv1.GatewayClass{} },
+	"discovery.k8s.io/v1/EndpointSlice":                       func() any { return &discoveryv1.EndpointSlice{} },
+	"monitoring.coreos.com/v1/Prometheus":                     func() any { return &monitoringv1.Prometheus{} },
+	"monitoring.coreos.com/v1/Alertmanager":                   func() any { return &monitoringv1.Alertmanager{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":                 func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule":                 func() any { return &monitoringv1.PrometheusRule{} },
+	"gateway.networking.k8s.io/v1/Gateway":                    func() any { return &gatewayv1.Gateway{} },
 }
 
 // decodeStrict decodes every YAML document of b into its k8s.io type,
@@ -94,12 +109,7 @@ func decodeStrict(name string, b []byte) ([]string, error) {
 // TestManifestsDecodeStrictly decodes every YAML file of every host with
 // every addon selected.
 func TestManifestsDecodeStrictly(t *testing.T) {
-	c := loadSpec(t, "prod")
-	c.Spec.Addons = nil
-	for _, a := range assets.AddonManifests() {
-		c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
-	}
-	out := renderCluster(t, statetest.Open(t), c, credential)
+	out := renderEveryAddon(t)
 	seen := map[string]bool{}
 	files := 0
 	for _, h := range out.Assets.Hosts {
@@ -144,4 +154,117 @@ func TestStrictDecodingCatchesTypos(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAddonDefinitionsAtTheirVersion: an addon's custom resource
+// definitions are a manifest of their own just before it
+// (NN-NAME.crds.yaml), every one of the release the addon's version
+// names (upstream's annotation), and the addon's manifest holds none.
+func TestAddonDefinitionsAtTheirVersion(t *testing.T) {
+	for _, tt := range []struct {
+		addon, manifest, annotation, version string
+		definitions                          int
+	}{
+		{"gateway", "11-gateway", "gateway.networking.k8s.io/bundle-version", assets.GatewayAPIVersion, 6},
+		{"monitoring", "10-monitoring", "operator.prometheus.io/version", operatorVersion(t), 7},
+	} {
+		t.Run(tt.addon, func(t *testing.T) {
+			c := loadSpec(t, "prod")
+			c.Spec.Addons = []schemas.Addon{{Name: tt.addon}}
+			out := renderCluster(t, statetest.Open(t), c, credential)
+			kindsIn := func(name string) []string {
+				f, ok := out.Assets.Hosts[0].File(assets.PathAddons + "/" + name)
+				if !ok {
+					t.Fatalf("no %s on the first controller", name)
+				}
+				var kinds []string
+				for _, doc := range bytes.Split(f.Data, []byte("\n---\n")) {
+					var o apiextensionsv1.CustomResourceDefinition
+					if err := yaml.Unmarshal(doc, &o); err != nil {
+						t.Fatal(err)
+					}
+					kinds = append(kinds, o.Kind)
+					if o.Kind == "CustomResourceDefinition" {
+						if got := o.Annotations[tt.annotation]; got != tt.version {
+							t.Errorf("%s is of %q, want %s", o.Name, got, tt.version)
+						}
+					}
+				}
+				return kinds
+			}
+			defs := kindsIn(tt.manifest + ".crds.yaml")
+			if len(defs) != tt.definitions || slices.ContainsFunc(defs, func(k string) bool { return k != "CustomResourceDefinition" }) {
+				t.Errorf("%s.crds.yaml holds %v, want %d definitions alone", tt.manifest, defs, tt.definitions)
+			}
+			if slices.Contains(kindsIn(tt.manifest+".yaml"), "CustomResourceDefinition") {
+				t.Errorf("%s.yaml holds a definition too", tt.manifest)
+			}
+		})
+	}
+}
+
+// operatorVersion is the Prometheus Operator's release the monitoring
+// addon runs, as its definitions' annotation says it (0.85.0).
+func operatorVersion(t *testing.T) string {
+	t.Helper()
+	v, err := schemas.ParseVersion("v1.35.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := assets.ImagesFor(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, ok := assets.ImageTag(im.Monitoring.Operator)
+	if !ok {
+		t.Fatalf("%s has no tag", im.Monitoring.Operator)
+	}
+	return strings.TrimPrefix(tag, "v")
+}
+
+// renderEveryAddon renders the prod example with every addon selected.
+func renderEveryAddon(t *testing.T) *render.Output {
+	t.Helper()
+	c := loadSpec(t, "prod")
+	c.Spec.Addons = nil
+	for _, a := range assets.AddonManifests() {
+		c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
+	}
+	return renderCluster(t, statetest.Open(t), c, credential)
+}
+
+// TestWorkloadSelectorsAreStable: a Deployment's, DaemonSet's or
+// StatefulSet's selector cannot change once applied (the API refuses the
+// apply, and the manifest would fail on every cluster that has it), so
+// every workload's selector, with every addon selected, is held to
+// testdata/selectors.txt: a change there must come with a new name for
+// the workload (the old one is then pruned).
+func TestWorkloadSelectorsAreStable(t *testing.T) {
+	out := renderEveryAddon(t)
+	var lines []string
+	for i, name := range assets.ManifestOrder() {
+		data, _ := out.Assets.Manifest(fmt.Sprintf("%02d-%s.yaml", i, name))
+		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+			var o struct {
+				Kind     string
+				Metadata struct{ Name, Namespace string }
+				Spec     struct {
+					Selector *struct{ MatchLabels map[string]string }
+				}
+			}
+			if err := yaml.Unmarshal(doc, &o); err != nil {
+				t.Fatal(err)
+			}
+			if o.Kind != "Deployment" && o.Kind != "DaemonSet" && o.Kind != "StatefulSet" {
+				continue
+			}
+			if o.Spec.Selector == nil {
+				t.Errorf("%s %s/%s has no selector", o.Kind, o.Metadata.Namespace, o.Metadata.Name)
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("%s %s/%s %v", o.Kind, o.Metadata.Namespace, o.Metadata.Name, o.Spec.Selector.MatchLabels))
+		}
+	}
+	slices.Sort(lines)
+	golden.File(t, filepath.Join("testdata", "selectors.txt"), []byte(strings.Join(lines, "\n")+"\n"))
 }

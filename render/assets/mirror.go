@@ -29,8 +29,7 @@ func registryOf(ref string) string {
 // adding one needs no new registry configuration).
 func (r *renderer) registries() []string {
 	seen := map[string]bool{registryOf(KubernetesRegistry + "/x"): true, registryOf(r.kubeletImage()): true}
-	for _, ref := range []string{r.images.Etcd, r.images.CoreDNS, r.images.Pause, r.images.Flannel, r.images.FlannelCNI,
-		r.images.MetricsServer, r.images.IngressNginx, r.images.Dashboard, r.images.Prometheus, r.images.NodeExporter, r.images.NetworkPolicy} {
+	for _, ref := range r.images.refs() {
 		seen[registryOf(ref)] = true
 	}
 	// cloud-provider-openstack's images are registry.k8s.io/provider-os/...

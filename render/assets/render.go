@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/netip"
 	"slices"
@@ -21,19 +22,55 @@ var manifestFS embed.FS
 
 var templates = template.Must(template.New("").Option("missingkey=error").Funcs(template.FuncMap{
 	"quote": func(s string) string { return fmt.Sprintf("%q", s) },
+	"tag": func(ref string) (string, error) { // an image reference's tag
+		if v, ok := ImageTag(ref); ok {
+			return v, nil
+		}
+		return "", fmt.Errorf("image %q has no tag", ref)
+	},
 }).ParseFS(manifestFS, "manifests/*.yaml", "manifests/static/*.yaml"))
 
-// Addons in the order their manifests are written; core first.
+// manifestCRDs are, by manifest, the custom resource definitions it
+// needs, upstream's files unchanged (not templates):
+// manifests/crds/NAME.yaml. They are a manifest of their own, applied just
+// before it (NN-NAME.crds.yaml sorts before NN-NAME.yaml), whose apply
+// waits for them to be established. Their bytes and digest are the same
+// for every cluster, held once: the monitoring addon's are 2.4 MB.
+var manifestCRDs = func() map[string]File {
+	out := map[string]File{}
+	entries, err := fs.ReadDir(manifestFS, "manifests/crds")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		b, err := fs.ReadFile(manifestFS, "manifests/crds/"+e.Name())
+		if err != nil {
+			panic(err)
+		}
+		out[strings.TrimSuffix(e.Name(), ".yaml")] = newFile("", 0o644, b)
+	}
+	return out
+}()
+
+// coreManifests are applied to every cluster.
 var coreManifests = []string{"kube-proxy", "coredns", "flannel", "control-plane"}
 
 // addonManifests are the optional addons the spec can select.
-var addonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring"}
+var addonManifests = []string{"openstack-cloud-controller-manager", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring", "gateway"}
 
 // manifestOrder is every manifest in the order they are applied, each
 // named NN-NAME.yaml by its place here: a manifest keeps its name
-// whatever else the spec selects. After the core, the NetworkPolicy
-// agent (spec.network.networkPolicy), then the addons.
-var manifestOrder = slices.Concat(coreManifests, []string{schemas.NetworkPolicyKubeRouter}, addonManifests)
+// whatever else the spec selects. The apply waits for each manifest's
+// workloads to roll out before the next, so each comes after what its
+// pods need: kube-proxy (on the hosts' network) first, for the Service
+// network; flannel, the pods' network; the control-plane nodes' labels;
+// the NetworkPolicy agent (spec.network.networkPolicy) and the cloud
+// controller manager, which initializes the nodes (a kubelet with an
+// external cloud provider registers its node tainted uninitialized until
+// it does), both on the hosts' network; then CoreDNS, whose pods need all
+// of that, then the other addons.
+var manifestOrder = []string{"kube-proxy", "flannel", "control-plane", schemas.NetworkPolicyKubeRouter,
+	"openstack-cloud-controller-manager", "coredns", "cinder-csi", "ingress-nginx", "metrics-server", "dashboard", "monitoring", "gateway"}
 
 // renderer holds what every file of a cluster derives from.
 type renderer struct {
@@ -61,6 +98,7 @@ type tmplData struct {
 	CloudProvider  bool   // openstack-cloud-controller-manager selected
 	ControllerHost string // for static pods
 	Controllers    []string
+	ControllerIPs  []string // their addresses, in the same order
 	Flags          []string
 	Inputs         string // a static pod's files' sha256
 }
@@ -98,6 +136,11 @@ func newRenderer(in Input) (*renderer, error) {
 	}
 	for i := range c.Spec.Controllers.Count {
 		r.data.Controllers = append(r.data.Controllers, schemas.ControllerName(c.Metadata.Name, i))
+		ip, err := c.ControllerIP(i)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
+		r.data.ControllerIPs = append(r.data.ControllerIPs, ip.String())
 	}
 	if r.data.PodCIDR == "" {
 		return nil, fmt.Errorf("%w: the spec is not defaulted (podCIDR empty)", ErrBadInput)
@@ -445,7 +488,10 @@ func (r *renderer) etcdEnv(h Host, start EtcdStart) ([]byte, error) {
 		{"ETCD_INITIAL_CLUSTER", strings.Join(initial, ",")},
 		{"ETCD_INITIAL_CLUSTER_STATE", state},
 		{"ETCD_INITIAL_CLUSTER_TOKEN", r.c.Metadata.Name},
-		{"ETCD_LISTEN_METRICS_URLS", "http://127.0.0.1:2381"},
+		// Metrics (no secrets; plain HTTP, as kubeadm serves them) on the
+		// host's address too, for the monitoring addon's Prometheus: only
+		// the cluster's nodes reach it (security group).
+		{"ETCD_LISTEN_METRICS_URLS", "http://127.0.0.1:2381,http://" + ip + ":2381"},
 		{"ETCD_SNAPSHOT_COUNT", "10000"},
 		{"ETCD_CLIENT_CERT_AUTH", "true"},
 		{"ETCD_TRUSTED_CA_FILE", dir + "ca.crt"},
@@ -555,6 +601,10 @@ func (r *renderer) clusterManifests() ([]File, error) {
 		b, err := execute(name+".yaml", r.data)
 		if err != nil {
 			return nil, err
+		}
+		if crds, ok := manifestCRDs[name]; ok {
+			crds.Path = fmt.Sprintf("%s/%02d-%s.crds.yaml", PathAddons, i, name)
+			out = append(out, crds)
 		}
 		out = append(out, newFile(fmt.Sprintf("%s/%02d-%s.yaml", PathAddons, i, name), 0o644, b))
 	}

@@ -2,6 +2,7 @@ package assets
 
 import (
 	"fmt"
+	"strings"
 
 	"opke.dev/opke/schemas"
 )
@@ -22,11 +23,15 @@ type Images struct {
 	IngressNginx  string
 	CloudProvider string // openstack-cloud-controller-manager and cinder-csi
 	Dashboard     string
-	Prometheus    string
-	NodeExporter  string
+	// Monitoring are the monitoring addon's images, the same for every
+	// minor (MonitoringImages).
+	Monitoring MonitoringImages
 	// NetworkPolicy is kube-router, the same for every minor
 	// (NetworkPolicyImage).
 	NetworkPolicy string
+	// Gateway is the gateway addon's Gateway API implementation, the
+	// same for every minor (GatewayImage).
+	Gateway string
 }
 
 // matrix maps each supported minor to its images. The etcd, CoreDNS and
@@ -38,50 +43,43 @@ var matrix = map[string]Images{
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.9",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.1", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.10.1",
-		CloudProvider: "v1.30.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v2.53.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.1",
+		CloudProvider: "v1.30.0",
 	},
 	"1.31": {
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.25.6", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel2", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.11.2",
-		CloudProvider: "v1.31.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v2.54.1", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.2",
+		CloudProvider: "v1.31.0",
 	},
 	"1.32": {
 		Etcd: "registry.k8s.io/etcd:3.5.16-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.26.2", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.0-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.0",
-		CloudProvider: "v1.32.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v3.1.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.8.2",
+		CloudProvider: "v1.32.0",
 	},
 	"1.33": {
 		Etcd: "registry.k8s.io/etcd:3.5.21-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.0", Pause: "registry.k8s.io/pause:3.10",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.1",
-		CloudProvider: "v1.33.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v3.3.1", NodeExporter: "quay.io/prometheus/node-exporter:v1.9.1",
+		CloudProvider: "v1.33.0",
 	},
 	"1.34": {
 		Etcd: "registry.k8s.io/etcd:3.6.4-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.1", Pause: "registry.k8s.io/pause:3.10.1",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.27.3", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.13.2",
-		CloudProvider: "v1.34.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v3.5.0", NodeExporter: "quay.io/prometheus/node-exporter:v1.9.1",
+		CloudProvider: "v1.34.0",
 	},
 	"1.35": {
 		Etcd: "registry.k8s.io/etcd:3.6.5-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
-		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
+		CloudProvider: "v1.35.0",
 	},
 	"1.36": {
 		Etcd: "registry.k8s.io/etcd:3.6.6-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1", CNIPlugins: CNIPluginsImage,
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
-		CloudProvider: "v1.35.0", Dashboard: "docker.io/kubernetesui/dashboard:v2.7.0",
-		Prometheus: "quay.io/prometheus/prometheus:v3.7.3", NodeExporter: "quay.io/prometheus/node-exporter:v1.10.2",
+		CloudProvider: "v1.35.0",
 	},
 }
 
@@ -102,6 +100,75 @@ const CNIPluginsImage = "ghcr.io/opke-dev/cni-plugins:v1.8.0"
 // kernel lacks (no nft_queue: every rule set it writes is refused).
 const NetworkPolicyImage = "docker.io/cloudnativelabs/kube-router:v2.1.0"
 
+// GatewayImage is Traefik Proxy, the gateway addon's implementation of
+// the Gateway API (v1.4.0's standard channel, GatewayAPIVersion): a
+// maintained one whose data plane is Go, so make world builds it (the
+// Envoy-based ones cannot be built here), replacing ingress-nginx, whose
+// maintenance ended in March 2026. It reads only stable APIs, so one
+// release serves every minor.
+const GatewayImage = "docker.io/library/traefik:v3.6.12"
+
+// GatewayAPIVersion is the Gateway API release whose standard channel's
+// custom resource definitions the gateway addon installs
+// (manifests/crds/gateway.yaml, each carrying it as its bundle-version
+// annotation): the one Traefik v3.6.12 is built against (its go.mod).
+const GatewayAPIVersion = "v1.4.0"
+
+// DashboardImage is Headlamp, the dashboard addon: Kubernetes SIG UI's
+// maintained dashboard, replacing kubernetes/dashboard (archived upstream
+// in January 2026). It reads what each user's token may read, through
+// stable APIs, so one release serves every minor. make world cannot
+// build it: its front end is built with npm and its Go backend's module
+// is not on the module proxy.
+const DashboardImage = "ghcr.io/headlamp-k8s/headlamp:v0.45.0"
+
+// ImageTag is an image reference's tag (quay.io/prometheus/prometheus:v3.16.0:
+// v3.16.0), false if it has none (a registry's port is not a tag).
+func ImageTag(ref string) (string, bool) {
+	i := strings.LastIndex(ref, ":")
+	if i < 0 || strings.Contains(ref[i:], "/") {
+		return "", false
+	}
+	return ref[i+1:], true
+}
+
+// refs are every image reference of the row (CloudProvider is a version,
+// not a reference: cloud-provider-openstack's images take it as their tag).
+func (im Images) refs() []string {
+	m := im.Monitoring
+	return []string{im.Etcd, im.CoreDNS, im.Pause, im.Flannel, im.FlannelCNI, im.CNIPlugins, im.MetricsServer, im.IngressNginx,
+		im.Dashboard, im.NetworkPolicy, im.Gateway, m.Operator, m.ConfigReloader, m.Prometheus, m.Alertmanager, m.NodeExporter}
+}
+
+// MonitoringImages are the monitoring addon's: the Prometheus Operator and
+// what it runs.
+type MonitoringImages struct {
+	Operator, ConfigReloader, Prometheus, Alertmanager, NodeExporter string
+}
+
+// monitoring are the monitoring addon's images, the same for every minor
+// (they read only stable APIs). Each is the newest release make world
+// can build from the Go module proxy:
+//   - the Prometheus Operator v0.85.0: the only version of its module the
+//     proxy serves (newer ones are refused, 403);
+//   - Prometheus v3.16.0 (module v0.316.0), without its web UI: the UI is
+//     built with npm and the module carries none of it; the API, the rule
+//     evaluation and the alerting are whole;
+//   - Alertmanager v0.31.1: from v0.32 its UI is embedded from a folder
+//     the npm build makes (app/dist), missing from the module, so those
+//     do not build; v0.31 carries its UI as Go code;
+//   - node-exporter v1.12.1.
+//
+// kube-state-metrics is not served by the proxy at all (403 for every
+// version), so the addon's rules read what Prometheus scrapes itself.
+var monitoring = MonitoringImages{
+	Operator:       "quay.io/prometheus-operator/prometheus-operator:v0.85.0",
+	ConfigReloader: "quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0",
+	Prometheus:     "quay.io/prometheus/prometheus:v3.16.0",
+	Alertmanager:   "quay.io/prometheus/alertmanager:v0.31.1",
+	NodeExporter:   "quay.io/prometheus/node-exporter:v1.12.1",
+}
+
 // CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs.
 type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar string }
 
@@ -110,11 +177,14 @@ type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar strin
 // those cloud-provider-openstack v1.35 names (v4.8.1, v1.13.2) that the
 // Go module proxy serves whole, so that make world builds them (newer,
 // as Gardener's OpenStack extension moved them for the same Kubernetes).
+// The node driver registrar is OPKE's own (cmd/opke-csi-registrar, its
+// flags upstream's): the proxy serves no version of upstream's, whose v2
+// releases have no /v2 module path.
 var csi = CSIImages{
 	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
 	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
 	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
-	NodeDriverRegistrar: "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.13.0",
+	NodeDriverRegistrar: "ghcr.io/opke-dev/csi-node-driver-registrar:v0.1.0",
 }
 
 // CSI returns a copy of csi: no caller can rewrite the package's own.
@@ -138,5 +208,8 @@ func ImagesFor(v schemas.Version) (Images, error) {
 		return Images{}, fmt.Errorf("kubernetes %s: no image versions for minor %s: %w", v, v.MinorString(), ErrUnsupportedVersion)
 	}
 	im.NetworkPolicy = NetworkPolicyImage
+	im.Gateway = GatewayImage
+	im.Dashboard = DashboardImage
+	im.Monitoring = monitoring
 	return im, nil
 }

@@ -108,6 +108,15 @@ func build(in Input) ([]byte, error) {
 	add("/etc/opke/role", 0o644, string(in.Role)+"\n")
 	add("/etc/ssh/sshd_config.d/50-opke.conf", 0o600, sshdConfig(in.Role))
 	unit("opke-host-keys.service", hostKeysUnit)
+	// OS updates: Flatcar's update engine stages them on the passive
+	// partition; its reboot manager (locksmithd) would reboot at once,
+	// undrained, so it is off on every host, and a timer tells that a
+	// reboot waits (assets.PathRebootRequired) for OPKE to coordinate
+	// (spec.upgrade.osReboots).
+	cfg.Systemd.Units = append(cfg.Systemd.Units,
+		types.Unit{Name: "locksmithd.service", Mask: ptr(true)},
+		types.Unit{Name: "opke-reboot-required.service", Contents: ptr(rebootRequiredUnit)})
+	unit("opke-reboot-required.timer", rebootRequiredTimer)
 	switch in.Role {
 	case schemas.RoleGateway:
 		// The gateway only forwards SSH to the cluster's hosts.
@@ -187,6 +196,31 @@ StandardOutput=journal+console
 
 [Install]
 WantedBy=multi-user.target
+`
+
+// rebootRequiredUnit writes /run/reboot-required once Flatcar's update
+// engine has staged an update, which a reboot finishes; a host without
+// the update engine (Debian's way: packages write the file themselves)
+// skips it.
+const rebootRequiredUnit = `[Unit]
+Description=Say that a staged OS update waits for a reboot (/run/reboot-required)
+ConditionPathExists=/usr/bin/update_engine_client
+ConditionPathExists=!/run/reboot-required
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'if /usr/bin/update_engine_client -status 2>/dev/null | grep -qx CURRENT_OP=UPDATE_STATUS_UPDATED_NEED_REBOOT; then echo "*** System restart required (Flatcar update staged) ***" > /run/reboot-required; fi'
+`
+
+const rebootRequiredTimer = `[Unit]
+Description=Look every five minutes whether a staged OS update waits for a reboot
+
+[Timer]
+OnBootSec=2min
+OnUnitActiveSec=5min
+
+[Install]
+WantedBy=timers.target
 `
 
 const sysctls = `net.ipv4.ip_forward = 1

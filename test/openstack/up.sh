@@ -3,7 +3,8 @@
 #   MariaDB, RabbitMQ, Keystone, Placement, Glance (file store), Nova (fake virt driver),
 #   Neutron (ML2/openvswitch with a fake OVS agent record per compute host, no dataplane),
 #   optionally Octavia (noop amphora/compute drivers; network driver = noop + real Neutron VIP port,
-#   pylib/osreal_octavia) and Swift (all-in-one, 1 replica, keystone auth).
+#   pylib/osreal_octavia), Swift (all-in-one, 1 replica, keystone auth) and Cinder (Cinder's fake
+#   volume driver, up-cinder.sh).
 # Adapted from the shared recipe (../shared/openstack): seeded like OPKE's simulator (flavors
 # m1.small/medium/large, images flatcar and fedora-coreos, external network "public" on
 # 203.0.113.0/24), the project "demo" with the simulator's finite quotas, 3 fake compute hosts
@@ -14,11 +15,11 @@
 # (default /tmp/osreal). Stop everything with down.sh (same OSREAL_DIR). What this cloud cannot
 # do (and the suite therefore does not ask of it) is in LIMITS.md.
 #
-# Env knobs: SKIP_INSTALL=1, NCOMPUTE=3 (fake compute hosts), WITH_OCTAVIA=1, WITH_SWIFT=1
+# Env knobs: SKIP_INSTALL=1, NCOMPUTE=3 (fake compute hosts), WITH_OCTAVIA=1, WITH_SWIFT=1, WITH_CINDER=1
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")" && pwd)
 B=${OSREAL_DIR:-/tmp/osreal}; mkdir -p $B; S=$B/state; L=$B/log; R=$B/run; E=$B/etc
-NCOMPUTE=${NCOMPUTE:-3}; WITH_OCTAVIA=${WITH_OCTAVIA:-1}; WITH_SWIFT=${WITH_SWIFT:-1}
+NCOMPUTE=${NCOMPUTE:-3}; WITH_OCTAVIA=${WITH_OCTAVIA:-1}; WITH_SWIFT=${WITH_SWIFT:-1}; WITH_CINDER=${WITH_CINDER:-1}
 PW=secret; DBU=os; DBP=secret
 DB="mysql+pymysql://$DBU:$DBP@127.0.0.1"
 RABBIT="rabbit://guest:guest@127.0.0.1:5672/"
@@ -34,6 +35,7 @@ PKGS="mariadb-server rabbitmq-server python3-pymysql python3-openstackclient
  neutron-server uwsgi-plugin-python3 bc curl"
 [ "$WITH_OCTAVIA" = 1 ] && PKGS="$PKGS octavia-api octavia-worker python3-octaviaclient"
 [ "$WITH_SWIFT" = 1 ] && PKGS="$PKGS swift-proxy swift-account swift-container swift-object python3-swiftclient"
+[ "$WITH_CINDER" = 1 ] && PKGS="$PKGS cinder-api cinder-scheduler cinder-volume"
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   # no service may be started by maintainer scripts (there is no init system here anyway)
   if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi
@@ -87,7 +89,7 @@ start rabbit env $RENV RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_us
 SQL="mariadb --socket=$R/mysqld.sock -uroot"
 for i in $(seq 1 120); do $SQL -e 'select 1' >/dev/null 2>&1 && break; sleep 0.5; done
 $SQL -e "CREATE USER '$DBU'@'127.0.0.1' IDENTIFIED BY '$DBP'; CREATE USER '$DBU'@'localhost' IDENTIFIED BY '$DBP';"
-for d in keystone placement glance nova_api nova nova_cell0 neutron octavia; do
+for d in keystone placement glance nova_api nova nova_cell0 neutron octavia cinder; do
   $SQL -e "CREATE DATABASE $d CHARACTER SET utf8mb4; GRANT ALL ON $d.* TO '$DBU'@'127.0.0.1'; GRANT ALL ON $d.* TO '$DBU'@'localhost';"
 done
 ts "mariadb up"
@@ -145,11 +147,12 @@ ts "keystone up"
 {
   echo "project create service"; echo "project create demo"
   echo "user create --password $PW --project demo demo"; echo "role add --project demo --user demo member"
-  for r in load-balancer_member load-balancer_admin swiftoperator ResellerAdmin; do echo "role create $r"; done
+  for r in load-balancer_member load-balancer_admin swiftoperator ResellerAdmin service; do echo "role create $r"; done
   echo "role add --project demo --user demo load-balancer_member"
   echo "role add --project admin --user admin load-balancer_admin"
-  for u in placement glance nova neutron octavia swift; do
-    echo "user create --password $PW $u"; echo "role add --project service --user $u admin"; done
+  for u in placement glance nova neutron octavia swift cinder; do
+    echo "user create --password $PW $u"; echo "role add --project service --user $u admin"
+    echo "role add --project service --user $u service"; done
   ep() { echo "service create --name $1 $2"; for i in public internal admin; do echo "endpoint create --region RegionOne $2 $i $3"; done; }
   ep placement placement http://127.0.0.1:8778
   ep glance image http://127.0.0.1:9292
@@ -157,6 +160,8 @@ ts "keystone up"
   ep neutron network http://127.0.0.1:9696
   if [ "$WITH_OCTAVIA" = 1 ]; then ep octavia load-balancer http://127.0.0.1:9876; fi
   if [ "$WITH_SWIFT" = 1 ]; then ep swift object-store 'http://127.0.0.1:8080/v1/AUTH_%(project_id)s'; fi
+  # volumev3: the type Nova's [cinder] catalog_info looks for (gophercloud takes it as block-storage)
+  if [ "$WITH_CINDER" = 1 ]; then ep cinderv3 volumev3 'http://127.0.0.1:8776/v3/%(project_id)s'; fi
 } | openstack >$L/keystone-bootstrap.log 2>&1
 ts "keystone users/catalog done"
 
@@ -290,8 +295,17 @@ connection = $DB/nova_api
 [database]
 connection = $DB/nova
 $(authtoken nova)
+# Nova sends a service token with its own calls (Cinder refuses to delete an attachment Nova
+# owns without one, since OSSA-2023-003: a detach would stay "detaching" forever)
 [service_user]
-send_service_user_token = false
+send_service_user_token = true
+auth_url = $KS
+auth_type = password
+project_domain_name = Default
+user_domain_name = Default
+project_name = service
+username = nova
+password = $PW
 [placement]
 auth_url = $KS
 auth_type = password
@@ -312,6 +326,8 @@ username = neutron
 password = $PW
 [glance]
 region_name = RegionOne
+[cinder]
+os_region_name = RegionOne
 [conductor]
 workers = 1
 [scheduler]
@@ -380,7 +396,11 @@ fi
 if [ "$WITH_SWIFT" = 1 ]; then
   source $SRC/up-swift.sh
 fi
-# ---------------------------------------------------------------- 9. wait for the fake hypervisors
+# ---------------------------------------------------------------- 9. Cinder (Cinder's fake volume driver)
+if [ "$WITH_CINDER" = 1 ]; then
+  source $SRC/up-cinder.sh
+fi
+# ---------------------------------------------------------------- 10. wait for the fake hypervisors
 # (nova-scheduler maps new compute hosts into cell1 every 2 s: discover_hosts_in_cells_interval)
 for t in $(seq 1 180); do
   n=$(mariadb --socket=$R/mysqld.sock -uroot -N -e "select count(*) from nova_api.host_mappings" 2>/dev/null || echo 0)

@@ -7,7 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
+
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/world"
 )
 
@@ -38,12 +39,7 @@ func E2E(t *testing.T, log *slog.Logger) *world.Built {
 // base URL.
 func Registry(t *testing.T, bin string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := proctest.FreeAddr(t)
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
 	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
