@@ -174,11 +174,21 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	e := &env{sim: sim, clients: clients, store: store, mirror: mirror, forge: &statuses{}, bare: bare, work: work, clock: clk, simDir: dir}
 	forgeSrv := httptest.NewServer(e.forge)
 	t.Cleanup(forgeSrv.Close)
+	// The leases' TTLs are short, for tests, but past the stalls of a
+	// loaded CI machine running every package with the race detector
+	// (2 s lapsed there): a lapse is tested on purpose
+	// (TestDaemonResumesAnApplyWhoseLeaseLapsed), not left to the load.
 	e.cfg = daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
-		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 2 * time.Second, GateTimeout: 3 * time.Second, GateInterval: 200 * time.Millisecond},
-		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 2 * time.Second, Metrics: metrics, Keyring: keyring,
+		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 6 * time.Second, GateTimeout: 3 * time.Second, GateInterval: 200 * time.Millisecond},
+		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 6 * time.Second, Metrics: metrics, Keyring: keyring,
 		Logger: slog.New(slog.NewJSONHandler(&e.logs, nil))}
 	e.forgeURL = forgeSrv.URL
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs := e.logs.String()
+			t.Logf("the daemon's log (last 8 KiB):\n%s", logs[max(0, len(logs)-8192):])
+		}
+	})
 	e.start(t)
 	return e
 }
@@ -313,7 +323,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	e.push(t, "refs/heads/main")
 	n := e.waitNote(t, c1, main)
 	if n.State != report.Success || !n.Applied || n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Success {
-		t.Fatalf("note of the new cluster: %+v", n)
+		t.Fatalf("note of the new cluster:\n%s", noteText(n))
 	}
 	if len(n.Clusters["demo"].Steps) == 0 || n.Clusters["demo"].Plan == nil {
 		t.Errorf("the note has no steps or plan: %+v", n.Clusters["demo"])
@@ -367,7 +377,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	n = e.waitNote(t, c2, "refs/pull/1/head")
 	pr := n.Clusters["demo"]
 	if n.State != report.Success || n.Applied || n.Ref != "refs/pull/1/head" || pr == nil || pr.Plan == nil {
-		t.Fatalf("note of the pull request: %+v", n)
+		t.Fatalf("note of the pull request:\n%s", noteText(n))
 	}
 	planned := false
 	for _, c := range pr.Plan.Changes {
@@ -388,7 +398,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	gittest.Git(t, e.work, "merge", "-q", "--ff-only", "scale")
 	e.push(t, "refs/heads/main")
 	if n = e.waitNote(t, c2, main); !n.Applied || n.State != report.Success {
-		t.Fatalf("note of the merge: %+v", n)
+		t.Fatalf("note of the merge:\n%s", noteText(n))
 	}
 	demo = append(demo, "demo-default-2")
 	slices.Sort(demo)
@@ -423,7 +433,7 @@ func TestDaemonEndToEnd(t *testing.T) {
 	e.push(t, "refs/heads/main")
 	n = e.waitNote(t, c3, main)
 	if n.State != report.Failure || n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Failure {
-		t.Fatalf("note of the invalid spec: %+v", n)
+		t.Fatalf("note of the invalid spec:\n%s", noteText(n))
 	}
 	sum := n.Clusters["demo"].Summary
 	if !strings.Contains(sum, "clusters/demo/cluster.yaml") || !strings.Contains(sum, "spec.controllers.count") {
@@ -493,7 +503,7 @@ func TestDaemonAppliesOnlySignedCommits(t *testing.T) {
 	e.push(t, main)
 	n := e.waitNote(t, unsigned, main)
 	if n.State != report.Failure || !strings.Contains(n.Message, "not signed") || n.Clusters["demo"].State != report.Failure {
-		t.Fatalf("note of the unsigned commit: %+v", n)
+		t.Fatalf("note of the unsigned commit:\n%s", noteText(n))
 	}
 	if got := e.servers(t); len(got) != 0 {
 		t.Fatalf("an unsigned commit was applied: %v", got)
@@ -502,7 +512,7 @@ func TestDaemonAppliesOnlySignedCommits(t *testing.T) {
 	signed := signedCommit(t, e.work, key, "clusters/demo/README", "signed\n")
 	e.push(t, main)
 	if n := e.waitNote(t, signed, main); n.State != report.Success {
-		t.Fatalf("note of the signed commit: %+v", n)
+		t.Fatalf("note of the signed commit:\n%s", noteText(n))
 	}
 	if got := e.servers(t); len(got) != 4 {
 		t.Fatalf("the signed commit was not applied: %v", got)
@@ -515,7 +525,7 @@ func TestDaemonAppliesOnlySignedCommits(t *testing.T) {
 	e.push(t, main)
 	n = e.waitNote(t, head, main)
 	if n.State != report.Failure || !strings.Contains(n.Message, sneaked[:12]) || !strings.Contains(n.Message, "not signed") {
-		t.Fatalf("note of a signed head over an unsigned commit: %+v", n)
+		t.Fatalf("note of a signed head over an unsigned commit:\n%s", noteText(n))
 	}
 	if got := e.servers(t); len(got) != 4 {
 		t.Fatalf("a commit with an unsigned commit under it was applied: %v", got)
@@ -576,7 +586,7 @@ func TestDaemonHoldsBack(t *testing.T) {
 	manual := commitSpec(t, e.work, "demo", demoSpec(2)+"  driftCorrection: false\n", "demo, drift reported only")
 	e.push(t, main)
 	if n := e.waitNote(t, manual, main); n.State != report.Success {
-		t.Fatalf("note of the unpaused cluster: %+v", n)
+		t.Fatalf("note of the unpaused cluster:\n%s", noteText(n))
 	}
 	cloudtest.DeleteServer(t, e.clients, "demo-default-1")
 	deadline := time.Now().Add(time.Minute)
@@ -886,7 +896,7 @@ func TestDaemonRetriesAFailedCreate(t *testing.T) {
 	c1 := commitSpec(t, e.work, "demo", demoSpec(1), "add demo")
 	e.push(t, "refs/heads/main")
 	if n := e.waitNote(t, c1, main); n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Failure {
-		t.Fatalf("note of a create the cloud refused: %+v", n)
+		t.Fatalf("note of a create the cloud refused:\n%s", noteText(n))
 	}
 	e.sim.SetFaults()
 	deadline := time.Now().Add(2 * time.Minute)
@@ -940,7 +950,7 @@ func TestDaemonSaysTheBranchIsMissing(t *testing.T) {
 	e.push(t, main)
 	head := gittest.Git(t, e.work, "rev-parse", "HEAD")
 	if n := e.waitNote(t, head, main); n.State != report.Success {
-		t.Errorf("the commit once on main: %+v", n)
+		t.Errorf("the commit once on main:\n%s", noteText(n))
 	}
 	if got := e.d.Health().SyncError; got != "" {
 		t.Errorf("the sync error stays after the branch came: %q", got)
@@ -958,7 +968,7 @@ func TestDaemonDeletesTheLastCluster(t *testing.T) {
 	created := commitSpec(t, e.work, "demo", demoSpec(1)+"  deletionPolicy: Delete\n", "demo")
 	e.push(t, main)
 	if n := e.waitNote(t, created, main); n.State != report.Success {
-		t.Fatalf("create: %+v", n)
+		t.Fatalf("create:\n%s", noteText(n))
 	}
 	gittest.Git(t, e.work, "rm", "-q", "-r", "clusters/demo")
 	gittest.Git(t, e.work, "commit", "-qm", "remove demo")
@@ -966,7 +976,7 @@ func TestDaemonDeletesTheLastCluster(t *testing.T) {
 	gone := gittest.Git(t, e.work, "rev-parse", "HEAD")
 	n := e.waitNote(t, gone, main)
 	if !strings.Contains(n.Message, "to remove the last cluster, keep the folder (clusters/.gitkeep)") || len(n.Clusters) != 0 {
-		t.Errorf("the commit without clusters/: %+v", n)
+		t.Errorf("the commit without clusters/:\n%s", noteText(n))
 	}
 	if got := e.servers(t); len(got) == 0 {
 		t.Fatal("a commit without clusters/ deleted the cluster")
@@ -982,7 +992,7 @@ func TestDaemonDeletesTheLastCluster(t *testing.T) {
 	e.push(t, main)
 	kept := gittest.Git(t, e.work, "rev-parse", "HEAD")
 	if n := e.waitNote(t, kept, main); n.State != report.Success || n.Clusters["demo"] == nil {
-		t.Errorf("the commit with clusters/ kept: %+v", n)
+		t.Errorf("the commit with clusters/ kept:\n%s", noteText(n))
 	}
 	if got := e.servers(t); len(got) != 0 {
 		t.Errorf("servers left: %v", got)
@@ -1000,7 +1010,7 @@ func TestDaemonRecordsWhatADeadLeaderEnded(t *testing.T) {
 	head := commitSpec(t, e.work, "demo", demoSpec(1), "demo")
 	e.push(t, main)
 	if n := e.waitNote(t, head, main); n.State != report.Success {
-		t.Fatalf("create: %+v", n)
+		t.Fatalf("create:\n%s", noteText(n))
 	}
 	done := e.status(t, "demo", func(s daemon.ClusterStatus) bool { return s.Commit == head && s.State == report.Success })
 	e.stop()
@@ -1036,4 +1046,13 @@ func TestDaemonRecordsWhatADeadLeaderEnded(t *testing.T) {
 	if all := e.forge.of(head, "opke/demo"); len(all) == reported || !strings.HasPrefix(all[len(all)-1], "success: applied") {
 		t.Errorf("the forge was not told again: %q", all)
 	}
+}
+
+// noteText is a note as a person reads it (its clusters' states, failed
+// steps and their errors), for a test's failure message.
+func noteText(n *report.Note) string {
+	if n == nil {
+		return "no note"
+	}
+	return report.Text(n)
 }

@@ -48,7 +48,7 @@ func NewMetrics() *Metrics {
 		lastApplied: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "opke_last_applied_commit_timestamp_seconds", Help: "When a cluster's last commit was applied, with the commit as a label."}, []string{"cluster", "commit"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "opke_errors_total", Help: "Errors, by stage (fetch, plan, apply, report)."}, []string{"stage"}),
+			Name: "opke_errors_total", Help: "Errors, by stage (fetch, plan, apply, report, election; lease: a cluster lease that lapsed during an apply, which was resumed)."}, []string{"stage"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "opke_leader", Help: "1 while this daemon leads (takes the commits in), 0 otherwise."}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -29,7 +29,7 @@ func TestDaemonRefusesARollback(t *testing.T) {
 	created := commitSpec(t, e.work, "demo", demoSpec(2)+"  deletionPolicy: Delete\n", "demo, deleted with its file")
 	e.push(t, main)
 	if n := e.waitNote(t, created, main); n.State != report.Success {
-		t.Fatalf("note of the create: %+v", n)
+		t.Fatalf("note of the create:\n%s", noteText(n))
 	}
 	if got := e.servers(t); len(got) != 4 {
 		t.Fatalf("servers after the create: %v", got)
@@ -51,7 +51,7 @@ func TestDaemonRefusesARollback(t *testing.T) {
 		t.Fatalf("the rollback was applied: servers %v", got)
 	}
 	if n := e.gitNote(t, empty); n == nil || !strings.Contains(n.Message, "not applied") {
-		t.Errorf("the note of the refused head does not say it was refused: %+v", n)
+		t.Errorf("the note of the refused head does not say it was refused:\n%s", noteText(n))
 	}
 
 	// A restarted daemon (the head already seen) still does not load it.
@@ -132,7 +132,7 @@ func TestDaemonBoundsPullRequests(t *testing.T) {
 	e.push(t, "refs/pull/2/head")
 	n = e.waitNote(t, crowded, "refs/pull/2/head")
 	if n.State != report.Failure || !strings.Contains(n.Message, "over its limits: 160 cluster folders, at most 150") {
-		t.Fatalf("note of the pull request over the cluster limit: %+v", n)
+		t.Fatalf("note of the pull request over the cluster limit:\n%s", noteText(n))
 	}
 
 	// A leader died planning refs/pull/3/head: the next one reports it.
@@ -144,7 +144,7 @@ func TestDaemonBoundsPullRequests(t *testing.T) {
 	e.start(t)
 	n = e.waitNote(t, hostile, "refs/pull/3/head")
 	if n.State != report.Failure || !strings.Contains(n.Message, "did not finish") {
-		t.Fatalf("note of the pull request whose plan did not finish: %+v", n)
+		t.Fatalf("note of the pull request whose plan did not finish:\n%s", noteText(n))
 	}
 	// The marker goes once the note is out.
 	deadline := time.Now().Add(10 * time.Second)
@@ -169,7 +169,7 @@ func TestDaemonPullRequestKeepsAnAppliedNote(t *testing.T) {
 	applied := commitSpec(t, e.work, "demo", demoSpec(1), "demo")
 	e.push(t, main)
 	if n := e.waitNote(t, applied, main); n.State != report.Success || !n.Applied {
-		t.Fatalf("note of the applied commit: %+v", n)
+		t.Fatalf("note of the applied commit:\n%s", noteText(n))
 	}
 	// The forge hears of the apply after the note is written: its last
 	// status is awaited before counting.
@@ -189,7 +189,7 @@ func TestDaemonPullRequestKeepsAnAppliedNote(t *testing.T) {
 	e.waitNote(t, next, "refs/pull/6/head")
 	n := e.gitNote(t, applied)
 	if n == nil || n.Ref != main || !n.Applied || n.State != report.Success {
-		t.Fatalf("the applied commit's note was replaced by a pull request's plan: %+v", n)
+		t.Fatalf("the applied commit's note was replaced by a pull request's plan:\n%s", noteText(n))
 	}
 	if got := e.forge.of(applied, "opke/demo"); len(got) != forge {
 		t.Errorf("the forge was told of the pull request on the applied commit: %v", got)
@@ -211,7 +211,7 @@ func (e *env) emptyFleet(t *testing.T) string {
 	commit := gittest.Git(t, e.work, "rev-parse", "HEAD")
 	e.push(t, main)
 	if n := e.waitNote(t, commit, main); n.State != report.Success {
-		t.Fatalf("note of the empty fleet: %+v", n)
+		t.Fatalf("note of the empty fleet:\n%s", noteText(n))
 	}
 	return commit
 }

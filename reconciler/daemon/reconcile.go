@@ -14,6 +14,7 @@ import (
 	"opke.dev/opke/diff"
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/state"
 )
 
 // stepLog gathers a cluster's steps as the applier reports them.
@@ -199,6 +200,25 @@ func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *repor
 	return true
 }
 
+// maxLeaseLapses bounds the resumes of one apply whose cluster lease
+// lapsed under it: a store that keeps losing leases is an error to report.
+const maxLeaseLapses = 3
+
+// lapsed tells whether an apply stopped only because the cluster's lease
+// lapsed while this daemon still holds the cluster: its journal is open
+// and this daemon is the one to resume it.
+func (d *Daemon) lapsed(ctx context.Context, name string, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(err, state.ErrLeaseLost) &&
+		!errors.Is(err, reconciler.ErrNotOwner) && d.mine(name)
+}
+
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
 // finishedBy says a plan a daemon that stopped had begun was finished by
 // the daemon id.
 func finishedBy(id string) string {
@@ -236,6 +256,16 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	d.steps.Store(name, steps)
 	defer d.steps.Delete(name)
 	sum, err := d.applier.Apply(ctx, w.request(name), plan)
+	lapsed := 0
+	for ; lapsed < maxLeaseLapses && d.lapsed(ctx, name, err); lapsed++ {
+		// The cluster's lease lapsed under this daemon while it applied (a
+		// store or a machine stalled past its TTL; a new holder found it
+		// free). The journal stayed open: resume it at once, as the next
+		// holder would, instead of calling a half-applied plan an error.
+		d.cfg.Metrics.errorAt("lease")
+		log.Warn("the cluster's lease lapsed during the apply; resuming its journal", "lapses", lapsed+1, "err", err)
+		sum, err = d.applier.ResumeShare(ctx, func(c string) bool { return c == name })
+	}
 	steps.mu.Lock()
 	entry.Steps = slices.Clone(steps.steps)
 	steps.mu.Unlock()
@@ -247,10 +277,13 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	case w.resync:
 		verb = "scheduled backup taken"
 	}
-	if sum != nil && slices.Contains(sum.Resumed, name) && !w.resync {
+	if sum != nil && slices.Contains(sum.Resumed, name) && !w.resync && lapsed == 0 {
 		// The plan is the one a daemon that stopped had begun: its
 		// journal said which steps were done.
 		verb = finishedBy(d.cfg.ID)
+	}
+	if lapsed > 0 {
+		verb += fmt.Sprintf(" (resumed after the cluster's lease lapsed %s)", times(lapsed))
 	}
 	switch {
 	case err == nil:

@@ -199,7 +199,7 @@ func TestDaemonsShareTheFleet(t *testing.T) {
 	}
 	// One note per commit: the git note holds every cluster.
 	if n := e.gitNote(t, again); n == nil || len(n.Clusters) != len(names) {
-		t.Errorf("the git note of the last commit: %+v", n)
+		t.Errorf("the git note of the last commit:\n%s", noteText(n))
 	}
 
 	// The leader stops: the last daemon leads, owns every cluster and
