@@ -57,6 +57,9 @@ type Clients struct {
 	Image        *gophercloud.ServiceClient
 	LoadBalancer *gophercloud.ServiceClient
 	ObjectStore  *gophercloud.ServiceClient
+	// BlockStorage is Cinder's v3 API; nil on a cloud without one (no
+	// volumes then: the Cinder CSI addon needs it).
+	BlockStorage *gophercloud.ServiceClient
 	// AuthURL is Keystone's URL as the clusters' hosts reach it, for their
 	// cloud.conf: clouds.yaml's auth_url, or, when OPKE reaches the cloud
 	// through its internal or admin endpoints (clouds.yaml's interface),
@@ -131,8 +134,12 @@ func connect(ctx context.Context, t Target, onRequest func(service string)) (*Cl
 		}
 	}
 	c.Compute.Microversion = computeMicroversion
-	meter.learn(map[string]*gophercloud.ServiceClient{"identity": c.Identity, "compute": c.Compute, "network": c.Network,
-		"image": c.Image, "load-balancer": c.LoadBalancer, "object-store": c.ObjectStore})
+	learned := map[string]*gophercloud.ServiceClient{"identity": c.Identity, "compute": c.Compute, "network": c.Network,
+		"image": c.Image, "load-balancer": c.LoadBalancer, "object-store": c.ObjectStore}
+	if bs, err := openstack.NewBlockStorageV3(pc, eo); err == nil {
+		c.BlockStorage, learned["block-storage"] = bs, bs
+	}
+	meter.learn(learned)
 	return c, nil
 }
 

@@ -39,6 +39,8 @@ var kinds = map[diff.Kind]kind{
 	diff.KindPool:          poolKind,
 	diff.KindMember:        memberKind,
 	diff.KindMonitor:       monitorKind,
+	diff.KindVolume:        volumeKind,
+	diff.KindSnapshot:      snapshotKind,
 }
 
 // observeOrder is the order an observation lists the kinds in: a listing

@@ -20,8 +20,9 @@ import (
 // after Options.BootDelay, as Cinder's and Nova's workers take their time;
 // a server deleted with volumes leaves them available (or deleted, with
 // delete_on_termination). Quotas: volumes, gigabytes and snapshots, with
-// Cinder's defaults. An attachment is a record only: no block device
-// appears on the server's host (HOSTS.md).
+// Cinder's defaults. With real hosts, a volume's blocks are a file and an
+// attachment a block device in the server's machine (realvolumes.go,
+// HOSTS.md); with in-process hosts an attachment is a record only.
 
 // Cinder's microversions: those of the Zed release.
 const (

@@ -780,7 +780,7 @@ func (b *builder) removed(o *Observed) {
 		}
 		return
 	}
-	deletes := b.deleteAll(o.Cluster, slices.Concat(o.Cloud, o.Services), "no longer in the fleet (deletionPolicy Delete)")
+	deletes := b.deleteAll(o.Cluster, slices.Concat(o.Cloud, o.Services, o.Volumes), "no longer in the fleet (deletionPolicy Delete)")
 	forget := b.add(&pending{Change: Change{Cluster: o.Cluster, Phase: PhaseHosts, Address: StateAddress(o.Cluster), Action: ActionForget,
 		Reason: "its resources are deleted"}})
 	for _, p := range deletes {

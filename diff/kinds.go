@@ -32,6 +32,12 @@ const (
 	// KindAppCredential is the cluster's Keystone application credential
 	// (its cloud provider's and CSI driver's); named after the cluster.
 	KindAppCredential Kind = "application-credential"
+	// KindVolume and KindSnapshot are Cinder volumes and snapshots the
+	// cluster's Cinder CSI driver made for its PersistentVolumes and
+	// VolumeSnapshots: OPKE never makes them; a cluster deleted under
+	// deletionPolicy Delete deletes them (cloud.ClusterVolumes).
+	KindVolume   Kind = "volume"
+	KindSnapshot Kind = "volume-snapshot"
 )
 
 // schema is what the plan knows of a kind.
@@ -68,6 +74,10 @@ var kindSchemas = []schema{
 	{kind: KindPool, refs: map[string]Kind{"listener": KindListener}},
 	{kind: KindMember, refs: map[string]Kind{"pool": KindPool}},
 	{kind: KindMonitor, refs: map[string]Kind{"pool": KindPool}},
+	// An attached volume cannot be deleted: its server goes first (Nova
+	// detaches it); nor can a volume with snapshots.
+	{kind: KindVolume, heldBy: []Kind{KindServer}},
+	{kind: KindSnapshot, refs: map[string]Kind{"volume": KindVolume}},
 }
 
 // schemaOf returns a kind's schema; ok is false for a kind OPKE does not

@@ -128,6 +128,10 @@ type Observed struct {
 	// their floating IPs): never desired, never drift, deleted only with
 	// the cluster (deletionPolicy Delete). Observed only then.
 	Services []Resource
+	// Volumes are the volumes and snapshots the cluster's Cinder CSI
+	// driver made (but those marked to keep): as Services, never desired,
+	// never drift, deleted only with the cluster; observed only then.
+	Volumes []Resource
 	// Applied is nil for a cluster this store never applied (a new one, or
 	// one adopted by its tags).
 	Applied *Applied

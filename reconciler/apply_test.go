@@ -20,6 +20,9 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/snapshots"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/volumes"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/volumeattach"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
@@ -492,14 +495,56 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	if _, err := floatingips.Create(ctx, r.clients.Network, floatingips.CreateOpts{FloatingNetworkID: external[0].ID, PortID: lb.VipPortID}).Extract(); err != nil {
 		t.Fatal(err)
 	}
+	// Volumes as the cluster's Cinder CSI driver makes them (metadata
+	// naming the cluster, and the claim): one attached to a worker with a
+	// snapshot, one not attached; one marked to keep, another cluster's.
+	// Not drift while the cluster lives; deleted with it, but the kept one
+	// and the other cluster's.
+	csiVolume := func(name string, metadata map[string]string) string {
+		v, err := volumes.Create(ctx, r.clients.BlockStorage, volumes.CreateOpts{Name: name, Size: 1, Metadata: metadata}, nil).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitVolume(t, r.clients.BlockStorage, v.ID, "available")
+		return v.ID
+	}
+	claimed := csiVolume("pvc-1", map[string]string{cloud.CSIClusterKey: "demo", "csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "default"})
+	if _, err := volumeattach.Create(ctx, r.clients.Compute, res["openstack/server/demo-default-0"].ID, volumeattach.CreateOpts{VolumeID: claimed}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	waitVolume(t, r.clients.BlockStorage, claimed, "in-use")
+	snap, err := snapshots.Create(ctx, r.clients.BlockStorage, snapshots.CreateOpts{VolumeID: claimed, Name: "snapshot-1", Force: true,
+		Metadata: map[string]string{cloud.CSIClusterKey: "demo"}}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := csiVolume("pvc-2", map[string]string{cloud.CSIClusterKey: "demo"})
+	kept := csiVolume("pvc-3", map[string]string{cloud.CSIClusterKey: "demo", cloud.KeepKey: "true"})
+	other := csiVolume("pvc-4", map[string]string{cloud.CSIClusterKey: "prod"})
 	if next := r.plan(t, demo); !next.Empty() {
-		t.Errorf("a Service's load balancer taken for drift: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
+		t.Errorf("a Service's load balancer or a CSI volume taken for drift: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
 	plan, _ = r.apply(t)
-	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_web", "openstack/floating-ip/kube_service_demo_default_web"} {
+	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_web", "openstack/floating-ip/kube_service_demo_default_web",
+		"openstack/volume/pvc-1", "openstack/volume/pvc-2", "openstack/volume-snapshot/snapshot-1"} {
 		if addresses(plan.Changes)[want] != diff.ActionDelete {
 			t.Errorf("the deletion does not delete %s: %v", want, addresses(plan.Changes))
 		}
+	}
+	for id, want := range map[string]int{claimed: 404, released: 404, kept: 200, other: 200} {
+		_, err := volumes.Get(ctx, r.clients.BlockStorage, id).Extract()
+		got := http.StatusOK
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			got = http.StatusNotFound
+		} else if err != nil {
+			got = 0
+		}
+		if got != want {
+			t.Errorf("volume %s after the cluster's deletion: %v, want %d", id, err, want)
+		}
+	}
+	if _, err := snapshots.Get(ctx, r.clients.BlockStorage, snap.ID).Extract(); !gophercloud.ResponseCodeIs(err, 404) {
+		t.Errorf("the CSI snapshot outlived the cluster: %v", err)
 	}
 	obs, err = cloud.Observe(ctx, r.clients, r.owner, nil)
 	if err != nil {
@@ -523,6 +568,24 @@ func TestApplyScalesAndDeletes(t *testing.T) {
 	}
 	if next := r.plan(t); !next.Empty() || len(next.Warnings) != 0 {
 		t.Errorf("after the delete, plan: %+v", next)
+	}
+}
+
+// waitVolume waits for a volume to reach status, as Cinder's workers take
+// their time.
+func waitVolume(t *testing.T, bs *gophercloud.ServiceClient, id, status string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		v, err := volumes.Get(t.Context(), bs, id).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Status == status {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volume %s: %s, not %s within a minute", id, v.Status, status)
+		}
 	}
 }
 

@@ -262,6 +262,16 @@ func (ca *clusterApply) infra() (func(context.Context, diff.Change) error, error
 		}
 		found = slices.Concat(found, services)
 	}
+	if slices.ContainsFunc(slices.Concat(ca.plan.Changes, ca.plan.Drift), func(c diff.Change) bool {
+		return c.Action == diff.ActionDelete && (c.Address.Kind == diff.KindVolume || c.Address.Kind == diff.KindSnapshot)
+	}) {
+		// And what its Cinder CSI driver made: their ids.
+		volumes, err := cloud.ClusterVolumes(ca.stepCtx, ca.clients, name)
+		if err != nil {
+			return nil, err
+		}
+		found = slices.Concat(found, volumes)
+	}
 	// What the ledger knows comes first: a resource the cloud does not
 	// list by tags (a server group before its servers) made by a step
 	// done before a crash.

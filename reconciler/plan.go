@@ -391,6 +391,10 @@ func (p *Planner) plannedCluster(ctx context.Context, req Request, name string, 
 			if pl.Observed.Services, err = cloud.ServiceLoadBalancers(ctx, clients, name, observed); err != nil {
 				return nil, fmt.Errorf("observe %s's Service load balancers: %w", name, err)
 			}
+			// And what its Cinder CSI driver made.
+			if pl.Observed.Volumes, err = cloud.ClusterVolumes(ctx, clients, name); err != nil {
+				return nil, fmt.Errorf("observe %s's Cinder CSI volumes: %w", name, err)
+			}
 		}
 		return nil, nil
 	}
