@@ -70,7 +70,7 @@ var (
 				case err != nil:
 					return err
 				case sn.Status == "error_deleting":
-					return fmt.Errorf("Cinder could not delete snapshot %s (status %s)", id, sn.Status)
+					return fmt.Errorf("snapshot %s: status %s: Cinder could not delete it", id, sn.Status)
 				}
 				if err := Sleep(ctx, a.LBWait); err != nil {
 					return err
@@ -112,7 +112,7 @@ func (a *Applier) waitVolume(ctx context.Context, bs *gophercloud.ServiceClient,
 		case err != nil:
 			return err
 		case ok == nil && v.Status == "error_deleting":
-			return fmt.Errorf("Cinder could not delete volume %s (status %s)", id, v.Status)
+			return fmt.Errorf("volume %s: status %s: Cinder could not delete it", id, v.Status)
 		case ok != nil:
 			if done, err := ok(v); done || err != nil {
 				return err
