@@ -628,13 +628,17 @@ exit 1`)
 	step = time.Now()
 	post("/api/v1/namespaces/default/persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim",
 		"metadata":{"name":"e2e-data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`)
-	volumePod := func(name, node, script string) string {
+	volumePod := func(name, node, script string, claim ...string) string {
 		t.Helper()
+		claimName := "e2e-data"
+		if len(claim) > 0 {
+			claimName = claim[0]
+		}
 		phase, out := runPod(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name},
 			"spec": map[string]any{"nodeSelector": map[string]string{"kubernetes.io/hostname": node}, "restartPolicy": "Never",
 				"containers": []any{map[string]any{"name": "c", "image": "registry.k8s.io/kube-proxy:v1.35.1",
 					"command": []string{"/bin/bash", "-ec", script}, "volumeMounts": []any{map[string]any{"name": "data", "mountPath": "/data"}}}},
-				"volumes": []any{map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": "e2e-data"}}}}})
+				"volumes": []any{map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": claimName}}}}})
 		if phase != "Succeeded" {
 			t.Fatalf("pod %s on %s: %s\n%s", name, node, phase, out)
 		}
@@ -673,6 +677,18 @@ exit 1`)
 		return ""
 	})
 	t.Logf("a claim's Cinder volume written on demo-default-0, read on demo-default-1, deleted with the claim, in %s", time.Since(step).Round(time.Second))
+	// Another claim, written and left bound: its volume goes with the
+	// cluster (step 5).
+	post("/api/v1/namespaces/default/persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim",
+		"metadata":{"name":"e2e-left"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`)
+	volumePod("e2e-left-writer", "demo-default-0", "echo left > /data/f; sync", "e2e-left")
+	del("/api/v1/namespaces/default/pods/e2e-left-writer")
+	var left struct {
+		Spec struct{ VolumeName string }
+	}
+	if err := get("/api/v1/namespaces/default/persistentvolumeclaims/e2e-left", &left); err != nil || left.Spec.VolumeName == "" {
+		t.Fatalf("the claim e2e-left is not bound: %+v %v", left, err)
+	}
 
 	// OS updates: every host's staged update waits for a reboot
 	// (/run/reboot-required, as a Debian package's postinst writes it
@@ -1151,10 +1167,20 @@ spec:
 	// its subnet.
 	step = time.Now()
 	plan, _ = r.apply(t)
-	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_e2e-dns", "openstack/floating-ip/kube_service_demo_default_e2e-dns"} {
+	// So does the Cinder volume its CSI driver made for the claim e2e-left
+	// (the PersistentVolume's name is the volume's).
+	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_e2e-dns", "openstack/floating-ip/kube_service_demo_default_e2e-dns",
+		"openstack/volume/" + left.Spec.VolumeName} {
 		if addresses(plan.Changes)[want] != diff.ActionDelete {
 			t.Errorf("the deletion's plan does not delete %s: %v", want, addresses(plan.Changes))
 		}
+	}
+	volPages, err := volumes.List(cinder, nil).AllPages(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vols, _ := volumes.ExtractVolumes(volPages); len(vols) != 0 {
+		t.Errorf("%d Cinder volumes outlived the cluster: %+v", len(vols), vols)
 	}
 	if left := r.observed(t); len(left) != 0 {
 		t.Errorf("%d resources left after the cluster was deleted: %v", len(left), slices.Sorted(maps.Keys(left)))
