@@ -63,7 +63,7 @@ func TestAddresses(t *testing.T) {
 func TestParseAddressRefuses(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{
-		"", "openstack", "openstack/", "openstack/server", "openstack/server/", "openstack/volume/x", "openstack/server//x",
+		"", "openstack", "openstack/", "openstack/server", "openstack/server/", "openstack/share/x", "openstack/server//x",
 		"host/", "host/x", "host//etc/x", "host/x/", "host/x/units/", "host/x/units/a/b", "host/x/etc//y",
 		"kubernetes/prod", "kubernetes//a.yaml", "kubernetes/prod/a/b", "kubernetes//workloads/restart", "kubernetes/a/b/workloads/restart",
 		"backup/", "backup/a/b", "state/", "state/a/b", "elsewhere/x",
@@ -72,7 +72,7 @@ func TestParseAddressRefuses(t *testing.T) {
 			t.Errorf("ParseAddress(%q) = %+v, %v; want ErrAddress", s, a, err)
 		}
 	}
-	if _, err := Read([]byte(`{"format_version":"1.0","changes":[{"address":"openstack/volume/x","action":"create"}]}`)); !errors.Is(err, ErrFormat) {
+	if _, err := Read([]byte(`{"format_version":"1.0","changes":[{"address":"openstack/share/x","action":"create"}]}`)); !errors.Is(err, ErrFormat) {
 		t.Errorf("a plan with an unknown kind: %v, want ErrFormat", err)
 	}
 	if _, err := json.Marshal(Change{Action: ActionCreate}); err == nil {
