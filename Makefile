@@ -68,15 +68,13 @@ realhosts:
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 30m -run '$(REALHOST_E2E)' ./reconciler/
 
 # The real clusters: OPKE's apply on real machines, then what Kubernetes
-# itself says of the cluster. Without the race detector: the same code runs
-# with it in make test and make realhosts, and here its cost would be taken
-# from the two cores the machines' etcd and API servers need.
+# itself says of the cluster.
 E2E = TestClusterComesUp|TestControlPlaneOfThree|TestClusterFromGit
 
 ## e2e: real clusters on real machines (root), every image from the simulator's registry mirror (make world's e2e set, built or cached): a controller and a worker with the cloud controller manager come up Ready with kube-proxy, flannel, kube-router and CoreDNS; pod DNS and networking; a NetworkPolicy enforced (kube-router), then networkPolicy: none pruning its objects; a LoadBalancer Service through Octavia; scale out and in with real drains; a worker whose kubelet stopped remediated; patch and minor upgrades; deletion, a bound claim's Cinder volume with it; then three controllers through a minor upgrade with etcd's quorum kept, a lost one replaced, 3 -> 5 -> 3, one in ERROR kept while its etcd answers, one powered off remediated, controllers.flavor rolled one member at a time; then a cluster driven only by git commits to the opke binary serving a fleet (controllers 1 -> 3, the CAs rotated in three commits with every pod up after each and the kubeconfig from before refused at the end, 3 -> 1), kubectl and the daemon's API (OPKE_E2E_WAIT bounds each wait for a cluster to come up, 10m)
 e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
-	OPKE_TEST_HOSTS=real $(GO) test -tags realhosts -count=1 -timeout 45m -run '$(E2E)' -v ./reconciler/
+	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 45m -run '$(E2E)' -v ./reconciler/
 
 ## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e|peer
 world:
