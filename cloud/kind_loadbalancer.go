@@ -208,22 +208,18 @@ func (a *Applier) pending(ctx context.Context, lbID string, fn func() error) err
 
 // waitLB waits until a load balancer is ACTIVE (or gone).
 func (a *Applier) waitLB(ctx context.Context, id string) error {
-	for {
+	return poll(ctx, a.LBWait, func() (bool, error) {
 		lb, err := loadbalancers.Get(ctx, a.c.LoadBalancer, id).Extract()
 		switch {
 		case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
-			return nil
+			return true, nil
 		case err != nil:
-			return err
-		case lb.ProvisioningStatus == "ACTIVE":
-			return nil
+			return false, err
 		case lb.ProvisioningStatus == "ERROR":
-			return fmt.Errorf("%s: %w", lb.Name, ErrLoadBalancer)
+			return false, fmt.Errorf("%s: %w", lb.Name, ErrLoadBalancer)
 		}
-		if err := Sleep(ctx, a.LBWait); err != nil {
-			return err
-		}
-	}
+		return lb.ProvisioningStatus == "ACTIVE", nil
+	})
 }
 
 func (o *observer) loadBalancers(ctx context.Context) error {

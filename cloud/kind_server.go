@@ -98,18 +98,13 @@ func (o keyPairOpts) ToServerCreateMap() (map[string]any, error) {
 // waitServerGone waits until a deleted server is gone, so its port and
 // name are free for a replacement.
 func (a *Applier) waitServerGone(ctx context.Context, id string) error {
-	for {
+	return poll(ctx, a.LBWait, func() (bool, error) {
 		s, err := servers.Get(ctx, a.c.Compute, id).Extract()
 		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) || (err == nil && s.Status == "DELETED") {
-			return nil
+			return true, nil
 		}
-		if err != nil {
-			return err
-		}
-		if err := Sleep(ctx, a.LBWait); err != nil {
-			return err
-		}
-	}
+		return false, err
+	})
 }
 
 func (a *Applier) listFlavors(ctx context.Context) (map[string]string, error) {

@@ -139,6 +139,19 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// poll asks check every interval until it says done or fails, or ctx
+// ends: the waits for a resource to reach a state or to be gone.
+func poll(ctx context.Context, every time.Duration, check func() (done bool, err error)) error {
+	for {
+		if done, err := check(); done || err != nil {
+			return err
+		}
+		if err := Sleep(ctx, every); err != nil {
+			return err
+		}
+	}
+}
+
 // rateLimited is gophercloud's hook for 429: wait as Retry-After says (or
 // back off), then retry.
 func rateLimited(ctx context.Context, e *gophercloud.ErrUnexpectedResponseCode, err error, n uint) error {

@@ -62,20 +62,18 @@ var (
 			if err := snapshots.Delete(ctx, bs, id).ExtractErr(); err != nil {
 				return err
 			}
-			for {
+			return poll(ctx, a.LBWait, func() (bool, error) {
 				sn, err := snapshots.Get(ctx, bs, id).Extract()
 				switch {
 				case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
-					return nil
+					return true, nil
 				case err != nil:
-					return err
+					return false, err
 				case sn.Status == "error_deleting":
-					return fmt.Errorf("snapshot %s: status %s: Cinder could not delete it", id, sn.Status)
+					return false, fmt.Errorf("snapshot %s: status %s: Cinder could not delete it", id, sn.Status)
 				}
-				if err := Sleep(ctx, a.LBWait); err != nil {
-					return err
-				}
-			}
+				return false, nil
+			})
 		},
 	}
 )
@@ -101,27 +99,20 @@ func detached(v *volumes.Volume) (bool, error) {
 
 // waitVolume waits until the volume is as ok wants it (nil: gone).
 func (a *Applier) waitVolume(ctx context.Context, bs *gophercloud.ServiceClient, id string, ok func(*volumes.Volume) (bool, error)) error {
-	for {
+	return poll(ctx, a.LBWait, func() (bool, error) {
 		v, err := volumes.Get(ctx, bs, id).Extract()
 		switch {
-		case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
-			if ok == nil {
-				return nil
-			}
-			return err // gone before its deletion: Delete takes it as done
+		case gophercloud.ResponseCodeIs(err, http.StatusNotFound) && ok == nil:
+			return true, nil
 		case err != nil:
-			return err
+			return false, err // a 404 before the deletion: Delete takes it as done
 		case ok == nil && v.Status == "error_deleting":
-			return fmt.Errorf("volume %s: status %s: Cinder could not delete it", id, v.Status)
-		case ok != nil:
-			if done, err := ok(v); done || err != nil {
-				return err
-			}
+			return false, fmt.Errorf("volume %s: status %s: Cinder could not delete it", id, v.Status)
+		case ok == nil:
+			return false, nil
 		}
-		if err := Sleep(ctx, a.LBWait); err != nil {
-			return err
-		}
-	}
+		return ok(v)
+	})
 }
 
 // ClusterVolumes lists what the cluster's Cinder CSI driver made: the
