@@ -251,26 +251,29 @@ func (ca *clusterApply) infra() (func(context.Context, diff.Change) error, error
 		return nil, err
 	}
 	ledger := ca.ledger
-	if slices.ContainsFunc(slices.Concat(ca.plan.Changes, ca.plan.Drift), func(c diff.Change) bool {
-		return c.Action == diff.ActionDelete && strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
-	}) {
-		// The plan deletes what the cluster's cloud controller manager
-		// made (with the cluster): their ids.
-		services, err := cloud.ServiceLoadBalancers(ca.stepCtx, ca.clients, name, found)
-		if err != nil {
-			return nil, err
+	// The plan deletes what the cluster made itself (with the cluster):
+	// its cloud controller manager's load balancers, its CSI driver's
+	// volumes. Their ids, from the listings the plan made.
+	var services, volumes bool
+	for _, c := range slices.Concat(ca.plan.Changes, ca.plan.Drift) {
+		if c.Action == diff.ActionDelete {
+			services = services || strings.HasPrefix(c.Address.Name, cloud.ServicePrefix(name))
+			volumes = volumes || c.Address.Kind == diff.KindVolume || c.Address.Kind == diff.KindSnapshot
 		}
-		found = slices.Concat(found, services)
 	}
-	if slices.ContainsFunc(slices.Concat(ca.plan.Changes, ca.plan.Drift), func(c diff.Change) bool {
-		return c.Action == diff.ActionDelete && (c.Address.Kind == diff.KindVolume || c.Address.Kind == diff.KindSnapshot)
-	}) {
-		// And what its Cinder CSI driver made: their ids.
-		volumes, err := cloud.ClusterVolumes(ca.stepCtx, ca.clients, name)
+	if services {
+		made, err := cloud.ServiceLoadBalancers(ca.stepCtx, ca.clients, name, found)
 		if err != nil {
 			return nil, err
 		}
-		found = slices.Concat(found, volumes)
+		found = slices.Concat(found, made)
+	}
+	if volumes {
+		made, err := cloud.ClusterVolumes(ca.stepCtx, ca.clients, name)
+		if err != nil {
+			return nil, err
+		}
+		found = slices.Concat(found, made)
 	}
 	// What the ledger knows comes first: a resource the cloud does not
 	// list by tags (a server group before its servers) made by a step
