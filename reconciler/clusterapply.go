@@ -253,7 +253,7 @@ func (ca *clusterApply) infra() (func(context.Context, diff.Change) error, error
 	ledger := ca.ledger
 	// The plan deletes what the cluster made itself (with the cluster):
 	// its cloud controller manager's load balancers, its CSI driver's
-	// volumes. Their ids, from the listings the plan made.
+	// volumes: listed again here for their ids.
 	var services, volumes bool
 	for _, c := range slices.Concat(ca.plan.Changes, ca.plan.Drift) {
 		if c.Action == diff.ActionDelete {
