@@ -32,7 +32,7 @@ CHAOS    ?= full
 WORLD    ?= all
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance realhosts e2e world run sim-cli lint fuzz bench microbench chaos verify vulncheck help
+.PHONY: build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -75,6 +75,10 @@ E2E = TestClusterComesUp|TestControlPlaneOfThree|TestClusterFromGit
 e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 75m -run '$(E2E)' -v ./reconciler/
+
+## clean-hosts: remove what killed real-host runs left (machines, their network namespaces, mounts, loop devices and test folders; root; nothing of the kind may be running)
+clean-hosts:
+	bash test/realhosts/clean.sh
 
 ## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e|peer
 world:
