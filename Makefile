@@ -76,9 +76,14 @@ e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 75m -run '$(E2E)' -v ./reconciler/
 
-## clean-hosts: remove what killed real-host runs left (machines, their network namespaces, mounts, loop devices and test folders; root; nothing of the kind may be running)
-clean-hosts:
-	bash test/realhosts/clean.sh
+## clean-hosts: remove what killed real-host runs left: their machines (with their folders and disks), mounts and network namespaces (opke sim --clean-hosts; root; no real-host simulator may be running)
+clean-hosts: build
+	./$(BIN) sim --clean-hosts
+	@# The folders of Go tests killed with their machines (a machine not yet
+	@# started there is not runc's to list): each holds a simulator's hosts.
+	@for d in $${TMPDIR:-/tmp}/Test*; do \
+	  if [ -d "$$d" ] && find "$$d" -maxdepth 3 -type d -name hosts -print -quit | grep -q .; then echo "rm -rf $$d"; rm -rf "$$d"; fi; \
+	done
 
 ## world: the test world's Kubernetes built from upstream source through the Go module proxy (components, etcd, pause, containerd, runc, the registry) with their images, cached by version outside the repository (OPKE_CACHE); WORLD=all|e2e|peer
 world:

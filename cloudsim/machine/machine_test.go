@@ -338,3 +338,88 @@ func cgroupMounts() []string {
 	out, _ := exec.Command("findmnt", "-rn", "-t", "cgroup,cgroup2", "-o", "TARGET").Output()
 	return strings.Fields(string(out))
 }
+
+// TestSweep: what a killed simulator leaves (a machine running, its root
+// and disk mounted, a volume's loop device, a namespace with a process in
+// it) is gone after Sweep, which counts it.
+func TestSweep(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("real machines need root (runc, mounts, network namespaces)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	img, err := machine.EnsureImage(ctx, machine.DefaultCacheDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	ns := "opke-sweep-" + hex.EncodeToString(rb[:])
+	nsPath, err := machine.AddNetNS(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = machine.DeleteNetNS(context.Background(), ns) })
+	sleeper := exec.Command("ip", "netns", "exec", ns, "sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- sleeper.Wait() }()
+	dir := filepath.Join(t.TempDir(), "m")
+	id := "opke-test-" + hex.EncodeToString(rb[:])
+	m, err := machine.Boot(ctx, machine.Config{ID: id, Hostname: "demo-default-0", Dir: dir, Image: img,
+		UserData: ignition(t, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x"), NetNS: nsPath, MemoryBytes: 1 << 30, CPUs: 1, DiskBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Destroy(context.Background()) })
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mounts), dir) {
+		t.Fatalf("the machine's disk is not mounted under %s", dir)
+	}
+
+	// A volume attached when the simulator died: its loop device.
+	volume := filepath.Join(t.TempDir(), "hosts", "volumes", "v.img")
+	if err := os.MkdirAll(filepath.Dir(volume), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(volume, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := machine.LoopDevice(ctx, volume); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = machine.ReleaseLoop(context.Background(), volume) })
+
+	swept, err := machine.Sweep(ctx, "opke-sweep-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if swept.Machines < 1 || swept.Namespaces < 1 || swept.Loops < 1 {
+		t.Errorf("swept %+v, want the machine, the namespace and the volume's loop at least", swept)
+	}
+	if out, _ := exec.Command("losetup", "-j", volume).Output(); len(out) > 0 {
+		t.Errorf("the volume's loop device is left: %s", out)
+	}
+	if out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output(); strings.Contains(string(out), id) {
+		t.Errorf("the container is left: %s", out)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), dir) || strings.Contains(string(mounts), filepath.Join(machine.RootsDir, id)) {
+		t.Errorf("a mount of the machine is left")
+	}
+	if out, _ := exec.Command("losetup", "-a").Output(); strings.Contains(string(out), dir) {
+		t.Errorf("a loop device is left on the machine's disk: %s", out)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the machine's folder is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(machine.NetNSDir, ns)); !os.IsNotExist(err) {
+		t.Errorf("the namespace is left: %v", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the process in the namespace still runs")
+		_ = sleeper.Process.Kill()
+	}
+}

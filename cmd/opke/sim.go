@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/cloudsim/machine"
 	"opke.dev/opke/schemas"
 	worldbuild "opke.dev/opke/world"
 )
@@ -20,7 +21,7 @@ import (
 func (a *app) simCommand() *cobra.Command {
 	opts := cloudsim.Options{}
 	var state string
-	var mirror bool
+	var mirror, clean bool
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the OpenStack simulator",
@@ -43,7 +44,12 @@ removes every namespace.
 With --mirror (real hosts only) a registry on the public network serves the images
 of make world's e2e set (taken from its cache, or built: half an hour the first
 time), as an air-gapped cloud's mirror: STATE/mirror.yaml holds the
-registryMirror a spec names to pull from it (its CA kept across restarts).`,
+registryMirror a spec names to pull from it (its CA kept across restarts).
+
+With --clean-hosts (root) it starts nothing: it removes what real-host
+simulators killed instead of stopped left on this machine (their machines,
+mounts and network namespaces) and exits. Run it only when no simulator
+with real hosts runs here: theirs would go too.`,
 		Example: `  opke sim --listen 127.0.0.1:5050 --state .opke/sim
   OS_CLIENT_CONFIG_FILE=.opke/sim/clouds.yaml OS_CLOUD=sim openstack server list
 
@@ -51,9 +57,17 @@ registryMirror a spec names to pull from it (its CA kept across restarts).`,
   ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:5052 %h %p' core@FLOATING_IP
 
   sudo opke sim --hosts real --mirror --state .opke/sim
-  cat .opke/sim/mirror.yaml   # the registryMirror for a spec`,
+  cat .opke/sim/mirror.yaml   # the registryMirror for a spec
+
+  sudo opke sim --clean-hosts   # after a simulator or make e2e was killed`,
 		Args: argsAtMost(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if clean {
+				swept, err := machine.Sweep(cmd.Context(), "opke-")
+				fmt.Fprintf(a.stdout, "Removed %d machines, %d mounts, %d volumes' loop devices and %d network namespaces left by real-host simulators\n",
+					swept.Machines, swept.Mounts, swept.Loops, swept.Namespaces)
+				return err
+			}
 			if mirror && opts.Hosts != cloudsim.HostsReal {
 				return usagef("--mirror: only with --hosts real (the mirror serves real machines)")
 			}
@@ -91,6 +105,7 @@ registryMirror a spec names to pull from it (its CA kept across restarts).`,
 	f.IntVar(&opts.Hypervisors, "hypervisors", 8, "compute hosts that anti-affinity groups spread over")
 	f.StringVar(&opts.Hosts, "hosts", cloudsim.HostsInProcess, "what a server is: in-process (a simulated host) or real (a machine: root, runc, nftables)")
 	f.StringVar(&opts.ImageCache, "image-cache", "", "where the real hosts' image is cached (default $OPKE_CACHE/images or ~/.cache/opke/images)")
+	f.BoolVar(&clean, "clean-hosts", false, "remove what killed real-host simulators left on this machine (root), then exit")
 	f.BoolVar(&mirror, "mirror", false, "with --hosts real: serve make world's e2e set from a registry on the public network (STATE/mirror.yaml names it for a spec)")
 	return cmd
 }
