@@ -47,15 +47,16 @@ type Applier struct {
 	external map[string]string
 	images   map[string]string
 	flavors  map[string]string
-	// LBWait is how often a pending load balancer is polled.
-	LBWait time.Duration
+	// PollEvery is how often a wait polls what it waits for: a load
+	// balancer to be ACTIVE, a server, a volume or a snapshot to be gone.
+	PollEvery time.Duration
 }
 
 // NewApplier returns the applier of cluster, knowing the ids of the
 // resources observed.
 func NewApplier(c *Clients, owner, cluster string, observed []diff.Resource) *Applier {
 	a := &Applier{c: c, owner: owner, cluster: cluster, tags: []string{Tag(schemas.TagCluster, cluster), Tag(schemas.TagOwner, owner)},
-		ids: map[diff.Address]string{}, LBWait: 100 * time.Millisecond}
+		ids: map[diff.Address]string{}, PollEvery: 100 * time.Millisecond}
 	for _, r := range observed {
 		a.ids[r.Address()] = r.ID
 	}

@@ -208,7 +208,7 @@ func (a *Applier) pending(ctx context.Context, lbID string, fn func() error) err
 
 // waitLB waits until a load balancer is ACTIVE (or gone).
 func (a *Applier) waitLB(ctx context.Context, id string) error {
-	return poll(ctx, a.LBWait, func() (bool, error) {
+	return poll(ctx, a.PollEvery, func() (bool, error) {
 		lb, err := loadbalancers.Get(ctx, a.c.LoadBalancer, id).Extract()
 		switch {
 		case gophercloud.ResponseCodeIs(err, http.StatusNotFound):

@@ -98,7 +98,7 @@ func (o keyPairOpts) ToServerCreateMap() (map[string]any, error) {
 // waitServerGone waits until a deleted server is gone, so its port and
 // name are free for a replacement.
 func (a *Applier) waitServerGone(ctx context.Context, id string) error {
-	return poll(ctx, a.LBWait, func() (bool, error) {
+	return poll(ctx, a.PollEvery, func() (bool, error) {
 		s, err := servers.Get(ctx, a.c.Compute, id).Extract()
 		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) || (err == nil && s.Status == "DELETED") {
 			return true, nil

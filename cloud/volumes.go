@@ -62,7 +62,7 @@ var (
 			if err := snapshots.Delete(ctx, bs, id).ExtractErr(); err != nil {
 				return err
 			}
-			return poll(ctx, a.LBWait, func() (bool, error) {
+			return poll(ctx, a.PollEvery, func() (bool, error) {
 				sn, err := snapshots.Get(ctx, bs, id).Extract()
 				switch {
 				case gophercloud.ResponseCodeIs(err, http.StatusNotFound):
@@ -99,7 +99,7 @@ func detached(v *volumes.Volume) (bool, error) {
 
 // waitVolume waits until the volume is as ok wants it (nil: gone).
 func (a *Applier) waitVolume(ctx context.Context, bs *gophercloud.ServiceClient, id string, ok func(*volumes.Volume) (bool, error)) error {
-	return poll(ctx, a.LBWait, func() (bool, error) {
+	return poll(ctx, a.PollEvery, func() (bool, error) {
 		v, err := volumes.Get(ctx, bs, id).Extract()
 		switch {
 		case gophercloud.ResponseCodeIs(err, http.StatusNotFound) && ok == nil:
