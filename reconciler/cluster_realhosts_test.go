@@ -21,8 +21,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/snapshots"
 	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/volumes"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
@@ -74,7 +76,7 @@ func TestClusterComesUp(t *testing.T) {
 	get := getter(api, base)
 	check := upCheck(t, api, base, "v1.35.1", []string{"demo-controller-0", "demo-default-0"},
 		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "kube-router-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1,
-			"csi-cinder-controllerplugin-": 1, "csi-cinder-nodeplugin-": 2})
+			"csi-cinder-controllerplugin-": 1, "csi-cinder-nodeplugin-": 2, "snapshot-controller-": 2})
 	waitFor(t, e2eWait(), check)
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
@@ -660,12 +662,81 @@ exit 1`)
 		t.Fatalf("persistent volumes: %+v %v", pvs, err)
 	}
 	volumeID := pvs.Items[0].Spec.CSI.VolumeHandle
-	del("/api/v1/namespaces/default/pods/e2e-reader")
-	del("/api/v1/namespaces/default/persistentvolumeclaims/e2e-data")
 	cinder, err := openstack.NewBlockStorageV3(r.clients.Provider, gophercloud.EndpointOpts{Region: r.clients.Region, Availability: gophercloud.AvailabilityInternal})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("a claim's Cinder volume written on demo-default-0, read on demo-default-1, in %s", time.Since(step).Round(time.Second))
+
+	// Snapshots (the addon's snapshot controller and the controller
+	// plugin's csi-snapshotter): a VolumeSnapshot of the claim, of the
+	// default class (none named), is a Cinder snapshot of its volume
+	// (the reader's pod, done, is not deleted yet); a claim restored from
+	// it is a new Cinder volume made from that snapshot,
+	// holding what the first pod wrote, which a pod on demo-default-0
+	// reads; deleting the VolumeSnapshot deletes Cinder's.
+	step = time.Now()
+	post("/apis/snapshot.storage.k8s.io/v1/namespaces/default/volumesnapshots", `{"apiVersion":"snapshot.storage.k8s.io/v1",
+		"kind":"VolumeSnapshot","metadata":{"name":"e2e-snap"},"spec":{"source":{"persistentVolumeClaimName":"e2e-data"}}}`)
+	var vs snapshotv1.VolumeSnapshot
+	waitFor(t, 3*time.Minute, func() string {
+		if err := get("/apis/snapshot.storage.k8s.io/v1/namespaces/default/volumesnapshots/e2e-snap", &vs); err != nil {
+			return err.Error()
+		}
+		if st := vs.Status; st == nil || st.ReadyToUse == nil || !*st.ReadyToUse || st.BoundVolumeSnapshotContentName == nil {
+			b, _ := json.Marshal(vs.Status)
+			return "the VolumeSnapshot e2e-snap is not ready to use: " + string(b)
+		}
+		return ""
+	})
+	if c := vs.Spec.VolumeSnapshotClassName; c == nil || *c != "csi-cinder-snapclass" {
+		t.Errorf("the VolumeSnapshot's class is %v, want the default csi-cinder-snapclass", c)
+	}
+	var content snapshotv1.VolumeSnapshotContent
+	if err := get("/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents/"+*vs.Status.BoundVolumeSnapshotContentName, &content); err != nil ||
+		content.Status == nil || content.Status.SnapshotHandle == nil {
+		t.Fatalf("the VolumeSnapshotContent of e2e-snap: %+v %v", content.Status, err)
+	}
+	snapID := *content.Status.SnapshotHandle
+	if sn, err := snapshots.Get(t.Context(), cinder, snapID).Extract(); err != nil || sn.VolumeID != volumeID || sn.Status != "available" {
+		t.Fatalf("Cinder's snapshot %s: %+v %v, want an available snapshot of the claim's volume %s", snapID, sn, err, volumeID)
+	}
+	post("/api/v1/namespaces/default/persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim",
+		"metadata":{"name":"e2e-restored"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}},
+		"dataSource":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnapshot","name":"e2e-snap"}}}`)
+	if got := volumePod("e2e-restored-reader", "demo-default-0", "cat /data/f", "e2e-restored"); got != "written-on-demo-default-0\n" {
+		t.Errorf("the claim restored from the snapshot holds %q, want what the pod on demo-default-0 wrote", got)
+	}
+	var restored struct {
+		Spec struct{ VolumeName string }
+	}
+	var restoredPV struct {
+		Spec struct {
+			CSI struct{ VolumeHandle string }
+		}
+	}
+	if err := get("/api/v1/namespaces/default/persistentvolumeclaims/e2e-restored", &restored); err != nil ||
+		get("/api/v1/persistentvolumes/"+restored.Spec.VolumeName, &restoredPV) != nil {
+		t.Fatalf("the restored claim's volume: %+v %v", restored, err)
+	}
+	if v, err := volumes.Get(t.Context(), cinder, restoredPV.Spec.CSI.VolumeHandle).Extract(); err != nil || v.SnapshotID != snapID {
+		t.Errorf("the restored claim's Cinder volume: %+v %v, want one made from the snapshot %s", v, err, snapID)
+	}
+	del("/api/v1/namespaces/default/pods/e2e-restored-reader")
+	del("/api/v1/namespaces/default/persistentvolumeclaims/e2e-restored")
+	del("/apis/snapshot.storage.k8s.io/v1/namespaces/default/volumesnapshots/e2e-snap")
+	waitFor(t, 3*time.Minute, func() string {
+		if _, err := snapshots.Get(t.Context(), cinder, snapID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return fmt.Sprintf("Cinder's snapshot %s is still there (%v)", snapID, err)
+		}
+		return ""
+	})
+	t.Logf("a VolumeSnapshot of the claim is a Cinder snapshot, a claim restored from it read on demo-default-0, the snapshot deleted with the VolumeSnapshot, in %s",
+		time.Since(step).Round(time.Second))
+
+	step = time.Now()
+	del("/api/v1/namespaces/default/pods/e2e-reader")
+	del("/api/v1/namespaces/default/persistentvolumeclaims/e2e-data")
 	waitFor(t, 3*time.Minute, func() string {
 		pages, err := volumes.List(cinder, nil).AllPages(t.Context())
 		if err != nil {
@@ -676,7 +747,7 @@ exit 1`)
 		}
 		return ""
 	})
-	t.Logf("a claim's Cinder volume written on demo-default-0, read on demo-default-1, deleted with the claim, in %s", time.Since(step).Round(time.Second))
+	t.Logf("the claims' Cinder volumes deleted with the claims in %s", time.Since(step).Round(time.Second))
 	// Another claim, written and left bound: its volume goes with the
 	// cluster (step 5).
 	post("/api/v1/namespaces/default/persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim",

@@ -251,6 +251,7 @@ func Targets(set Set) ([]Artifact, error) {
 		for _, c := range csiSidecars {
 			add(c.Artifact())
 		}
+		add(ExternalSnapshotter())
 	}
 	reg, err := Registrar()
 	if err != nil {
@@ -832,6 +833,31 @@ func (c CSISidecar) Artifact() Artifact {
 		Stamp:    map[string]string{"main.version": v},
 		Images:   []ImageSpec{{Ref: c.Ref, Files: []ImageFile{{Binary: name, Path: "/" + name}}, Entrypoint: []string{"/" + name}}},
 	}
+}
+
+// ExternalSnapshotter is kubernetes-csi's external-snapshotter at
+// assets.ExternalSnapshotterVersion: the csi-snapshotter sidecar the
+// rendered Cinder CSI controller runs and the snapshot controller beside
+// it, each at /<name> in its image as upstream's, stamped as its
+// release-tools build stamps it (main.version). Its go.mod replaces its
+// client module with its own ./client, which the module's zip leaves
+// out: the build requires the client module at the same release instead.
+func ExternalSnapshotter() Artifact {
+	const m = "github.com/kubernetes-csi/external-snapshotter/v8"
+	v := assets.ExternalSnapshotterVersion
+	a := Artifact{
+		Key: "external-snapshotter-" + v, Module: m, Version: v, Lang: Go,
+		Also:  map[string]string{"github.com/kubernetes-csi/external-snapshotter/client/v8": v},
+		Stamp: map[string]string{"main.version": v},
+	}
+	for _, im := range []struct{ name, ref string }{
+		{"csi-snapshotter", assets.CSI().Snapshotter},
+		{"snapshot-controller", assets.CSI().SnapshotController},
+	} {
+		a.Binaries = append(a.Binaries, Binary{Name: im.name, Package: m + "/cmd/" + im.name})
+		a.Images = append(a.Images, ImageSpec{Ref: im.ref, Files: []ImageFile{{Binary: im.name, Path: "/" + im.name}}, Entrypoint: []string{"/" + im.name}})
+	}
+	return a
 }
 
 // notBuilt are the images a rendered cluster may name that make world

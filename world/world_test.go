@@ -32,12 +32,12 @@ func TestTargets(t *testing.T) {
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
 			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "openstack-cloud-controller-manager-v1.35.0",
-			"cinder-csi-plugin-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
+			"cinder-csi-plugin-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6", reg.Key}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
-			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0",
+			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6", reg.Key}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
 	} {
@@ -103,6 +103,8 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
 		"registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
 		"registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
+		"registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0",
+		"registry.k8s.io/sig-storage/snapshot-controller:v8.4.0",
 	}
 	if d := cmp.Diff(want, imageRefs(arts)); d != "" {
 		t.Errorf("images (-want +got):\n%s", d)

@@ -169,8 +169,16 @@ var monitoring = MonitoringImages{
 	NodeExporter:   "quay.io/prometheus/node-exporter:v1.12.1",
 }
 
-// CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs.
-type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar string }
+// CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs,
+// and the snapshot controller its volume snapshots need.
+type CSIImages struct {
+	Attacher, Provisioner, Resizer, NodeDriverRegistrar string
+	// Snapshotter is the controller plugin's csi-snapshotter sidecar and
+	// SnapshotController the cluster's snapshot controller, both of
+	// external-snapshotter, whose release also gives the VolumeSnapshot
+	// definitions (manifests/crds/cinder-csi.yaml).
+	Snapshotter, SnapshotController string
+}
 
 // csi are the Cinder CSI plugin's sidecars, the same for every minor of
 // the matrix. The attacher and the resizer are the releases nearest to
@@ -179,13 +187,26 @@ type CSIImages struct{ Attacher, Provisioner, Resizer, NodeDriverRegistrar strin
 // as Gardener's OpenStack extension moved them for the same Kubernetes).
 // The node driver registrar is OPKE's own (cmd/opke-csi-registrar, its
 // flags upstream's): the proxy serves no version of upstream's, whose v2
-// releases have no /v2 module path.
+// releases have no /v2 module path. The snapshotter and the snapshot
+// controller are external-snapshotter v8.4.0, the release
+// cloud-provider-openstack v1.35 names (ExternalSnapshotterVersion).
 var csi = CSIImages{
 	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
 	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
 	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 	NodeDriverRegistrar: "ghcr.io/opke-dev/csi-node-driver-registrar:v0.1.0",
+	Snapshotter:         "registry.k8s.io/sig-storage/csi-snapshotter:" + ExternalSnapshotterVersion,
+	SnapshotController:  "registry.k8s.io/sig-storage/snapshot-controller:" + ExternalSnapshotterVersion,
 }
+
+// ExternalSnapshotterVersion is the release of kubernetes-csi's
+// external-snapshotter the cinder-csi addon runs: its csi-snapshotter
+// sidecar, its snapshot controller, and the VolumeSnapshot,
+// VolumeSnapshotContent and VolumeSnapshotClass definitions of its client
+// module (manifests/crds/cinder-csi.yaml, copied from
+// github.com/kubernetes-csi/external-snapshotter/client/v8@v8.4.0's
+// config/crd; make world's build checks them against that module).
+const ExternalSnapshotterVersion = "v8.4.0"
 
 // CSI returns a copy of csi: no caller can rewrite the package's own.
 func CSI() CSIImages {
