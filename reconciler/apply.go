@@ -518,7 +518,7 @@ func (a *Applier) pollUntil(ctx context.Context, what string, check func() (pend
 			return waitedOut{fmt.Errorf("%s: not within %s: %w", what, timeout, pending)}
 		}
 		waiting(ctx, fmt.Errorf("%s: %w", what, pending))
-		if err := sleepCtx(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+		if err := cloud.Sleep(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
 			return errors.Join(err, pending)
 		}
 	}

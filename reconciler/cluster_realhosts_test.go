@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/snapshots"
@@ -30,6 +29,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -651,17 +651,22 @@ exit 1`)
 	if got := volumePod("e2e-reader", "demo-default-1", "cat /data/f"); got != "written-on-demo-default-0\n" {
 		t.Errorf("the claim's volume on demo-default-1 holds %q, want what the pod on demo-default-0 wrote", got)
 	}
-	var pvs struct {
-		Items []struct {
-			Spec struct {
-				CSI struct{ Driver, VolumeHandle string }
-			}
+	// The claim's volume (Prometheus has one of its own).
+	var dataClaim struct {
+		Spec struct{ VolumeName string }
+	}
+	var pv struct {
+		Spec struct {
+			CSI struct{ Driver, VolumeHandle string }
 		}
 	}
-	if err := get("/api/v1/persistentvolumes", &pvs); err != nil || len(pvs.Items) != 1 || pvs.Items[0].Spec.CSI.Driver != "cinder.csi.openstack.org" {
-		t.Fatalf("persistent volumes: %+v %v", pvs, err)
+	if err := get("/api/v1/namespaces/default/persistentvolumeclaims/e2e-data", &dataClaim); err != nil || dataClaim.Spec.VolumeName == "" {
+		t.Fatalf("the claim e2e-data: %+v %v", dataClaim, err)
 	}
-	volumeID := pvs.Items[0].Spec.CSI.VolumeHandle
+	if err := get("/api/v1/persistentvolumes/"+dataClaim.Spec.VolumeName, &pv); err != nil || pv.Spec.CSI.Driver != "cinder.csi.openstack.org" {
+		t.Fatalf("the persistent volume of e2e-data: %+v %v", pv, err)
+	}
+	volumeID := pv.Spec.CSI.VolumeHandle
 	cinder, err := openstack.NewBlockStorageV3(r.clients.Provider, gophercloud.EndpointOpts{Region: r.clients.Region, Availability: gophercloud.AvailabilityInternal})
 	if err != nil {
 		t.Fatal(err)
@@ -742,7 +747,9 @@ exit 1`)
 		if err != nil {
 			return err.Error()
 		}
-		if left, _ := volumes.ExtractVolumes(pages); len(left) > 0 {
+		all, _ := volumes.ExtractVolumes(pages)
+		// Prometheus' volume (namespace monitoring) stays.
+		if left := slices.DeleteFunc(all, func(v volumes.Volume) bool { return v.Metadata["csi.storage.k8s.io/pvc/namespace"] != "default" }); len(left) > 0 {
 			return fmt.Sprintf("Cinder volumes left: %+v (the claim's %s)", left, volumeID)
 		}
 		return ""
@@ -771,6 +778,30 @@ exit 1`)
 	// running on the workers before is left), rebooted (/run is new),
 	// gated healthy (the controller's etcd and API server back) and
 	// uncordoned before the next one's drain.
+	// Prometheus' data is on a Cinder volume (the monitoring addon with
+	// cinder-csi): what it holds before the reboots' drains move its pod
+	// is still there after (its head's oldest sample, replayed from the
+	// volume's WAL; on the pod's disk it would be lost).
+	promBefore, err := mon.prometheusPod()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if promBefore.claim == "" {
+		t.Fatalf("Prometheus keeps its data on no claim: %+v", promBefore)
+	}
+	var promClaim struct {
+		Spec   struct{ StorageClassName, VolumeName string }
+		Status struct{ Phase string }
+	}
+	if err := get("/api/v1/namespaces/monitoring/persistentvolumeclaims/"+promBefore.claim, &promClaim); err != nil ||
+		promClaim.Spec.StorageClassName != "csi-cinder" || promClaim.Status.Phase != "Bound" {
+		t.Fatalf("Prometheus' claim %s: %+v %v, want one bound, of csi-cinder", promBefore.claim, promClaim, err)
+	}
+	promOldest, err := mon.headMinTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	step = time.Now()
 	workers := []string{"demo-default-0", "demo-default-1"}
 	rebooted := slices.Concat([]string{"demo-controller-0"}, workers, []string{"demo-gateway-0"})
@@ -856,6 +887,25 @@ exit 1`)
 	}
 	r.planner.Hosts = nil
 	t.Logf("an OS update on every host: rebooted one at a time (controller, workers, gateway), nodes drained and uncordoned, in %s; Deployments' pods evicted from the workers: %v", time.Since(step).Round(time.Second), before)
+	waitFor(t, 5*time.Minute, func() string {
+		p, err := mon.prometheusPod()
+		if err != nil {
+			return err.Error()
+		}
+		if p.uid == promBefore.uid {
+			return "prometheus-k8s-0 was not made again: " + p.node
+		}
+		oldest, err := mon.headMinTime()
+		if err != nil {
+			return err.Error()
+		}
+		if oldest.After(promOldest) {
+			return fmt.Sprintf("Prometheus' oldest sample is of %s, after the one it had before the reboots (%s): its data was lost", oldest, promOldest)
+		}
+		return ""
+	})
+	t.Logf("Prometheus, moved by the drains (from %s), kept its data on its Cinder volume (claim %s): its oldest sample still of %s",
+		promBefore.node, promBefore.claim, promOldest.UTC().Format(time.TimeOnly))
 
 	// A node goes down: the worker that runs neither Prometheus nor
 	// Alertmanager is powered off through Nova, and OPKE's NodeDown alert
@@ -1238,10 +1288,11 @@ spec:
 	// its subnet.
 	step = time.Now()
 	plan, _ = r.apply(t)
-	// So does the Cinder volume its CSI driver made for the claim e2e-left
-	// (the PersistentVolume's name is the volume's).
+	// So do the Cinder volumes its CSI driver made for the claim e2e-left
+	// and for Prometheus, attached (the PersistentVolume's name is the
+	// volume's).
 	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_e2e-dns", "openstack/floating-ip/kube_service_demo_default_e2e-dns",
-		"openstack/volume/" + left.Spec.VolumeName} {
+		"openstack/volume/" + left.Spec.VolumeName, "openstack/volume/" + promClaim.Spec.VolumeName} {
 		if addresses(plan.Changes)[want] != diff.ActionDelete {
 			t.Errorf("the deletion's plan does not delete %s: %v", want, addresses(plan.Changes))
 		}
@@ -1822,6 +1873,55 @@ func (m monitoringAPI) alertmanager() ([]alert, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// promPod is Prometheus' pod as the checks of its data need it.
+type promPod struct{ uid, node, claim string }
+
+// prometheusPod is prometheus-k8s-0 once it runs: its uid, node and the
+// claim its data volume is.
+func (m monitoringAPI) prometheusPod() (promPod, error) {
+	var p struct {
+		Metadata struct{ UID string }
+		Spec     struct {
+			NodeName string
+			Volumes  []struct {
+				Name                  string
+				PersistentVolumeClaim *struct{ ClaimName string }
+			}
+		}
+		Status struct{ Phase string }
+	}
+	if err := m.get("/api/v1/namespaces/monitoring/pods/prometheus-k8s-0", &p); err != nil {
+		return promPod{}, err
+	}
+	if p.Status.Phase != "Running" {
+		return promPod{}, fmt.Errorf("prometheus-k8s-0 is %s on %q", p.Status.Phase, p.Spec.NodeName)
+	}
+	out := promPod{uid: p.Metadata.UID, node: p.Spec.NodeName}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			out.claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	return out, nil
+}
+
+// headMinTime is the time of the oldest sample in Prometheus' head block
+// (its TSDB status), which a restart replays from the WAL.
+func (m monitoringAPI) headMinTime() (time.Time, error) {
+	var r struct {
+		Data struct {
+			HeadStats struct{ MinTime int64 }
+		}
+	}
+	if err := m.get(prometheusProxy+"/api/v1/status/tsdb", &r); err != nil {
+		return time.Time{}, err
+	}
+	if r.Data.HeadStats.MinTime <= 0 {
+		return time.Time{}, fmt.Errorf("Prometheus' head has no sample (minTime %d)", r.Data.HeadStats.MinTime)
+	}
+	return time.UnixMilli(r.Data.HeadStats.MinTime), nil
 }
 
 // nodesOf are the nodes the monitoring namespace's named pods run on.

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
@@ -193,7 +194,7 @@ func (a *Applier) removeMember(ctx context.Context, cli etcdCluster, host string
 			return waitedOut{fmt.Errorf("remove %s from etcd: etcd still refuses after %s: %w", host, timeout, err)}
 		}
 		waiting(ctx, fmt.Errorf("etcd refuses the removal until its other members have been connected for a while: %w", err))
-		if err := sleepCtx(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+		if err := cloud.Sleep(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
 			return err
 		}
 	}
@@ -218,7 +219,7 @@ func (a *Applier) promote(ctx context.Context, cli etcdCluster, cluster, host st
 			return waitedOut{fmt.Errorf("promote %s: still not caught up with the leader after %s: %w", host, timeout, err)}
 		default:
 			waiting(ctx, fmt.Errorf("the learner has not caught up with the leader yet: %w", err))
-			if err := sleepCtx(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+			if err := cloud.Sleep(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
 				return err
 			}
 		}
@@ -231,15 +232,6 @@ func (a *Applier) promote(ctx context.Context, cli etcdCluster, cluster, host st
 // its own form of the server's errors).
 func etcdErrorIs(err, e error) bool {
 	return err != nil && rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(e)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }
 
 // peerURLsOf are the peer URLs of a cluster's controllers, by name.

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc"
 
+	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
@@ -385,7 +386,7 @@ func (c *apiAt) api(ctx context.Context, method, path, contentType string, body,
 		}
 		switch {
 		case lastCode != 0 && round < apiRounds:
-			if err := sleepCtx(ctx, time.Second); err != nil {
+			if err := cloud.Sleep(ctx, time.Second); err != nil {
 				return lastCode, lastBody, nil
 			}
 			continue

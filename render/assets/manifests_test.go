@@ -273,3 +273,61 @@ func TestWorkloadSelectorsAreStable(t *testing.T) {
 	slices.Sort(lines)
 	golden.File(t, filepath.Join("testdata", "selectors.txt"), []byte(strings.Join(lines, "\n")+"\n"))
 }
+
+// TestPrometheusStorage: with the cinder-csi addon, the monitoring addon's
+// Prometheus keeps its data on a Cinder volume of the default class,
+// which follows its pod; without it, on the pod's disk, with a smaller
+// retention size.
+func TestPrometheusStorage(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		addons        []string
+		class         string // "" for the pod's disk
+		size          string
+		retentionSize monitoringv1.ByteSize
+	}{
+		{"the pod's disk", []string{"monitoring"}, "", "", "4GB"},
+		{"a Cinder volume", []string{"cinder-csi", "monitoring"}, "csi-cinder", "10Gi", "8GB"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := loadSpec(t, "prod")
+			c.Spec.Addons = nil
+			for _, a := range tt.addons {
+				c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
+			}
+			out := renderCluster(t, statetest.Open(t), c, credential)
+			f, ok := out.Assets.Hosts[0].File(assets.PathAddons + "/10-monitoring.yaml")
+			if !ok {
+				t.Fatal("no 10-monitoring.yaml on the first controller")
+			}
+			var p *monitoringv1.Prometheus
+			for _, doc := range bytes.Split(f.Data, []byte("\n---\n")) {
+				var o monitoringv1.Prometheus
+				if err := yaml.Unmarshal(doc, &o); err != nil {
+					t.Fatal(err)
+				}
+				if o.Kind == "Prometheus" {
+					p = &o
+				}
+			}
+			if p == nil {
+				t.Fatal("no Prometheus in 10-monitoring.yaml")
+			}
+			if p.Spec.RetentionSize != tt.retentionSize {
+				t.Errorf("retention size %q, want %q", p.Spec.RetentionSize, tt.retentionSize)
+			}
+			class, size := "", ""
+			if s := p.Spec.Storage; s != nil {
+				vct := s.VolumeClaimTemplate.Spec
+				if vct.StorageClassName != nil {
+					class = *vct.StorageClassName
+				}
+				q := vct.Resources.Requests["storage"]
+				size = q.String()
+			}
+			if class != tt.class || size != tt.size {
+				t.Errorf("storage: class %q, size %q; want %q, %q", class, size, tt.class, tt.size)
+			}
+		})
+	}
+}

@@ -96,6 +96,7 @@ type tmplData struct {
 	APIVIP         string
 	ClusterDomain  string
 	CloudProvider  bool   // openstack-cloud-controller-manager selected
+	CinderCSI      bool   // cinder-csi selected: Cinder volumes for the addons' data
 	ControllerHost string // for static pods
 	Controllers    []string
 	ControllerIPs  []string // their addresses, in the same order
@@ -132,7 +133,7 @@ func newRenderer(in Input) (*renderer, error) {
 		Cluster: c.Metadata.Name, Version: v.String(), Images: images, CSI: csi, Registry: KubernetesRegistry,
 		PodCIDR: c.Spec.Network.PodCIDR, ServiceCIDR: c.Spec.Network.ServiceCIDR, DNSIP: dns.String(),
 		APIServer: "https://" + netip.AddrPortFrom(vip, 6443).String(), APIVIP: vip.String(),
-		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"],
+		ClusterDomain: pki.ClusterDomain, CloudProvider: r.addons["openstack-cloud-controller-manager"], CinderCSI: r.addons["cinder-csi"],
 	}
 	for i := range c.Spec.Controllers.Count {
 		r.data.Controllers = append(r.data.Controllers, schemas.ControllerName(c.Metadata.Name, i))
