@@ -2,12 +2,16 @@ package assets_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -329,5 +333,45 @@ func TestPrometheusStorage(t *testing.T) {
 				t.Errorf("storage: class %q, size %q; want %q, %q", class, size, tt.class, tt.size)
 			}
 		})
+	}
+}
+
+// TestSnapshotDefinitionsAreUpstreams: manifests/crds/cinder-csi.yaml is
+// external-snapshotter's three snapshot.storage.k8s.io definitions,
+// unchanged, of its client module at ExternalSnapshotterVersion: the one
+// go.mod requires (these tests decode with its types), so its files are
+// in the module cache.
+func TestSnapshotDefinitionsAreUpstreams(t *testing.T) {
+	out, err := exec.Command("go", "list", "-m", "-json", "github.com/kubernetes-csi/external-snapshotter/client/v8").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var m struct{ Version, Dir string }
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != assets.ExternalSnapshotterVersion || m.Dir == "" {
+		t.Fatalf("go.mod requires the client module at %s (in %q), want %s", m.Version, m.Dir, assets.ExternalSnapshotterVersion)
+	}
+	var docs []string
+	for _, kind := range []string{"volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots"} {
+		b, err := os.ReadFile(filepath.Join(m.Dir, "config", "crd", "snapshot.storage.k8s.io_"+kind+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, strings.TrimPrefix(string(b), "---\n"))
+	}
+	ours, err := os.ReadFile(filepath.Join("manifests", "crds", "cinder-csi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body strings.Builder
+	for line := range strings.Lines(string(ours)) {
+		if !strings.HasPrefix(line, "#") { // our header
+			body.WriteString(line)
+		}
+	}
+	if d := cmp.Diff(strings.Join(docs, "---\n"), body.String()); d != "" {
+		t.Errorf("manifests/crds/cinder-csi.yaml is not the client module's definitions (-upstream +ours):\n%s", d)
 	}
 }

@@ -205,7 +205,8 @@ var csi = CSIImages{
 // VolumeSnapshotContent and VolumeSnapshotClass definitions of its client
 // module (manifests/crds/cinder-csi.yaml, copied from
 // github.com/kubernetes-csi/external-snapshotter/client/v8@v8.4.0's
-// config/crd; make world's build checks them against that module).
+// config/crd; a test holds them to that module, which go.mod requires at
+// this version).
 const ExternalSnapshotterVersion = "v8.4.0"
 
 // CSI returns a copy of csi: no caller can rewrite the package's own.
