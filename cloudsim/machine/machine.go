@@ -488,15 +488,31 @@ func (m *Machine) WaitRunning(ctx context.Context) (string, error) {
 // copy of its console.
 func (m *Machine) kill(ctx context.Context) error {
 	_ = exec.CommandContext(ctx, "runc", "--root", RuncRoot, "kill", m.cfg.ID, "KILL").Run()
-	out, err := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "delete", "--force", m.cfg.ID).CombinedOutput()
+	err := deleteContainer(ctx, m.cfg.ID)
 	m.mu.Lock()
 	if m.run != nil {
 		close(m.run)
 		m.run = nil
 	}
 	m.mu.Unlock()
+	return err
+}
+
+// deleteContainer deletes a machine's container, killed first if it
+// runs; one already gone is no error.
+func deleteContainer(ctx context.Context, id string) error {
+	out, err := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "delete", "--force", id).CombinedOutput()
 	if err != nil && !bytes.Contains(out, []byte("does not exist")) {
-		return fmt.Errorf("machine %s: runc delete: %w: %s", m.cfg.ID, err, tail(out, 3))
+		return fmt.Errorf("machine %s: runc delete: %w: %s", id, err, tail(out, 3))
+	}
+	return nil
+}
+
+// detach unmounts path lazily (MNT_DETACH); one not mounted, or gone, is
+// no error.
+func detach(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return err
 	}
 	return nil
 }
@@ -507,7 +523,7 @@ func (m *Machine) unmount() error { return unmountAll(m.cfg.ID, m.cfg.Dir) }
 // unmountAll unmounts a machine's root, then its disk (every mount
 // stacked there; its loop device goes with the last), if mounted.
 func unmountAll(id, dir string) error {
-	if err := unix.Unmount(filepath.Join(RootsDir, id), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+	if err := detach(filepath.Join(RootsDir, id)); err != nil {
 		return fmt.Errorf("machine %s: unmount its root: %w", id, err)
 	}
 	for range 8 {

@@ -13,8 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // Swept counts what Sweep removed.
@@ -58,8 +56,8 @@ func Sweep(ctx context.Context, nsPrefix string) (Swept, error) {
 		}
 	}
 	for _, c := range containers {
-		if out, err := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "delete", "--force", c.ID).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("sweep: machine %s: runc delete: %w: %s", c.ID, err, tail(out, 2)))
+		if err := deleteContainer(ctx, c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("sweep: %w", err))
 			continue
 		}
 		// Its bundle is in its folder (Boot's layout).
@@ -77,7 +75,7 @@ func Sweep(ctx context.Context, nsPrefix string) (Swept, error) {
 	// Deepest first: a root is stacked on what its machine's folder holds.
 	slices.Sort(left)
 	for _, m := range slices.Backward(left) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		if err := detach(m); err != nil {
 			errs = append(errs, fmt.Errorf("sweep: unmount %s: %w", m, err))
 			continue
 		}
