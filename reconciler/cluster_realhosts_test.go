@@ -651,22 +651,28 @@ exit 1`)
 	if got := volumePod("e2e-reader", "demo-default-1", "cat /data/f"); got != "written-on-demo-default-0\n" {
 		t.Errorf("the claim's volume on demo-default-1 holds %q, want what the pod on demo-default-0 wrote", got)
 	}
-	// The claim's volume (Prometheus has one of its own).
-	var dataClaim struct {
-		Spec struct{ VolumeName string }
-	}
-	var pv struct {
-		Spec struct {
-			CSI struct{ Driver, VolumeHandle string }
+	// claimVolume is a bound claim's PersistentVolume, of the Cinder CSI
+	// driver, and its Cinder volume.
+	claimVolume := func(namespace, claim string) (pvName, volumeID string) {
+		t.Helper()
+		var c struct {
+			Spec struct{ VolumeName string }
 		}
+		var pv struct {
+			Spec struct {
+				CSI struct{ Driver, VolumeHandle string }
+			}
+		}
+		if err := get("/api/v1/namespaces/"+namespace+"/persistentvolumeclaims/"+claim, &c); err != nil || c.Spec.VolumeName == "" {
+			t.Fatalf("the claim %s/%s is not bound: %+v %v", namespace, claim, c, err)
+		}
+		if err := get("/api/v1/persistentvolumes/"+c.Spec.VolumeName, &pv); err != nil || pv.Spec.CSI.Driver != "cinder.csi.openstack.org" {
+			t.Fatalf("the persistent volume of %s/%s: %+v %v", namespace, claim, pv, err)
+		}
+		return c.Spec.VolumeName, pv.Spec.CSI.VolumeHandle
 	}
-	if err := get("/api/v1/namespaces/default/persistentvolumeclaims/e2e-data", &dataClaim); err != nil || dataClaim.Spec.VolumeName == "" {
-		t.Fatalf("the claim e2e-data: %+v %v", dataClaim, err)
-	}
-	if err := get("/api/v1/persistentvolumes/"+dataClaim.Spec.VolumeName, &pv); err != nil || pv.Spec.CSI.Driver != "cinder.csi.openstack.org" {
-		t.Fatalf("the persistent volume of e2e-data: %+v %v", pv, err)
-	}
-	volumeID := pv.Spec.CSI.VolumeHandle
+	// The claim's volume (Prometheus has one of its own).
+	_, volumeID := claimVolume("default", "e2e-data")
 	cinder, err := openstack.NewBlockStorageV3(r.clients.Provider, gophercloud.EndpointOpts{Region: r.clients.Region, Availability: gophercloud.AvailabilityInternal})
 	if err != nil {
 		t.Fatal(err)
@@ -712,19 +718,8 @@ exit 1`)
 	if got := volumePod("e2e-restored-reader", "demo-default-0", "cat /data/f", "e2e-restored"); got != "written-on-demo-default-0\n" {
 		t.Errorf("the claim restored from the snapshot holds %q, want what the pod on demo-default-0 wrote", got)
 	}
-	var restored struct {
-		Spec struct{ VolumeName string }
-	}
-	var restoredPV struct {
-		Spec struct {
-			CSI struct{ VolumeHandle string }
-		}
-	}
-	if err := get("/api/v1/namespaces/default/persistentvolumeclaims/e2e-restored", &restored); err != nil ||
-		get("/api/v1/persistentvolumes/"+restored.Spec.VolumeName, &restoredPV) != nil {
-		t.Fatalf("the restored claim's volume: %+v %v", restored, err)
-	}
-	if v, err := volumes.Get(t.Context(), cinder, restoredPV.Spec.CSI.VolumeHandle).Extract(); err != nil || v.SnapshotID != snapID {
+	_, restoredID := claimVolume("default", "e2e-restored")
+	if v, err := volumes.Get(t.Context(), cinder, restoredID).Extract(); err != nil || v.SnapshotID != snapID {
 		t.Errorf("the restored claim's Cinder volume: %+v %v, want one made from the snapshot %s", v, err, snapID)
 	}
 	del("/api/v1/namespaces/default/pods/e2e-restored-reader")
@@ -761,12 +756,7 @@ exit 1`)
 		"metadata":{"name":"e2e-left"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`)
 	volumePod("e2e-left-writer", "demo-default-0", "echo left > /data/f; sync", "e2e-left")
 	del("/api/v1/namespaces/default/pods/e2e-left-writer")
-	var left struct {
-		Spec struct{ VolumeName string }
-	}
-	if err := get("/api/v1/namespaces/default/persistentvolumeclaims/e2e-left", &left); err != nil || left.Spec.VolumeName == "" {
-		t.Fatalf("the claim e2e-left is not bound: %+v %v", left, err)
-	}
+	leftPV, _ := claimVolume("default", "e2e-left")
 
 	// OS updates: every host's staged update waits for a reboot
 	// (/run/reboot-required, as a Debian package's postinst writes it
@@ -790,13 +780,14 @@ exit 1`)
 		t.Fatalf("Prometheus keeps its data on no claim: %+v", promBefore)
 	}
 	var promClaim struct {
-		Spec   struct{ StorageClassName, VolumeName string }
+		Spec   struct{ StorageClassName string }
 		Status struct{ Phase string }
 	}
 	if err := get("/api/v1/namespaces/monitoring/persistentvolumeclaims/"+promBefore.claim, &promClaim); err != nil ||
 		promClaim.Spec.StorageClassName != "csi-cinder" || promClaim.Status.Phase != "Bound" {
 		t.Fatalf("Prometheus' claim %s: %+v %v, want one bound, of csi-cinder", promBefore.claim, promClaim, err)
 	}
+	promPV, _ := claimVolume("monitoring", promBefore.claim)
 	promOldest, err := mon.headMinTime()
 	if err != nil {
 		t.Fatal(err)
@@ -1292,7 +1283,7 @@ spec:
 	// and for Prometheus, attached (the PersistentVolume's name is the
 	// volume's).
 	for _, want := range []string{"openstack/load-balancer/kube_service_demo_default_e2e-dns", "openstack/floating-ip/kube_service_demo_default_e2e-dns",
-		"openstack/volume/" + left.Spec.VolumeName, "openstack/volume/" + promClaim.Spec.VolumeName} {
+		"openstack/volume/" + leftPV, "openstack/volume/" + promPV} {
 		if addresses(plan.Changes)[want] != diff.ActionDelete {
 			t.Errorf("the deletion's plan does not delete %s: %v", want, addresses(plan.Changes))
 		}
