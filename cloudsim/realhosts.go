@@ -112,11 +112,16 @@ type applied struct {
 	files map[string]int64
 }
 
+// NamespacePrefix begins the name of every network namespace a simulator
+// with real hosts makes (its fabric's, "opke-<hash>", and its routers',
+// "opke-<hash>-…"): what machine.Sweep removes after a killed one.
+const NamespacePrefix = "opke-"
+
 // fabricName names a simulator's fabric after its hosts folder, so a
 // restarted simulator finds (and removes) what a crashed one left.
 func fabricName(hostsDir string) string {
 	sum := sha256.Sum256([]byte(hostsDir))
-	return "opke-" + hex.EncodeToString(sum[:])[:8]
+	return NamespacePrefix + hex.EncodeToString(sum[:])[:8]
 }
 
 // startRealHosts builds or finds the host image, clears what a previous

@@ -63,7 +63,7 @@ with real hosts runs here: theirs would go too.`,
 		Args: argsAtMost(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clean {
-				swept, err := machine.Sweep(cmd.Context(), "opke-")
+				swept, err := machine.Sweep(cmd.Context(), cloudsim.NamespacePrefix)
 				fmt.Fprintf(a.stdout, "Removed %d machines, %d mounts, %d volumes' loop devices and %d network namespaces left by real-host simulators\n",
 					swept.Machines, swept.Mounts, swept.Loops, swept.Namespaces)
 				return err
