@@ -140,7 +140,8 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 		return nil
 	case diff.ActionCreate:
 		if own != nil {
-			return nil // added before a crash
+			// Added before a crash: the wait for it may not have ended.
+			return a.awaitApplied(ctx, cli, host, list)
 		}
 		if err := list.quorum(); err != nil {
 			return fmt.Errorf("add %s to etcd: %w", host, err)
@@ -165,7 +166,7 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 			return fmt.Errorf("add %s to etcd as a learner: %w", host, err)
 		}
 		a.log().Info("etcd member added as a learner", "cluster", cluster, "host", host, "id", fmt.Sprintf("%x", resp.Member.ID))
-		return nil
+		return a.awaitApplied(ctx, cli, host, list)
 	case diff.ActionUpdate:
 		if own == nil {
 			return fmt.Errorf("promote %s: not a member of etcd (removed since it was added?)", host)
@@ -173,6 +174,55 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 		return a.promote(ctx, cli, cluster, host, own.ID, own.IsLearner)
 	}
 	return fmt.Errorf("%w: %s of an etcd member", errors.ErrUnsupported, ch.action)
+}
+
+// awaitApplied waits until every member that answered has applied the
+// log the cluster committed so far, the learner's addition among it.
+// The learner's etcd reads the membership from the first of them that
+// answers and refuses to start when it is not the one its
+// initial-cluster names: a member a moment behind would have it exit
+// and wait for its kubelet's back-off. Tried every gate interval, up to
+// the gate timeout.
+func (a *Applier) awaitApplied(ctx context.Context, cli etcdCluster, host string, list *memberList) error {
+	var endpoints []string
+	for _, x := range list.members {
+		if list.answers[x.ID] && len(x.ClientURLs) > 0 {
+			endpoints = append(endpoints, x.ClientURLs[0])
+		}
+	}
+	status := func(ep string) (*clientv3.StatusResponse, error) {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return cli.Status(sctx, ep)
+	}
+	// The leader's committed index holds the addition: it answered the
+	// add once the change was committed.
+	var committed uint64
+	for _, ep := range endpoints {
+		if st, err := status(ep); err == nil {
+			committed = max(committed, st.RaftIndex)
+		}
+	}
+	deadline := time.Now().Add(cmp.Or(a.GateTimeout, DefaultGateTimeout))
+	for _, ep := range endpoints {
+		for {
+			st, err := status(ep)
+			if err == nil && st.RaftAppliedIndex >= committed {
+				break
+			}
+			if time.Now().After(deadline) {
+				applied := "no answer"
+				if err == nil {
+					applied = fmt.Sprintf("applied %d", st.RaftAppliedIndex)
+				}
+				return fmt.Errorf("add %s to etcd: the member at %s has not applied the addition (index %d; %s)", host, ep, committed, applied)
+			}
+			if err := cloud.Sleep(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // removeMember removes a member. etcd refuses ("unhealthy cluster")

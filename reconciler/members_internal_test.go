@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -216,5 +218,89 @@ func TestChangeMembership(t *testing.T) {
 	err = change(membershipChange{action: diff.ActionCreate, host: "m3", peerURL: freeURL(t), others: []string{ms[0].peer, ms[1].peer, rolled.peer}})
 	if !errors.Is(err, ErrQuorum) {
 		t.Fatalf("a join without quorum: %v, want ErrQuorum", err)
+	}
+}
+
+// laggingCluster is a three-member etcd whose members answer Status
+// with an applied index one more per call from where it starts, up to
+// the committed index; a stuck one stays where it starts.
+type laggingCluster struct {
+	clientv3.Cluster
+	members   []*etcdserverpb.Member
+	committed uint64
+	applied   map[string]uint64 // by endpoint; absent: no answer
+	stuck     map[string]bool
+	calls     map[string]int
+}
+
+func (c *laggingCluster) MemberList(context.Context, ...clientv3.OpOption) (*clientv3.MemberListResponse, error) {
+	return &clientv3.MemberListResponse{Members: c.members}, nil
+}
+
+func (c *laggingCluster) MemberAddAsLearner(_ context.Context, peerURLs []string) (*clientv3.MemberAddResponse, error) {
+	m := &etcdserverpb.Member{ID: uint64(len(c.members) + 1), PeerURLs: peerURLs, IsLearner: true}
+	c.members = append(c.members, m)
+	return &clientv3.MemberAddResponse{Member: m}, nil
+}
+
+func (c *laggingCluster) Status(_ context.Context, ep string) (*clientv3.StatusResponse, error) {
+	c.calls[ep]++
+	applied, ok := c.applied[ep]
+	if !ok {
+		return nil, errors.New("connection refused")
+	}
+	if !c.stuck[ep] {
+		applied = min(c.committed, applied+uint64(c.calls[ep]-1))
+	}
+	return &clientv3.StatusResponse{RaftIndex: c.committed, RaftAppliedIndex: applied}, nil
+}
+
+// TestAddAwaitsApplied: a learner's addition is done once every member
+// that answers has applied it, so that its etcd, which asks them the
+// membership, finds itself in it (one a moment behind made it exit: a
+// flake of TestChangeMembership, and a kubelet back-off on a host). One
+// that does not catch up in the gate timeout fails the step, to be
+// tried again; one that does not answer is not waited for.
+func TestAddAwaitsApplied(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		applied   map[string]uint64
+		stuck     map[string]bool
+		wantErr   string
+		wantCalls map[string]int
+	}{
+		// Each member is asked once to list, once for the committed
+		// index, then until it has applied it.
+		{"all applied", map[string]uint64{"c0": 10, "c1": 10, "c2": 10}, nil, "",
+			map[string]int{"c0": 3, "c1": 3, "c2": 3}},
+		{"one behind", map[string]uint64{"c0": 10, "c1": 6}, nil, "",
+			map[string]int{"c0": 3, "c1": 5, "c2": 1}},
+		{"one stuck", map[string]uint64{"c0": 10, "c1": 6}, map[string]bool{"c1": true},
+			"add learner to etcd: the member at c1 has not applied the addition (index 10; applied 6)", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli := &laggingCluster{committed: 10, applied: tc.applied, stuck: tc.stuck, calls: map[string]int{}}
+			var others []string
+			for i := range 3 {
+				peer := fmt.Sprintf("http://c%d:2380", i)
+				cli.members = append(cli.members, &etcdserverpb.Member{ID: uint64(i + 1), Name: fmt.Sprintf("c%d", i),
+					PeerURLs: []string{peer}, ClientURLs: []string{fmt.Sprintf("c%d", i)}})
+				others = append(others, peer)
+			}
+			a := &Applier{GateTimeout: 100 * time.Millisecond, GateInterval: time.Millisecond}
+			err := a.changeMembership(t.Context(), cli, "test", membershipChange{action: diff.ActionCreate, host: "learner", peerURL: "http://learner:2380", others: others})
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.wantCalls, cli.calls); diff != "" {
+				t.Errorf("Status calls by endpoint (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
