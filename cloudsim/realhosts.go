@@ -346,6 +346,14 @@ func (r *realHosts) close() error {
 	for id, rm := range r.machines {
 		errs = append(errs, r.stopMachine(ctx, id, rm, r.keep))
 	}
+	if !r.keep {
+		// The volumes' files go with the temporary folder: their loop
+		// devices would be left over deleted files. Kept ones are the
+		// next simulator's (one device per file).
+		for id := range r.applied.loops {
+			errs = append(errs, machine.ReleaseLoop(ctx, r.volumeFile(id)))
+		}
+	}
 	errs = append(errs, r.fab.Close(ctx), removeNamespaces(ctx, r.fab.Name()))
 	return errors.Join(errs...)
 }

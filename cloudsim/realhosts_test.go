@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,13 +67,43 @@ func startReal(t *testing.T, stateDir string) *env {
 	return startEnv(t, Options{Hosts: HostsReal, Now: time.Now, StateDir: stateDir, Logger: log})
 }
 
-func newRealWorld(t *testing.T) *realWorld {
+// startRealStateless starts a simulator with real hosts and no state
+// dir, as `opke sim --hosts real` without one: its machines and their
+// disks go with it.
+func startRealStateless(t *testing.T) *env {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := Start(context.Background(), Options{Hosts: HostsReal, Now: time.Now, Logger: log})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	e := &env{sim: s, clock: newClock(), dir: t.TempDir()} // clouds.yaml's, not the simulator's
+	if err := os.WriteFile(filepath.Join(e.dir, "clouds.yaml"), s.CloudsYAML(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.user = e.connect(t, "sim")
+	e.admin = e.connect(t, "sim-admin")
+	return e
+}
+
+// newRealWorld starts a simulator with real hosts (with a state dir, or
+// none) and a tenant network.
+func newRealWorld(t *testing.T, stateless bool) *realWorld {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("real hosts need root")
 	}
 	w := &realWorld{t: t, dir: t.TempDir(), servers: map[string]machineServer{}}
-	w.e = startReal(t, filepath.Join(w.dir, "state"))
+	if stateless {
+		w.e = startRealStateless(t)
+	} else {
+		w.e = startReal(t, filepath.Join(w.dir, "state"))
+	}
 	w.net = makeTenantNet(t, w.e.user, "rh", "10.20.0.0/24")
 	signer, raw := newRawKey(t)
 	w.signer = signer
@@ -259,7 +290,7 @@ func (w *realWorld) mustSSH(host, command string) string {
 // deleting a server cuts its sessions; deleting everything leaves no
 // container, namespace or mount behind.
 func TestRealHosts(t *testing.T) {
-	w := newRealWorld(t)
+	w := newRealWorld(t, false)
 	ctx := context.Background()
 	c := w.e.user // the first simulator's clients (until "restart")
 	sshGroup := w.group("ssh", 22)
@@ -793,11 +824,7 @@ func (w *realWorld) deleteNetworks() {
 
 // namespaces are the network namespaces of the test's simulator.
 func (w *realWorld) namespaces() []string {
-	name := fabricName(filepath.Join(w.e.dir, "hosts"))
-	abs, err := filepath.Abs(filepath.Join(w.e.dir, "hosts"))
-	if err == nil {
-		name = fabricName(abs)
-	}
+	name := fabricName(w.e.sim.hostsDir)
 	entries, _ := os.ReadDir(machine.NetNSDir)
 	var out []string
 	for _, e := range entries {
@@ -914,6 +941,55 @@ func loopsOver(dir string) int {
 		}
 	}
 	return n
+}
+
+// TestRealHostsStatelessClose: a simulator with no state dir takes its
+// machines with it when it stops, and the loop devices of the volumes
+// still attached to them, whose files go with its temporary folder (they
+// were left, one per volume, by every such run that ended with a volume
+// attached).
+func TestRealHostsStatelessClose(t *testing.T) {
+	w := newRealWorld(t, true)
+	ctx := context.Background()
+	w.server("a", "10.20.0.11", w.group("ssh", 22), true)
+	w.waitActive("a")
+	w.pin("a", w.servers["a"].fip)
+	w.writeConfig("a")
+	v, err := volumes.Create(ctx, w.e.user.volume, volumes.CreateOpts{Size: 1, Name: "data"}, nil).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.waitVolume(v.ID, "available")
+	w.attach("a", v.ID)
+	w.mustSSH("a", waitDisk(v.ID))
+	hosts := w.e.sim.hostsDir
+	if n := loopsOver(filepath.Join(hosts, "volumes")); n != 1 {
+		t.Fatalf("%d loop devices over the volumes' files with one attached, want 1", n)
+	}
+	id := w.servers["a"].id
+	ns := w.namespaces()
+	if len(ns) == 0 {
+		t.Fatal("no namespace of the simulator's while it runs")
+	}
+	if err := w.e.sim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := loopsOver(hosts); n != 0 {
+		t.Errorf("%d loop devices left over the files of a stopped simulator with no state dir", n)
+	}
+	if _, err := os.Stat(hosts); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its hosts folder %s: %v, want it removed", hosts, err)
+	}
+	out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output()
+	if slices.Contains(strings.Fields(string(out)), id) {
+		t.Errorf("a's container is left")
+	}
+	entries, _ := os.ReadDir(machine.NetNSDir)
+	for _, e := range entries {
+		if slices.Contains(ns, e.Name()) {
+			t.Errorf("namespace %s is left", e.Name())
+		}
+	}
 }
 
 // TestRealHostsContract holds real machines to the host contract
