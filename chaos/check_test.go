@@ -246,9 +246,34 @@ func (w *world) lostRecords() int {
 			lost++
 			w.t.Errorf("lost record: commit %.8s has no final report in the store (%v)", c, err)
 		}
+		if err == nil && n.Clusters[cluster] != nil {
+			lost += w.unrecordedSteps(c, n.Clusters[cluster])
+		}
 		if !waitFor(10*time.Second, func() bool { _, ok := gittest.Note(w.t, w.bare, c); return ok }) {
 			lost++
 			w.t.Errorf("lost record: commit %.8s has no note on the remote", c)
+		}
+	}
+	return lost
+}
+
+// unrecordedSteps counts the changes of an applied plan its note has no
+// done step of: the audit trail of an apply a killed daemon began and its
+// successor finished lists every step, whichever of them ran it.
+func (w *world) unrecordedSteps(commit string, e *report.Cluster) int {
+	w.t.Helper()
+	if e.State != report.Success || e.Plan == nil || !strings.HasPrefix(e.Summary, "applied") {
+		return 0
+	}
+	done := map[string]bool{}
+	for _, s := range e.Steps {
+		done[s.ID] = s.State == string(reconciler.StepDone)
+	}
+	lost := 0
+	for _, c := range slices.Concat(e.Plan.Changes, e.Plan.Drift) {
+		if !done[c.ID] {
+			lost++
+			w.t.Errorf("lost record: the note of %.8s (%s) has no done step of %s %s", commit, e.Summary, c.Action, c.Address)
 		}
 	}
 	return lost

@@ -631,7 +631,7 @@ func (ca *clusterApply) run(changes []diff.Change, step func(context.Context, di
 			switch {
 			case blocked:
 				state[c.ID] = StepSkipped
-				_ = j.step(stepCtx, c, StepSkipped, nil)
+				_ = j.step(stepCtx, c, StepSkipped, nil, 0)
 				report(Step{Change: c, State: StepSkipped})
 			case ready:
 				state[c.ID] = StepStarted
@@ -641,7 +641,7 @@ func (ca *clusterApply) run(changes []diff.Change, step func(context.Context, di
 					defer func() { <-sem }()
 					report(Step{Change: c, State: StepStarted})
 					t0 := time.Now()
-					err := j.step(stepCtx, c, StepStarted, nil)
+					err := j.step(stepCtx, c, StepStarted, nil, 0)
 					if err == nil {
 						retrying := func(err error) { report(Step{Change: c, State: StepRetrying, Err: err}) }
 						ctx := withWaitNote(stepCtx, retrying)
@@ -655,7 +655,7 @@ func (ca *clusterApply) run(changes []diff.Change, step func(context.Context, di
 						st = StepFailed
 						a.log().Error("step failed", "cluster", c.Cluster, "address", c.Address, "action", c.Action.String(), "err", err)
 					}
-					if jerr := j.step(stepCtx, c, st, err); jerr != nil && err == nil {
+					if jerr := j.step(stepCtx, c, st, err, time.Since(t0)); jerr != nil && err == nil {
 						st, err = StepFailed, jerr
 					}
 					results <- Step{Change: c, State: st, Err: err, Duration: time.Since(t0)}

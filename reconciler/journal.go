@@ -57,6 +57,8 @@ type journalEntry struct {
 	Fingerprint string    `json:"fingerprint"`
 	Error       string    `json:"error,omitempty"`
 	At          time.Time `json:"at"`
+	// Seconds is how long a done or failed step took.
+	Seconds float64 `json:"seconds,omitempty"`
 }
 
 // The ends of a journal.
@@ -171,10 +173,39 @@ func (j *journal) done(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// step writes a step's state.
-func (j *journal) step(ctx context.Context, c diff.Change, st StepState, stepErr error) error {
+// JournaledSteps are the steps of plan, one cluster's, as its journal
+// has them, in the plan's order: the whole record of an apply that one
+// applier began and another finished (it died, or its lease lapsed), each
+// step as the one that ran it left it. A change the journal has no step
+// of (none ran, or the journal was pruned) is left out.
+func (a *Applier) JournaledSteps(ctx context.Context, cluster string, plan *diff.Plan) ([]Step, error) {
+	kv := a.Planner.Store
+	part := plan.Of(cluster)
+	prefix := state.KeysOf(kv).Journal(cluster, planID(part)) + "/"
+	raw, err := kv.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("journal of %s: %w", cluster, err)
+	}
+	var out []Step
+	for _, c := range slices.Concat(part.Changes, part.Drift) {
+		v, ok := raw[prefix+c.ID]
+		var e journalEntry
+		if !ok || json.Unmarshal(v, &e) != nil || e.Fingerprint != fingerprint(c) {
+			continue
+		}
+		s := Step{Change: c, State: e.State, Duration: time.Duration(e.Seconds * float64(time.Second))}
+		if e.Error != "" {
+			s.Err = errors.New(e.Error)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// step writes a step's state; took is how long it ran, once it ended.
+func (j *journal) step(ctx context.Context, c diff.Change, st StepState, stepErr error, took time.Duration) error {
 	e := journalEntry{Plan: j.id, Commit: j.commit, Address: c.Address, Action: c.Action.String(), State: st,
-		Fingerprint: fingerprint(c), At: time.Now().UTC()}
+		Fingerprint: fingerprint(c), At: time.Now().UTC(), Seconds: took.Round(time.Millisecond).Seconds()}
 	if stepErr != nil {
 		e.Error = stepErr.Error()
 	}

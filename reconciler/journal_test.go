@@ -125,6 +125,32 @@ func TestApplyResumesAfterAKillAtEveryStep(t *testing.T) {
 	if next := r.plan(t, demo); !next.Empty() {
 		t.Errorf("after the resumed apply, plan: %v, drift %v", addresses(next.Changes), addresses(next.Drift))
 	}
+	// The journal records every step of the plan done, whichever of the
+	// processes ran it: the note of the resumed apply lists them. The
+	// plan as the note kept it (JSON) names the same journal.
+	var noted *diff.Plan
+	if b, err := json.Marshal(plan); err != nil || json.Unmarshal(b, &noted) != nil {
+		t.Fatal(err)
+	}
+	steps, err := r.applier(t).JournaledSteps(ctx, "demo", noted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantSteps, gotSteps []string
+	var took time.Duration
+	for _, c := range plan.Changes {
+		wantSteps = append(wantSteps, c.ID+" done")
+	}
+	for _, s := range steps {
+		gotSteps = append(gotSteps, s.Change.ID+" "+string(s.State))
+		took += s.Duration
+	}
+	if diff := cmp.Diff(wantSteps, gotSteps); diff != "" {
+		t.Errorf("the journaled steps of the resumed plan (-want +got):\n%s", diff)
+	}
+	if took <= 0 {
+		t.Errorf("the journaled steps took %v in all", took)
+	}
 	// Nothing left to resume.
 	sum, err := r.applier(t).Resume(ctx)
 	if err != nil || len(sum.Resumed) != 0 {

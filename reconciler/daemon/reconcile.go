@@ -43,13 +43,8 @@ func (d *Daemon) progress(ctx context.Context, s reconciler.Step) {
 		return
 	}
 	l := v.(*stepLog)
-	st := report.Step{ID: s.Change.ID, Address: s.Change.Address.String(), Action: s.Change.Action, State: string(s.State),
-		Seconds: s.Duration.Round(time.Millisecond).Seconds()}
-	if s.Err != nil {
-		st.Error = s.Err.Error()
-	}
 	l.mu.Lock()
-	l.steps = append(l.steps, st)
+	l.steps = append(l.steps, reportStep(s))
 	l.mu.Unlock()
 	if s.Change.Action == diff.ActionCheck {
 		if s.State == reconciler.StepFailed {
@@ -57,6 +52,33 @@ func (d *Daemon) progress(ctx context.Context, s reconciler.Step) {
 		}
 		d.record(ctx, s.Change.Cluster, event{kind: evStep, step: &s})
 	}
+}
+
+// reportStep is a step as the commit's note records it.
+func reportStep(s reconciler.Step) report.Step {
+	st := report.Step{ID: s.Change.ID, Address: s.Change.Address.String(), Action: s.Change.Action, State: string(s.State),
+		Seconds: s.Duration.Round(time.Millisecond).Seconds()}
+	if s.Err != nil {
+		st.Error = s.Err.Error()
+	}
+	return st
+}
+
+// journaledSteps are the steps of a cluster's plan as its journal has
+// them, for the note of a plan that more than one applier ran (a daemon
+// that stopped began it): the ones this daemon saw are only the rest.
+// Nil when the journal cannot be read or has none.
+func (d *Daemon) journaledSteps(ctx context.Context, name string, plan *diff.Plan) []report.Step {
+	steps, err := d.applier.JournaledSteps(ctx, name, plan)
+	if err != nil {
+		d.log.Warn("read the steps of a resumed apply from its journal; the note lists only this daemon's", "cluster", name, "err", err)
+		return nil
+	}
+	var out []report.Step
+	for _, s := range steps {
+		out = append(out, reportStep(s))
+	}
+	return out
 }
 
 // outcome is what a reconcile came to; its one exit, finish, reports it.
@@ -196,6 +218,9 @@ func (d *Daemon) resumed(ctx context.Context, w *work, name string, entry *repor
 		return false
 	}
 	entry.Plan, entry.Steps, entry.Started = old.Plan, old.Steps, old.Started
+	if steps := d.journaledSteps(ctx, name, old.Plan); len(steps) > 0 {
+		entry.Steps = steps
+	}
 	entry.State, entry.Summary = report.Success, finishedBy(d.cfg.ID)+": "+report.PlanSummary(old.Plan)
 	return true
 }
@@ -269,6 +294,11 @@ func (d *Daemon) apply(ctx context.Context, log *slog.Logger, name string, w *wo
 	steps.mu.Lock()
 	entry.Steps = slices.Clone(steps.steps)
 	steps.mu.Unlock()
+	if sum != nil && slices.Contains(sum.Resumed, name) {
+		if all := d.journaledSteps(ctx, name, plan); len(all) > 0 {
+			entry.Steps = all
+		}
+	}
 	took := time.Since(entry.Started).Round(100 * time.Millisecond)
 	verb := "applied"
 	switch {
