@@ -176,7 +176,7 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 	return fmt.Errorf("%w: %s of an etcd member", errors.ErrUnsupported, ch.action)
 }
 
-// awaitApplied waits until every member that answered has applied the
+// awaitApplied waits until every voter that answered has applied the
 // log the cluster committed so far, the learner's addition among it.
 // The learner's etcd reads the membership from the first of them that
 // answers and refuses to start when it is not the one its
@@ -186,7 +186,9 @@ func (a *Applier) changeMembership(ctx context.Context, cli etcdCluster, cluster
 func (a *Applier) awaitApplied(ctx context.Context, cli etcdCluster, host string, list *memberList) error {
 	var endpoints []string
 	for _, x := range list.members {
-		if list.answers[x.ID] && len(x.ClientURLs) > 0 {
+		// The learner's own peers are the voters (a learner added before
+		// a crash may still be catching up: not waited for).
+		if !x.IsLearner && list.answers[x.ID] && len(x.ClientURLs) > 0 {
 			endpoints = append(endpoints, x.ClientURLs[0])
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,6 +231,7 @@ type laggingCluster struct {
 	committed uint64
 	applied   map[string]uint64 // by endpoint; absent: no answer
 	stuck     map[string]bool
+	mu        sync.Mutex // listMembers asks the members at once
 	calls     map[string]int
 }
 
@@ -244,6 +246,8 @@ func (c *laggingCluster) MemberAddAsLearner(_ context.Context, peerURLs []string
 }
 
 func (c *laggingCluster) Status(_ context.Context, ep string) (*clientv3.StatusResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.calls[ep]++
 	applied, ok := c.applied[ep]
 	if !ok {
@@ -266,17 +270,22 @@ func TestAddAwaitsApplied(t *testing.T) {
 		name      string
 		applied   map[string]uint64
 		stuck     map[string]bool
+		added     bool // the learner added (and started) before a crash
 		wantErr   string
 		wantCalls map[string]int
 	}{
 		// Each member is asked once to list, once for the committed
 		// index, then until it has applied it.
-		{"all applied", map[string]uint64{"c0": 10, "c1": 10, "c2": 10}, nil, "",
+		{"all applied", map[string]uint64{"c0": 10, "c1": 10, "c2": 10}, nil, false, "",
 			map[string]int{"c0": 3, "c1": 3, "c2": 3}},
-		{"one behind", map[string]uint64{"c0": 10, "c1": 6}, nil, "",
+		{"one behind", map[string]uint64{"c0": 10, "c1": 6}, nil, false, "",
 			map[string]int{"c0": 3, "c1": 5, "c2": 1}},
-		{"one stuck", map[string]uint64{"c0": 10, "c1": 6}, map[string]bool{"c1": true},
+		{"one stuck", map[string]uint64{"c0": 10, "c1": 6}, map[string]bool{"c1": true}, false,
 			"add learner to etcd: the member at c1 has not applied the addition (index 10; applied 6)", nil},
+		// The step run again after a crash: the voters are waited for,
+		// not the learner, which may still be catching up.
+		{"added before a crash", map[string]uint64{"c0": 10, "c1": 9, "c2": 10, "learner": 2}, map[string]bool{"learner": true}, true, "",
+			map[string]int{"c0": 3, "c1": 3, "c2": 3, "learner": 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cli := &laggingCluster{committed: 10, applied: tc.applied, stuck: tc.stuck, calls: map[string]int{}}
@@ -286,6 +295,9 @@ func TestAddAwaitsApplied(t *testing.T) {
 				cli.members = append(cli.members, &etcdserverpb.Member{ID: uint64(i + 1), Name: fmt.Sprintf("c%d", i),
 					PeerURLs: []string{peer}, ClientURLs: []string{fmt.Sprintf("c%d", i)}})
 				others = append(others, peer)
+			}
+			if tc.added {
+				cli.members = append(cli.members, &etcdserverpb.Member{ID: 4, PeerURLs: []string{"http://learner:2380"}, ClientURLs: []string{"learner"}, IsLearner: true})
 			}
 			a := &Applier{GateTimeout: 100 * time.Millisecond, GateInterval: time.Millisecond}
 			err := a.changeMembership(t.Context(), cli, "test", membershipChange{action: diff.ActionCreate, host: "learner", peerURL: "http://learner:2380", others: others})
