@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"opke.dev/opke/reconciler/report"
@@ -56,6 +57,19 @@ func TestDaemonResumesAnApplyWhoseLeaseLapsed(t *testing.T) {
 	c := n.Clusters["demo"]
 	if n.State != report.Success || c == nil || !strings.Contains(c.Summary, "resumed after the cluster's lease lapsed once") {
 		t.Fatalf("note of the create whose lease lapsed:\n%s", noteText(n))
+	}
+	// The note lists each step of the plan once, done, as the journal
+	// has it: not the step the lapse cut short as failed beside its
+	// second run.
+	var wantSteps, gotSteps []string
+	for _, ch := range slices.Concat(c.Plan.Changes, c.Plan.Drift) {
+		wantSteps = append(wantSteps, ch.ID+" done")
+	}
+	for _, st := range c.Steps {
+		gotSteps = append(gotSteps, st.ID+" "+st.State)
+	}
+	if diff := cmp.Diff(wantSteps, gotSteps); diff != "" {
+		t.Errorf("the note's steps (-want +got):\n%s", diff)
 	}
 	want := []string{"demo-controller-0", "demo-default-0", "demo-default-1", "demo-gateway-0"}
 	if got := e.servers(t); !slices.Equal(got, want) {
