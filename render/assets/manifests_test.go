@@ -178,16 +178,10 @@ func TestAddonDefinitionsAtTheirVersion(t *testing.T) {
 		{"cinder-csi", "06-cinder-csi", "", "", 3},
 	} {
 		t.Run(tt.addon, func(t *testing.T) {
-			c := loadSpec(t, "prod")
-			c.Spec.Addons = []schemas.Addon{{Name: tt.addon}}
-			out := renderCluster(t, statetest.Open(t), c, credential)
+			out := renderAddons(t, tt.addon)
 			kindsIn := func(name string) []string {
-				f, ok := out.Assets.Hosts[0].File(assets.PathAddons + "/" + name)
-				if !ok {
-					t.Fatalf("no %s on the first controller", name)
-				}
 				var kinds []string
-				for _, doc := range bytes.Split(f.Data, []byte("\n---\n")) {
+				for _, doc := range bytes.Split(addonFile(t, out, name), []byte("\n---\n")) {
 					var o apiextensionsv1.CustomResourceDefinition
 					if err := yaml.Unmarshal(doc, &o); err != nil {
 						t.Fatal(err)
@@ -234,12 +228,28 @@ func operatorVersion(t *testing.T) string {
 // renderEveryAddon renders the prod example with every addon selected.
 func renderEveryAddon(t *testing.T) *render.Output {
 	t.Helper()
+	return renderAddons(t, assets.AddonManifests()...)
+}
+
+// renderAddons renders the prod example with the addons named, alone.
+func renderAddons(t *testing.T, addons ...string) *render.Output {
+	t.Helper()
 	c := loadSpec(t, "prod")
 	c.Spec.Addons = nil
-	for _, a := range assets.AddonManifests() {
+	for _, a := range addons {
 		c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
 	}
 	return renderCluster(t, statetest.Open(t), c, credential)
+}
+
+// addonFile is an addon's manifest as the first controller keeps it.
+func addonFile(t *testing.T, out *render.Output, name string) []byte {
+	t.Helper()
+	f, ok := out.Assets.Hosts[0].File(assets.PathAddons + "/" + name)
+	if !ok {
+		t.Fatalf("no %s on the first controller", name)
+	}
+	return f.Data
 }
 
 // TestWorkloadSelectorsAreStable: a Deployment's, DaemonSet's or
@@ -294,18 +304,9 @@ func TestPrometheusStorage(t *testing.T) {
 		{"a Cinder volume", []string{"cinder-csi", "monitoring"}, "csi-cinder", "10Gi", "8GB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := loadSpec(t, "prod")
-			c.Spec.Addons = nil
-			for _, a := range tt.addons {
-				c.Spec.Addons = append(c.Spec.Addons, schemas.Addon{Name: a})
-			}
-			out := renderCluster(t, statetest.Open(t), c, credential)
-			f, ok := out.Assets.Hosts[0].File(assets.PathAddons + "/10-monitoring.yaml")
-			if !ok {
-				t.Fatal("no 10-monitoring.yaml on the first controller")
-			}
+			out := renderAddons(t, tt.addons...)
 			var p *monitoringv1.Prometheus
-			for _, doc := range bytes.Split(f.Data, []byte("\n---\n")) {
+			for _, doc := range bytes.Split(addonFile(t, out, "10-monitoring.yaml"), []byte("\n---\n")) {
 				var o monitoringv1.Prometheus
 				if err := yaml.Unmarshal(doc, &o); err != nil {
 					t.Fatal(err)
