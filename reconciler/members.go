@@ -192,29 +192,33 @@ func (a *Applier) awaitApplied(ctx context.Context, cli etcdCluster, host string
 			endpoints = append(endpoints, x.ClientURLs[0])
 		}
 	}
-	status := func(ep string) (*clientv3.StatusResponse, error) {
+	// status is a member's answer, nil if none.
+	status := func(ep string) *clientv3.StatusResponse {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		return cli.Status(sctx, ep)
+		st, err := cli.Status(sctx, ep)
+		if err != nil {
+			return nil
+		}
+		return st
 	}
 	// The leader's committed index holds the addition: it answered the
-	// add once the change was committed.
+	// add once the change was committed. The same answers say who has
+	// applied it already: only the others are asked again.
+	first := map[string]*clientv3.StatusResponse{}
 	var committed uint64
 	for _, ep := range endpoints {
-		if st, err := status(ep); err == nil {
-			committed = max(committed, st.RaftIndex)
+		if st := status(ep); st != nil {
+			first[ep], committed = st, max(committed, st.RaftIndex)
 		}
 	}
 	deadline := time.Now().Add(cmp.Or(a.GateTimeout, DefaultGateTimeout))
 	for _, ep := range endpoints {
-		for {
-			st, err := status(ep)
-			if err == nil && st.RaftAppliedIndex >= committed {
-				break
-			}
+		st := first[ep]
+		for st == nil || st.RaftAppliedIndex < committed {
 			if time.Now().After(deadline) {
 				applied := "no answer"
-				if err == nil {
+				if st != nil {
 					applied = fmt.Sprintf("applied %d", st.RaftAppliedIndex)
 				}
 				return fmt.Errorf("add %s to etcd: the member at %s has not applied the addition (index %d; %s)", host, ep, committed, applied)
@@ -222,6 +226,7 @@ func (a *Applier) awaitApplied(ctx context.Context, cli etcdCluster, host string
 			if err := cloud.Sleep(ctx, cmp.Or(a.GateInterval, time.Second)); err != nil {
 				return err
 			}
+			st = status(ep)
 		}
 	}
 	return nil
