@@ -651,20 +651,23 @@ exit 1`)
 	if got := volumePod("e2e-reader", "demo-default-1", "cat /data/f"); got != "written-on-demo-default-0\n" {
 		t.Errorf("the claim's volume on demo-default-1 holds %q, want what the pod on demo-default-0 wrote", got)
 	}
-	// claimVolume is a bound claim's PersistentVolume, of the Cinder CSI
-	// driver, and its Cinder volume.
+	// claimVolume is a claim's PersistentVolume, of the Cinder CSI driver,
+	// and its Cinder volume; the claim must be bound, of csi-cinder (the
+	// default class).
 	claimVolume := func(namespace, claim string) (pvName, volumeID string) {
 		t.Helper()
 		var c struct {
-			Spec struct{ VolumeName string }
+			Spec   struct{ VolumeName, StorageClassName string }
+			Status struct{ Phase string }
 		}
 		var pv struct {
 			Spec struct {
 				CSI struct{ Driver, VolumeHandle string }
 			}
 		}
-		if err := get("/api/v1/namespaces/"+namespace+"/persistentvolumeclaims/"+claim, &c); err != nil || c.Spec.VolumeName == "" {
-			t.Fatalf("the claim %s/%s is not bound: %+v %v", namespace, claim, c, err)
+		if err := get("/api/v1/namespaces/"+namespace+"/persistentvolumeclaims/"+claim, &c); err != nil ||
+			c.Spec.VolumeName == "" || c.Status.Phase != "Bound" || c.Spec.StorageClassName != "csi-cinder" {
+			t.Fatalf("the claim %s/%s: %+v %v, want one bound, of csi-cinder", namespace, claim, c, err)
 		}
 		if err := get("/api/v1/persistentvolumes/"+c.Spec.VolumeName, &pv); err != nil || pv.Spec.CSI.Driver != "cinder.csi.openstack.org" {
 			t.Fatalf("the persistent volume of %s/%s: %+v %v", namespace, claim, pv, err)
@@ -778,14 +781,6 @@ exit 1`)
 	}
 	if promBefore.claim == "" {
 		t.Fatalf("Prometheus keeps its data on no claim: %+v", promBefore)
-	}
-	var promClaim struct {
-		Spec   struct{ StorageClassName string }
-		Status struct{ Phase string }
-	}
-	if err := get("/api/v1/namespaces/monitoring/persistentvolumeclaims/"+promBefore.claim, &promClaim); err != nil ||
-		promClaim.Spec.StorageClassName != "csi-cinder" || promClaim.Status.Phase != "Bound" {
-		t.Fatalf("Prometheus' claim %s: %+v %v, want one bound, of csi-cinder", promBefore.claim, promClaim, err)
 	}
 	promPV, _ := claimVolume("monitoring", promBefore.claim)
 	promOldest, err := mon.headMinTime()
