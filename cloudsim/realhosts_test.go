@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,35 +59,22 @@ type machineServer struct {
 	id, port, fixed, fip string
 }
 
-// startReal starts a simulator with real hosts, on the wall clock.
+// startReal starts a simulator with real hosts, on the wall clock. With
+// no state dir ("") it is as `opke sim --hosts real` without one: its
+// machines and their disks go with it.
 func startReal(t *testing.T, stateDir string) *env {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return startEnv(t, Options{Hosts: HostsReal, Now: time.Now, StateDir: stateDir, Logger: log})
-}
-
-// startRealStateless starts a simulator with real hosts and no state
-// dir, as `opke sim --hosts real` without one: its machines and their
-// disks go with it.
-func startRealStateless(t *testing.T) *env {
-	t.Helper()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := Start(context.Background(), Options{Hosts: HostsReal, Now: time.Now, Logger: log})
-	if err != nil {
-		t.Fatalf("Start: %v", err)
+	opts := Options{Hosts: HostsReal, Now: time.Now, StateDir: stateDir, Logger: log}
+	if stateDir != "" {
+		return startEnv(t, opts)
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	e := &env{sim: s, clock: newClock(), dir: t.TempDir()} // clouds.yaml's, not the simulator's
-	if err := os.WriteFile(filepath.Join(e.dir, "clouds.yaml"), s.CloudsYAML(), 0o600); err != nil {
+	s := startSim(t, opts)
+	dir := t.TempDir() // clouds.yaml's, not the simulator's
+	if err := os.WriteFile(filepath.Join(dir, "clouds.yaml"), s.CloudsYAML(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.user = e.connect(t, "sim")
-	e.admin = e.connect(t, "sim-admin")
-	return e
+	return envOf(t, s, newClock(), dir)
 }
 
 // newRealWorld starts a simulator with real hosts (with a state dir, or
@@ -100,7 +86,7 @@ func newRealWorld(t *testing.T, stateless bool) *realWorld {
 	}
 	w := &realWorld{t: t, dir: t.TempDir(), servers: map[string]machineServer{}}
 	if stateless {
-		w.e = startRealStateless(t)
+		w.e = startReal(t, "")
 	} else {
 		w.e = startReal(t, filepath.Join(w.dir, "state"))
 	}
@@ -692,7 +678,7 @@ func TestRealHosts(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			left := w.leftovers(ids)
+			left := w.leftovers(ids, 2)
 			// The fabric and its edge on the public network stay while the
 			// simulator runs: the cloud still has its public network.
 			if len(left) == 0 {
@@ -835,9 +821,11 @@ func (w *realWorld) namespaces() []string {
 	return out
 }
 
-// leftovers lists the containers, mounts and namespaces (beyond the
-// fabric's and its public edge's) left of the servers ids.
-func (w *realWorld) leftovers(ids map[string]bool) []string {
+// leftovers lists the containers and mounts left of the servers ids,
+// the loop devices and volume files left of the simulator's, and its
+// namespaces if there are not namespaces of them (2 while it runs: the
+// fabric's and its public edge's; 0 once it stopped).
+func (w *realWorld) leftovers(ids map[string]bool, namespaces int) []string {
 	var left []string
 	out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output()
 	for _, id := range strings.Fields(string(out)) {
@@ -851,14 +839,15 @@ func (w *realWorld) leftovers(ids map[string]bool) []string {
 			left = append(left, "mount of "+id)
 		}
 	}
-	if n := loopsOver(w.dir); n > 0 {
-		left = append(left, fmt.Sprintf("%d loop devices over the test's files (volumes, machines' disks)", n))
+	hosts := w.e.sim.hostsDir
+	if n := loopsOver(hosts); n > 0 {
+		left = append(left, fmt.Sprintf("%d loop devices over the simulator's files (volumes, machines' disks)", n))
 	}
-	if files, _ := filepath.Glob(filepath.Join(w.e.dir, "hosts", "volumes", "*.img")); len(files) > 0 {
+	if files, _ := filepath.Glob(filepath.Join(hosts, "volumes", "*.img")); len(files) > 0 {
 		left = append(left, fmt.Sprintf("volume files %v", files))
 	}
-	if ns := w.namespaces(); len(ns) != 2 {
-		left = append(left, fmt.Sprintf("namespaces %v (want the fabric's and the public edge's)", ns))
+	if ns := w.namespaces(); len(ns) != namespaces {
+		left = append(left, fmt.Sprintf("namespaces %v (want %d)", ns, namespaces))
 	}
 	return left
 }
@@ -966,29 +955,17 @@ func TestRealHostsStatelessClose(t *testing.T) {
 	if n := loopsOver(filepath.Join(hosts, "volumes")); n != 1 {
 		t.Fatalf("%d loop devices over the volumes' files with one attached, want 1", n)
 	}
-	id := w.servers["a"].id
-	ns := w.namespaces()
-	if len(ns) == 0 {
+	if len(w.namespaces()) == 0 {
 		t.Fatal("no namespace of the simulator's while it runs")
 	}
 	if err := w.e.sim.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := loopsOver(hosts); n != 0 {
-		t.Errorf("%d loop devices left over the files of a stopped simulator with no state dir", n)
+	if left := w.leftovers(map[string]bool{w.servers["a"].id: true}, 0); len(left) > 0 {
+		t.Errorf("left by a stopped simulator with no state dir: %v", left)
 	}
 	if _, err := os.Stat(hosts); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("its hosts folder %s: %v, want it removed", hosts, err)
-	}
-	out, _ := exec.Command("runc", "--root", machine.RuncRoot, "list", "-q").Output()
-	if slices.Contains(strings.Fields(string(out)), id) {
-		t.Errorf("a's container is left")
-	}
-	entries, _ := os.ReadDir(machine.NetNSDir)
-	for _, e := range entries {
-		if slices.Contains(ns, e.Name()) {
-			t.Errorf("namespace %s is left", e.Name())
-		}
 	}
 }
 

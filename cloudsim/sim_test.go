@@ -61,6 +61,12 @@ func startEnv(t *testing.T, opts Options) *env {
 	if opts.StateDir == "" {
 		opts.StateDir = t.TempDir()
 	}
+	return envOf(t, startSim(t, opts), ck, opts.StateDir)
+}
+
+// startSim starts a simulator that stops with the test.
+func startSim(t *testing.T, opts Options) *Sim {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := Start(ctx, opts)
 	if err != nil {
@@ -73,7 +79,14 @@ func startEnv(t *testing.T, opts Options) *env {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	e := &env{sim: s, clock: ck, dir: opts.StateDir}
+	return s
+}
+
+// envOf is the test's view of s: clients of both clouds of the
+// clouds.yaml in dir.
+func envOf(t *testing.T, s *Sim, ck *clock, dir string) *env {
+	t.Helper()
+	e := &env{sim: s, clock: ck, dir: dir}
 	e.user = e.connect(t, "sim")
 	e.admin = e.connect(t, "sim-admin")
 	return e
