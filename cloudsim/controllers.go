@@ -94,7 +94,7 @@ func (h *simHost) startUnit(unit string, restart bool) (unitErr, podErr error) {
 		}
 		h.etcd.Store(m)
 	case unitKubelet:
-		if tag := h.s.crashTag(h.name); tag != "" && tag == kubestub.ImageTag(h.kubeletEnv()["KUBELET_IMAGE"]) {
+		if tag := h.s.crashTag(h.name); tag != "" && tag == h.kubeletEnv()["KUBELET_VERSION"] {
 			return fmt.Errorf("kubelet %s exits at start: %w", tag, errCrashLoop), nil
 		}
 		h.kubeletSeen()
@@ -108,7 +108,7 @@ func (h *simHost) startUnit(unit string, restart bool) (unitErr, podErr error) {
 var errCrashLoop = errors.New("crash loop")
 
 // CrashKubelet makes the kubelet of server exit at start whenever its
-// kubelet.env names an image with tag (a release the host cannot run):
+// kubelet.env names the release tag (one the host cannot run):
 // the unit stays activating, the node is not Ready, and the static pods
 // keep running as they were. An empty tag heals the host.
 func (s *Sim) CrashKubelet(server, tag string) {
@@ -130,7 +130,7 @@ func (s *Sim) crashTag(server string) string {
 	return s.crashing[server]
 }
 
-// kubeletEnv is the host's kubelet.env (its image, KUBELET_IMAGE, and
+// kubeletEnv is the host's kubelet.env (its release, KUBELET_VERSION, and
 // flags, KUBELET_ARGS); nil if it does not read.
 func (h *simHost) kubeletEnv() map[string]string {
 	b, err := h.root.ReadFile(pathKubeletEnv)
@@ -553,7 +553,7 @@ func (s *Sim) kubeKey(ca []byte) string {
 func (h *simHost) kubeletSeen() {
 	ca, _ := h.root.ReadFile(pathClusterCA)
 	env := h.kubeletEnv()
-	version := kubestub.ImageTag(env["KUBELET_IMAGE"])
+	version := env["KUBELET_VERSION"]
 	// The labels and taints its flags register the node with. Flags that
 	// do not read register it without (a real kubelet would not start:
 	// OPKE renders them; reconciler's TestApplyWaitsForAddonsToRollOut

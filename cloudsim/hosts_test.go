@@ -182,7 +182,7 @@ func TestHostsThroughEdgeAndGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	content := []byte("KUBELET_IMAGE=ghcr.io/opke-dev/kubelet:v1.35.1\n")
+	content := []byte("KUBELET_VERSION=v1.35.1\n")
 	if _, err := fc.Create("/etc/kubernetes/kubelet.env"); err == nil {
 		t.Error("core wrote /etc over SFTP")
 	}

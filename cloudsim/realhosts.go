@@ -71,6 +71,7 @@ type realHosts struct {
 	applied  applied
 	lbs      map[string]*realLB
 	metadata map[string]*http.Server // router id -> its metadata proxy
+	servers  []*http.Server          // servers in edges (file mirrors), closed at close
 }
 
 // edge is an external network's edge: its namespace's path and its
@@ -341,6 +342,9 @@ func (r *realHosts) close() error {
 		errs = append(errs, lb.lb.Close(ctx))
 	}
 	for _, srv := range r.metadata {
+		_ = srv.Close()
+	}
+	for _, srv := range r.servers {
 		_ = srv.Close()
 	}
 	for id, rm := range r.machines {

@@ -11,13 +11,18 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"opke.dev/opke/cloudsim/machine"
@@ -25,6 +30,11 @@ import (
 
 // RegistryPort is where a registry started by StartRegistry listens.
 const RegistryPort = 5000
+
+// FileMirrorPort is where the file mirror beside a registry started by
+// StartRegistry listens (HTTPS, the registry's certificate): what a
+// spec's downloadMirror names.
+const FileMirrorPort = 5443
 
 // Registry is an OCI registry serving on an external network, as an
 // operator's registry mirror on the cloud's provider network: the hosts
@@ -39,6 +49,79 @@ type Registry struct {
 	Client *http.Client
 	// LogPath is its log, with an access log line per request.
 	LogPath string
+	// FilesAddr is where its file mirror listens (FileMirrorPort): the
+	// files ServeFiles adds, under their upstream URL's host and path,
+	// as an operator's files_repo serves them.
+	FilesAddr netip.AddrPort
+
+	filesMu  sync.Mutex
+	files    map[string]string // URL host and path -> local file
+	fetched  []string          // paths served, in order
+	filesLog *os.File
+}
+
+// FilesURL is the file mirror's base URL: what spec.downloadMirror's
+// endpoint names.
+func (r *Registry) FilesURL() string { return "https://" + r.FilesAddr.String() }
+
+// ServeFiles adds files to what the file mirror serves: by URL host and
+// path (dl.k8s.io/release/v1.35.1/bin/linux/amd64/kubelet), the local
+// file to serve there.
+func (r *Registry) ServeFiles(files map[string]string) {
+	r.filesMu.Lock()
+	defer r.filesMu.Unlock()
+	maps.Copy(r.files, files)
+}
+
+// Fetched lists the paths the file mirror served, in order.
+func (r *Registry) Fetched() []string {
+	r.filesMu.Lock()
+	defer r.filesMu.Unlock()
+	return slices.Clone(r.fetched)
+}
+
+// serveFile answers GET and HEAD of a file ServeFiles added; anything else
+// is 404, as a static file server answers.
+func (r *Registry) serveFile(w http.ResponseWriter, req *http.Request) {
+	p := strings.TrimPrefix(path.Clean(req.URL.Path), "/")
+	r.filesMu.Lock()
+	local, ok := r.files[p]
+	if ok && req.Method == http.MethodGet {
+		r.fetched = append(r.fetched, p)
+	}
+	if r.filesLog != nil {
+		fmt.Fprintf(r.filesLog, "%s %s %s %v\n", time.Now().UTC().Format(time.RFC3339), req.Method, p, ok)
+	}
+	r.filesMu.Unlock()
+	if !ok || (req.Method != http.MethodGet && req.Method != http.MethodHead) {
+		http.NotFound(w, req)
+		return
+	}
+	http.ServeFile(w, req, local)
+}
+
+// startFiles serves the file mirror on the edge's address at
+// FileMirrorPort with the registry's certificate.
+func (s *Sim) startFiles(reg *Registry, ns, dir string) error {
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	if err != nil {
+		return fmt.Errorf("file mirror: %w", err)
+	}
+	ln, err := machine.ListenIn(ns, "tcp", reg.FilesAddr.String())
+	if err != nil {
+		return fmt.Errorf("file mirror: %w", err)
+	}
+	if reg.filesLog, err = os.OpenFile(filepath.Join(dir, "files.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("file mirror: %w", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(reg.serveFile), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	s.real.mu.Lock()
+	s.real.servers = append(s.real.servers, srv)
+	s.real.mu.Unlock()
+	return nil
 }
 
 // Log returns what the registry logged so far.
@@ -128,12 +211,16 @@ http:
 	s.real.mu.Unlock()
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM) // made above: it parses
-	reg := &Registry{Addr: addr, CACert: caPEM, LogPath: filepath.Join(dir, "registry.log"), Client: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
-			return machine.DialIn(ctx, e.ns, network, a)
-		},
-	}}}
+	reg := &Registry{Addr: addr, FilesAddr: netip.AddrPortFrom(e.ip, FileMirrorPort), files: map[string]string{},
+		CACert: caPEM, LogPath: filepath.Join(dir, "registry.log"), Client: &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+				return machine.DialIn(ctx, e.ns, network, a)
+			},
+		}}}
+	if err := s.startFiles(reg, e.ns, dir); err != nil {
+		return nil, err
+	}
 	// Up once it answers the API's base.
 	for {
 		resp, err := reg.Client.Get(reg.URL() + "/v2/")

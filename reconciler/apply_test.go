@@ -698,7 +698,7 @@ func TestApplyCorrectsHostFileDrift(t *testing.T) {
 	res := r.observed(t)
 	gw := dialHost(t, r, res, "demo-gateway-0", nil)
 	controller := dialHost(t, r, res, "demo-controller-0", gw)
-	put(t, controller, "/etc/kubernetes/kubelet.env", []byte("KUBELET_IMAGE=edited-by-hand\n"))
+	put(t, controller, "/etc/kubernetes/kubelet.env", []byte("KUBELET_VERSION=edited-by-hand\n"))
 
 	plan := resync()
 	const file = "host/demo-controller-0/etc/kubernetes/kubelet.env"
@@ -755,7 +755,7 @@ func TestApplyRendersOnce(t *testing.T) {
 
 // TestApplyRefusesAnInconsistentPlan: a plan says which bytes each known
 // file gets; when the apply renders other bytes for one (here the
-// kubelet image changed between plan and apply), that upload fails with
+// kubelet's download mirror changed between plan and apply), that upload fails with
 // ErrInconsistent and the host keeps what it had, as Terraform refuses an
 // inconsistent final plan.
 func TestApplyRefusesAnInconsistentPlan(t *testing.T) {
@@ -772,7 +772,7 @@ func TestApplyRefusesAnInconsistentPlan(t *testing.T) {
 	if addresses(plan.Changes)[env] != diff.ActionUpload {
 		t.Fatalf("the upgrade does not upload %s: %v", env, addresses(plan.Changes))
 	}
-	r.planner.KubeletImage = "registry.example/another-kubelet"
+	demo.Spec.DownloadMirror = &schemas.DownloadMirror{Endpoint: "https://another-mirror.example"}
 	sum, err := r.applier(t).Apply(ctx, req, plan)
 	if !errors.Is(err, reconciler.ErrFailed) {
 		t.Fatalf("apply of an inconsistent plan: %v", err)
@@ -788,7 +788,7 @@ func TestApplyRefusesAnInconsistentPlan(t *testing.T) {
 	}
 	res := r.observed(t)
 	out, err := sshx.Run(ctx, dialHost(t, r, res, "demo-controller-0", dialHost(t, r, res, "demo-gateway-0", nil)), "cat /etc/kubernetes/kubelet.env")
-	if err != nil || strings.Contains(string(out), "another-kubelet") || strings.Contains(string(out), "v1.35.4") {
+	if err != nil || strings.Contains(string(out), "another-mirror") || strings.Contains(string(out), "v1.35.4") {
 		t.Errorf("the controller's kubelet.env after the refused apply: %q %v", out, err)
 	}
 }

@@ -60,7 +60,7 @@ func TestClusterComesUp(t *testing.T) {
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools[0].Count = 1
 	c.Spec.Addons = []schemas.Addon{{Name: "openstack-cloud-controller-manager"}, {Name: "cinder-csi"}, {Name: "gateway"}, {Name: "monitoring"}}
-	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
+	useMirror(c, reg)
 	// Whatever fails, the hosts' own account of it.
 	t.Cleanup(func() {
 		if t.Failed() {

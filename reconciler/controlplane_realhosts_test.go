@@ -47,7 +47,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	c.Spec.WorkerPools[0].Count = 1
 	c.Spec.Addons = nil
 	c.Spec.DeletionPolicy = schemas.DeletionDelete
-	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
+	useMirror(c, reg)
 	controllers := []string{"demo-controller-0", "demo-controller-1", "demo-controller-2"}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -58,7 +58,8 @@ func TestClusterFromGit(t *testing.T) {
 	specAt := func(version string) string {
 		return strings.NewReplacer("count: 2", "count: 1", "    - name: metrics-server\n", "    - name: openstack-cloud-controller-manager\n",
 			"version: v1.35.1", "version: "+version, "  controllers:\n    count: 1\n", fmt.Sprintf("  controllers:\n    count: %d\n", controllers)).Replace(string(base)) +
-			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n" + pkiSpec
+			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n" +
+			"  downloadMirror:\n    endpoint: " + reg.FilesURL() + "\n    caCert: |\n" + ca + "\n" + pkiSpec
 	}
 	if err := os.MkdirAll(filepath.Join(fleet, "clusters", "demo"), 0o755); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"opke.dev/opke/cloudsim"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 	"opke.dev/opke/world"
@@ -39,7 +40,7 @@ func TestControllerFromTheMirror(t *testing.T) {
 
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools, c.Spec.Addons = nil, nil
-	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
+	useMirror(c, reg)
 	r.apply(t, c)
 
 	// The controller comes up: what OPKE's health gate asks of it.
@@ -97,11 +98,29 @@ func TestControllerFromTheMirror(t *testing.T) {
 		}
 	}
 	// Every image came through the mirror: the registry served them.
-	for _, ref := range []string{"registry.k8s.io/etcd", "registry.k8s.io/kube-apiserver", "ghcr.io/opke-dev/kubelet", "registry.k8s.io/pause"} {
+	for _, ref := range []string{"registry.k8s.io/etcd", "registry.k8s.io/kube-apiserver", "registry.k8s.io/pause"} {
 		if !slices.Contains(pulled(t, reg.Log(), reg.Addr.Addr().String()), ref) {
 			t.Errorf("the mirror served no manifest of %s", ref)
 		}
 	}
+	// And the kubelet and the CNI plugins came as upstream releases them,
+	// each with its sha256, from the file mirror.
+	fetched := reg.Fetched()
+	for _, d := range []assets.Download{assets.KubeletDownload(c.Spec.Kubernetes.Version), assets.CNIPluginsDownload(assets.CNIPluginsVersion)} {
+		for _, p := range []string{d.Path, d.Path + ".sha256"} {
+			if !slices.Contains(fetched, p) {
+				t.Errorf("the file mirror did not serve %s (it served %q)", p, fetched)
+			}
+		}
+	}
+}
+
+// useMirror makes c pull every image from the simulator's registry mirror
+// and download the kubelet and the CNI plugins from its file mirror, as a
+// cluster in a cloud without internet does.
+func useMirror(c *schemas.Cluster, reg *cloudsim.Registry) {
+	c.Spec.RegistryMirror = &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
+	c.Spec.DownloadMirror = &schemas.DownloadMirror{Endpoint: reg.FilesURL(), CACert: string(reg.CACert)}
 }
 
 // mirrorWorld starts a registry on the simulator's external network
@@ -119,6 +138,7 @@ func mirrorWorld(t *testing.T, r *rig) (*cloudsim.Registry, *world.Built) {
 	if err := built.PushAll(ctx, reg.Client, reg.URL(), "", nil); err != nil {
 		t.Fatal(err)
 	}
+	reg.ServeFiles(built.Files())
 	return reg, built
 }
 

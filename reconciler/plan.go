@@ -84,8 +84,7 @@ type Planner struct {
 	Health HealthReader
 	Logger *slog.Logger
 	// Now is the clock certificates are checked against (time.Now).
-	Now          func() time.Time
-	KubeletImage string
+	Now func() time.Time
 	// MirrorAuth is the login to the clusters' registry mirror, if any
 	// (the spec names the mirror; the login is the daemon's).
 	MirrorAuth *assets.MirrorAuth
@@ -706,7 +705,7 @@ func (p *Planner) renderOptions(ctx context.Context, kv state.KV, c *schemas.Clu
 // optionsWith are the options c renders with, its application
 // credential's secret given.
 func (p *Planner) optionsWith(secret string, c *schemas.Cluster, clients *cloud.Clients, observed []diff.Resource) (opts render.Options, placeholder bool) {
-	opts = render.Options{Now: p.now(), KubeletImage: p.KubeletImage, MirrorAuth: p.MirrorAuth, RenewWithin: p.RenewWithin, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
+	opts = render.Options{Now: p.now(), MirrorAuth: p.MirrorAuth, RenewWithin: p.RenewWithin, APIFloatingIP: apiFloatingIP(c.Metadata.Name, observed)}
 	opts.Cloud, placeholder = cloudCredential(secret, c, clients, observed)
 	return opts, placeholder
 }

@@ -412,7 +412,7 @@ func TestResyncReadsTheHosts(t *testing.T) {
 	}
 	gw := dialHost(t, r, res, "demo-gateway-0", nil)
 	put(t, dialHost(t, r, res, "demo-default-0", gw), "/etc/kubernetes/kubelet.env", kubeletEnv)
-	put(t, dialHost(t, r, res, "demo-controller-0", gw), "/etc/kubernetes/kubelet.env", []byte("KUBELET_IMAGE=edited-by-hand\n"))
+	put(t, dialHost(t, r, res, "demo-controller-0", gw), "/etc/kubernetes/kubelet.env", []byte("KUBELET_VERSION=edited-by-hand\n"))
 
 	plan = r.resync(t, demo)
 	drift = map[string]string{}

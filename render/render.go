@@ -28,8 +28,6 @@ type Options struct {
 	APIFloatingIP netip.Addr
 	// Cloud is the application credential for cloud.conf, if any.
 	Cloud *assets.CloudCredential
-	// KubeletImage overrides assets.DefaultKubeletImage.
-	KubeletImage string
 	// MirrorAuth is the login to the spec's registry mirror, if any.
 	MirrorAuth *assets.MirrorAuth
 	// Etcd is how controllers' etcd members first start, by host
@@ -94,7 +92,7 @@ func Cluster(ctx context.Context, kv state.KV, c *schemas.Cluster, o Options) (*
 			return nil, fmt.Errorf("render %s: %w", name, err)
 		}
 	}
-	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, KubeletImage: o.KubeletImage, MirrorAuth: o.MirrorAuth, Etcd: o.Etcd}); err != nil {
+	if out.Assets, err = assets.Render(assets.Input{Cluster: c, PKI: bundle, Hosts: hosts, Cloud: o.Cloud, MirrorAuth: o.MirrorAuth, Etcd: o.Etcd}); err != nil {
 		return nil, fmt.Errorf("render %s: %w", name, err)
 	}
 	return out, nil

@@ -121,31 +121,37 @@ func (c *Cluster) check() []Problem {
 		add(spec.Field("backup").Field("interval"), "must be at least %s", formatDuration(MinBackupInterval))
 	}
 	if m := s.RegistryMirror; m != nil {
-		checkMirror(spec.Field("registryMirror"), m, add)
+		checkMirror(spec.Field("registryMirror"), m.Endpoint, m.CACert, true, add)
+	}
+	if m := s.DownloadMirror; m != nil {
+		checkMirror(spec.Field("downloadMirror"), m.Endpoint, m.CACert, false, add)
 	}
 	return out
 }
 
-// checkMirror checks a registry mirror: a URL the hosts can use, with no
-// credentials in it (the spec is in git), and a CA that parses.
-func checkMirror(p Path, m *RegistryMirror, add func(Path, string, ...any)) {
-	u, err := url.Parse(m.Endpoint)
+// checkMirror checks a registry mirror's or a download mirror's endpoint
+// and CA: a URL the hosts can use, with no credentials in it (the spec is
+// in git), and a CA that parses.
+func checkMirror(p Path, endpoint, caCert string, registry bool, add func(Path, string, ...any)) {
+	u, err := url.Parse(endpoint)
 	switch {
 	case err != nil:
 		add(p.Field("endpoint"), "not a URL: %v", errors.Unwrap(err))
 	case u.Scheme != "https" && u.Scheme != "http":
 		add(p.Field("endpoint"), "must be https://host[:port][/path] (or http:// for a trusted network), not %q", u.Scheme)
-	case u.User != nil:
+	case u.User != nil && registry:
 		add(p.Field("endpoint"), "must not carry credentials: the spec is in git; give them to the daemon (--registry-mirror-credentials)")
+	case u.User != nil:
+		add(p.Field("endpoint"), "must not carry credentials: the spec is in git")
 	case u.Host == "" || u.Hostname() == "":
 		add(p.Field("endpoint"), "has no host")
 	case u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
 		add(p.Field("endpoint"), "must not have a query or fragment")
-	case strings.HasSuffix(u.Path, "/v2") || strings.Contains(u.Path, "/v2/"):
+	case registry && (strings.HasSuffix(u.Path, "/v2") || strings.Contains(u.Path, "/v2/")):
 		add(p.Field("endpoint"), "names the registry's base, without /v2 (the hosts add it)")
 	}
-	if m.CACert != "" {
-		rest, n := []byte(m.CACert), 0
+	if caCert != "" {
+		rest, n := []byte(caCert), 0
 		for {
 			var b *pem.Block
 			b, rest = pem.Decode(rest)

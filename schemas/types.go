@@ -64,6 +64,10 @@ type Spec struct {
 	// RegistryMirror makes the hosts pull every image from the operator's
 	// registry; nil pulls from the upstream registries.
 	RegistryMirror *RegistryMirror `json:"registryMirror,omitempty" yaml:"registryMirror,omitempty"`
+	// DownloadMirror makes the hosts fetch the files upstream releases
+	// for download (the kubelet, the CNI plugins) from the operator's
+	// file mirror instead of their upstream sites.
+	DownloadMirror *DownloadMirror `json:"downloadMirror,omitempty" yaml:"downloadMirror,omitempty"`
 
 	// Paused stops every change to the cluster, drift correction included.
 	Paused bool `json:"paused,omitempty" yaml:"paused,omitempty"`
@@ -239,6 +243,23 @@ type RegistryMirror struct {
 	// Endpoint is https://host[:port][/path], or http:// for a registry
 	// on a network the operator trusts. It carries no credentials: those
 	// are the daemon's (--registry-mirror-credentials), pushed over SSH.
+	Endpoint string `json:"endpoint" yaml:"endpoint"`
+	// CACert is the PEM certificate of the CA that signed the mirror's,
+	// when the hosts do not trust it already.
+	CACert string `json:"caCert,omitempty" yaml:"caCert,omitempty"`
+}
+
+// DownloadMirror is where the hosts fetch the files upstream releases for
+// download, as in a cloud without internet. Each file is under its
+// upstream URL's host and path, as Kubespray's files_repo lays them out:
+// https://dl.k8s.io/release/v1.35.1/bin/linux/amd64/kubelet is fetched
+// from ENDPOINT/dl.k8s.io/release/v1.35.1/bin/linux/amd64/kubelet, and
+// checked against the sha256 file beside it (ENDPOINT/....sha256), as
+// upstream publishes both.
+type DownloadMirror struct {
+	// Endpoint is https://host[:port][/path], or http:// for a mirror on
+	// a network the operator trusts (the sha256 comes from the same
+	// place). It carries no credentials.
 	Endpoint string `json:"endpoint" yaml:"endpoint"`
 	// CACert is the PEM certificate of the CA that signed the mirror's,
 	// when the hosts do not trust it already.

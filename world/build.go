@@ -85,9 +85,11 @@ type Result struct {
 	Key    string
 	Cached bool
 	Took   time.Duration
-	// Binaries by name, Images by reference: paths.
+	// Binaries by name, Images by reference, Files (downloads and their
+	// sha256 files) by their URL's host and path: paths.
 	Binaries map[string]string
 	Images   map[string]string
+	Files    map[string]string
 }
 
 // Binary returns the path of a built binary of the artifact key.
@@ -121,6 +123,16 @@ func (b *Built) Images() []string {
 	return refs
 }
 
+// Files are every download's file and its sha256 file, by URL host and
+// path (dl.k8s.io/release/v1.35.1/bin/linux/amd64/kubelet): local paths.
+func (b *Built) Files() map[string]string {
+	out := map[string]string{}
+	for _, r := range b.Artifacts {
+		maps.Copy(out, r.Files)
+	}
+	return out
+}
+
 // Ensure returns every artifact of arts, building those not in the cache
 // (or built by another recipe) one after the other, logging each as it
 // starts and ends.
@@ -132,12 +144,17 @@ func (w *World) Ensure(ctx context.Context, arts []Artifact) (*Built, error) {
 	for i, a := range arts {
 		started := time.Now()
 		dir := filepath.Join(w.Dir, a.Key)
-		r := Result{Key: a.Key, Binaries: map[string]string{}, Images: map[string]string{}}
+		r := Result{Key: a.Key, Binaries: map[string]string{}, Images: map[string]string{}, Files: map[string]string{}}
 		for _, b := range a.Binaries {
 			r.Binaries[b.Name] = filepath.Join(dir, "bin", b.Name)
 		}
 		for _, im := range a.Images {
 			r.Images[im.Ref] = filepath.Join(dir, "images", imageDirName(im.Ref))
+		}
+		for _, d := range a.Downloads {
+			for _, p := range []string{d.Path, d.Path + ".sha256"} {
+				r.Files[p] = filepath.Join(dir, "files", filepath.FromSlash(p))
+			}
 		}
 		mark, _ := os.ReadFile(filepath.Join(dir, "complete"))
 		if strings.TrimSpace(string(mark)) == a.Hash() {
@@ -223,6 +240,11 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 			}
 		}
 		if _, err := WriteImage(filepath.Join(tmp, "images", imageDirName(im.Ref)), im, files, info.Time, a.Module+"@"+a.Version, base); err != nil {
+			return fmt.Errorf("world %s: %w", a.Key, err)
+		}
+	}
+	for _, d := range a.Downloads {
+		if err := writeDownload(filepath.Join(tmp, "files"), d, files, info.Time); err != nil {
 			return fmt.Errorf("world %s: %w", a.Key, err)
 		}
 	}

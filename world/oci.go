@@ -212,6 +212,74 @@ func writeLayer(blobs string, spec ImageSpec, files map[string]string, mtime tim
 	return d, digestOf(uncompressed), nil
 }
 
+// writeDownload writes d under dir at its path (a binary, or a gzip
+// tarball of binaries at ./NAME with mtime, as upstream's release
+// tarballs are) and its sha256 beside it as upstream publishes it: the
+// hex digest alone for a binary (dl.k8s.io), "DIGEST  NAME" for a
+// tarball (GitHub releases' .sha256 files).
+func writeDownload(dir string, d Download, files map[string]string, mtime time.Time) error {
+	dst := filepath.Join(dir, filepath.FromSlash(d.Path))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	base := path.Base(d.Path)
+	if len(d.Binaries) == 1 && d.Binaries[0] == base {
+		src, ok := files[base]
+		if !ok {
+			return fmt.Errorf("download %s: no binary %q", d.Path, base)
+		}
+		if err := linkOrCopy(src, dst); err != nil {
+			return fmt.Errorf("download %s: %w", d.Path, err)
+		}
+	} else if err := writeTarball(dst, d, files, mtime); err != nil {
+		return fmt.Errorf("download %s: %w", d.Path, err)
+	}
+	f, err := os.Open(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if len(d.Binaries) != 1 || d.Binaries[0] != base {
+		sum += "  " + base + "\n"
+	}
+	return os.WriteFile(dst+".sha256", []byte(sum), 0o644)
+}
+
+// writeTarball writes d's binaries as a gzip tarball at dst, sorted.
+func writeTarball(dst string, d Download, files map[string]string, mtime time.Time) error {
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	gz := gzip.NewWriter(out)
+	tw := tar.NewWriter(gz)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(slices.Values(d.Binaries)) {
+		src, ok := files[name]
+		if !ok {
+			return fmt.Errorf("no binary %q", name)
+		}
+		if err := addFile(tw, "./"+name, src, mtime); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := gz.Close(); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
 // linkOrCopy puts src's bytes at dst: a hard link when both are on one
 // file system, else a copy.
 func linkOrCopy(src, dst string) error {

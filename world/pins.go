@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,9 +33,7 @@ func KubernetesVersions() []string {
 // serves images from. Debian bookworm's containerd (1.6) lacks CRI
 // methods kubelet 1.35 calls.
 const (
-	ContainerdVersion = "v2.1.5"
-	// CNIPluginsVersion is the reference CNI plugins flannel needs.
-	CNIPluginsVersion   = "v1.8.0"
+	ContainerdVersion   = "v2.1.5"
 	RuncVersion         = "v1.3.3"
 	DistributionVersion = "v3.0.0"
 )
@@ -91,6 +90,19 @@ type ImageSpec struct {
 	Base *Base `json:",omitempty"`
 }
 
+// Download is a file of an artifact as its upstream publishes it for
+// download (a release binary, a tarball of binaries), kept under its URL's
+// host and path as a file mirror keeps it (assets.Download), with its
+// sha256 beside it (Path + ".sha256") as upstream publishes it.
+type Download struct {
+	// Path is the URL's host and path: dl.k8s.io/release/v1.35.1/bin/linux/amd64/kubelet.
+	Path string
+	// Binaries: one whose name is Path's base is the file itself; else
+	// the file is a gzip tarball of them at ./NAME, as upstream's release
+	// tarballs are.
+	Binaries []string
+}
+
 // Lang is how an artifact is built.
 type Lang string
 
@@ -117,6 +129,8 @@ type Artifact struct {
 	Lang     Lang
 	Binaries []Binary
 	Images   []ImageSpec
+	// Downloads are the files made of its binaries that hosts download.
+	Downloads []Download `json:",omitempty"`
 	// Stamp, for Go builds, is set to the values upstream's release build
 	// gives its version variables (-X), by variable. DateVars are set to
 	// the release's date (the module's time on the proxy), so that a
@@ -211,7 +225,7 @@ func Targets(set Set) ([]Artifact, error) {
 			return nil, err
 		}
 		add(fc)
-		add(CNIPlugins(CNIPluginsVersion))
+		add(CNIPlugins(assets.CNIPluginsVersion))
 		// What enforces NetworkPolicy by default (spec.network.networkPolicy).
 		np, err := KubeRouter(im.NetworkPolicy)
 		if err != nil {
@@ -279,7 +293,7 @@ var kubernetesBinaries = []string{"kube-apiserver", "kube-controller-manager", "
 // tree state of "archive" as for a build from a source archive, and the
 // release's date as the build date), and the images the rendered
 // manifests name: registry.k8s.io/NAME:v for the control plane and
-// kube-proxy, the kubelet image for the kubelet.
+// kube-proxy; the kubelet is a download, as upstream publishes it.
 func Kubernetes(v string) (Artifact, error) {
 	pv, err := schemas.ParseVersion(v)
 	if err != nil {
@@ -302,11 +316,9 @@ func Kubernetes(v string) (Artifact, error) {
 		}
 		a.Images = append(a.Images, im)
 	}
-	a.Images = append(a.Images, ImageSpec{
-		Ref:        assets.DefaultKubeletImage + ":" + v,
-		Files:      []ImageFile{{Binary: "kubelet", Path: "/usr/local/bin/kubelet"}},
-		Entrypoint: []string{"/usr/local/bin/kubelet"},
-	})
+	// The kubelet as upstream releases it: a file at dl.k8s.io with its
+	// sha256 beside it (assets.KubeletDownload), not an image.
+	a.Downloads = []Download{{Path: assets.KubeletDownload(v).Path, Binaries: []string{"kubelet"}}}
 	a.Stamp = map[string]string{}
 	for _, pkg := range kubernetesStampPackages {
 		for k, val := range map[string]string{
@@ -466,30 +478,33 @@ func CoreDNS(ref string) (Artifact, error) {
 	}, nil
 }
 
-// CNIPlugins are the reference CNI plugins flannel delegates to: bridge,
-// host-local, portmap and loopback, stamped as their build script does,
-// in the image the flannel DaemonSet installs them on the host from.
+// cniPlugins are the plugins of the reference CNI plugins' Linux release
+// (build_linux.sh: every folder of plugins/main, ipam and meta but
+// windows), by folder.
+var cniPlugins = []string{
+	"main/bridge", "main/dummy", "main/host-device", "main/ipvlan", "main/loopback", "main/macvlan", "main/ptp", "main/tap", "main/vlan",
+	"ipam/dhcp", "ipam/host-local", "ipam/static",
+	"meta/bandwidth", "meta/firewall", "meta/portmap", "meta/sbr", "meta/tuning", "meta/vrf",
+}
+
+// CNIPlugins are the reference CNI plugins flannel delegates to (bridge,
+// host-local, portmap, loopback) with the rest of their release, stamped
+// as their build script does, in the tarball upstream releases them in
+// (assets.CNIPluginsDownload), which the hosts unpack into /opt/cni/bin.
 func CNIPlugins(v string) Artifact {
 	const m = "github.com/containernetworking/plugins"
-	return Artifact{
+	a := Artifact{
 		Key: "cni-plugins-" + v, Module: m, Version: v, Lang: Go,
-		Binaries: []Binary{
-			{Name: "bridge", Package: m + "/plugins/main/bridge"},
-			{Name: "loopback", Package: m + "/plugins/main/loopback"},
-			{Name: "host-local", Package: m + "/plugins/ipam/host-local"},
-			{Name: "portmap", Package: m + "/plugins/meta/portmap"},
-		},
 		Stamp: map[string]string{m + "/pkg/utils/buildversion.BuildVersion": v},
-		// The flannel DaemonSet's init container copies them to the host
-		// from this image (assets.CNIPluginsImage), with the base's cp.
-		Images: []ImageSpec{{
-			Ref: "ghcr.io/opke-dev/cni-plugins:" + v, Base: netBase,
-			Files: []ImageFile{
-				{Binary: "bridge", Path: "/opt/cni/bin/bridge"}, {Binary: "host-local", Path: "/opt/cni/bin/host-local"},
-				{Binary: "loopback", Path: "/opt/cni/bin/loopback"}, {Binary: "portmap", Path: "/opt/cni/bin/portmap"},
-			},
-		}},
 	}
+	d := Download{Path: assets.CNIPluginsDownload(v).Path}
+	for _, p := range cniPlugins {
+		name := path.Base(p)
+		a.Binaries = append(a.Binaries, Binary{Name: name, Package: m + "/plugins/" + p})
+		d.Binaries = append(d.Binaries, name)
+	}
+	a.Downloads = []Download{d}
+	return a
 }
 
 // MetricsServer is the metrics-server image a minor's matrix row names,
@@ -534,7 +549,7 @@ func KubeRouter(ref string) (Artifact, error) {
 	}, nil
 }
 
-// Traefik is Traefik Proxy (docker.io/library/traefik:v3.6.12), the
+// Traefik is Traefik Proxy (ghcr.io/traefik/traefik:v3.6.12), the
 // Gateway API implementation of the gateway addon: /usr/local/bin/traefik
 // as upstream's image has it, built as its Makefile builds it (no cgo,
 // the version, codename and build date stamped). v3.6 is the newest line
@@ -726,15 +741,17 @@ func CinderCSI(v string) Artifact {
 	return a
 }
 
-// registrarSources are the files OPKE's CSI node driver registrar is
-// built from, relative to the project's root.
-var registrarSources = []string{"go.mod", "go.sum", "cmd/opke-csi-registrar"}
+// registrarSources are the files the test world's stand-in for
+// csi-node-driver-registrar is built from, relative to the project's root.
+var registrarSources = []string{"go.mod", "go.sum", "world/standin/csi-node-driver-registrar"}
 
-// Registrar is OPKE's CSI node driver registrar (cmd/opke-csi-registrar),
-// built from this project's tree, in the image the rendered Cinder CSI
-// node plugin names (assets.CSI().NodeDriverRegistrar): the module proxy
-// serves no version of kubernetes-csi/node-driver-registrar (its v2
-// releases have no /v2 module path).
+// Registrar is the test world's stand-in for kubernetes-csi's
+// csi-node-driver-registrar (world/standin/csi-node-driver-registrar,
+// upstream's flags and socket protocol), built from this project's tree
+// into the image the rendered Cinder CSI node plugin names, upstream's
+// (assets.CSI().NodeDriverRegistrar), its binary where upstream's image
+// has it: the module proxy serves no version of upstream's (its v2
+// releases have no /v2 module path). cloudsim/machine/LIMITS.md lists it.
 func Registrar() (Artifact, error) {
 	root, err := projectRoot()
 	if err != nil {
@@ -744,10 +761,10 @@ func Registrar() (Artifact, error) {
 	if err != nil {
 		return Artifact{}, err
 	}
-	const name = "opke-csi-registrar"
+	const name = "csi-node-driver-registrar"
 	return Artifact{
-		Key: name + "-" + sum[:12], Module: "opke.dev/opke", Version: sum, Lang: Project, Dir: root,
-		Binaries: []Binary{{Name: name, Package: "./cmd/" + name}},
+		Key: name + "-standin-" + sum[:12], Module: "opke.dev/opke", Version: sum, Lang: Project, Dir: root,
+		Binaries: []Binary{{Name: name, Package: "./world/standin/" + name}},
 		Images: []ImageSpec{{Ref: assets.CSI().NodeDriverRegistrar, Files: []ImageFile{{Binary: name, Path: "/" + name}},
 			Entrypoint: []string{"/" + name}}},
 	}, nil

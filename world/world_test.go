@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"opke.dev/opke/internal/golden"
+	"opke.dev/opke/render/assets"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -30,13 +31,13 @@ func TestTargets(t *testing.T) {
 		keys []string
 	}{
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1",
-			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
+			"coredns-v1.13.1", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "openstack-cloud-controller-manager-v1.35.0",
 			"cinder-csi-plugin-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6", reg.Key}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.35.1", "etcd-v3.6.5", "pause-3.10.1", "coredns-v1.13.1",
-			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
+			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.35.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
 			"kubernetes-v1.35.4", "kubernetes-v1.36.1", "etcd-v3.6.6", reg.Key}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
@@ -69,14 +70,9 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 	}
 	want := []string{
 		"docker.io/cloudnativelabs/kube-router:v2.1.0",
-		"docker.io/library/traefik:v3.6.12",
 		"ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		"ghcr.io/flannel-io/flannel:v0.27.4",
-		"ghcr.io/opke-dev/cni-plugins:v1.8.0",
-		"ghcr.io/opke-dev/csi-node-driver-registrar:v0.1.0",
-		"ghcr.io/opke-dev/kubelet:v1.35.1",
-		"ghcr.io/opke-dev/kubelet:v1.35.4",
-		"ghcr.io/opke-dev/kubelet:v1.36.1",
+		"ghcr.io/traefik/traefik:v3.6.12",
 		"quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0",
 		"quay.io/prometheus-operator/prometheus-operator:v0.85.0",
 		"quay.io/prometheus/alertmanager:v0.31.1",
@@ -101,6 +97,7 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"registry.k8s.io/provider-os/cinder-csi-plugin:v1.35.0",
 		"registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.35.0",
 		"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
+		"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
 		"registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
 		"registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 		"registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0",

@@ -23,6 +23,9 @@ var packages = []string{
 	"systemd", "systemd-sysv", "dbus", "openssh-server", "sudo",
 	"iproute2", "iptables", "conntrack", "kmod", "procps",
 	"ca-certificates", "libseccomp2",
+	// install-kubelet fetches the kubelet and the CNI plugins with it, as
+	// Flatcar ships it.
+	"curl",
 	// The host's own name resolves without DNS, as on Flatcar (sudo
 	// looks it up; with no answer it waits for DNS to time out).
 	"libnss-myhostname",

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -64,9 +65,17 @@ type Config struct {
 
 // Machine is a booted machine.
 type Machine struct {
-	cfg     Config
-	root    string
+	cfg  Config
+	root string
+	// console is the serial console's log, what Nova's console log shows:
+	// the machine's /dev/ttyS0 (serial's slave, bound there) and what
+	// the hypervisor writes (Ignition's log, a power reset). screen is
+	// its /dev/console (runc's terminal), which on Flatcar's OpenStack
+	// image is tty0, the screen, which that log never shows.
 	console *os.File
+	screen  *os.File
+	serial  *os.File // the serial port's master, read into console
+	serialS *os.File // its slave, kept open so that reads wait for output
 	copying sync.WaitGroup
 
 	mu     sync.Mutex
@@ -129,6 +138,12 @@ func Boot(ctx context.Context, cfg Config) (*Machine, error) {
 		return nil, fmt.Errorf("machine %s: console: %w", cfg.ID, err)
 	}
 	m.console = console
+	if m.screen, err = os.OpenFile(m.ScreenPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return nil, fmt.Errorf("machine %s: screen: %w", cfg.ID, err)
+	}
+	if err := m.openSerial(); err != nil {
+		return nil, err
+	}
 	opts := "lowerdir=" + cfg.Image.Root + ",upperdir=" + filepath.Join(m.diskDir(), "upper") + ",workdir=" + filepath.Join(m.diskDir(), "work")
 	if err := unix.Mount("overlay", m.root, "overlay", 0, opts); err != nil {
 		return nil, fmt.Errorf("machine %s: mount its root: %w", cfg.ID, err)
@@ -175,7 +190,6 @@ func (m *Machine) Reboot(ctx context.Context) error {
 // Boot with the same Dir brings it back (without Ignition).
 func (m *Machine) Stop(ctx context.Context) error {
 	err := m.kill(ctx)
-	m.copying.Wait()
 	m.close()
 	return errors.Join(err, m.unmount())
 }
@@ -188,18 +202,79 @@ func (m *Machine) Starts() int {
 	return m.starts
 }
 
-// ConsolePath is the file the machine's console is written to.
+// ConsolePath is the file the machine's serial console is written to:
+// what Nova's console log shows.
 func (m *Machine) ConsolePath() string { return filepath.Join(m.cfg.Dir, "console.log") }
 
-// Console returns what the machine printed on its console so far.
+// Console returns what the machine printed on its serial console so far.
 func (m *Machine) Console() ([]byte, error) { return os.ReadFile(m.ConsolePath()) }
+
+// ScreenPath is the file the machine's /dev/console (its screen, tty0 on
+// Flatcar's OpenStack image) is written to: systemd's and journald's
+// console output, for diagnostics; Nova's console log never shows it.
+func (m *Machine) ScreenPath() string { return filepath.Join(m.cfg.Dir, "screen.log") }
+
+// openSerial opens the machine's serial port, a pseudo-terminal pair on
+// the host's devpts whose slave the container has at /dev/ttyS0, and
+// copies what the machine writes there to its console log for as long as
+// the machine exists (a VM's serial port outlives its reboots).
+func (m *Machine) openSerial() error {
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return fmt.Errorf("machine %s: serial port: %w", m.cfg.ID, err)
+	}
+	fd := int(master.Fd())
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0)
+	}
+	if err != nil {
+		master.Close()
+		return fmt.Errorf("machine %s: serial port: %w", m.cfg.ID, err)
+	}
+	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return fmt.Errorf("machine %s: serial port: %w", m.cfg.ID, err)
+	}
+	m.serial, m.serialS = master, slave
+	m.copying.Add(1)
+	go func() {
+		defer m.copying.Done()
+		copyTerminal(m.console, master)
+	}()
+	return nil
+}
+
+// copyTerminal copies what a terminal's master reads to w, its CR LF
+// read as a log's LF, until the master fails (it is closed).
+func copyTerminal(w io.Writer, master *os.File) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := master.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(bytes.ReplaceAll(buf[:n], []byte("\r\n"), []byte("\n")))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // Root is the machine's root filesystem as the host sees it.
 func (m *Machine) Root() string { return m.root }
 
 func (m *Machine) close() {
-	if m.console != nil {
-		_ = m.console.Close()
+	for _, f := range []*os.File{m.serialS, m.serial} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	m.copying.Wait()
+	for _, f := range []*os.File{m.console, m.screen} {
+		if f != nil {
+			_ = f.Close()
+		}
 	}
 }
 
@@ -301,6 +376,9 @@ func (m *Machine) writeBundle() error {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev/kmsg", Type: "bind", Source: "/dev/kmsg", Options: []string{"bind", "rw"}},
+		// The serial port, whose output is the console log (Nova's), as a
+		// VM's first serial port is; /dev/console is the screen.
+		{Destination: "/dev/ttyS0", Type: "bind", Source: m.serialS.Name(), Options: []string{"bind", "rw"}},
 		// /sys read-only, as systemd's container interface asks (and as
 		// nspawn and Docker mount it): systemd then knows there is no
 		// udev here, and systemd-networkd configures links without
@@ -355,7 +433,7 @@ func (m *Machine) writeBundle() error {
 }
 
 // start runs the container; runc hands the console's pseudo-terminal
-// master over a socket, and its output is copied to the console log.
+// master over a socket, and its output is copied to the screen's log.
 func (m *Machine) start(ctx context.Context) error {
 	// A unix socket's path has at most 107 bytes: not under Dir, which
 	// may be deep.
@@ -409,7 +487,7 @@ func (m *Machine) start(ctx context.Context) error {
 			n, err := master.Read(buf)
 			if n > 0 {
 				// A terminal's CR LF read as a log's LF.
-				_, _ = m.console.Write(bytes.ReplaceAll(buf[:n], []byte("\r\n"), []byte("\n")))
+				_, _ = m.screen.Write(bytes.ReplaceAll(buf[:n], []byte("\r\n"), []byte("\n")))
 			}
 			if err == nil {
 				continue
@@ -552,7 +630,6 @@ func Remove(id, dir string) error {
 // state: nothing of it is left.
 func (m *Machine) Destroy(ctx context.Context) error {
 	err := m.kill(ctx)
-	m.copying.Wait()
 	m.close()
 	err = errors.Join(err, m.unmount())
 	if err == nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"opke.dev/opke/cloud"
-	"opke.dev/opke/render/assets"
 )
 
 // Exit codes shared by every command.
@@ -137,9 +136,4 @@ func outputFormat(v string) error {
 // repoFlag is --repo, the fleet repository, of the commands that read one.
 func repoFlag(fl *pflag.FlagSet, repo *string) {
 	fl.StringVar(repo, "repo", ".", "the fleet repository (a folder with clusters/<name>/cluster.yaml)")
-}
-
-// kubeletImageFlag is --kubelet-image, of the commands that render.
-func kubeletImageFlag(fl *pflag.FlagSet, image *string) {
-	fl.StringVar(image, "kubelet-image", "", "kubelet image repository (default "+assets.DefaultKubeletImage+")")
 }

@@ -22,7 +22,7 @@ import (
 func (a *app) applyCommand() *cobra.Command {
 	var st stateFlags
 	var cf cloudFlags
-	var repo, cluster, kubeletImage string
+	var repo, cluster string
 	var autoApprove, force bool
 	var parallel int
 	cmd := &cobra.Command{
@@ -60,7 +60,7 @@ The exit code is 0 when every step is done, 1 otherwise.`,
 					return usagef("%s: %w", args[0], err)
 				}
 			}
-			w, err := a.openWorld(cmd, &st, &cf, repo, "", cluster, kubeletImage, "nothing applied")
+			w, err := a.openWorld(cmd, &st, &cf, repo, "", cluster, "nothing applied")
 			if err != nil {
 				return err
 			}
@@ -140,7 +140,6 @@ The exit code is 0 when every step is done, 1 otherwise.`,
 	fl.BoolVar(&autoApprove, "auto-approve", false, "apply without asking")
 	fl.BoolVar(&force, "force", false, "apply even while an opke serve daemon leads on this state")
 	fl.IntVar(&parallel, "parallel", 8, "steps run at once, where the plan's dependencies allow")
-	kubeletImageFlag(fl, &kubeletImage)
 	return cmd
 }
 

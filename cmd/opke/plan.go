@@ -24,7 +24,7 @@ const exitChanges = 2
 func (a *app) planCommand() *cobra.Command {
 	var st stateFlags
 	var cf cloudFlags
-	var repo, rev, cluster, output, out, kubeletImage string
+	var repo, rev, cluster, output, out string
 	var detailed, resync bool
 	cmd := &cobra.Command{
 		Use:   "plan [--repo DIR] [--cluster NAME]",
@@ -53,7 +53,7 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 			if err := outputFormat(output); err != nil {
 				return err
 			}
-			w, err := a.openWorld(cmd, &st, &cf, repo, rev, cluster, kubeletImage, "nothing planned")
+			w, err := a.openWorld(cmd, &st, &cf, repo, rev, cluster, "nothing planned")
 			if err != nil {
 				return err
 			}
@@ -107,7 +107,6 @@ With --detailed-exitcode the exit code is 0 for no changes, 2 for changes,
 	fl.StringVar(&out, "out", "", "save the plan (JSON) to this file, for opke apply")
 	fl.BoolVar(&detailed, "detailed-exitcode", false, "exit 0 for no changes, 2 for changes, 1 for an error")
 	fl.BoolVar(&resync, "resync", false, "read the files on the hosts over SSH instead of trusting the state store")
-	kubeletImageFlag(fl, &kubeletImage)
 	return cmd
 }
 
@@ -124,7 +123,7 @@ type world struct {
 // openWorld checks the flags, loads the fleet (refusing one with errors:
 // planning without an invalid cluster would plan its deletion) and opens
 // the state store and the clouds.
-func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo, rev, cluster, kubeletImage, consequence string) (*world, error) {
+func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo, rev, cluster, consequence string) (*world, error) {
 	clouds, err := cf.resolve(st.dataDir)
 	if err != nil {
 		return nil, err
@@ -152,7 +151,7 @@ func (a *app) openWorld(cmd *cobra.Command, st *stateFlags, cf *cloudFlags, repo
 		return nil, err
 	}
 	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
-	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Health: hosts, Logger: a.logger, KubeletImage: kubeletImage}
+	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Health: hosts, Logger: a.logger}
 	return &world{fleet: fleet, commit: commit, store: store, hosts: hosts, planner: planner}, nil
 }
 

@@ -44,7 +44,7 @@ type renderUserData struct {
 
 func (a *app) renderCommand() *cobra.Command {
 	var st stateFlags
-	var repo, rev, cluster, out, credFile, kubeletImage, fip string
+	var repo, rev, cluster, out, credFile, fip string
 	cmd := &cobra.Command{
 		Use:   "render --cluster NAME --out DIR",
 		Short: "Render a cluster's user_data and host files into a folder",
@@ -79,7 +79,7 @@ whole; a non-empty folder that is not an earlier render is refused.`,
 			if err != nil {
 				return err
 			}
-			opts := render.Options{Now: time.Now(), APIFloatingIP: floating, KubeletImage: kubeletImage}
+			opts := render.Options{Now: time.Now(), APIFloatingIP: floating}
 			if credFile != "" {
 				if opts.Cloud, err = readCredential(credFile); err != nil {
 					return usageError{err}
@@ -124,7 +124,6 @@ whole; a non-empty folder that is not an earlier render is refused.`,
 	fl.StringVar(&cluster, "cluster", "", "the cluster to render")
 	fl.StringVar(&out, "out", "", "the folder to write into")
 	fl.StringVar(&credFile, "app-credential", "", "YAML or JSON file with auth_url, region, application_credential_id and _secret, for cloud.conf")
-	kubeletImageFlag(fl, &kubeletImage)
 	fl.StringVar(&fip, "api-floating-ip", "", "the API's floating IP, once known, for the serving certificates")
 	return cmd
 }

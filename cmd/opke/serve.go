@@ -159,7 +159,7 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	clouds.pool.UserAgent = fmt.Sprintf("opke (daemon %s)", id)
 	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
 	defer hosts.Close()
-	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Health: hosts, Logger: a.logger, KubeletImage: cfg.KubeletImage}
+	planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Health: hosts, Logger: a.logger}
 	if cfg.RegistryMirrorCredentialsFile != "" {
 		if planner.MirrorAuth, err = readMirrorAuth(cfg.RegistryMirrorCredentialsFile); err != nil {
 			return usagef("registry mirror credentials: %w", err)

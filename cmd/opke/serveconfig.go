@@ -80,7 +80,6 @@ type serveConfig struct {
 	CloudConfig       string `yaml:"cloudConfig"`
 	SimState          string `yaml:"simState"`
 	SocksProxy        string `yaml:"socksProxy"`
-	KubeletImage      string `yaml:"kubeletImage"`
 	// RegistryMirrorCredentialsFile holds USERNAME:PASSWORD, the login to
 	// the registry mirror the specs name (spec.registryMirror).
 	RegistryMirrorCredentialsFile string `yaml:"registryMirrorCredentialsFile"`
@@ -174,7 +173,6 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.CloudConfig, "cloud-config", "", "clouds.yaml")
 	fl.StringVar(&c.SimState, "sim-state", "", "a running simulator's state dir (opke sim --state)")
 	fl.StringVar(&c.SocksProxy, "socks-proxy", "", "SOCKS5 proxy to floating IPs (socks5://127.0.0.1:PORT)")
-	fl.StringVar(&c.KubeletImage, "kubelet-image", "", "kubelet image repository")
 	fl.StringVar(&c.RegistryMirrorCredentialsFile, "registry-mirror-credentials", "", "file holding USERNAME:PASSWORD, the login to the registry mirror the specs name (pushed to the hosts over SSH)")
 	fl.StringVar(&c.WebhookSecretFile, "webhook-secret-file", "", "file holding the webhook secret (no secret: the webhook is off)")
 	fl.StringVar(&c.SignaturePolicy.KeyringFile, "keyring", "", "apply only commits signed by a key of this armored OpenPGP keyring (the head and every commit since the last one applied)")
@@ -215,7 +213,6 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("cloud-config", func() { c.CloudConfig = file.CloudConfig })
 	set("sim-state", func() { c.SimState = file.SimState })
 	set("socks-proxy", func() { c.SocksProxy = file.SocksProxy })
-	set("kubelet-image", func() { c.KubeletImage = file.KubeletImage })
 	set("registry-mirror-credentials", func() { c.RegistryMirrorCredentialsFile = file.RegistryMirrorCredentialsFile })
 	set("webhook-secret-file", func() { c.WebhookSecretFile = file.WebhookSecretFile })
 	set("keyring", func() { c.SignaturePolicy.KeyringFile = file.SignaturePolicy.KeyringFile })

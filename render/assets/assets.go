@@ -89,8 +89,6 @@ type Input struct {
 	Hosts []Host
 	// Cloud, when set, renders cloud.conf.
 	Cloud *CloudCredential
-	// KubeletImage is the kubelet image repository; DefaultKubeletImage if empty.
-	KubeletImage string
 	// MirrorAuth, when set, is the login to the spec's registry mirror
 	// (the daemon's, never the spec's): it goes into the hosts' registry
 	// configuration, which is then secret.
@@ -234,6 +232,9 @@ const (
 	PathContainerdDropIn = "/etc/systemd/system/containerd.service.d/10-opke.conf"
 	PathRegistryHosts    = "/etc/containerd/certs.d"
 	PathMirrorCA         = "/etc/containerd/opke-mirror-ca.crt"
+	// PathDownloadCA is the CA of spec.downloadMirror, which install-kubelet
+	// trusts for its downloads.
+	PathDownloadCA       = "/etc/opke/download-mirror-ca.crt"
 	ownerRoot, ownerCore = "root:root", "core:core"
 )
 

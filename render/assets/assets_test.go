@@ -339,7 +339,7 @@ func TestVersionBump(t *testing.T) {
 			}
 			h, _ := after.Assets.Host("prod-general-0")
 			env, _ := h.File(assets.PathKubeletEnv)
-			if !bytes.Contains(env.Data, []byte("KUBELET_IMAGE="+assets.DefaultKubeletImage+":"+tc.to+"\n")) {
+			if !bytes.Contains(env.Data, []byte("KUBELET_URL="+assets.KubeletDownload(tc.to).URL("")+"\n")) {
 				t.Errorf("kubelet.env does not name the new version:\n%s", env.Data)
 			}
 		})

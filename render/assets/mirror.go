@@ -24,11 +24,10 @@ func registryOf(ref string) string {
 }
 
 // Registries lists the registries the cluster's images come from, sorted:
-// the Kubernetes components', the kubelet's and every image of the
-// minor's matrix row (addons the spec does not select included, so that
+// the Kubernetes components' and every image of the minor's matrix row (addons the spec does not select included, so that
 // adding one needs no new registry configuration).
 func (r *renderer) registries() []string {
-	seen := map[string]bool{registryOf(KubernetesRegistry + "/x"): true, registryOf(r.kubeletImage()): true}
+	seen := map[string]bool{registryOf(KubernetesRegistry + "/x"): true}
 	for _, ref := range r.images.refs() {
 		seen[registryOf(ref)] = true
 	}
@@ -50,13 +49,6 @@ func MirrorRepository(path, repo string) string {
 		return p + "/" + repo
 	}
 	return repo
-}
-
-func (r *renderer) kubeletImage() string {
-	if r.in.KubeletImage != "" {
-		return r.in.KubeletImage
-	}
-	return DefaultKubeletImage
 }
 
 // runtimeFiles are a node's container runtime configuration:

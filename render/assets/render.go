@@ -193,7 +193,6 @@ func (r *renderer) tlsFiles(dir string, pairs [][2]string, restart ...string) ([
 
 // kubeletFiles are every node's kubelet env, config, kubeconfig and CA.
 func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string, controller bool) ([]File, error) {
-	image := r.kubeletImage()
 	args := []string{"--hostname-override=" + h.Name}
 	if h.IP.IsValid() {
 		args = append(args, "--node-ip="+h.IP.String())
@@ -211,8 +210,7 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 	if r.data.CloudProvider {
 		args = append(args, "--cloud-provider=external")
 	}
-	env := fmt.Sprintf("# kubelet of %s, Kubernetes %s; rendered and pushed by OPKE.\nKUBELET_IMAGE=%s:%s\nKUBELET_ARGS=%q\n",
-		h.Name, r.version, image, r.version, strings.Join(args, " "))
+	env := r.kubeletEnv(h.Name, args)
 	d := r.data
 	if controller {
 		d.ControllerHost = h.Name
@@ -232,12 +230,38 @@ func (r *renderer) kubeletFiles(h Host, server string, labels map[string]string,
 	if err != nil {
 		return nil, err
 	}
-	return append([]File{
+	files := []File{
 		newFile(PathKubeletEnv, 0o644, []byte(env), UnitKubelet),
 		newFile(pathKubeletConfig, 0o644, config, UnitKubelet),
 		secretFile(pathKubeletConf, kubeconf, UnitKubelet),
 		newFile(PathPKI+"/ca.crt", 0o600, r.in.PKI.Trust(pki.CA), UnitKubelet),
-	}, runtime...), nil
+	}
+	if m := r.c.Spec.DownloadMirror; m != nil && m.CACert != "" {
+		files = append(files, newFile(PathDownloadCA, 0o644, []byte(strings.TrimSpace(m.CACert)+"\n"), UnitKubelet))
+	}
+	return append(files, runtime...), nil
+}
+
+// kubeletEnv is a node's kubelet.env: the kubelet and the CNI plugins the
+// host installs (install-kubelet, from Ignition: upstream's release files,
+// each checked against the sha256 published beside it, from the spec's
+// download mirror when it names one) and the kubelet's flags.
+func (r *renderer) kubeletEnv(host string, args []string) string {
+	mirror, from := "", "from their upstream sites"
+	if m := r.c.Spec.DownloadMirror; m != nil {
+		mirror, from = m.Endpoint, "from the download mirror"
+	}
+	v := r.version.String()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# kubelet of %s, Kubernetes %s; rendered and pushed by OPKE.\n", host, v)
+	fmt.Fprintf(&b, "# The kubelet and the CNI plugins as upstream releases them, %s,\n# each checked against the sha256 published beside it.\n", from)
+	fmt.Fprintf(&b, "KUBELET_VERSION=%s\nKUBELET_URL=%s\n", v, KubeletDownload(v).URL(mirror))
+	fmt.Fprintf(&b, "CNI_PLUGINS_VERSION=%s\nCNI_PLUGINS_URL=%s\n", CNIPluginsVersion, CNIPluginsDownload(CNIPluginsVersion).URL(mirror))
+	if m := r.c.Spec.DownloadMirror; m != nil && m.CACert != "" {
+		fmt.Fprintf(&b, "DOWNLOAD_CA=%s\n", PathDownloadCA)
+	}
+	fmt.Fprintf(&b, "KUBELET_ARGS=%q\n", strings.Join(args, " "))
+	return b.String()
 }
 
 // worker renders a worker's files. Workers talk to the API's VIP.

@@ -10,15 +10,11 @@ import (
 // Images are the container images of one Kubernetes minor besides the
 // Kubernetes components themselves, which take the cluster's version.
 type Images struct {
-	Etcd       string
-	CoreDNS    string
-	Pause      string
-	Flannel    string
-	FlannelCNI string
-	// CNIPlugins is the image the flannel DaemonSet installs the reference
-	// CNI plugins from (bridge, host-local, loopback, portmap): flannel
-	// delegates to them and Flatcar does not ship them.
-	CNIPlugins    string
+	Etcd          string
+	CoreDNS       string
+	Pause         string
+	Flannel       string
+	FlannelCNI    string
 	MetricsServer string
 	IngressNginx  string
 	CloudProvider string // openstack-cloud-controller-manager and cinder-csi
@@ -41,53 +37,47 @@ type Images struct {
 var matrix = map[string]Images{
 	"1.30": {
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.9",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.25.5", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.1", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.10.1",
 		CloudProvider: "v1.30.0",
 	},
 	"1.31": {
 		Etcd: "registry.k8s.io/etcd:3.5.15-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.25.6", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel2", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.25.6", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.5.1-flannel2",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.11.2",
 		CloudProvider: "v1.31.0",
 	},
 	"1.32": {
 		Etcd: "registry.k8s.io/etcd:3.5.16-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.11.3", Pause: "registry.k8s.io/pause:3.10",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.26.2", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.0-flannel1", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.26.2", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.0-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.0",
 		CloudProvider: "v1.32.0",
 	},
 	"1.33": {
 		Etcd: "registry.k8s.io/etcd:3.5.21-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.0", Pause: "registry.k8s.io/pause:3.10",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.26.7", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.6.2-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.7.2", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.12.1",
 		CloudProvider: "v1.33.0",
 	},
 	"1.34": {
 		Etcd: "registry.k8s.io/etcd:3.6.4-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.3", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.3", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.13.2",
 		CloudProvider: "v1.34.0",
 	},
 	"1.35": {
 		Etcd: "registry.k8s.io/etcd:3.6.5-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
 		CloudProvider: "v1.35.0",
 	},
 	"1.36": {
 		Etcd: "registry.k8s.io/etcd:3.6.6-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1", CNIPlugins: CNIPluginsImage,
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
 		CloudProvider: "v1.35.0",
 	},
 }
-
-// CNIPluginsImage is OPKE's image of the reference CNI plugins
-// (containernetworking/plugins), built by make world as the kubelet's is:
-// upstream publishes the plugins as a tarball, not an image, and Typhoon
-// installs them from an image of its own the same way.
-const CNIPluginsImage = "ghcr.io/opke-dev/cni-plugins:v1.8.0"
 
 // NetworkPolicyImage is kube-router, whose network policy controller
 // enforces NetworkPolicy with iptables and ipsets beside flannel. It reads
@@ -106,7 +96,7 @@ const NetworkPolicyImage = "docker.io/cloudnativelabs/kube-router:v2.1.0"
 // Envoy-based ones cannot be built here), replacing ingress-nginx, whose
 // maintenance ended in March 2026. It reads only stable APIs, so one
 // release serves every minor.
-const GatewayImage = "docker.io/library/traefik:v3.6.12"
+const GatewayImage = "ghcr.io/traefik/traefik:v3.6.12"
 
 // GatewayAPIVersion is the Gateway API release whose standard channel's
 // custom resource definitions the gateway addon installs
@@ -136,7 +126,7 @@ func ImageTag(ref string) (string, bool) {
 // not a reference: cloud-provider-openstack's images take it as their tag).
 func (im Images) refs() []string {
 	m := im.Monitoring
-	return []string{im.Etcd, im.CoreDNS, im.Pause, im.Flannel, im.FlannelCNI, im.CNIPlugins, im.MetricsServer, im.IngressNginx,
+	return []string{im.Etcd, im.CoreDNS, im.Pause, im.Flannel, im.FlannelCNI, im.MetricsServer, im.IngressNginx,
 		im.Dashboard, im.NetworkPolicy, im.Gateway, m.Operator, m.ConfigReloader, m.Prometheus, m.Alertmanager, m.NodeExporter}
 }
 
@@ -194,7 +184,7 @@ var csi = CSIImages{
 	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
 	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
 	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
-	NodeDriverRegistrar: "ghcr.io/opke-dev/csi-node-driver-registrar:v0.1.0",
+	NodeDriverRegistrar: "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
 	Snapshotter:         "registry.k8s.io/sig-storage/csi-snapshotter:" + ExternalSnapshotterVersion,
 	SnapshotController:  "registry.k8s.io/sig-storage/snapshot-controller:" + ExternalSnapshotterVersion,
 }
@@ -217,11 +207,44 @@ func CSI() CSIImages {
 // KubernetesRegistry is where the control-plane images come from.
 const KubernetesRegistry = "registry.k8s.io"
 
-// DefaultKubeletImage is the repository of the kubelet container image
-// that kubelet.env names, tagged with the cluster's version. Upstream
-// ships no kubelet image; this is OPKE's build of the release binary in a
-// minimal image, as hyperkube was. [Input].KubeletImage overrides it.
-const DefaultKubeletImage = "ghcr.io/opke-dev/kubelet"
+// CNIPluginsVersion is the release of the reference CNI plugins
+// (containernetworking/plugins) every node installs in /opt/cni/bin:
+// flannel delegates to bridge, host-local, loopback and portmap, and
+// Flatcar ships none of them (kubeadm's install docs fetch the same
+// tarball).
+const CNIPluginsVersion = "v1.8.0"
+
+// A Download is a file the hosts fetch as its upstream publishes it, not
+// an image: Path is its URL's host and path. A host fetches https://PATH,
+// or MIRROR/PATH when the spec names a download mirror (the layout of
+// Kubespray's files_repo), and checks it against the sha256 upstream
+// publishes beside it, PATH.sha256 from the same place, before it uses it.
+type Download struct {
+	Path string
+}
+
+// URL is where a host fetches d: from its upstream, or from the mirror
+// whose base is mirror (https://host[:port][/path]) when it is not empty.
+func (d Download) URL(mirror string) string {
+	if mirror == "" {
+		return "https://" + d.Path
+	}
+	return strings.TrimSuffix(mirror, "/") + "/" + d.Path
+}
+
+// KubeletDownload is the kubelet of Kubernetes v as upstream releases it
+// (kubeadm's install docs, "Without a package manager"):
+// dl.k8s.io/release/v/bin/linux/amd64/kubelet, its sha256 beside it.
+func KubeletDownload(v string) Download {
+	return Download{Path: "dl.k8s.io/release/" + v + "/bin/linux/amd64/kubelet"}
+}
+
+// CNIPluginsDownload is the reference CNI plugins' Linux tarball of
+// release v as containernetworking/plugins publishes it on GitHub, its
+// sha256 beside it.
+func CNIPluginsDownload(v string) Download {
+	return Download{Path: "github.com/containernetworking/plugins/releases/download/" + v + "/cni-plugins-linux-amd64-" + v + ".tgz"}
+}
 
 // ImagesFor returns the matrix row of v's minor.
 func ImagesFor(v schemas.Version) (Images, error) {

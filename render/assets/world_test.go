@@ -18,7 +18,8 @@ import (
 var imageRef = regexp.MustCompile(`(?m)(?:image: *|^[A-Z_]+_IMAGE=|sandbox = ")([^\s"]+)`)
 
 // Every image a cluster with every addon renders, at every Kubernetes
-// version of the test world, is one make world builds (its all set) or one
+// version of the test world, and every file its hosts download, is one
+// make world builds (its all set) or one
 // world.NotBuilt() lists with the reason: a rendered image the world lacks
 // fails here, not on a host that cannot pull it.
 func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
@@ -26,10 +27,13 @@ func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	built := map[string]bool{}
+	built, files := map[string]bool{}, map[string]bool{}
 	for _, a := range arts {
 		for _, im := range a.Images {
 			built[im.Ref] = true
+		}
+		for _, d := range a.Downloads {
+			files["https://"+d.Path] = true
 		}
 	}
 	missing := map[string]string{}
@@ -46,6 +50,12 @@ func TestTheWorldBuildsTheRenderedImages(t *testing.T) {
 						n++
 						if !built[ref] {
 							missing[ref] = world.NotBuilt()[ref]
+						}
+					}
+					// The downloads too, as upstream lays them out.
+					for _, m := range downloadURL.FindAllSubmatch(f.Data, -1) {
+						if u := string(m[1]); spec == "prod" && !files[u] {
+							t.Errorf("%s at %s: %s downloads %s, which make world does not build", spec, v, h.Name, u)
 						}
 					}
 				}

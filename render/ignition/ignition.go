@@ -176,14 +176,18 @@ func sshdConfig(role schemas.Role) string {
 	return c + "AllowTcpForwarding local\n"
 }
 
-// hostKeysUnit prints the host's SSH host keys on its console at boot,
-// in the block cloud images print and OPKE reads from Nova's console log
-// to pin them (sshx.HostKeysFromConsole). Flatcar has no cloud-init and
-// prints none of its own: without this unit no host could be reached with
-// a pinned key. The keys are made first if sshd-keygen has not yet
-// (ssh-keygen -A makes only the missing ones, and never prints a secret).
+// hostKeysUnit prints the host's SSH host keys at boot, in the block cloud
+// images print and OPKE reads from Nova's console log to pin them
+// (sshx.HostKeysFromConsole), on the serial console: Nova's console log
+// is the first serial port, and Flatcar's image boots with
+// console=ttyS0,115200n8 console=tty0, so /dev/console is the screen
+// (tty0), which the log never shows. It goes to the journal and
+// /dev/console too. Flatcar has no cloud-init and prints none of its
+// own: without this unit no host could be reached with a pinned key. The
+// keys are made first if sshd-keygen has not yet (ssh-keygen -A makes
+// only the missing ones, and never prints a secret).
 const hostKeysUnit = `[Unit]
-Description=Print the SSH host keys on the console, for OPKE to pin them
+Description=Print the SSH host keys on the serial console, for OPKE to pin them
 After=sshd-keygen.service
 Before=sshd.socket sshd.service ssh.service
 
@@ -191,7 +195,7 @@ Before=sshd.socket sshd.service ssh.service
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/usr/bin/ssh-keygen -A
-ExecStart=/bin/sh -c 'echo "-----BEGIN SSH HOST KEY KEYS-----"; cat /etc/ssh/ssh_host_*_key.pub; echo "-----END SSH HOST KEY KEYS-----"'
+ExecStart=/bin/sh -c 'keys() { echo "-----BEGIN SSH HOST KEY KEYS-----"; cat /etc/ssh/ssh_host_*_key.pub; echo "-----END SSH HOST KEY KEYS-----"; }; if [ -c /dev/ttyS0 ]; then keys > /dev/ttyS0 || true; fi; keys'
 StandardOutput=journal+console
 
 [Install]
@@ -232,13 +236,13 @@ fs.inotify.max_user_instances = 8192
 
 // The kubelet runs natively from /opt/bin/kubelet, as kubeadm's layout
 // runs it, with the systemd unit kubeadm's packages give it; its binary
-// comes from the kubelet image that the pushed /etc/kubernetes/kubelet.env
-// names (KUBELET_IMAGE), pulled by the host's containerd through the
-// hosts' registry configuration (the mirror's, when the spec names one)
-// and copied out once per image by installKubelet. So a host needs no
-// download site and no Docker: only the containerd a Flatcar host ships,
-// and every byte of a cluster comes from one registry. See README, "How
-// the kubelet reaches a host".
+// and the reference CNI plugins are upstream's release files that the
+// pushed /etc/kubernetes/kubelet.env names (KUBELET_URL, CNI_PLUGINS_URL:
+// dl.k8s.io and the plugins' GitHub release, or the spec's download
+// mirror), fetched and checked against the sha256 published beside each
+// by installKubelet, once per URL, as kubeadm's install docs fetch them
+// (Flatcar ships neither). The unit names no version, so an upgrade
+// changes kubelet.env, never user_data. See docs/real-cloud.md.
 const kubeletUnit = `[Unit]
 Description=Kubernetes kubelet (the release /etc/kubernetes/kubelet.env names)
 Documentation=https://kubernetes.io/docs/
@@ -260,28 +264,62 @@ RestartSec=5
 WantedBy=multi-user.target
 `
 
-// installKubelet installs the kubelet of $KUBELET_IMAGE at /opt/bin/kubelet
-// unless it is there already. It has no version of its own.
+// installKubelet installs the kubelet at /opt/bin/kubelet and the CNI
+// plugins in /opt/cni/bin from the URLs kubelet.env names, each checked
+// against the sha256 file beside it (the digest alone, as dl.k8s.io
+// publishes it, or "DIGEST  NAME", as GitHub releases' are) before it is
+// used, and each replaced by a rename (a plugin running keeps its file).
+// What is installed from the same URL already is kept. It has no version
+// of its own.
 const installKubelet = `#!/bin/sh
-# Installs the kubelet of the image /etc/kubernetes/kubelet.env names
-# (KUBELET_IMAGE) at /opt/bin/kubelet: pulled by containerd through the
-# hosts' registry configuration, copied out of the image once. From OPKE's
-# Ignition.
+# Installs the kubelet (/opt/bin/kubelet) and the reference CNI plugins
+# (/opt/cni/bin) that /etc/kubernetes/kubelet.env names (KUBELET_URL,
+# CNI_PLUGINS_URL): upstream's release files, each checked against the
+# sha256 published beside it before it is used; what was installed from
+# the same URL is kept. From OPKE's Ignition.
 set -eu
-image="${KUBELET_IMAGE:?KUBELET_IMAGE is not set}"
-if [ -x /opt/bin/kubelet ] && [ "$(cat /opt/bin/kubelet.image 2>/dev/null)" = "$image" ]; then
-  exit 0
+: "${KUBELET_URL:?KUBELET_URL is not set}" "${CNI_PLUGINS_URL:?CNI_PLUGINS_URL is not set}"
+ca=""
+if [ -n "${DOWNLOAD_CA:-}" ]; then ca="--cacert=$DOWNLOAD_CA"; fi
+mkdir -p /opt/bin /opt/cni/bin
+tmp=$(mktemp -d /opt/.opke-install.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+get() { # URL FILE
+  curl --fail --silent --show-error --location --retry 5 --retry-delay 2 --retry-all-errors \
+    --connect-timeout 10 ${ca:+"$ca"} -o "$2" "$1" || { echo "install-kubelet: $1: download failed" >&2; exit 1; }
+}
+fetch() { # URL FILE: the file, checked against URL.sha256
+  get "$1" "$2"
+  get "$1.sha256" "$2.sha256"
+  want=$(head -n 1 "$2.sha256" | cut -d ' ' -f 1)
+  case "$want" in
+  *[!0-9a-f]* | "") echo "install-kubelet: $1.sha256 holds no sha256" >&2; exit 1 ;;
+  esac
+  if [ "${#want}" -ne 64 ] || ! echo "$want  $2" | sha256sum --check --status; then
+    echo "install-kubelet: $1 does not match the sha256 beside it ($want)" >&2
+    exit 1
+  fi
+}
+if [ ! -x /opt/bin/kubelet ] || [ "$(cat /opt/bin/kubelet.url 2>/dev/null)" != "$KUBELET_URL" ]; then
+  fetch "$KUBELET_URL" "$tmp/kubelet"
+  install -m 0755 "$tmp/kubelet" /opt/bin/.kubelet.new
+  mv -f /opt/bin/.kubelet.new /opt/bin/kubelet
+  echo "$KUBELET_URL" > /opt/bin/kubelet.url
+  echo "install-kubelet: installed the kubelet of $KUBELET_URL"
 fi
-ctr="ctr --namespace opke"
-$ctr images pull --hosts-dir /etc/containerd/certs.d "$image" >/dev/null
-mnt=$(mktemp -d)
-trap '$ctr images unmount "$mnt" >/dev/null 2>&1 || true; rmdir "$mnt"' EXIT
-$ctr images mount "$image" "$mnt" >/dev/null
-mkdir -p /opt/bin
-install -m 0755 "$mnt/usr/local/bin/kubelet" /opt/bin/kubelet.new
-mv -f /opt/bin/kubelet.new /opt/bin/kubelet
-echo "$image" > /opt/bin/kubelet.image
-echo "installed the kubelet of $image"
+if [ "$(cat /opt/cni/bin/.opke-url 2>/dev/null)" != "$CNI_PLUGINS_URL" ]; then
+  fetch "$CNI_PLUGINS_URL" "$tmp/cni.tgz"
+  mkdir "$tmp/cni"
+  tar -C "$tmp/cni" -xzf "$tmp/cni.tgz" --no-same-owner
+  for f in "$tmp"/cni/*; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f")
+    install -m 0755 "$f" "/opt/cni/bin/.$name.new"
+    mv -f "/opt/cni/bin/.$name.new" "/opt/cni/bin/$name"
+  done
+  echo "$CNI_PLUGINS_URL" > /opt/cni/bin/.opke-url
+  echo "install-kubelet: installed the CNI plugins of $CNI_PLUGINS_URL"
+fi
 `
 
 // etcdUnit runs the controller's etcd member from the image and flags in

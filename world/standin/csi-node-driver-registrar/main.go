@@ -1,16 +1,21 @@
-// Command opke-csi-registrar registers a CSI node plugin with the kubelet,
-// as Kubernetes' csi-node-driver-registrar does: it runs beside the plugin
+// Command csi-node-driver-registrar is the test world's stand-in for
+// kubernetes-csi's csi-node-driver-registrar, built by make world into
+// the image the product names (registry.k8s.io/sig-storage/
+// csi-node-driver-registrar, at /csi-node-driver-registrar as upstream's
+// image has it). It registers a CSI node plugin with the kubelet as
+// upstream's does: it runs beside the plugin
 // in its DaemonSet's pod, asks the plugin its name (CSI Identity
 // GetPluginInfo) on the plugin's socket, and serves the kubelet's plugin
 // registration API (pluginregistration.v1) on a socket in the kubelet's
 // plugins_registry folder: GetInfo names the plugin and the plugin's
 // socket as the kubelet sees it, NotifyRegistrationStatus hears whether
 // the kubelet took it (a refusal ends the process, so that the pod starts
-// it again). It is OPKE's because the module proxy serves no version of
-// kubernetes-csi/node-driver-registrar (its v2 releases have no /v2 module
-// path), and every image of a cluster is built from source.
+// it again). It stands in for upstream's because the module proxy serves no
+// version of kubernetes-csi/node-driver-registrar (its v2 releases have no
+// /v2 module path), and every image of the test world is built from
+// source (cloudsim/machine/LIMITS.md). No real host runs it.
 //
-//	opke-csi-registrar --csi-address=/csi/csi.sock \
+//	csi-node-driver-registrar --csi-address=/csi/csi.sock \
 //	  --kubelet-registration-path=/var/lib/kubelet/plugins/cinder.csi.openstack.org/csi.sock \
 //	  --plugin-registration-path=/registration --http-endpoint=:9809
 //
@@ -42,7 +47,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, log); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "opke-csi-registrar:", err)
+		fmt.Fprintln(os.Stderr, "csi-node-driver-registrar:", err)
 		os.Exit(1)
 	}
 }
