@@ -457,6 +457,9 @@ func (m *Machine) start(ctx context.Context) error {
 		}
 		got <- f
 	}()
+	// What a VM's serial port shows first at power-on, before its kernel
+	// (the host's here) and its own output.
+	fmt.Fprintf(m.console, "[  power] on\n")
 	cmd := exec.CommandContext(ctx, "runc", "--root", RuncRoot, "run", "--detach", "--console-socket", sock,
 		"--bundle", filepath.Join(m.cfg.Dir, "bundle"), m.cfg.ID)
 	var out bytes.Buffer

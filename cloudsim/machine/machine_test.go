@@ -7,7 +7,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,32 +24,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"opke.dev/opke/cloudsim/machine"
+	ignitioncfg "opke.dev/opke/render/ignition"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
 )
 
-// hostKeysUnit prints the machine's SSH host keys on its console once
-// sshd made them, in the block OPKE reads (sshx.HostKeysFromConsole).
-const hostKeysUnit = `[Unit]
-Description=Print the SSH host keys on the console
-After=sshd-keygen.service ssh.service
-
-[Service]
-Type=oneshot
-ExecStart=/bin/sh -c 'echo "-----BEGIN SSH HOST KEY KEYS-----"; cat /etc/ssh/ssh_host_*_key.pub; echo "-----END SSH HOST KEY KEYS-----"'
-StandardOutput=journal+console
-
-[Install]
-WantedBy=multi-user.target
-`
-
+// ignition is the user_data of a gateway as OPKE renders it, core's key
+// authorized: its opke-host-keys unit prints the host keys on the serial
+// console, as on Flatcar's OpenStack image.
 func ignition(t *testing.T, authorized string) []byte {
 	t.Helper()
-	cfg := map[string]any{
-		"ignition": map[string]any{"version": "3.3.0"},
-		"passwd":   map[string]any{"users": []any{map[string]any{"name": "core", "sshAuthorizedKeys": []string{authorized}}}},
-		"systemd":  map[string]any{"units": []any{map[string]any{"name": "print-host-keys.service", "enabled": true, "contents": hostKeysUnit}}},
-	}
-	data, err := json.Marshal(cfg)
+	data, err := ignitioncfg.Render(ignitioncfg.Input{Role: schemas.RoleGateway, OPKEPublicKey: authorized})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +125,17 @@ func TestMachine(t *testing.T) {
 			t.Fatalf("no host keys on the console:\n%s", console)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The console log is the serial port's, as Nova's is: what systemd
+	// prints on /dev/console (the screen, tty0 on Flatcar's OpenStack
+	// image) is not in it, and the keys are there once.
+	console, _ := m.Console()
+	screen, _ := os.ReadFile(m.ScreenPath())
+	if !strings.Contains(string(screen), "Reached target") || strings.Contains(string(console), "Reached target") {
+		t.Errorf("systemd's status lines belong on the screen only:\nscreen:\n%s\nconsole:\n%s", screen, console)
+	}
+	if n := strings.Count(string(console), "-----BEGIN SSH HOST KEY KEYS-----"); n != 1 {
+		t.Errorf("the serial console shows the host keys %d times:\n%s", n, console)
 	}
 	// The machine is reachable once its DHCP client has its lease.
 	var conn net.Conn

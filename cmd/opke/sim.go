@@ -42,9 +42,11 @@ edge. Stopping the simulator stops them (a restart boots them again) and
 removes every namespace.
 
 With --mirror (real hosts only) a registry on the public network serves the images
-of make world's e2e set (taken from its cache, or built: half an hour the first
-time), as an air-gapped cloud's mirror: STATE/mirror.yaml holds the
-registryMirror a spec names to pull from it (its CA kept across restarts).
+of make world's e2e set (taken from its cache, or built: over an hour the first
+time on two cores), and a file mirror beside it the kubelet and the CNI plugins
+as upstream lays out their downloads, as an air-gapped cloud's mirrors:
+STATE/mirror.yaml holds the registryMirror and downloadMirror a spec names to
+take from them (their CA kept across restarts).
 
 With --clean-hosts (root) it starts nothing: it removes what real-host
 simulators killed instead of stopped left on this machine (their machines,
@@ -57,7 +59,7 @@ with real hosts runs here: theirs would go too.`,
   ssh -o ProxyCommand='nc -X 5 -x 127.0.0.1:5052 %h %p' core@FLOATING_IP
 
   sudo opke sim --hosts real --mirror --state .opke/sim
-  cat .opke/sim/mirror.yaml   # the registryMirror for a spec
+  cat .opke/sim/mirror.yaml   # the registryMirror and downloadMirror for a spec
 
   sudo opke sim --clean-hosts   # after a simulator or make e2e was killed`,
 		Args: argsAtMost(0),
@@ -84,8 +86,8 @@ with real hosts runs here: theirs would go too.`,
 				if err != nil {
 					return errors.Join(fmt.Errorf("registry mirror: %w", err), sim.Close())
 				}
-				fmt.Fprintf(a.stdout, "Registry mirror at %s, serving make world's e2e set; a spec pulls from it with the registryMirror in %s\n",
-					m.Endpoint, filepath.Join(state, MirrorFile))
+				fmt.Fprintf(a.stdout, "Registry mirror at %s and file mirror at %s, serving make world's e2e set; a spec takes from them with the registryMirror and downloadMirror in %s\n",
+					m.RegistryMirror.Endpoint, m.DownloadMirror.Endpoint, filepath.Join(state, MirrorFile))
 			}
 			<-cmd.Context().Done()
 			if err := sim.Close(); err != nil {
@@ -111,13 +113,22 @@ with real hosts runs here: theirs would go too.`,
 }
 
 // MirrorFile is the file in the simulator's state dir that holds the
-// registryMirror of its registry (opke sim --mirror).
+// registryMirror of its registry and the downloadMirror of the file
+// mirror beside it (opke sim --mirror).
 const MirrorFile = "mirror.yaml"
 
+// mirrors are what MirrorFile holds: a spec's registryMirror and
+// downloadMirror, as YAML under spec.
+type mirrors struct {
+	RegistryMirror *schemas.RegistryMirror `yaml:"registryMirror"`
+	DownloadMirror *schemas.DownloadMirror `yaml:"downloadMirror"`
+}
+
 // startMirror runs a registry on the simulator's public network, loads it
-// with make world's e2e set (from the cache, else built), and writes the
-// registryMirror that names it into STATE/mirror.yaml.
-func startMirror(ctx context.Context, sim *cloudsim.Sim, state string, log *slog.Logger) (*schemas.RegistryMirror, error) {
+// with make world's e2e set (from the cache, else built), serves the set's
+// downloads from the file mirror beside it, and writes the registryMirror
+// and downloadMirror that name them into STATE/mirror.yaml.
+func startMirror(ctx context.Context, sim *cloudsim.Sim, state string, log *slog.Logger) (*mirrors, error) {
 	arts, err := worldbuild.Targets(worldbuild.E2E)
 	if err != nil {
 		return nil, err
@@ -139,13 +150,17 @@ func startMirror(ctx context.Context, sim *cloudsim.Sim, state string, log *slog
 	if err := built.PushAll(ctx, reg.Client, reg.URL(), "", nil); err != nil {
 		return nil, err
 	}
-	log.Info("registry mirror loaded", "images", len(built.Images()), "took", time.Since(started).Round(time.Second))
-	m := &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)}
-	b, err := yaml.Marshal(map[string]any{"registryMirror": m})
+	reg.ServeFiles(built.Files())
+	log.Info("registry mirror loaded", "images", len(built.Images()), "files", len(built.Files()), "took", time.Since(started).Round(time.Second))
+	m := &mirrors{
+		RegistryMirror: &schemas.RegistryMirror{Endpoint: reg.URL(), CACert: string(reg.CACert)},
+		DownloadMirror: &schemas.DownloadMirror{Endpoint: reg.FilesURL(), CACert: string(reg.CACert)},
+	}
+	b, err := yaml.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	header := "# The simulator's registry mirror (opke sim --mirror): put under a cluster's spec.\n"
+	header := "# The simulator's registry and file mirrors (opke sim --mirror): put under a cluster's spec.\n"
 	if err := os.WriteFile(filepath.Join(state, MirrorFile), append([]byte(header), b...), 0o644); err != nil {
 		return nil, err
 	}

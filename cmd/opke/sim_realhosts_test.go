@@ -31,8 +31,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"opke.dev/opke/cloudsim/machine"
+	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
+	worldbuild "opke.dev/opke/world"
 )
 
 // TestSimCommandRealHosts: `opke sim --hosts real --mirror` boots a
@@ -62,8 +64,12 @@ func TestSimCommandRealHosts(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	mirrorYAML, _ := os.ReadFile(filepath.Join(state, MirrorFile))
-	var m struct{ RegistryMirror schemas.RegistryMirror }
-	if err := yaml.Unmarshal(mirrorYAML, &m); err != nil || m.RegistryMirror.Endpoint != "https://203.0.113.254:5000" || m.RegistryMirror.CACert == "" {
+	var m struct {
+		RegistryMirror schemas.RegistryMirror `yaml:"registryMirror"`
+		DownloadMirror schemas.DownloadMirror `yaml:"downloadMirror"`
+	}
+	if err := yaml.Unmarshal(mirrorYAML, &m); err != nil || m.RegistryMirror.Endpoint != "https://203.0.113.254:5000" || m.RegistryMirror.CACert == "" ||
+		m.DownloadMirror.Endpoint != "https://203.0.113.254:5443" || m.DownloadMirror.CACert != m.RegistryMirror.CACert {
 		t.Fatalf("%s: %v\n%s", MirrorFile, err, mirrorYAML)
 	}
 	var info struct{ Edge string }
@@ -83,6 +89,23 @@ func TestSimCommandRealHosts(t *testing.T) {
 	for _, repo := range []string{"pause", "kube-apiserver", "etcd", "openstack-cloud-controller-manager"} {
 		if !strings.Contains(string(catalog), repo) {
 			t.Errorf("the mirror's catalog lacks %s: %s", repo, catalog)
+		}
+	}
+	// The file mirror serves the kubelet and its sha256 as dl.k8s.io lays
+	// them out, and refuses what it does not have.
+	kubelet := assets.KubeletDownload(worldbuild.KubernetesVersions()[0]).URL(m.DownloadMirror.Endpoint)
+	for _, tc := range []struct {
+		url  string
+		code int
+	}{{kubelet, http.StatusOK}, {kubelet + ".sha256", http.StatusOK}, {m.DownloadMirror.Endpoint + "/dl.k8s.io/release/v0.0.0/bin/linux/amd64/kubelet", http.StatusNotFound}} {
+		resp, err := hc.Get(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || (tc.code == http.StatusOK && len(body) == 0) {
+			t.Errorf("GET %s: %s (%d bytes), want %d", tc.url, resp.Status, len(body), tc.code)
 		}
 	}
 	ao, eo, _, err := clouds.Parse(clouds.WithCloudName("sim"), clouds.WithLocations(filepath.Join(state, "clouds.yaml")))
@@ -135,11 +158,13 @@ func TestSimCommandRealHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(console, "systemd") {
+		// The serial port's log, as Nova's: the machine's power-on (a
+		// server with no user_data prints nothing more there).
+		if strings.Contains(console, "[  power] on") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the console shows no systemd:\n%s", console)
+			t.Fatalf("the console shows no power-on:\n%s", console)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

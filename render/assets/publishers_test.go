@@ -130,3 +130,17 @@ func TestPublisherScanCatchesOthers(t *testing.T) {
 		}
 	}
 }
+
+// docs/real-cloud.md names every publisher the hosts may take from: an
+// operator mirroring a cloud reads the list there.
+func TestRealCloudDocNamesThePublishers(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "real-cloud.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range upstreamPublishers {
+		if !strings.Contains(string(doc), p.prefix) {
+			t.Errorf("docs/real-cloud.md does not name %s (%s)", p.prefix, p.who)
+		}
+	}
+}
