@@ -325,7 +325,9 @@ fi
 // etcdUnit runs the controller's etcd member from the image and flags in
 // the pushed /etc/kubernetes/etcd.env (ETCD_IMAGE and etcd's own ETCD_*),
 // by the host's containerd (as Typhoon runs it by the host's runtime),
-// the image pulled through the hosts' registry configuration.
+// the image pulled through the hosts' registry configuration when the
+// host does not have it yet: a member that restarts, or a host that
+// boots, while the registry is out of reach starts from the image it has.
 const etcdUnit = `[Unit]
 Description=etcd member (image and settings from /etc/kubernetes/etcd.env)
 Wants=network-online.target
@@ -336,7 +338,7 @@ StartLimitIntervalSec=0
 
 [Service]
 EnvironmentFile=/etc/kubernetes/etcd.env
-ExecStartPre=/usr/bin/ctr --namespace opke images pull --hosts-dir /etc/containerd/certs.d ${ETCD_IMAGE}
+ExecStartPre=/bin/sh -c '/usr/bin/ctr --namespace opke images ls -q | grep -qxF "$$ETCD_IMAGE" || exec /usr/bin/ctr --namespace opke images pull --hosts-dir /etc/containerd/certs.d "$$ETCD_IMAGE"'
 ExecStartPre=-/usr/bin/ctr --namespace opke tasks kill --signal SIGKILL etcd-member
 ExecStartPre=-/usr/bin/ctr --namespace opke tasks delete etcd-member
 ExecStartPre=-/usr/bin/ctr --namespace opke containers delete etcd-member
