@@ -206,7 +206,7 @@ func TestValidateBase(t *testing.T) {
 			"HEAD~1", exitOK, "base/allowed.txt"},
 		{"refused changes", gittest.Files(map[string]string{"clusters/prod/cluster.yaml": prod}),
 			gittest.Files(map[string]string{"clusters/prod/cluster.yaml": strings.NewReplacer(
-				"v1.34.4", "v1.36.0", "hostCIDR: 192.168.20.0/24", "hostCIDR: 192.168.30.0/24",
+				"v1.35.4", "v1.37.0", "hostCIDR: 192.168.20.0/24", "hostCIDR: 192.168.30.0/24",
 				"count: 3\n    flavor: m1.large", "count: 5\n    flavor: m1.xlarge").Replace(prod)}),
 			"HEAD~1", exitFindings, "base/refused.txt"},
 		{"removed clusters", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": demo, "clusters/old/cluster.yaml": deletable}),

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -77,6 +78,9 @@ Exit codes: 0 valid, 1 findings, 2 usage error.`,
 					return fmt.Errorf("--base %s: %w", base, err)
 				}
 				fleet.CheckTransitions(baseFleet, nil)
+				fleet.CheckLifecycle(baseFleet, lifecycleNow())
+			} else {
+				fleet.CheckLifecycle(nil, lifecycleNow())
 			}
 			return a.printFindings(fleet, output)
 		},
@@ -85,6 +89,10 @@ Exit codes: 0 valid, 1 findings, 2 usage error.`,
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
 }
+
+// lifecycleNow is the day validate judges each minor's upstream support
+// at (schemas.CheckLifecycle): today, or a test's fixed day.
+var lifecycleNow = time.Now
 
 // loadBaseFleet reads the fleet at the base revision; a revision from before
 // the fleet existed is an empty fleet.

@@ -289,8 +289,8 @@ func TestVersionBump(t *testing.T) {
 		name, to string
 		etcd     bool // etcd.env changes too (a new minor pins a new etcd)
 	}{
-		{name: "patch", to: "v1.34.5"},
-		{name: "minor", to: "v1.35.0", etcd: true},
+		{name: "patch", to: "v1.35.5"},
+		{name: "minor", to: "v1.36.0", etcd: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := statetest.Open(t)
