@@ -134,6 +134,9 @@ type gateSpec struct {
 	host, version string
 	role          schemas.Role
 	units         []string
+	// node: the host's Node must be Ready and report the version (a
+	// worker's always; a controller's once its cluster runs).
+	node bool
 	// pods are the static pods whose manifests the apply pushed to the
 	// host: each must run as pushed.
 	pods []staticPod
@@ -144,6 +147,7 @@ func gateOf(c diff.Change) gateSpec {
 	if u := c.After["units"].Value; u != "" {
 		g.units = strings.Split(u, ",")
 	}
+	g.node = g.role == schemas.RoleWorker || c.After["node"].Value == "Ready"
 	return g
 }
 
@@ -258,8 +262,11 @@ func (p *prober) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return p.staticPodsRun(ctx, k)
-	case schemas.RoleWorker:
+		if err := p.staticPodsRun(ctx, k); err != nil {
+			return err
+		}
+	}
+	if p.g.node {
 		return p.nodeReady(ctx)
 	}
 	return nil
