@@ -53,6 +53,8 @@ type Spec struct {
 	WorkerPools []WorkerPool `json:"workerPools,omitempty" yaml:"workerPools,omitempty"`
 	Gateway     Gateway      `json:"gateway" yaml:"gateway"`
 	Addons      []Addon      `json:"addons,omitempty" yaml:"addons,omitempty"`
+	// Storage tunes the cinder-csi addon's volumes.
+	Storage *Storage `json:"storage,omitempty" yaml:"storage,omitempty"`
 	Upgrade     Upgrade      `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
 	// Backup enables scheduled etcd snapshots to Swift; nil means no backups.
 	Backup *Backup `json:"backup,omitempty" yaml:"backup,omitempty"`
@@ -136,6 +138,15 @@ type Gateway struct {
 // Addon is a component OPKE installs into the cluster from a known set.
 type Addon struct {
 	Name string `json:"name" yaml:"name"`
+}
+
+// Storage tunes how the cinder-csi addon places Cinder volumes.
+type Storage struct {
+	// IgnoreVolumeAZ: a volume's Cinder availability zone does not bind
+	// its pods to Nova's zone of the same name (cloud-provider-openstack's
+	// ignore-volume-az), for clouds whose volume zones are not named as
+	// their compute zones.
+	IgnoreVolumeAZ bool `json:"ignoreVolumeAZ,omitempty" yaml:"ignoreVolumeAZ,omitempty"`
 }
 
 // Upgrade tunes rolling upgrades and replacements of workers, and the

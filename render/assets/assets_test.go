@@ -316,7 +316,9 @@ func TestVersionBump(t *testing.T) {
 						want = append(want, h.Name+":"+assets.PathManifests+"/"+p+".yaml")
 					}
 					if tc.etcd {
-						want = append(want, h.Name+":"+assets.PathEtcdEnv, h.Name+":"+assets.PathAddons+"/05-coredns.yaml")
+						// etcd.env names the new minor's etcd; CoreDNS's file
+						// is among the addons that change when its image does.
+						want = append(want, h.Name+":"+assets.PathEtcdEnv)
 						for _, f := range h.Files {
 							if strings.HasPrefix(f.Path, assets.PathAddons) {
 								may = append(may, h.Name+":"+f.Path)
@@ -543,16 +545,19 @@ func TestCloudConf(t *testing.T) {
 		name       string
 		cloud      *assets.CloudCredential
 		addons     []schemas.Addon
+		storage    *schemas.Storage
 		controller bool
 		worker     bool
 	}{
 		{name: "no credential", addons: []schemas.Addon{{Name: "cinder-csi"}}},
 		{name: "controllers only", cloud: credential, addons: []schemas.Addon{{Name: "openstack-cloud-controller-manager"}}, controller: true},
 		{name: "cinder on workers too", cloud: credential, addons: []schemas.Addon{{Name: "cinder-csi"}}, controller: true, worker: true},
+		{name: "volumes' zones ignored", cloud: credential, addons: []schemas.Addon{{Name: "cinder-csi"}}, storage: &schemas.Storage{IgnoreVolumeAZ: true},
+			controller: true, worker: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := loadSpec(t, "prod")
-			c.Spec.Addons = tc.addons
+			c.Spec.Addons, c.Spec.Storage = tc.addons, tc.storage
 			out := renderCluster(t, statetest.Open(t), c, tc.cloud)
 			for name, want := range map[string]bool{"prod-controller-0": tc.controller, "prod-general-0": tc.worker, "prod-gateway-0": false} {
 				h, _ := out.Assets.Host(name)
@@ -563,6 +568,10 @@ func TestCloudConf(t *testing.T) {
 				// The cloud controller manager (uid and gid 1001) reads it.
 				if got && (!f.Secret || f.Mode != 0o640 || f.Owner != "root:1001" || !bytes.Contains(f.Data, []byte("application-credential-secret="+credential.Secret+"\n"))) {
 					t.Errorf("%s cloud.conf: secret=%v mode=%o owner=%s\n%s", name, f.Secret, f.Mode, f.Owner, f.Data)
+				}
+				// cloud-provider-openstack's [BlockStorage] ignore-volume-az, only when asked.
+				if ignored := bytes.Contains(f.Data, []byte("[BlockStorage]\nignore-volume-az=true\n")); got && ignored != (tc.storage != nil) {
+					t.Errorf("%s cloud.conf ignores the volumes' zones: %v, want %v\n%s", name, ignored, tc.storage != nil, f.Data)
 				}
 			}
 		})

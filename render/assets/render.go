@@ -654,6 +654,10 @@ func (r *renderer) cloudConf() File {
 	kv("subnet-id", c.SubnetID)
 	kv("floating-network-id", c.FloatingNetworkID)
 	b.WriteString("create-monitor=true\n")
+	if s := r.c.Spec.Storage; s != nil && s.IgnoreVolumeAZ {
+		// The Cinder CSI plugin: volumes' zones are not Nova's.
+		b.WriteString("\n[BlockStorage]\nignore-volume-az=true\n")
+	}
 	// The cloud controller manager runs as uid and gid 1001, as upstream's
 	// image does: the file is its group's to read, no one else's.
 	f := secretFile(PathCloudConf, []byte(b.String()))
