@@ -55,7 +55,7 @@ type Spec struct {
 	Addons      []Addon      `json:"addons,omitempty" yaml:"addons,omitempty"`
 	// Storage tunes the cinder-csi addon's volumes.
 	Storage *Storage `json:"storage,omitempty" yaml:"storage,omitempty"`
-	Upgrade     Upgrade      `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
+	Upgrade Upgrade  `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
 	// Backup enables scheduled etcd snapshots to Swift; nil means no backups.
 	Backup *Backup `json:"backup,omitempty" yaml:"backup,omitempty"`
 	// Remediation replaces workers that stay unhealthy; nil means none are.
