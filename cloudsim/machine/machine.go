@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -398,9 +400,7 @@ func (m *Machine) writeBundle() error {
 		res.Memory = &specs.LinuxMemory{Limit: &m.cfg.MemoryBytes}
 	}
 	if m.cfg.CPUs > 0 {
-		period := uint64(100_000)
-		quota := int64(m.cfg.CPUs * float64(period))
-		res.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+		res.CPU = vcpus(m.cfg.ID, m.cfg.CPUs, runtime.NumCPU())
 	}
 	spec := specs.Spec{
 		Version:  specs.Version,
@@ -430,6 +430,31 @@ func (m *Machine) writeBundle() error {
 		return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
 	}
 	return os.WriteFile(filepath.Join(m.cfg.Dir, "bundle", "config.json"), data, 0o600)
+}
+
+// vcpus bounds a machine of n vCPUs as a hypervisor bounds a VM's: it
+// runs on at most n of the host's cpus at once (a cpuset of n of them,
+// chosen by its id so that machines spread over the host's cpus; all of
+// them when n reaches hostCPUs) and weighs n vCPUs against the other
+// machines (shares). Not a CFS quota: a quota bounds every child cgroup's
+// quota too, so that the kubelet's pod whose CPU limit is above the
+// flavor's vCPUs fails to start ("failed to write ... cpu.cfs_quota_us:
+// invalid argument"), which on a VM it does not.
+func vcpus(id string, n float64, hostCPUs int) *specs.LinuxCPU {
+	shares := uint64(math.Ceil(n * 1024))
+	cpu := &specs.LinuxCPU{Shares: &shares}
+	k := int(math.Ceil(n))
+	if k >= hostCPUs {
+		return cpu
+	}
+	sum := sha256.Sum256([]byte(id))
+	first := int(sum[0]) % hostCPUs
+	list := make([]string, k)
+	for i := range k {
+		list[i] = strconv.Itoa((first + i) % hostCPUs)
+	}
+	cpu.Cpus = strings.Join(list, ",")
+	return cpu
 }
 
 // start runs the container; runc hands the console's pseudo-terminal
