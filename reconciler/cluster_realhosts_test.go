@@ -1388,6 +1388,7 @@ func hostDiagnostics(t *testing.T, r *rig, hosts ...string) {
 			"sudo -n ctr --namespace opke tasks ls; ps -eo pid,ppid,stat,wchan:32,etime,args | grep -E 'runc|ctr|etcd|shim' | grep -v grep",
 			"for p in $(pgrep -f 'runc.*delete'); do echo $p; sudo -n cat /proc/$p/stack /proc/$p/status | head -20; done",
 			"sudo -n ls -l /opt/cni/bin /etc/cni/net.d /etc/containerd/certs.d",
+			"sudo -n sh -c 'for f in /var/log/pods/*/*/*.log; do echo == $f; tail -n 8 $f; done'",
 			"ip -4 route; ip -4 addr",
 			"sudo -n iptables-save -t nat | head -40",
 		} {

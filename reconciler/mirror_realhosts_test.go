@@ -41,6 +41,11 @@ func TestControllerFromTheMirror(t *testing.T) {
 	c := spec(t, "demo", "", 0)
 	c.Spec.WorkerPools, c.Spec.Addons = nil, nil
 	useMirror(c, reg)
+	t.Cleanup(func() {
+		if t.Failed() {
+			hostDiagnostics(t, r, "demo-controller-0")
+		}
+	})
 	r.apply(t, c)
 
 	// The controller comes up: what OPKE's health gate asks of it.

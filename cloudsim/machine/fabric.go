@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -101,7 +102,40 @@ func NewFabric(ctx context.Context, name string) (*Fabric, error) {
 		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
 		return nil, err
 	}
+	if err := conntrackAsKubeProxy(); err != nil {
+		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
+		return nil, fmt.Errorf("fabric %s: %w", name, err)
+	}
 	return f, nil
+}
+
+// KubeProxyConntrackMax is the conntrack table size kube-proxy's defaults
+// ask of a host of this machine's size (32768 entries per cpu, at least
+// 131072: every machine has at most the host's 2 cpus).
+const KubeProxyConntrackMax = 131072
+
+// conntrackAsKubeProxy sets the host's conntrack table to the size
+// kube-proxy's defaults ask, as a machine's kube-proxy would on a VM of
+// its own: the table is the host's, shared by every machine, and
+// writable from the host's first network namespace only, so kube-proxy
+// in a machine, which writes it whenever it differs, would fail. The
+// hash table is left as it is when it has room (kube-proxy only grows it).
+func conntrackAsKubeProxy() error {
+	const path = "/proc/sys/net/netfilter/nf_conntrack_max"
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // no conntrack module loaded: kube-proxy's iptables rules load it, and it reads the host's default
+	}
+	if err != nil {
+		return fmt.Errorf("conntrack: %w", err)
+	}
+	if strings.TrimSpace(string(b)) == strconv.Itoa(KubeProxyConntrackMax) {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(KubeProxyConntrackMax)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("conntrack: set nf_conntrack_max as kube-proxy would: %w", err)
+	}
+	return nil
 }
 
 // Close removes the fabric's namespace, and with it every bridge and

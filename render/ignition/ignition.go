@@ -279,14 +279,15 @@ const installKubelet = `#!/bin/sh
 # the same URL is kept. From OPKE's Ignition.
 set -eu
 : "${KUBELET_URL:?KUBELET_URL is not set}" "${CNI_PLUGINS_URL:?CNI_PLUGINS_URL is not set}"
-ca=""
-if [ -n "${DOWNLOAD_CA:-}" ]; then ca="--cacert=$DOWNLOAD_CA"; fi
 mkdir -p /opt/bin /opt/cni/bin
 tmp=$(mktemp -d /opt/.opke-install.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 get() { # URL FILE
+  url=$1 out=$2
+  shift 2
+  if [ -n "${DOWNLOAD_CA:-}" ]; then set -- --cacert "$DOWNLOAD_CA"; fi
   curl --fail --silent --show-error --location --retry 5 --retry-delay 2 --retry-all-errors \
-    --connect-timeout 10 ${ca:+"$ca"} -o "$2" "$1" || { echo "install-kubelet: $1: download failed" >&2; exit 1; }
+    --connect-timeout 10 "$@" -o "$out" "$url" || { echo "install-kubelet: $url: download failed" >&2; exit 1; }
 }
 fetch() { # URL FILE: the file, checked against URL.sha256
   get "$1" "$2"
