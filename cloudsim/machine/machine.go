@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -400,7 +399,7 @@ func (m *Machine) writeBundle() error {
 		res.Memory = &specs.LinuxMemory{Limit: &m.cfg.MemoryBytes}
 	}
 	if m.cfg.CPUs > 0 {
-		res.CPU = vcpus(m.cfg.ID, m.cfg.CPUs, runtime.NumCPU())
+		res.CPU = vcpus(m.cfg.CPUs)
 	}
 	spec := specs.Spec{
 		Version:  specs.Version,
@@ -432,29 +431,18 @@ func (m *Machine) writeBundle() error {
 	return os.WriteFile(filepath.Join(m.cfg.Dir, "bundle", "config.json"), data, 0o600)
 }
 
-// vcpus bounds a machine of n vCPUs as a hypervisor bounds a VM's: it
-// runs on at most n of the host's cpus at once (a cpuset of n of them,
-// chosen by its id so that machines spread over the host's cpus; all of
-// them when n reaches hostCPUs) and weighs n vCPUs against the other
-// machines (shares). Not a CFS quota: a quota bounds every child cgroup's
-// quota too, so that the kubelet's pod whose CPU limit is above the
-// flavor's vCPUs fails to start ("failed to write ... cpu.cfs_quota_us:
-// invalid argument"), which on a VM it does not.
-func vcpus(id string, n float64, hostCPUs int) *specs.LinuxCPU {
+// vcpus weighs a machine of n vCPUs against the others as a hypervisor
+// weighs a VM's vCPUs (shares, 1024 each). It sets no CFS quota: a quota
+// bounds every child cgroup's quota too, so that the kubelet's pod whose
+// CPU limit is above the flavor's vCPUs fails to start ("failed to write
+// ... cpu.cfs_quota_us: invalid argument"), which on a VM it does not. Nor
+// a cpuset: the machine's kubelet reads the host's cpus (cAdvisor's
+// topology) and fails to give its kubepods cgroup more than the set
+// holds. So a machine may run on every cpu of the host (cloudsim/machine/
+// LIMITS.md).
+func vcpus(n float64) *specs.LinuxCPU {
 	shares := uint64(math.Ceil(n * 1024))
-	cpu := &specs.LinuxCPU{Shares: &shares}
-	k := int(math.Ceil(n))
-	if k >= hostCPUs {
-		return cpu
-	}
-	sum := sha256.Sum256([]byte(id))
-	first := int(sum[0]) % hostCPUs
-	list := make([]string, k)
-	for i := range k {
-		list[i] = strconv.Itoa((first + i) % hostCPUs)
-	}
-	cpu.Cpus = strings.Join(list, ",")
-	return cpu
+	return &specs.LinuxCPU{Shares: &shares}
 }
 
 // start runs the container; runc hands the console's pseudo-terminal
