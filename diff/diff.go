@@ -679,10 +679,10 @@ func minorChanges(from, to string) bool {
 }
 
 // drainForUpgrade brackets the restarts of a node whose kubelet goes to a
-// new minor with a drain and an uncordon, as kubeadm's upgrade does: the
-// files first (a controller's static pods move on as they land, as
-// `kubeadm upgrade apply` moves them), then the drain, the restarts, the
-// gate, and the uncordon once the node is healthy.
+// new minor with a drain and an uncordon, as kubeadm's upgrade drains a
+// node before its kubelet's: the drain, then the files (a controller's
+// static pods move on as they land), the restarts, the gate, and the
+// uncordon once the node is healthy.
 func (b *builder) drainForUpgrade(cluster string, hc *hostChanges) {
 	h := hc.host
 	if len(hc.restarts) == 0 || !slices.ContainsFunc(hc.restarts, func(p *pending) bool { return p.Address.Name == "kubelet.service" }) {
@@ -690,11 +690,12 @@ func (b *builder) drainForUpgrade(cluster string, hc *hostChanges) {
 	}
 	drain := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
 		Reason: "cordon the node and evict its pods before its kubelet's minor upgrade (" + h.Version + ")"}, drift: hc.gate.drift})
-	for _, up := range hc.uploads {
-		drain.deps = append(drain.deps, up.key)
+	// Before the files: a controller's new static pods restart its API
+	// server as they land, and a one-controller cluster's drain goes
+	// through that API server.
+	for _, p := range slices.Concat(hc.uploads, hc.restarts) {
+		p.deps = append(p.deps, drain.key)
 	}
-	first := hc.restarts[0]
-	first.deps = append(first.deps, drain.key)
 	uncordon := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: NodeAddress(h.Name), Action: ActionUpdate,
 		Before: Attrs{"unschedulable": Known("true")}, After: Attrs{"unschedulable": Known("false")},
 		Reason: "uncordon the node, healthy on its new minor"}, drift: hc.gate.drift, deps: []string{hc.gate.key}})

@@ -266,7 +266,7 @@ func TestPlans(t *testing.T) {
 						t.Errorf("a version bump plans %s %s", c.Action, c.Address)
 					}
 				}
-				// A minor bump drains each node between its files and its
+				// A minor bump drains each node before its files and its
 				// kubelet's restart and uncordons it once its gate passed,
 				// as kubeadm's upgrade does; the next host waits for that.
 				for _, h := range []string{"demo-controller-0", "demo-default-0", "demo-default-1"} {
@@ -282,8 +282,8 @@ func TestPlans(t *testing.T) {
 					}
 					gate := find(t, p.Changes, GateAddress(h), ActionCheck)
 					uncordon := find(t, p.Changes, NodeAddress(h), ActionUpdate)
-					if !slices.Contains(drain.DependsOn, env.ID) || !slices.Contains(restart.DependsOn, drain.ID) || !slices.Contains(uncordon.DependsOn, gate.ID) {
-						t.Errorf("%s: want files, drain, restart, gate, uncordon: drain %v, %s %v, uncordon %v", h, drain.DependsOn, restart.Address, restart.DependsOn, uncordon.DependsOn)
+					if !slices.Contains(env.DependsOn, drain.ID) || !slices.Contains(restart.DependsOn, drain.ID) || !slices.Contains(uncordon.DependsOn, gate.ID) {
+						t.Errorf("%s: want drain, files, restart, gate, uncordon: drain %v, %s %v, uncordon %v", h, drain.DependsOn, restart.Address, restart.DependsOn, uncordon.DependsOn)
 					}
 				}
 				// kube-proxy's new image goes to the API once the control
