@@ -54,10 +54,9 @@ type Registry struct {
 	// as an operator's files_repo serves them.
 	FilesAddr netip.AddrPort
 
-	filesMu  sync.Mutex
-	files    map[string]string // URL host and path -> local file
-	fetched  []string          // paths served, in order
-	filesLog *os.File
+	filesMu sync.Mutex
+	files   map[string]string // URL host and path -> local file
+	fetched []string          // paths served, in order
 }
 
 // FilesURL is the file mirror's base URL: what spec.downloadMirror's
@@ -89,9 +88,6 @@ func (r *Registry) serveFile(w http.ResponseWriter, req *http.Request) {
 	if ok && req.Method == http.MethodGet {
 		r.fetched = append(r.fetched, p)
 	}
-	if r.filesLog != nil {
-		fmt.Fprintf(r.filesLog, "%s %s %s %v\n", time.Now().UTC().Format(time.RFC3339), req.Method, p, ok)
-	}
 	r.filesMu.Unlock()
 	if !ok || (req.Method != http.MethodGet && req.Method != http.MethodHead) {
 		http.NotFound(w, req)
@@ -109,10 +105,6 @@ func (s *Sim) startFiles(reg *Registry, ns, dir string) error {
 	}
 	ln, err := machine.ListenIn(ns, "tcp", reg.FilesAddr.String())
 	if err != nil {
-		return fmt.Errorf("file mirror: %w", err)
-	}
-	if reg.filesLog, err = os.OpenFile(filepath.Join(dir, "files.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
-		ln.Close()
 		return fmt.Errorf("file mirror: %w", err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(reg.serveFile), ReadHeaderTimeout: 10 * time.Second,

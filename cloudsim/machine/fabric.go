@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,17 +103,18 @@ func NewFabric(ctx context.Context, name string) (*Fabric, error) {
 		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
 		return nil, err
 	}
-	if err := conntrackAsKubeProxy(); err != nil {
+	if err := conntrackAsKubeProxy(runtime.NumCPU()); err != nil {
 		_ = DeleteNetNS(context.WithoutCancel(ctx), name)
 		return nil, fmt.Errorf("fabric %s: %w", name, err)
 	}
 	return f, nil
 }
 
-// KubeProxyConntrackMax is the conntrack table size kube-proxy's defaults
-// ask of a host of this machine's size (32768 entries per cpu, at least
-// 131072: every machine has at most the host's 2 cpus).
-const KubeProxyConntrackMax = 131072
+// kubeProxyConntrackMax is the conntrack table size kube-proxy's defaults
+// (conntrack.maxPerCore 32768, conntrack.min 131072) ask of a host of cpus
+// cpus: a machine's kube-proxy counts the host's, as a machine may run on
+// every one of them.
+func kubeProxyConntrackMax(cpus int) int { return max(32768*cpus, 131072) }
 
 // conntrackAsKubeProxy sets the host's conntrack table to the size
 // kube-proxy's defaults ask, as a machine's kube-proxy would on a VM of
@@ -120,7 +122,7 @@ const KubeProxyConntrackMax = 131072
 // writable from the host's first network namespace only, so kube-proxy
 // in a machine, which writes it whenever it differs, would fail. The
 // hash table is left as it is when it has room (kube-proxy only grows it).
-func conntrackAsKubeProxy() error {
+func conntrackAsKubeProxy(cpus int) error {
 	const path = "/proc/sys/net/netfilter/nf_conntrack_max"
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -129,10 +131,11 @@ func conntrackAsKubeProxy() error {
 	if err != nil {
 		return fmt.Errorf("conntrack: %w", err)
 	}
-	if strings.TrimSpace(string(b)) == strconv.Itoa(KubeProxyConntrackMax) {
+	want := strconv.Itoa(kubeProxyConntrackMax(cpus))
+	if strings.TrimSpace(string(b)) == want {
 		return nil
 	}
-	if err := os.WriteFile(path, []byte(strconv.Itoa(KubeProxyConntrackMax)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(want+"\n"), 0o644); err != nil {
 		return fmt.Errorf("conntrack: set nf_conntrack_max as kube-proxy would: %w", err)
 	}
 	return nil

@@ -20,3 +20,13 @@ func TestVCPUs(t *testing.T) {
 		}
 	}
 }
+
+// The host's conntrack table is set to what a machine's kube-proxy asks
+// with its defaults, counting the host's cpus as it does.
+func TestKubeProxyConntrackMax(t *testing.T) {
+	for cpus, want := range map[int]int{1: 131072, 2: 131072, 4: 131072, 8: 262144} {
+		if got := kubeProxyConntrackMax(cpus); got != want {
+			t.Errorf("%d cpus: %d, want %d", cpus, got, want)
+		}
+	}
+}
