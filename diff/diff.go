@@ -526,11 +526,11 @@ func (b *builder) hosts(d *Desired, o *Observed, joins []Join) {
 			case slices.ContainsFunc(joins, func(j Join) bool { return j.Host == h.Name }):
 				// A member that joins the etcd that runs is gated healthy
 				// before the next membership change.
-				hc.gate = b.gate(d.Cluster, hc, note)
+				hc.gate = b.gate(d.Cluster, hc, note, false)
 			case server != nil && server.Action == ActionReplace && h.Role == schemas.RoleWorker:
 				// A worker made again (remediated, or its flavor
 				// changed) is gated Ready: the plan ends with it back.
-				hc.gate = b.gate(d.Cluster, hc, note)
+				hc.gate = b.gate(d.Cluster, hc, note, false)
 			}
 			fresh = append(fresh, hc)
 		case len(hc.restarts) > 0 || restartsPods(hc) || versions[h.Name] != h.Version && h.Role != schemas.RoleGateway:
@@ -539,13 +539,7 @@ func (b *builder) hosts(d *Desired, o *Observed, joins []Join) {
 			// watches them), and a node when it does not run the desired
 			// version yet (its gate failed). The gateway runs no
 			// Kubernetes.
-			hc.gate = b.gate(d.Cluster, hc, note)
-			if h.Role == schemas.RoleController {
-				// A controller that runs is gated on its Node too: its
-				// cluster's network is there (not yet for a new one's).
-				hc.gate.After["node"] = Known("Ready")
-				hc.gate.Reason = strings.Replace(hc.gate.Reason, "/version "+h.Version, "/version "+h.Version+", node Ready", 1)
-			}
+			hc.gate = b.gate(d.Cluster, hc, note, true)
 			rolling = append(rolling, hc)
 		}
 	}
@@ -574,16 +568,21 @@ func restartsPods(hc *hostChanges) bool {
 }
 
 // gate adds a host's health gate after its restarts.
-func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
+func (b *builder) gate(cluster string, hc *hostChanges, note string, running bool) *pending {
 	h := hc.host
 	what := "restarted units active"
-	switch h.Role {
-	case schemas.RoleController:
+	// A controller of a cluster that runs is gated on its Node too: the
+	// cluster's network is there (not yet for a new cluster's).
+	node := running && h.Role == schemas.RoleController
+	switch {
+	case node:
+		what = "kubelet active, every etcd member healthy, API /readyz and /version " + h.Version + ", node Ready"
+	case h.Role == schemas.RoleController:
 		what = "kubelet active, every etcd member healthy, API /readyz and /version " + h.Version
-	case schemas.RoleWorker:
+	case h.Role == schemas.RoleWorker:
 		what = "kubelet active, node Ready"
 	}
-	// The units that must be active: those restarted, and a node's kubelet.
+// The units that must be active: those restarted, and a node's kubelet.
 	var units []string
 	for _, r := range hc.restarts {
 		units = append(units, r.Address.Name)
@@ -594,6 +593,9 @@ func (b *builder) gate(cluster string, hc *hostChanges, note string) *pending {
 	slices.Sort(units)
 	p := &pending{Change: Change{Cluster: cluster, Phase: PhaseHosts, Address: GateAddress(h.Name), Action: ActionCheck,
 		After: Attrs{"version": Known(h.Version), "role": Known(string(h.Role)), "units": Known(strings.Join(units, ","))}, Reason: what + note}}
+	if node {
+		p.After["node"] = Known("Ready")
+	}
 	p.drift = len(hc.restarts) > 0
 	for _, r := range hc.restarts {
 		p.drift = p.drift && r.drift

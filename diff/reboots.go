@@ -110,7 +110,7 @@ func (b *builder) reboot(cluster string, h Host, before []string) *pending {
 	drain := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
 		Reason: "cordon the node and evict its pods before its reboot"}, drift: true, deps: slices.Clone(before)})
 	reboot.deps = []string{drain.key}
-	gate := b.gate(cluster, &hostChanges{host: h}, rebootNote)
+	gate := b.gate(cluster, &hostChanges{host: h}, rebootNote, false)
 	gate.drift, gate.deps = true, append(gate.deps, reboot.key)
 	return b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: NodeAddress(h.Name), Action: ActionUpdate,
 		Before: Attrs{"unschedulable": Known("true")}, After: Attrs{"unschedulable": Known("false")},
