@@ -81,14 +81,30 @@ func TestOpenStackCLI(t *testing.T) {
 	expect(osc("object", "create", "opke-backups", file), file)
 	// Cinder through the CLI's volume commands, and Nova's attachments.
 	expect(osc("volume", "create", "--size", "1", "prod-data", "-f", "value", "-c", "status"), "creating")
+	// As against a real Cinder, a volume's status moves on its own time
+	// (a warm CLI asks sooner than the simulator's delays): a script waits
+	// for it, as this one does.
+	volumeStatus := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			got := strings.TrimSpace(osc("volume", "show", "prod-data", "-f", "value", "-c", "status"))
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the volume prod-data is %s after a minute, want %s", got, want)
+			}
+		}
+	}
+	volumeStatus("available")
 	osc("server", "add", "volume", "prod-worker-0", "prod-data")
-	expect(osc("volume", "show", "prod-data", "-f", "value", "-c", "status"), "in-use")
+	volumeStatus("in-use")
 	id := strings.TrimSpace(osc("server", "show", "prod-worker-0", "-f", "value", "-c", "id"))
 	if out := osc("volume", "list", "-f", "value", "-c", "Attached to"); !strings.Contains(out, id) || !strings.Contains(out, "'/dev/vdb'") {
 		t.Errorf("volume list: attached to %q, want %s at /dev/vdb", out, id)
 	}
 	osc("server", "delete", "--wait", "prod-worker-0")
-	expect(osc("volume", "show", "prod-data", "-f", "value", "-c", "status"), "available")
+	volumeStatus("available")
 	expect(osc("server", "list", "-f", "value", "-c", "Name"), "prod-worker-1")
 	if out := osc("server", "list", "-f", "value", "-c", "Name"); strings.Contains(out, "prod-worker-0") {
 		t.Errorf("prod-worker-0 still listed after delete:\n%s", out)
