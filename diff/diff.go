@@ -582,7 +582,7 @@ func (b *builder) gate(cluster string, hc *hostChanges, note string, running boo
 	case h.Role == schemas.RoleWorker:
 		what = "kubelet active, node Ready"
 	}
-// The units that must be active: those restarted, and a node's kubelet.
+	// The units that must be active: those restarted, and a node's kubelet.
 	var units []string
 	for _, r := range hc.restarts {
 		units = append(units, r.Address.Name)
