@@ -3,6 +3,7 @@ module opke.dev/opke
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.4.1-0.20240526193622-a339e1f7089c
 	github.com/ProtonMail/go-crypto v1.1.6
 	github.com/container-storage-interface/spec v1.13.0
 	github.com/coreos/ignition/v2 v2.24.0
@@ -54,7 +55,6 @@ require (
 
 require (
 	dario.cat/mergo v1.0.0 // indirect
-	github.com/BurntSushi/toml v1.4.1-0.20240526193622-a339e1f7089c // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

@@ -256,7 +256,7 @@ func TestPlans(t *testing.T) {
 				t.Errorf("the left Node object's deletion waits: %v", c.DependsOn)
 			}
 		}},
-		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.36.0" }), true)}, []*Observed{done},
+		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.37.0" }), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {
 				for _, c := range p.Changes {
 					if c.Action != ActionUpload && c.Action != ActionRestart && c.Action != ActionCheck && c.Action != ActionBackup && c.Action != ActionApply {
@@ -279,7 +279,7 @@ func TestPlans(t *testing.T) {
 				}
 				ctlRestart := find(t, p.Changes, "host/demo-controller-0/units/kubelet.service", ActionRestart)
 				ctlGate := find(t, p.Changes, GateAddress("demo-controller-0"), ActionCheck)
-				if !slices.Contains(ctlGate.DependsOn, ctlRestart.ID) || ctlGate.After["version"].Value != "v1.36.0" {
+				if !slices.Contains(ctlGate.DependsOn, ctlRestart.ID) || ctlGate.After["version"].Value != "v1.37.0" {
 					t.Errorf("the controller's gate does not follow its restart or checks another version: %+v", ctlGate)
 				}
 				if ctlGate.After["node"].Value != "Ready" {
@@ -296,7 +296,7 @@ func TestPlans(t *testing.T) {
 				}
 			}},
 		{"version-bump-batches", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) {
-			c.Spec.Kubernetes.Version = "v1.36.0"
+			c.Spec.Kubernetes.Version = "v1.37.0"
 			c.Spec.Upgrade.MaxUnavailable = 2
 		}), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {

@@ -974,7 +974,7 @@ func TestPlanSaysWhatAManifestChanges(t *testing.T) {
 	demo := spec(t, "demo", "", 0)
 	r.apply(t, demo)
 	bumped := spec(t, "demo", "", 0)
-	bumped.Spec.Kubernetes.Version = "v1.35.4"
+	bumped.Spec.Kubernetes.Version = "v1.36.3"
 	reasons := map[string]string{}
 	for _, c := range r.plan(t, bumped).Changes {
 		if c.Address.Target == diff.TargetManifest {
@@ -1000,7 +1000,7 @@ func TestPlanSaysWhatAManifestChanges(t *testing.T) {
 		}
 	}
 	want["kubernetes/demo/00-kube-proxy.yaml"] = "content changed: DaemonSet kube-system/kube-proxy changed: " +
-		`spec.template.spec.containers[kube-proxy].image: "registry.k8s.io/kube-proxy:v1.35.1" → "registry.k8s.io/kube-proxy:v1.35.4"`
+		`spec.template.spec.containers[kube-proxy].image: "registry.k8s.io/kube-proxy:v1.36.1" → "registry.k8s.io/kube-proxy:v1.36.3"`
 	if d := cmp.Diff(want, reasons); d != "" {
 		t.Errorf("the manifests' changes, the API asked (-want +got):\n%s", d)
 	}

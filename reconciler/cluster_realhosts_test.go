@@ -74,7 +74,7 @@ func TestClusterComesUp(t *testing.T) {
 	res := r.observed(t)
 	api, base, _ := r.apiClient(t, res, "demo-controller-0")
 	get := getter(api, base)
-	check := upCheck(t, api, base, "v1.35.1", []string{"demo-controller-0", "demo-default-0"},
+	check := upCheck(t, api, base, e2eFirst, []string{"demo-controller-0", "demo-default-0"},
 		map[string]int{"kube-proxy-": 2, "kube-flannel-ds-": 2, "kube-router-": 2, "coredns-": 1, "openstack-cloud-controller-manager-": 1,
 			"csi-cinder-controllerplugin-": 1, "csi-cinder-nodeplugin-": 2, "snapshot-controller-": 2})
 	waitFor(t, e2eWait(), check)
@@ -94,7 +94,7 @@ func TestClusterComesUp(t *testing.T) {
 	if err := os.WriteFile(kcFile, kc, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubectlBin, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
+	kubectlBin, ok := built.Binary("kubernetes-"+e2eFirst, "kubectl")
 	if !ok {
 		t.Fatal("make world built no kubectl")
 	}
@@ -167,7 +167,7 @@ printf '\x00\x13\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x0
 timeout 10 head -c 4 <&3 | od -An -tx1`
 	spec, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": "e2e-probe"},
 		"spec": map[string]any{"nodeName": "demo-default-0", "restartPolicy": "Never",
-			"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+			"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:" + e2eFirst,
 				"command": []string{"/bin/bash", "-ec", probe}, "env": []any{map[string]any{"name": "SERVER", "value": server.Status.PodIP}}}}}})
 	post("/api/v1/namespaces/default/pods", string(spec))
 	end := waitPod("e2e-probe", func(p podStatus) bool { return p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" })
@@ -210,7 +210,7 @@ timeout 10 head -c 4 <&3 | od -An -tx1`
 		t.Helper()
 		return runPod(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name, "labels": labels},
 			"spec": map[string]any{"nodeName": "demo-default-0", "restartPolicy": "Never",
-				"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+				"containers": []any{map[string]any{"name": "probe", "image": "registry.k8s.io/kube-proxy:" + e2eFirst,
 					"command": []string{"/bin/bash", "-ec", script}, "env": []any{map[string]any{"name": "SERVER", "value": server.Status.PodIP}}}}}})
 	}
 	// Up to a minute for the agent to program the policy: the probe
@@ -638,7 +638,7 @@ exit 1`)
 		}
 		phase, out := runPod(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]any{"name": name},
 			"spec": map[string]any{"nodeSelector": map[string]string{"kubernetes.io/hostname": node}, "restartPolicy": "Never",
-				"containers": []any{map[string]any{"name": "c", "image": "registry.k8s.io/kube-proxy:v1.35.1",
+				"containers": []any{map[string]any{"name": "c", "image": "registry.k8s.io/kube-proxy:" + e2eFirst,
 					"command": []string{"/bin/bash", "-ec", script}, "volumeMounts": []any{map[string]any{"name": "data", "mountPath": "/data"}}}},
 				"volumes": []any{map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": claimName}}}}})
 		if phase != "Succeeded" {
@@ -1151,7 +1151,7 @@ spec:
 	}
 	t.Logf("scaled in to one worker in %s: drained, server and Node object deleted; e2e-web: %v", time.Since(step).Round(time.Second), pods)
 
-	// Step 4 of make e2e: a patch upgrade, v1.35.1 to v1.35.4, behind
+	// Step 4 of make e2e: a patch upgrade, e2eFirst to e2ePatch, behind
 	// gates the real cluster answers: an etcd snapshot first (taken from
 	// the real etcd through the gateway, the Deployment made above in
 	// it), then one host at a time, controller first, its new static pods
@@ -1164,18 +1164,18 @@ spec:
 			servers[addr] = x.ID
 		}
 	}
-	c.Spec.Kubernetes.Version = "v1.35.4"
+	c.Spec.Kubernetes.Version = e2ePatch
 	c.Spec.DeletionPolicy = schemas.DeletionDelete // for step 5
 	r.askHosts(t)                                  // the plan asks the API what the addons' applies change, as the daemon's does
 	plan, _ = r.apply(t, c)
 	r.planner.Hosts = nil
-	t.Logf("upgraded to v1.35.4 in %s (%d steps)", time.Since(step).Round(time.Second), len(plan.Changes))
+	t.Logf("upgraded to %s in %s (%d steps)", e2ePatch, time.Since(step).Round(time.Second), len(plan.Changes))
 	// The plan said what the addon's apply changes: which object, from
 	// the digests its last apply on this cluster recorded, and which
 	// field, from a dry-run apply against the live object.
 	if i := slices.IndexFunc(plan.Changes, func(ch diff.Change) bool { return ch.Address == diff.ManifestAddress("demo", "00-kube-proxy.yaml") }); i < 0 ||
 		plan.Changes[i].Reason != "content changed: DaemonSet kube-system/kube-proxy changed: "+
-			`spec.template.spec.containers[kube-proxy].image: "registry.k8s.io/kube-proxy:v1.35.1" → "registry.k8s.io/kube-proxy:v1.35.4"` {
+			`spec.template.spec.containers[kube-proxy].image: "registry.k8s.io/kube-proxy:`+e2eFirst+`" → "registry.k8s.io/kube-proxy:`+e2ePatch+`"` {
 		t.Errorf("the upgrade's kube-proxy manifest: %+v", plan.Changes[i:min(i+1, len(plan.Changes))])
 	}
 	for addr, x := range r.observed(t) {
@@ -1183,7 +1183,7 @@ spec:
 			t.Errorf("%s was replaced in the upgrade", addr)
 		}
 	}
-	if d := cmp.Diff(map[string]string{"demo-controller-0": "v1.35.4", "demo-default-0": "v1.35.4"}, r.versions(t, "demo")); d != "" {
+	if d := cmp.Diff(map[string]string{"demo-controller-0": e2ePatch, "demo-default-0": e2ePatch}, r.versions(t, "demo")); d != "" {
 		t.Errorf("the versions recorded as the gates passed (-want +got):\n%s", d)
 	}
 	var upgraded struct {
@@ -1198,12 +1198,12 @@ spec:
 		t.Fatal(err)
 	}
 	for _, n := range upgraded.Items {
-		if n.Status.NodeInfo.KubeletVersion != "v1.35.4" {
+		if n.Status.NodeInfo.KubeletVersion != e2ePatch {
 			t.Errorf("node %s runs kubelet %s after the upgrade", n.Metadata.Name, n.Status.NodeInfo.KubeletVersion)
 		}
 	}
 	var version struct{ GitVersion string }
-	if err := get("/version", &version); err != nil || version.GitVersion != "v1.35.4" {
+	if err := get("/version", &version); err != nil || version.GitVersion != e2ePatch {
 		t.Errorf("the API server's /version after the upgrade: %q %v", version.GitVersion, err)
 	}
 	var ds struct {
@@ -1214,7 +1214,7 @@ spec:
 		}
 	}
 	if err := get("/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy", &ds); err != nil || len(ds.Spec.Template.Spec.Containers) == 0 ||
-		ds.Spec.Template.Spec.Containers[0].Image != "registry.k8s.io/kube-proxy:v1.35.4" {
+		ds.Spec.Template.Spec.Containers[0].Image != "registry.k8s.io/kube-proxy:"+e2ePatch {
 		t.Errorf("kube-proxy's DaemonSet after the upgrade: %+v %v", ds.Spec.Template.Spec.Containers, err)
 	}
 	for pod, node := range webPods() {
@@ -1236,16 +1236,16 @@ spec:
 	}
 	t.Logf("the snapshot before the rollout: %d keys at revision %d, %s, e2e-web's Deployment in it", rec.Keys, rec.Revision, backup.FormatSize(rec.Size))
 
-	// Step 4, the next minor: v1.35.4 to v1.36.1, etcd 3.6.5 to 3.6.6
+	// Step 4, the next minor: e2ePatch to e2eNext, etcd with it
 	// with it, the same way.
 	step = time.Now()
-	c.Spec.Kubernetes.Version = "v1.36.1"
+	c.Spec.Kubernetes.Version = e2eNext
 	plan, _ = r.apply(t, c)
-	t.Logf("upgraded to v1.36.1 in %s (%d steps)", time.Since(step).Round(time.Second), len(plan.Changes))
-	if d := cmp.Diff(map[string]string{"demo-controller-0": "v1.36.1", "demo-default-0": "v1.36.1"}, r.versions(t, "demo")); d != "" {
+	t.Logf("upgraded to %s in %s (%d steps)", e2eNext, time.Since(step).Round(time.Second), len(plan.Changes))
+	if d := cmp.Diff(map[string]string{"demo-controller-0": e2eNext, "demo-default-0": e2eNext}, r.versions(t, "demo")); d != "" {
 		t.Errorf("the versions recorded as the gates passed (-want +got):\n%s", d)
 	}
-	if err := get("/version", &version); err != nil || version.GitVersion != "v1.36.1" {
+	if err := get("/version", &version); err != nil || version.GitVersion != e2eNext {
 		t.Errorf("the API server's /version after the minor upgrade: %q %v", version.GitVersion, err)
 	}
 	upgraded.Items = nil
@@ -1253,7 +1253,7 @@ spec:
 		t.Fatal(err)
 	}
 	for _, n := range upgraded.Items {
-		if n.Status.NodeInfo.KubeletVersion != "v1.36.1" {
+		if n.Status.NodeInfo.KubeletVersion != e2eNext {
 			t.Errorf("node %s runs kubelet %s after the minor upgrade", n.Metadata.Name, n.Status.NodeInfo.KubeletVersion)
 		}
 	}

@@ -31,7 +31,7 @@ import (
 // TestControlPlaneOfThree is make e2e's second stage: a cluster of three
 // controllers and a worker comes up on real machines as Kubernetes says
 // (every node Ready, three etcd members, three API servers), then rolls a
-// minor upgrade (v1.35.1 to v1.36.1, etcd 3.6.5 to 3.6.6) one controller
+// minor upgrade (e2eFirst to e2eNext, etcd with it) one controller
 // at a time with etcd's quorum kept throughout: a writer puts a key into
 // etcd every half second through all three members, and no write may
 // wait longer than a leader election while a member restarts. The
@@ -60,7 +60,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 
 	res := r.observed(t)
 	api, base, _ := r.apiClient(t, res, "demo-controller-1")
-	waitFor(t, e2eWait(), upCheck(t, api, base, "v1.35.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, e2eWait(), upCheck(t, api, base, e2eFirst, append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4, "coredns-": 1}))
 	t.Logf("the cluster came up %s after the apply began", time.Since(started).Round(time.Second))
 
@@ -70,19 +70,19 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Fatalf("etcd has %d members, want 3: %v", len(before), before)
 	}
 	for id, m := range before {
-		if m.version != "3.6.5" {
-			t.Errorf("etcd member %s (%x) runs %s, want 3.6.5", m.name, id, m.version)
+		if want := etcdOf(t, e2eFirst); m.version != want {
+			t.Errorf("etcd member %s (%x) runs %s, want %s", m.name, id, m.version, want)
 		}
 	}
 
 	// The minor upgrade, with a writer beside it.
 	w := startWriter(t, etcd)
 	step := time.Now()
-	c.Spec.Kubernetes.Version = "v1.36.1"
+	c.Spec.Kubernetes.Version = e2eNext
 	plan, _ := r.apply(t, c)
 	writes, failed, longest := w.stop()
-	t.Logf("upgraded to v1.36.1 in %s (%d steps); etcd took %d writes meanwhile (%d failed), the longest wait for one %s",
-		time.Since(step).Round(time.Second), len(plan.Changes), writes, failed, longest.Round(time.Millisecond))
+	t.Logf("upgraded to %s in %s (%d steps); etcd took %d writes meanwhile (%d failed), the longest wait for one %s",
+		e2eNext, time.Since(step).Round(time.Second), len(plan.Changes), writes, failed, longest.Round(time.Millisecond))
 	// A member's restart may cost a leader election (1 s by default, and
 	// etcd hands leadership over before a graceful stop); quorum lost
 	// while two members are down costs until one is back: tens of seconds.
@@ -92,7 +92,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	if writes < 20 {
 		t.Errorf("only %d writes during the upgrade: the writer did not run", writes)
 	}
-	if want := map[string]string{"demo-controller-0": "v1.36.1", "demo-controller-1": "v1.36.1", "demo-controller-2": "v1.36.1", "demo-default-0": "v1.36.1"}; !maps.Equal(want, r.versions(t, "demo")) {
+	if want := map[string]string{"demo-controller-0": e2eNext, "demo-controller-1": e2eNext, "demo-controller-2": e2eNext, "demo-default-0": e2eNext}; !maps.Equal(want, r.versions(t, "demo")) {
 		t.Errorf("the versions recorded as the gates passed: %v, want %v", r.versions(t, "demo"), want)
 	}
 	after := etcdMembers(t, etcd)
@@ -100,18 +100,18 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Errorf("etcd's members changed in the upgrade: %v, were %v", after, before)
 	}
 	for id, m := range after {
-		if m.version != "3.6.6" {
-			t.Errorf("etcd member %s (%x) runs %s after the upgrade, want 3.6.6", m.name, id, m.version)
+		if want := etcdOf(t, e2eNext); m.version != want {
+			t.Errorf("etcd member %s (%x) runs %s after the upgrade, want %s", m.name, id, m.version, want)
 		}
 	}
 	for _, ctl := range controllers {
 		ctlAPI, ctlBase, _ := r.apiClient(t, res, ctl)
 		var v struct{ GitVersion string }
-		if err := getter(ctlAPI, ctlBase)("/version", &v); err != nil || v.GitVersion != "v1.36.1" {
+		if err := getter(ctlAPI, ctlBase)("/version", &v); err != nil || v.GitVersion != e2eNext {
 			t.Errorf("%s's API server after the upgrade: %q %v", ctl, v.GitVersion, err)
 		}
 	}
-	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, e2eNext, append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4, "coredns-": 1}))
 
 	// OS updates on the three controllers: a resync's correction reboots
@@ -193,7 +193,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 		t.Errorf("the control plane did not answer throughout: etcd's longest wait %s, controller-0's API down for %s, at %v", longest, outage, down)
 	}
 	replaced := etcdMembers(t, etcd)
-	checkMembers(t, replaced, controllers, "3.6.6")
+	checkMembers(t, replaced, controllers, etcdOf(t, e2eNext))
 	for id, m := range replaced {
 		if _, kept := after[id]; kept == (m.name == "demo-controller-1") {
 			t.Errorf("etcd member %s (%x): kept %v; want every member kept but the lost one's", m.name, id, kept)
@@ -204,7 +204,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	}
 	res = r.observed(t)
 	api, base, _ = r.apiClient(t, res, "demo-controller-0")
-	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, e2eNext, append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4}))
 
 	// controllers.count 3 -> 5 -> 3: members join one at a time and leave
@@ -229,11 +229,11 @@ func TestControlPlaneOfThree(t *testing.T) {
 		}
 		res = r.observed(t)
 		etcd = r.etcdClient(t, res, names)
-		checkMembers(t, etcdMembers(t, etcd), names, "3.6.6")
+		checkMembers(t, etcdMembers(t, etcd), names, etcdOf(t, e2eNext))
 		if plan := r.plan(t, c); !plan.Empty() {
 			t.Errorf("count %d: the plan after is not empty: %v %v", n, addresses(plan.Changes), addresses(plan.Drift))
 		}
-		waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(names), "demo-default-0"),
+		waitFor(t, 3*time.Minute, upCheck(t, api, base, e2eNext, append(slices.Clone(names), "demo-default-0"),
 			map[string]int{"kube-apiserver-": n, "kube-proxy-": n + 1, "kube-flannel-ds-": n + 1, "kube-router-": n + 1}))
 	}
 	for _, gone := range []string{"demo-controller-3", "demo-controller-4"} {
@@ -285,13 +285,13 @@ func TestControlPlaneOfThree(t *testing.T) {
 		}
 	})
 	probes, down, outage = p.stop()
-	checkMembers(t, etcdMembers(t, etcd), controllers, "3.6.6")
+	checkMembers(t, etcdMembers(t, etcd), controllers, etcdOf(t, e2eNext))
 	t.Logf("demo-controller-2, powered off, replaced by its remediation in %s (%d steps); the API answered %d of %d probes",
 		time.Since(step).Round(time.Second), len(plan.Drift), probes-len(down), probes)
 	if outage > apiOutageBound {
 		t.Errorf("no API server answered for %s, at %v", outage, down)
 	}
-	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, e2eNext, append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4}))
 
 	// controllers.flavor changed: each controller in turn leaves etcd
@@ -315,7 +315,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	res = r.observed(t)
 	etcd = r.etcdClient(t, res, controllers)
 	rolled := etcdMembers(t, etcd)
-	checkMembers(t, rolled, controllers, "3.6.6")
+	checkMembers(t, rolled, controllers, etcdOf(t, e2eNext))
 	for id, m := range rolled {
 		if _, kept := rolledFrom[id]; kept {
 			t.Errorf("etcd member %s (%x) was kept through the roll", m.name, id)
@@ -329,7 +329,7 @@ func TestControlPlaneOfThree(t *testing.T) {
 	if plan := r.plan(t, c); !plan.Empty() {
 		t.Errorf("the plan after the roll is not empty: %v %v", addresses(plan.Changes), addresses(plan.Drift))
 	}
-	waitFor(t, 3*time.Minute, upCheck(t, api, base, "v1.36.1", append(slices.Clone(controllers), "demo-default-0"),
+	waitFor(t, 3*time.Minute, upCheck(t, api, base, e2eNext, append(slices.Clone(controllers), "demo-default-0"),
 		map[string]int{"kube-apiserver-": 3, "kube-proxy-": 4, "kube-flannel-ds-": 4, "kube-router-": 4}))
 
 	step = time.Now()

@@ -33,7 +33,7 @@ import (
 // deletionPolicy Delete): its servers and network are gone.
 func TestClusterFromGit(t *testing.T) {
 	r, reg, built := e2eRig(t)
-	kubectlBin, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
+	kubectlBin, ok := built.Binary("kubernetes-"+e2eFirst, "kubectl")
 	if !ok {
 		t.Fatal("make world built no kubectl")
 	}
@@ -57,7 +57,7 @@ func TestClusterFromGit(t *testing.T) {
 	controllers, pkiSpec := 1, ""
 	specAt := func(version string) string {
 		return strings.NewReplacer("count: 2", "count: 1", "    - name: metrics-server\n", "    - name: openstack-cloud-controller-manager\n",
-			"version: v1.35.1", "version: "+version, "  controllers:\n    count: 1\n", fmt.Sprintf("  controllers:\n    count: %d\n", controllers)).Replace(string(base)) +
+			"version: "+e2eFirst, "version: "+version, "  controllers:\n    count: 1\n", fmt.Sprintf("  controllers:\n    count: %d\n", controllers)).Replace(string(base)) +
 			"  deletionPolicy: Delete\n  registryMirror:\n    endpoint: " + reg.URL() + "\n    caCert: |\n" + ca + "\n" +
 			"  downloadMirror:\n    endpoint: " + reg.FilesURL() + "\n    caCert: |\n" + ca + "\n" + pkiSpec
 	}
@@ -83,7 +83,7 @@ func TestClusterFromGit(t *testing.T) {
 		return git("rev-parse", "HEAD")
 	}
 	git("init", "-q", "-b", "main")
-	first := commit("v1.35.1", "demo: a controller and a worker")
+	first := commit(e2eFirst, "demo: a controller and a worker")
 
 	listen := proctest.FreeAddr(t)
 	serve := proctest.Start(t, work, "serve", exec.Command(opke, "serve", "--sim-state", r.dir, "--repo", fleet,
@@ -161,14 +161,14 @@ func TestClusterFromGit(t *testing.T) {
 			return ""
 		}
 	}
-	waitFor(t, e2eWait(), nodesAt("v1.35.1"))
+	waitFor(t, e2eWait(), nodesAt(e2eFirst))
 	out, _ := kubectl("get", "nodes", "-o", "wide")
 	t.Logf("kubectl get nodes -o wide, %s after the first commit:\n%s", time.Since(step).Round(time.Second), out)
 
 	step = time.Now()
-	applied(commit("v1.35.4", "demo: patch upgrade"), 10*time.Minute)
-	waitFor(t, 3*time.Minute, nodesAt("v1.35.4"))
-	if out, err := kubectl("version", "-o", "json"); err != nil || !strings.Contains(out, `"gitVersion": "v1.35.4"`) {
+	applied(commit(e2ePatch, "demo: patch upgrade"), 10*time.Minute)
+	waitFor(t, 3*time.Minute, nodesAt(e2ePatch))
+	if out, err := kubectl("version", "-o", "json"); err != nil || !strings.Contains(out, `"gitVersion": "`+e2ePatch+`"`) {
 		t.Errorf("kubectl version after the upgrade: %v\n%s", err, out)
 	}
 	t.Logf("the patch upgrade, committed, ran in %s", time.Since(step).Round(time.Second))
@@ -225,9 +225,9 @@ func TestClusterFromGit(t *testing.T) {
 		for _, phase := range []string{"trust", "reissue", "complete"} {
 			began := time.Now()
 			pkiSpec = "  pki:\n    generation: 2\n    phase: " + phase + "\n"
-			applied(commit("v1.35.4", "demo: CA rotation, "+phase), 15*time.Minute)
+			applied(commit(e2ePatch, "demo: CA rotation, "+phase), 15*time.Minute)
 			fetchKubeconfig()
-			waitFor(t, 3*time.Minute, nodesAt("v1.35.4", controllers...))
+			waitFor(t, 3*time.Minute, nodesAt(e2ePatch, controllers...))
 			waitFor(t, 5*time.Minute, podsUp)
 			out, _ := kubectl("get", "pods", "-A", "-o", "wide")
 			t.Logf("CA rotation, phase %s, committed, ran in %s; kubectl get pods -A:\n%s", phase, time.Since(began).Round(time.Second), out)
@@ -243,12 +243,12 @@ func TestClusterFromGit(t *testing.T) {
 	for _, n := range []int{3, 1} {
 		step = time.Now()
 		controllers = n
-		applied(commit("v1.35.4", fmt.Sprintf("demo: %d controllers", n)), 15*time.Minute)
+		applied(commit(e2ePatch, fmt.Sprintf("demo: %d controllers", n)), 15*time.Minute)
 		var names []string
 		for i := range n {
 			names = append(names, fmt.Sprintf("demo-controller-%d", i))
 		}
-		waitFor(t, 5*time.Minute, nodesAt("v1.35.4", names...))
+		waitFor(t, 5*time.Minute, nodesAt(e2ePatch, names...))
 		waitFor(t, 3*time.Minute, apiServers(n))
 		t.Logf("controllers.count %d, committed, ran in %s", n, time.Since(step).Round(time.Second))
 		if n == 3 {

@@ -137,9 +137,10 @@ func hostTarget(cluster string, clients *cloud.Clients, observed []diff.Resource
 	return t, nil
 }
 
-// hostKeys returns a host's pinned keys, pinning the console's at first
-// contact (fresh): until deadline it waits for the host to print them, as
-// a server just created prints them only once booted.
+// hostKeys returns a host's pinned keys, or at first contact (fresh) the
+// console's, which dial pins once the host passed firstContact: until
+// deadline it waits for the host to print them, as a server just created
+// prints them only once booted.
 func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverID string, deadline time.Time) (keys []ssh.PublicKey, fresh bool, err error) {
 	key := state.KeysOf(t.KV).HostKeys(t.Cluster, host)
 	pinned, err := t.KV.Get(ctx, key)
@@ -185,11 +186,36 @@ func (h *HostSessions) hostKeys(ctx context.Context, t HostTarget, host, serverI
 			return nil, false, fmt.Errorf("console of %s: %w", host, err)
 		}
 	}
+	return keys, true, nil
+}
+
+// pin keeps a host's keys, read from its console at first contact, in
+// t's store: every later connection checks them.
+func pin(ctx context.Context, t HostTarget, host string, keys []ssh.PublicKey) error {
 	var b []byte
 	for _, k := range keys {
 		b = append(b, ssh.MarshalAuthorizedKey(k)...)
 	}
-	return keys, true, t.KV.Put(ctx, key, b)
+	return t.KV.Put(ctx, state.KeysOf(t.KV).HostKeys(t.Cluster, host), b)
+}
+
+// firstContact checks a host met for the first time: it runs what OPKE
+// renders (assets.CheckOSRelease, its /etc/os-release), and only then
+// are its host keys pinned. A host refused is met again, and checked
+// again, by the next plan.
+func firstContact(ctx context.Context, t HostTarget, host string, c *ssh.Client, keys []ssh.PublicKey) error {
+	out, err := sshx.RunInput(ctx, c, "cat /etc/os-release", nil)
+	if err != nil {
+		var exit *ssh.ExitError
+		if !errors.As(err, &exit) {
+			return fmt.Errorf("host %s: read its /etc/os-release: %w", host, err)
+		}
+		out = nil // no os-release: CheckOSRelease says what that means
+	}
+	if err := assets.CheckOSRelease(out); err != nil {
+		return fmt.Errorf("host %s: %w", host, err)
+	}
+	return pin(ctx, t, host, keys)
 }
 
 func (h *HostSessions) bootTimeout() time.Duration { return cmp.Or(h.BootTimeout, 5*time.Minute) }
@@ -341,6 +367,12 @@ func (h *HostSessions) dial(ctx context.Context, t HostTarget, host string, sign
 		var open *ssh.OpenChannelError
 		notYet := err != nil && (strings.Contains(strings.ToLower(err.Error()), "connection refused") ||
 			errors.As(err, &open) && open.Reason == ssh.ConnectionFailed)
+		if err == nil && fresh {
+			if err = firstContact(ctx, t, name, c, keys); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 		if err == nil || !fresh || !notYet || time.Now().After(deadline) || ctx.Err() != nil {
 			if err != nil && gw == nil {
 				return nil, fmt.Errorf("gateway of %s: %w", t.Cluster, err)

@@ -21,7 +21,7 @@ import (
 // two patch releases of one minor and one release of the next, so that a
 // patch and a minor upgrade both run real binaries. The first is the one
 // a single-version suite (E2E) uses.
-var kubernetesVersions = []string{"v1.35.1", "v1.35.4", "v1.36.1"}
+var kubernetesVersions = []string{"v1.36.1", "v1.36.3", "v1.37.2"}
 
 // KubernetesVersions returns a copy of kubernetesVersions: no caller can rewrite the package's own.
 func KubernetesVersions() []string {

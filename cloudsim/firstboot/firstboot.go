@@ -27,6 +27,8 @@ import (
 	"time"
 
 	v33 "github.com/coreos/ignition/v2/config/v3_3"
+
+	"opke.dev/opke/render/assets"
 )
 
 // Binary is Debian's ignition (package ignition); it is not on PATH.
@@ -89,12 +91,35 @@ func traversable(dir string) bool {
 	}
 }
 
+// FlatcarRelease is the Flatcar Container Linux release the test world's
+// hosts say they are (their /etc/os-release): the oldest OPKE supports,
+// assets.MinFlatcar, which they stand in for (cloudsim/machine/LIMITS.md).
+const FlatcarRelease = assets.MinFlatcar
+
+// OSRelease is Flatcar's /usr/lib/os-release (and /etc/os-release) at
+// FlatcarRelease, as its image has it.
+const OSRelease = `NAME="Flatcar Container Linux by Kinvolk"
+ID=flatcar
+ID_LIKE=coreos
+VERSION=` + FlatcarRelease + `
+VERSION_ID=` + FlatcarRelease + `
+BUILD_ID=opke-test-world
+SYSEXT_LEVEL=1.0
+PRETTY_NAME="Flatcar Container Linux by Kinvolk ` + FlatcarRelease + ` (OPKE's test world)"
+ANSI_COLOR="38;5;75"
+HOME_URL="https://flatcar.org/"
+BUG_REPORT_URL="https://issues.flatcar.org"
+FLATCAR_BOARD="amd64-usr"
+`
+
 // seedFiles make a folder look like a fresh Flatcar root.
 var seedFiles = map[string]string{
-	"etc/passwd":  "root:x:0:0:root:/root:/bin/bash\ncore:x:500:500:CoreOS Admin:/home/core:/bin/bash\n",
-	"etc/group":   "root:x:0:\ncore:x:500:\n",
-	"etc/shadow":  "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n",
-	"etc/gshadow": "root:*::\ncore:!::\n",
+	"usr/lib/os-release": OSRelease,
+	"etc/os-release":     OSRelease,
+	"etc/passwd":         "root:x:0:0:root:/root:/bin/bash\ncore:x:500:500:CoreOS Admin:/home/core:/bin/bash\n",
+	"etc/group":          "root:x:0:\ncore:x:500:\n",
+	"etc/shadow":         "root:*:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n",
+	"etc/gshadow":        "root:*::\ncore:!::\n",
 	// As on Flatcar: Ignition reads it to decide whether to relabel.
 	"etc/selinux/config": "SELINUX=disabled\nSELINUXTYPE=mcs\n",
 	// The OS's container runtime, as Flatcar's containerd sysext ships

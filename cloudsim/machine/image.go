@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"opke.dev/opke/cloudsim/firstboot"
 	"opke.dev/opke/world"
 )
 
@@ -43,43 +44,78 @@ var customize []byte
 // The container runtime is Flatcar's kind, not Debian's (bookworm's
 // containerd 1.6 lacks CRI methods kubelet 1.35 calls): containerd and
 // runc built from upstream source by package world, installed where
-// Flatcar has them, with a unit and a default configuration as Flatcar's
-// containerd ships them (the configuration from $CONTAINERD_CONFIG;
-// Type=notify as upstream's unit has it, so a unit after it starts once
-// containerd serves, not once its process exists).
+// Flatcar has them, with the unit and the default configuration Flatcar's
+// containerd sysext ships (flatcar/scripts, coreos/sysext/containerd, as
+// of stable-4593.2.5): the configuration from $CONTAINERD_CONFIG, its own
+// /usr/share/containerd/config.toml by default, which imports nothing.
 const containerdUnit = `[Unit]
 Description=containerd container runtime
 Documentation=https://containerd.io
-After=network.target local-fs.target
+After=network.target
 
 [Service]
-Type=notify
 Delegate=yes
 Environment=CONTAINERD_CONFIG=/usr/share/containerd/config.toml
-ExecStartPre=-/sbin/modprobe overlay
+ExecStartPre=mkdir -p /run/docker/libcontainerd
+ExecStartPre=ln -fs /run/containerd/containerd.sock /run/docker/libcontainerd/docker-containerd.sock
 ExecStart=/usr/bin/containerd --config ${CONTAINERD_CONFIG}
 KillMode=process
+Type=notify
 Restart=always
 RestartSec=5
+LimitNOFILE=1048576
 LimitNPROC=infinity
 LimitCORE=infinity
-LimitNOFILE=1048576
 TasksMax=infinity
-OOMScoreAdjust=-999
 
 [Install]
 WantedBy=multi-user.target
 `
 
+// containerdConfig is Flatcar's /usr/share/containerd/config.toml.
 const containerdConfig = `version = 2
-imports = ["/etc/containerd/conf.d/*.toml"]
-# Flatcar's default: the CRI with the systemd cgroup driver.
+
+# persistent data location
+root = "/var/lib/containerd"
+# runtime state information
+state = "/run/containerd"
+# set containerd as a subreaper on linux when it is not running as PID 1
+subreaper = true
+# set containerd's OOM score
+oom_score = -999
+disabled_plugins = []
+
+# grpc configuration
+[grpc]
+address = "/run/containerd/containerd.sock"
+# socket uid
+uid = 0
+# socket gid
+gid = 0
+
+[plugins."io.containerd.runtime.v1.linux"]
+# shim binary name/path
+shim = "containerd-shim"
+# runtime binary name/path
+runtime = "runc"
+# do not use a shim when starting containers, saves on memory but
+# live restore is not supported
+no_shim = false
+
+[plugins."io.containerd.grpc.v1.cri"]
+# enable SELinux labeling
+enable_selinux = true
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+# setting runc.options unsets parent settings
+runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
 SystemdCgroup = true
 `
 
 // machineContainerd is the machines' own containerd setting, where they
-// differ from a Flatcar host (LIMITS.md): this kernel's root lacks
+// differ from a Flatcar host (LIMITS.md), which the configuration OPKE
+// renders imports (/etc/containerd/conf.d): this kernel's root lacks
 // CAP_SYS_RESOURCE, so no process here may lower its OOM score; the CRI
 // keeps the scores it asks for at containerd's own instead of failing
 // every pod whose score is below it (the kubelet asks -998 for static
@@ -112,7 +148,7 @@ func RecipeHash() string {
 	for _, a := range runtimeArtifacts() {
 		fmt.Fprintf(h, "%s %s\n", a.Key, a.Hash())
 	}
-	h.Write([]byte(containerdUnit + containerdConfig + machineContainerd))
+	h.Write([]byte(containerdUnit + containerdConfig + machineContainerd + firstboot.OSRelease))
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
@@ -220,6 +256,10 @@ func installRuntime(root string, b *world.Built) error {
 		"usr/lib/systemd/system/containerd.service": containerdUnit,
 		"usr/share/containerd/config.toml":          containerdConfig,
 		"etc/containerd/conf.d/50-machine.toml":     machineContainerd,
+		// Debian's /etc/os-release links here: the machine says it is
+		// the Flatcar release it stands in for (LIMITS.md), as OPKE
+		// reads it at first contact.
+		"usr/lib/os-release": firstboot.OSRelease,
 	} {
 		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
 			return err

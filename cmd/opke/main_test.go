@@ -202,7 +202,7 @@ func TestValidateBase(t *testing.T) {
 		golden   string
 	}{
 		{"allowed changes", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": demo}),
-			gittest.Files(map[string]string{"clusters/demo/cluster.yaml": strings.NewReplacer("v1.35.1", "v1.36.0", "count: 2", "count: 5").Replace(demo)}),
+			gittest.Files(map[string]string{"clusters/demo/cluster.yaml": strings.NewReplacer("v1.36.1", "v1.37.0", "count: 2", "count: 5").Replace(demo)}),
 			"HEAD~1", exitOK, "base/allowed.txt"},
 		{"refused changes", gittest.Files(map[string]string{"clusters/prod/cluster.yaml": prod}),
 			gittest.Files(map[string]string{"clusters/prod/cluster.yaml": strings.NewReplacer(

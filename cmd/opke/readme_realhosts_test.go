@@ -22,6 +22,7 @@ import (
 	"opke.dev/opke/internal/proctest"
 	"opke.dev/opke/reconciler/daemon"
 	"opke.dev/opke/reconciler/report"
+	kworld "opke.dev/opke/world"
 	"opke.dev/opke/world/worldtest"
 )
 
@@ -37,7 +38,7 @@ import (
 // hosts are make run's, in-process.)
 func TestREADMEFirstSession(t *testing.T) {
 	built := worldtest.E2E(t, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	kubectl, ok := built.Binary("kubernetes-v1.35.1", "kubectl")
+	kubectl, ok := built.Binary("kubernetes-"+kworld.KubernetesVersions()[0], "kubectl")
 	if !ok {
 		t.Fatal("make world built no kubectl")
 	}

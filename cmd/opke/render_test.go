@@ -56,7 +56,7 @@ func TestRender(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	if !strings.Contains(stdout, "rendered demo (Kubernetes v1.35.1)") || !strings.Contains(stdout, "new TLS items issued") {
+	if !strings.Contains(stdout, "rendered demo (Kubernetes v1.36.1)") || !strings.Contains(stdout, "new TLS items issued") {
 		t.Errorf("stdout %q", stdout)
 	}
 	first := readTree(t, out)
@@ -202,8 +202,8 @@ func TestRenderRevision(t *testing.T) {
 	dir := t.TempDir()
 	repo := gittest.Init(t, dir)
 	demo := exampleSpec(t, "demo")
-	gittest.Commit(t, repo, "v1.35.1", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": strings.Replace(demo, "metrics-server", "openstack-cloud-controller-manager", 1)}))
-	gittest.Commit(t, repo, "v1.36.0", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": strings.Replace(demo, "v1.35.1", "v1.36.0", 1)}))
+	gittest.Commit(t, repo, "v1.36.1", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": strings.Replace(demo, "metrics-server", "openstack-cloud-controller-manager", 1)}))
+	gittest.Commit(t, repo, "v1.37.0", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": strings.Replace(demo, "v1.36.1", "v1.37.0", 1)}))
 	cred := filepath.Join(t.TempDir(), "cred.json")
 	if err := os.WriteFile(cred, []byte(`{"auth_url":"http://127.0.0.1:5050/identity/v3","application_credential_id":"id1","application_credential_secret":"very-secret"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestRenderRevision(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	code, stdout, stderr := opke(t, "render", "--repo", dir, "--rev", "HEAD~1", "--cluster", "demo", "--out", out,
 		"--data-dir", filepath.Join(t.TempDir(), "state"), "--app-credential", cred)
-	if code != exitOK || !strings.Contains(stdout, "Kubernetes v1.35.1") {
+	if code != exitOK || !strings.Contains(stdout, "Kubernetes v1.36.1") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if strings.Contains(stdout+stderr, "very-secret") {

@@ -173,7 +173,7 @@ func (d *Daemon) fleetAt(ctx context.Context, commit string, applied map[string]
 		return nil, err
 	}
 	fleet.CheckTransitions(base, facts)
-	fleet.CheckLifecycle(base, d.now())
+	fleet.CheckLifecycle(base, d.today())
 	return fleet, nil
 }
 

@@ -67,7 +67,12 @@ type Config struct {
 	// consent to a force push); every other such head is refused.
 	AllowRewrite string
 	// Limits bound the fleet read at a commit (schemas.DefaultLimits()).
-	Limits  schemas.Limits
+	Limits schemas.Limits
+	// Today, if set, is the day each minor's upstream support is judged
+	// at (schemas.Fleet.CheckLifecycle: a new cluster on an end-of-life
+	// minor refused, an existing one warned); else the planner's clock.
+	// Tests fix it, so that a minor's end of life does not fail them.
+	Today   func() time.Time
 	Logger  *slog.Logger
 	Metrics *Metrics
 }

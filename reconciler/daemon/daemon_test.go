@@ -147,6 +147,8 @@ type env struct {
 	work    string
 	// clock is the planner's: tests move it on.
 	clock *clock
+	// today is the daemon's day of upstream support (daemon.Config.Today).
+	today day
 	// simDir holds the simulator's clouds.yaml.
 	simDir string
 	// cfg is the daemon's configuration, forgeURL its forge's; stop ends
@@ -181,6 +183,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	e.cfg = daemon.Config{ID: "test", Source: mirror, Store: store, Planner: planner,
 		Applier:  &reconciler.Applier{Planner: planner, Hosts: hosts, LeaseTTL: 6 * time.Second, GateTimeout: 3 * time.Second, GateInterval: 200 * time.Millisecond},
 		Interval: time.Hour, ResyncInterval: resync, LeaderTTL: 6 * time.Second, Metrics: metrics, Keyring: keyring,
+		Today:  e.today.at,
 		Logger: slog.New(slog.NewJSONHandler(&e.logs, nil))}
 	e.forgeURL = forgeSrv.URL
 	t.Cleanup(func() {
@@ -192,6 +195,22 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	e.start(t)
 	return e
 }
+
+// day is the day the daemon judges upstream's support of each minor at
+// (daemon.Config.Today): testDay unless a test sets another, so that a
+// minor's end of life does not fail the tests that do not test it.
+type day struct{ unix atomic.Int64 }
+
+// testDay is the day the tests' specs are on supported minors.
+var testDay = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+
+func (d *day) at() time.Time {
+	if u := d.unix.Load(); u != 0 {
+		return time.Unix(u, 0).UTC()
+	}
+	return testDay
+}
+func (d *day) set(t time.Time) { d.unix.Store(t.Unix()) }
 
 // clock is the wall clock moved on by what tests advance it.
 type clock struct{ ahead atomic.Int64 }
@@ -1055,4 +1074,54 @@ func noteText(n *report.Note) string {
 		return "no note"
 	}
 	return report.Text(n)
+}
+
+// TestDaemonJudgesUpstreamSupport: the daemon holds every commit to
+// upstream's support of each minor on its day (daemon.Config.Today): a
+// new cluster on an end-of-life minor is refused, naming the minor, its
+// end of life and the minors to start on, and nothing is created; a
+// cluster it already applied is applied again once its minor's end of
+// life passed, with a warning on the note naming the upgrade path.
+func TestDaemonJudgesUpstreamSupport(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, "")
+	eol := commitSpec(t, e.work, "demo", strings.Replace(demoSpec(1), "v1.35.1", "v1.34.4", 1), "demo on 1.34")
+	e.push(t, main)
+	n := e.waitNote(t, eol, main)
+	if n.State != report.Failure || n.Clusters["demo"] == nil || n.Clusters["demo"].State != report.Failure {
+		t.Fatalf("note of a new cluster on an end-of-life minor:\n%s", noteText(n))
+	}
+	const refusal = "spec.kubernetes.version: Kubernetes 1.34 reached its end of life on 2026-10-27: a new cluster starts on a minor upstream supports (1.35, 1.36, 1.37)"
+	if sum := n.Clusters["demo"].Summary; !strings.Contains(sum, refusal) {
+		t.Errorf("the refusal says %q, want %q in it", sum, refusal)
+	}
+	if got := e.servers(t); len(got) != 0 {
+		t.Fatalf("a cluster on an end-of-life minor was created: %v", got)
+	}
+
+	ok := commitSpec(t, e.work, "demo", demoSpec(1), "demo on 1.35")
+	e.push(t, main)
+	if n := e.waitNote(t, ok, main); n.State != report.Success || len(n.Findings) != 0 {
+		t.Fatalf("note of a cluster on a supported minor:\n%s", noteText(n))
+	}
+
+	// 1.35's end of life passes: the next commit still applies, warned.
+	e.today.set(time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC))
+	late := commitSpec(t, e.work, "demo", demoSpec(2), "demo: a second worker")
+	e.push(t, main)
+	n = e.waitNote(t, late, main)
+	if n.State != report.Success {
+		t.Fatalf("an applied cluster past its minor's end of life was not applied:\n%s", noteText(n))
+	}
+	var warned []string
+	for _, f := range n.Findings {
+		warned = append(warned, string(f.Severity)+": "+f.Path+": "+f.Message)
+	}
+	want := []string{"warning: spec.kubernetes.version: Kubernetes 1.35 reached its end of life on 2027-02-28 and gets no more fixes: upgrade one minor at a time: v1.36 (the latest patch of each)"}
+	if d := cmp.Diff(want, warned); d != "" {
+		t.Errorf("findings (-want +got):\n%s", d)
+	}
+	if got := e.servers(t); len(got) != 4 {
+		t.Errorf("the second worker was not created: %v", got)
+	}
 }

@@ -503,3 +503,12 @@ func (d *Daemon) now() time.Time {
 	}
 	return time.Now()
 }
+
+// today is the day upstream's support of each minor is judged at
+// (Config.Today, else now).
+func (d *Daemon) today() time.Time {
+	if d.cfg.Today != nil {
+		return d.cfg.Today()
+	}
+	return d.now()
+}

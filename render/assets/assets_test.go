@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"opke.dev/opke/internal/golden"
 
+	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
@@ -288,9 +290,10 @@ func TestVersionBump(t *testing.T) {
 	for _, tc := range []struct {
 		name, to string
 		etcd     bool // etcd.env changes too (a new minor pins a new etcd)
+		pause    bool // and containerd's configuration (a new sandbox image)
 	}{
 		{name: "patch", to: "v1.35.5"},
-		{name: "minor", to: "v1.36.0", etcd: true},
+		{name: "minor", to: "v1.36.0", etcd: true, pause: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := statetest.Open(t)
@@ -309,6 +312,9 @@ func TestVersionBump(t *testing.T) {
 			// the same in both minors); nothing else may.
 			var want, may []string
 			for _, h := range after.Assets.Hosts {
+				if tc.pause && h.Role != schemas.RoleGateway {
+					want = append(want, h.Name+":"+assets.PathContainerdConfig)
+				}
 				switch h.Role {
 				case schemas.RoleController:
 					want = append(want, h.Name+":"+assets.PathKubeletEnv, h.Name+":"+assets.PathAddons+"/00-kube-proxy.yaml")
@@ -828,4 +834,59 @@ func TestManifestOrderHoldsEveryManifest(t *testing.T) {
 	if d := cmp.Diff(want, slices.Sorted(slices.Values(assets.ManifestOrder()))); d != "" {
 		t.Errorf("manifestOrder (-every manifest +its entries):\n%s", d)
 	}
+}
+
+// TestContainerdKeepsFlatcarDefaults: the containerd configuration OPKE
+// pushes, which Flatcar's containerd reads instead of its own, keeps every
+// setting of Flatcar's (testdata/flatcar/containerd-config.toml, version 2)
+// at Flatcar's value, in version 3's place for it: the CRI's runtime
+// settings moved from io.containerd.grpc.v1.cri to io.containerd.cri.v1.runtime;
+// the v1 Linux runtime is not in containerd 2 at all.
+func TestContainerdKeepsFlatcarDefaults(t *testing.T) {
+	t.Parallel()
+	stock, err := os.ReadFile(filepath.Join("testdata", "flatcar", "containerd-config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flatcar, ours map[string]any
+	if _, err := toml.Decode(string(stock), &flatcar); err != nil {
+		t.Fatal(err)
+	}
+	out := renderWith(t, statetest.Open(t), loadSpec(t, "demo"), render.Options{Now: now})
+	cfg, ok := out.Assets.Hosts[0].File(assets.PathContainerdConfig)
+	if !ok {
+		t.Fatal("no containerd configuration")
+	}
+	if _, err := toml.Decode(string(cfg.Data), &ours); err != nil {
+		t.Fatalf("the rendered configuration is not TOML: %v", err)
+	}
+	got := flatten("", ours)
+	if got["version"] != int64(3) {
+		t.Errorf("version %v, want 3", got["version"])
+	}
+	const cri2, cri3 = "plugins.io.containerd.grpc.v1.cri.", "plugins.io.containerd.cri.v1.runtime."
+	for key, want := range flatten("", flatcar) {
+		switch {
+		case key == "version" || strings.HasPrefix(key, "plugins.io.containerd.runtime.v1.linux."):
+			continue
+		case strings.HasPrefix(key, cri2):
+			key = cri3 + strings.TrimPrefix(key, cri2)
+		}
+		if d := cmp.Diff(want, got[key]); d != "" {
+			t.Errorf("%s (-Flatcar's +OPKE's):\n%s", key, d)
+		}
+	}
+}
+
+// flatten maps a decoded TOML document's leaves by their dotted path.
+func flatten(prefix string, m map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			maps.Copy(out, flatten(prefix+k+".", sub))
+			continue
+		}
+		out[prefix+k] = v
+	}
+	return out
 }

@@ -52,10 +52,11 @@ func MirrorRepository(path, repo string) string {
 }
 
 // runtimeFiles are a node's container runtime configuration:
-// containerd's configuration (the sandbox image of the matrix pinned, as
-// kubeadm expects the runtime's to be the one its minor pins; its CRI
-// reading each registry's hosts.toml) and the drop-in that makes
-// Flatcar's containerd read it; when the spec names a registry mirror, a
+// containerd's configuration (Flatcar's defaults kept: its OOM score,
+// SELinux labelling, the systemd cgroup driver; the sandbox image of the
+// matrix pinned, as kubeadm expects the runtime's to be the one its minor
+// pins; its CRI reading each registry's hosts.toml) and the drop-in that
+// makes Flatcar's containerd read it; when the spec names a registry mirror, a
 // hosts.toml per upstream registry sending every pull to the mirror.
 // Without one, images come from the upstream registries.
 func (r *renderer) runtimeFiles() ([]File, error) {
@@ -71,11 +72,24 @@ func (r *renderer) runtimeFiles() ([]File, error) {
 		from = fmt.Sprintf("Every image comes from the registry mirror %s (hosts.toml per registry\n# under %s).", base.Redacted(), PathRegistryHosts)
 	}
 	config := fmt.Sprintf(`# containerd of %s; rendered and pushed by OPKE.
+# Flatcar's own settings (/usr/share/containerd/config.toml, which has no
+# imports: Flatcar's documented way to change it is a copy read instead of
+# it), in containerd 2's version 3, then OPKE's: the sandbox image this
+# Kubernetes minor pins, each registry's hosts.toml.
 # %s
-# The sandbox image is the one this Kubernetes minor pins.
 # Site settings of the host's own go in /etc/containerd/conf.d.
 version = 3
 imports = ["/etc/containerd/conf.d/*.toml"]
+root = "/var/lib/containerd"
+state = "/run/containerd"
+subreaper = true
+oom_score = -999
+disabled_plugins = []
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+  uid = 0
+  gid = 0
 
 [plugins.'io.containerd.cri.v1.images']
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -83,14 +97,16 @@ imports = ["/etc/containerd/conf.d/*.toml"]
   [plugins.'io.containerd.cri.v1.images'.registry]
     config_path = %s
 
-[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-  runtime_type = 'io.containerd.runc.v2'
-  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-    SystemdCgroup = true
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_selinux = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      SystemdCgroup = true
 `, r.c.Metadata.Name, from, strconv.Quote(r.images.Pause), strconv.Quote(PathRegistryHosts))
 	// Flatcar's containerd.service reads $CONTAINERD_CONFIG (its own
 	// configuration by default): this points it at OPKE's.
-	dropIn := "# Rendered and pushed by OPKE: containerd reads " + PathContainerdConfig + ".\n[Service]\nEnvironment=CONTAINERD_CONFIG=" + PathContainerdConfig + "\n"
+	dropIn := "# Rendered and pushed by OPKE: containerd reads " + PathContainerdConfig + ", Flatcar's settings and OPKE's.\n[Service]\nEnvironment=CONTAINERD_CONFIG=" + PathContainerdConfig + "\n"
 	files := []File{
 		newFile(PathContainerdConfig, 0o644, []byte(config), UnitContainerd),
 		newFile(PathContainerdDropIn, 0o644, []byte(dropIn), UnitContainerd),

@@ -65,19 +65,21 @@ var matrix = map[string]Images{
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.13.2",
 		CloudProvider: "v1.34.0",
 	},
+	// kubeadm v1.35.4's pins.
 	"1.35": {
-		Etcd: "registry.k8s.io/etcd:3.6.5-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
-		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
-		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
-		CloudProvider: "v1.35.0",
-	},
-	"1.36": {
 		Etcd: "registry.k8s.io/etcd:3.6.6-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.1", Pause: "registry.k8s.io/pause:3.10.1",
 		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
 		CloudProvider: "v1.35.0",
 	},
-	// kubeadm v1.37's pins; cloud-provider-openstack v1.36.0, the newest
+	// kubeadm v1.36.1's pins (cmd/kubeadm/app/constants).
+	"1.36": {
+		Etcd: "registry.k8s.io/etcd:3.6.8-0", CoreDNS: "registry.k8s.io/coredns/coredns:v1.14.2", Pause: "registry.k8s.io/pause:3.10.2",
+		Flannel: "ghcr.io/flannel-io/flannel:v0.27.4", FlannelCNI: "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+		MetricsServer: "registry.k8s.io/metrics-server/metrics-server:v0.8.0", IngressNginx: "registry.k8s.io/ingress-nginx/controller:v1.14.0",
+		CloudProvider: "v1.36.0",
+	},
+	// kubeadm v1.37.2's pins; cloud-provider-openstack v1.36.0, the newest
 	// release the module proxy serves (a cloud controller manager one
 	// minor older than the API server is within Kubernetes' skew policy).
 	"1.37": {
