@@ -1008,3 +1008,64 @@ func TestPlanSaysWhatAManifestChanges(t *testing.T) {
 		t.Errorf("the plan's dry run changed the cluster's objects (-before +after):\n%s", d)
 	}
 }
+
+// TestFirstContactRefusesAnOldFlatcar: a host met for the first time (its
+// host keys not pinned: a server replaced, or a store restored) whose
+// /etc/os-release names a Flatcar release older than assets.MinFlatcar
+// gets nothing: the step that would reach it fails naming the host, its
+// release and the one needed, and its keys stay unpinned, so the next
+// plan checks it again; once it runs a supported release, it is reached
+// and pinned.
+func TestFirstContactRefusesAnOldFlatcar(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	r.apply(t, demo)
+	ctx := t.Context()
+	const host = "demo-default-1"
+	pinned := state.KeysOf(r.store).HostKeys("demo", host)
+	if _, err := r.store.Get(ctx, pinned); err != nil {
+		t.Fatalf("the applied host's keys are not pinned: %v", err)
+	}
+	root, err := r.sim.HostRoot(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	osRelease := filepath.Join(root, "etc", "os-release")
+	current, err := os.ReadFile(osRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.ReplaceAll(string(current), assets.MinFlatcar, "4081.3.10")
+	if err := os.WriteFile(osRelease, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Met again as for the first time, with a file to receive.
+	for _, k := range []string{pinned, r.store.Key("demo", "hosts", host, "files/etc/kubernetes/kubelet.env")} {
+		if err := r.store.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, sum, err := r.tryApply(t, demo)
+	if err == nil {
+		t.Fatal("a host on Flatcar 4081.3.10 was reached")
+	}
+	want := "host " + host + ": unsupported host: the host runs Flatcar 4081.3.10; OPKE needs Flatcar " + assets.MinFlatcar + " or later (containerd 2): use a newer image"
+	var said []string
+	for _, f := range sum.Failed {
+		said = append(said, fmt.Sprint(f.Err))
+	}
+	if !slices.ContainsFunc(said, func(s string) bool { return strings.Contains(s, want) }) {
+		t.Errorf("the failed steps say %q, want %q in one", said, want)
+	}
+	if _, err := r.store.Get(ctx, pinned); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("the refused host's keys were pinned (%v)", err)
+	}
+	if err := os.WriteFile(osRelease, current, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.apply(t, demo)
+	if _, err := r.store.Get(ctx, pinned); err != nil {
+		t.Errorf("the host's keys are not pinned once it runs %s: %v", assets.MinFlatcar, err)
+	}
+}
