@@ -29,7 +29,7 @@ const (
 	// leaderTTL is the daemons' --leader-ttl: how long a dead or paused
 	// daemon's leadership and cluster leases outlive it.
 	leaderTTL = 2 * time.Second
-	v1, v2    = "v1.35.1", "v1.35.2"
+	v1, v2    = "v1.36.1", "v1.36.2"
 )
 
 // demo is the example fleet's demo cluster (one controller, two workers

@@ -157,7 +157,7 @@ func TestClusterComesUp(t *testing.T) {
 	}
 	post("/api/v1/namespaces/default/pods", `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"e2e-server","labels":{"app":"e2e-server"}},"spec":{
 		"nodeName":"demo-controller-0","tolerations":[{"operator":"Exists"}],
-		"containers":[{"name":"coredns","image":"registry.k8s.io/coredns/coredns:v1.13.1","args":["-dns.port","5353"]}]}}`)
+		"containers":[{"name":"coredns","image":"`+e2eImages.CoreDNS+`","args":["-dns.port","5353"]}]}}`)
 	server := waitPod("e2e-server", func(p podStatus) bool { return p.Status.Phase == "Running" && p.Status.PodIP != "" })
 	// A DNS query over TCP (RFC 7766: its length first), id 0x1234, for
 	// "a." IN A: the answer's first bytes are its length and the id.
@@ -413,7 +413,7 @@ exit 1`)
 	step := time.Now()
 	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-dns"},"spec":{
 		"replicas":1,"selector":{"matchLabels":{"app":"e2e-dns"}},"template":{"metadata":{"labels":{"app":"e2e-dns"}},"spec":{
-		"containers":[{"name":"coredns","image":"registry.k8s.io/coredns/coredns:v1.13.1","args":["-dns.port","5353"]}]}}}}`)
+		"containers":[{"name":"coredns","image":"`+e2eImages.CoreDNS+`","args":["-dns.port","5353"]}]}}}}`)
 	post("/api/v1/namespaces/default/services", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"e2e-dns"},"spec":{
 		"type":"LoadBalancer","selector":{"app":"e2e-dns"},"ports":[{"name":"dns","protocol":"TCP","port":53,"targetPort":5353}]}}`)
 	var lbIP string
@@ -984,7 +984,7 @@ exit 1`)
 		"replicas":2,"selector":{"matchLabels":{"app":"e2e-web"}},"template":{"metadata":{"labels":{"app":"e2e-web"}},"spec":{
 		"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[{"labelSelector":{"matchLabels":{"app":"e2e-web"}},"topologyKey":"kubernetes.io/hostname"}]}},
 		"terminationGracePeriodSeconds":5,
-		"containers":[{"name":"pause","image":"registry.k8s.io/pause:3.10.1"}]}}}}`)
+		"containers":[{"name":"pause","image":"`+e2eImages.Pause+`"}]}}}}`)
 	post("/apis/policy/v1/namespaces/default/poddisruptionbudgets", `{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"e2e-web"},"spec":{
 		"minAvailable":2,"selector":{"matchLabels":{"app":"e2e-web"}}}}`)
 	webPods := func() map[string]string { // node (or "" when pending) by pod
@@ -1044,7 +1044,7 @@ exit 1`)
 	}
 	kubecontract.Run(t, kubecontract.Cluster{Client: api, Base: base, Node: "demo-default-1",
 		Namespace: "default", Guarded: onGoing, Budget: "e2e-web", Static: manifest, StaticNode: "demo-controller-0",
-		Image: "registry.k8s.io/pause:3.10.1"})
+		Image: e2eImages.Pause})
 
 	// OPKE's own apply of a manifest with a custom resource definition
 	// and a resource of its kind, in one go, as an addon's: the resource

@@ -19,6 +19,20 @@ var e2eFirst, e2ePatch, e2eNext = func() (string, string, string) {
 	return v[0], v[1], v[2]
 }()
 
+// e2eImages are the matrix row of e2eFirst's minor: the images a test's
+// own pods run (CoreDNS, pause), which the mirror has.
+var e2eImages = func() assets.Images {
+	v, err := schemas.ParseVersion(e2eFirst)
+	if err != nil {
+		panic(err)
+	}
+	im, err := assets.ImagesFor(v)
+	if err != nil {
+		panic(err)
+	}
+	return im
+}()
+
 // etcdOf is the etcd release (3.6.6) the matrix row of a Kubernetes
 // version's minor names (registry.k8s.io/etcd:3.6.6-0), the version etcd's
 // members report.

@@ -21,7 +21,7 @@ func TestPushToARealRegistry(t *testing.T) {
 	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
 	base := worldtest.Registry(t, bin)
 
-	ref := "registry.k8s.io/pause:3.10.1"
+	ref := "registry.k8s.io/pause:3.10.2"
 	dir, ok := built.Image(ref)
 	if !ok {
 		t.Fatalf("no %s in %v", ref, built.Images())
@@ -34,7 +34,7 @@ func TestPushToARealRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if repo != "mirror/registry.k8s.io/pause" || tag != "3.10.1" {
+	if repo != "mirror/registry.k8s.io/pause" || tag != "3.10.2" {
 		t.Fatalf("MirrorName: %s %s", repo, tag)
 	}
 	for range 2 { // the second push finds every blob there
