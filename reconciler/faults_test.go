@@ -204,7 +204,7 @@ func TestApplyUnderFaults(t *testing.T) {
 
 	// A patch upgrade: the versioned files and their units, no server.
 	before := serverIDs(observed)
-	demo.Spec.Kubernetes.Version = "v1.35.2"
+	demo.Spec.Kubernetes.Version = "v1.36.2"
 	plans := r.convergeUnderFaults(t, hits, demo)
 	if len(plans) == 0 {
 		t.Fatal("the upgrade planned nothing")
@@ -221,8 +221,8 @@ func TestApplyUnderFaults(t *testing.T) {
 	}
 	for _, h := range []string{"demo-controller-2", "demo-default-0"} {
 		v, err := r.store.Get(ctx, r.store.Key("demo", "hosts", h, "version"))
-		if err != nil || string(v) != "v1.35.2" {
-			t.Errorf("%s runs %q (%v), want v1.35.2", h, v, err)
+		if err != nil || string(v) != "v1.36.2" {
+			t.Errorf("%s runs %q (%v), want v1.36.2", h, v, err)
 		}
 	}
 

@@ -206,7 +206,7 @@ func TestPlanOfAConvergedClusterIsEmpty(t *testing.T) {
 	}
 
 	bumped := spec(t, "demo", "", 0)
-	bumped.Spec.Kubernetes.Version = "v1.35.2"
+	bumped.Spec.Kubernetes.Version = "v1.36.2"
 	plan = r.plan(t, bumped)
 	if len(plan.Changes) == 0 {
 		t.Fatal("a version bump plans nothing")
