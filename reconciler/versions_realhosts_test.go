@@ -22,27 +22,28 @@ var e2eFirst, e2ePatch, e2eNext = func() (string, string, string) {
 // e2eImages are the matrix row of e2eFirst's minor: the images a test's
 // own pods run (CoreDNS, pause), which the mirror has.
 var e2eImages = func() assets.Images {
-	v, err := schemas.ParseVersion(e2eFirst)
-	if err != nil {
-		panic(err)
-	}
-	im, err := assets.ImagesFor(v)
+	im, err := imagesOf(e2eFirst)
 	if err != nil {
 		panic(err)
 	}
 	return im
 }()
 
-// etcdOf is the etcd release (3.6.6) the matrix row of a Kubernetes
-// version's minor names (registry.k8s.io/etcd:3.6.6-0), the version etcd's
+// imagesOf is the matrix row of a Kubernetes version's minor.
+func imagesOf(version string) (assets.Images, error) {
+	v, err := schemas.ParseVersion(version)
+	if err != nil {
+		return assets.Images{}, err
+	}
+	return assets.ImagesFor(v)
+}
+
+// etcdOf is the etcd release (3.6.8) the matrix row of a Kubernetes
+// version's minor names (registry.k8s.io/etcd:3.6.8-0), the version etcd's
 // members report.
 func etcdOf(t testing.TB, version string) string {
 	t.Helper()
-	v, err := schemas.ParseVersion(version)
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := assets.ImagesFor(v)
+	im, err := imagesOf(version)
 	if err != nil {
 		t.Fatal(err)
 	}

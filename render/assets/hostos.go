@@ -11,8 +11,7 @@ import (
 
 // MinFlatcar is the oldest Flatcar Container Linux release whose hosts run
 // what OPKE renders: containerd 2.x (its configuration is version 3, the
-// CRI's plugins io.containerd.cri.v1.*), cgroup v2 and systemd's
-// credentials. OPKE reads a host's /etc/os-release at first contact and
+// CRI's plugins io.containerd.cri.v1.*) and cgroup v2. OPKE reads a host's /etc/os-release at first contact and
 // refuses an older one (CheckOSRelease) before anything is pushed to it.
 const MinFlatcar = "4459.2.0"
 
