@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"opke.dev/opke/cloudsim/firstboot"
 	"opke.dev/opke/cloudsim/machine"
 )
 
@@ -395,10 +396,13 @@ type desired struct {
 
 type wantServer struct {
 	name, status string
-	userData     []byte
-	memory       int64
-	cpus         float64
-	disk         int64 // the root disk's size in bytes
+	// userData is handed to Ignition only when the server has no port
+	// to fetch it over; lease is its first port's, which it fetches over.
+	userData []byte
+	lease    *firstboot.Lease
+	memory   int64
+	cpus     float64
+	disk     int64 // the root disk's size in bytes
 }
 
 // wantPort is a port of a server's machine.
@@ -544,6 +548,7 @@ func (w *world) want() desired {
 			mp := machine.Port{ID: pid, Network: p.NetworkID, IfName: "eth" + strconv.Itoa(i), MAC: p.MACAddress, Address: addr}
 			if i == 0 {
 				mp.Gateway = gw
+				ws.lease = &firstboot.Lease{IfName: mp.IfName, Address: addr, Gateway: gw}
 			}
 			// On the subnet of its network's DHCP server, the machine
 			// asks it, as a VM does.
@@ -553,6 +558,7 @@ func (w *world) want() desired {
 			d.ports[pid] = wantPort{Port: mp, server: id}
 			d.rules[pid] = w.portRules(p)
 		}
+		d.servers[id] = ws
 	}
 	for id, rt := range w.Routers {
 		if rt.Gateway == nil || len(rt.Gateway.ExternalFixedIPs) == 0 {
@@ -1008,7 +1014,7 @@ func (r *realHosts) startBoot(id string, ws wantServer) {
 			err = errHostGone
 		} else {
 			m, err = machine.Boot(ctx, machine.Config{ID: id, Hostname: hostname(ws.name), Dir: dir, Image: r.img,
-				UserData: ws.userData, NetNS: filepath.Join(machine.NetNSDir, rm.ns), MemoryBytes: ws.memory, CPUs: ws.cpus, DiskBytes: ws.disk})
+				UserData: ws.userData, Fetch: ws.lease, NetNS: filepath.Join(machine.NetNSDir, rm.ns), MemoryBytes: ws.memory, CPUs: ws.cpus, DiskBytes: ws.disk})
 		}
 		r.mu.Lock()
 		rm.m, rm.err, rm.booted, rm.disks = m, err, true, ""

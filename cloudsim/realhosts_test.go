@@ -352,6 +352,28 @@ func TestRealHosts(t *testing.T) {
 		}
 	})
 
+	// Ignition fetched each user_data from the metadata service, as on
+	// Flatcar's OpenStack image, over the lease the initramfs took; the
+	// lease it took is gone and the machine's networkd holds its own.
+	t.Run("user_data fetched", func(t *testing.T) {
+		for _, name := range []string{"a", "b"} {
+			console := w.console(w.servers[name].id)
+			for _, want := range []string{
+				"platform openstack: fetching the user_data",
+				"GET http://169.254.169.254/openstack/latest/user_data: attempt #1",
+				"GET result: OK",
+				"Stage: files",
+			} {
+				if !strings.Contains(console, want) {
+					t.Errorf("%s's console has no %q:\n%s", name, want, console)
+				}
+			}
+		}
+		if out := w.mustSSH("a", "networkctl status eth0 --no-pager"); !strings.Contains(out, "10.20.0.11 (DHCP4 via") {
+			t.Errorf("a's eth0 is not configured by its own DHCP client:\n%s", out)
+		}
+	})
+
 	// The catalog's public endpoints are where the machines reach the
 	// APIs (a cluster's cloud controller manager): port 80 of the public
 	// network's edge, through their router. OPKE and the CLI on this
@@ -605,7 +627,7 @@ func TestRealHosts(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 		}
-		if n := strings.Count(w.console(w.servers["a"].id), "applying the user_data"); n != 1 {
+		if n := strings.Count(w.console(w.servers["a"].id), "platform openstack: fetching the user_data"); n != 1 {
 			t.Errorf("Ignition ran %d times on a", n)
 		}
 		again, err := sshx.HostKeysFromConsole(w.console(w.servers["a"].id))

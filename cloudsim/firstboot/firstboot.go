@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -201,32 +202,154 @@ func ApplyDebian(ctx context.Context, dir, root string, config []byte) error {
 // ApplyDebianLog is ApplyDebian writing Ignition's own log to w, as
 // Flatcar's console shows it.
 func ApplyDebianLog(ctx context.Context, dir, root string, config []byte, w io.Writer) error {
-	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return fmt.Errorf("ignition: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(bin, "setfiles"), []byte("#!/bin/sh\ncat >/dev/null\n"), 0o755); err != nil {
-		return fmt.Errorf("ignition: %w", err)
+	bin, err := noSetfiles(dir)
+	if err != nil {
+		return err
 	}
 	cfg := filepath.Join(dir, "user_data.ign")
 	if err := os.WriteFile(cfg, config, 0o600); err != nil {
 		return fmt.Errorf("ignition: %w", err)
 	}
+	env := []string{"IGNITION_CONFIG_FILE=" + cfg, "PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
 	for _, stage := range []string{"fetch-offline", "files"} {
-		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		cmd := exec.CommandContext(ctx, Binary, "-platform", "file", "-stage", stage, "-root", root,
-			"-config-cache", filepath.Join(dir, "ignition-cache.json"), "-state-file", filepath.Join(dir, "ignition-state"),
-			"-neednet", filepath.Join(dir, "ignition-neednet"), "-log-to-stdout")
-		cmd.Env = append(os.Environ(), "IGNITION_CONFIG_FILE="+cfg, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		cancel()
-		_, _ = w.Write(out)
-		if err != nil || !bytes.Contains(out, []byte("Ignition finished successfully")) {
-			if stage == "fetch-offline" {
-				return fmt.Errorf("%w: ignition %s: %v: %s", ErrInvalidConfig, stage, err, lastLines(out, 3))
-			}
-			return fmt.Errorf("ignition %s: %v: %s", stage, err, lastLines(out, 3))
+		if err := runStage(ctx, nil, dir, root, "file", stage, env, w); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// Lease is what a machine's initramfs has on its first port when
+// Ignition fetches: the address and route its network's DHCP server
+// leases it.
+type Lease struct {
+	IfName  string
+	Address netip.Prefix
+	Gateway netip.Addr
+}
+
+// FetchTimeout bounds Ignition's fetch: it retries the metadata service
+// without end, as Flatcar's initramfs would wait, and a machine that
+// cannot reach it fails its boot here instead.
+var FetchTimeout = 2 * time.Minute
+
+// FetchOpenStack runs Debian's ignition on root as Flatcar's initramfs
+// runs it on OpenStack (platform openstack): fetch-offline, which says
+// it needs the network; the network up in the machine's namespace netns
+// with lease; fetch, which races the config drive against the metadata
+// service (http://169.254.169.254/openstack/latest/user_data) and takes
+// the first answer (a 404 is no config); the lease taken down again, for
+// the machine's own networkd to ask DHCP; then files. Ignition's log
+// goes to w.
+func FetchOpenStack(ctx context.Context, dir, root, netns string, lease Lease, w io.Writer) error {
+	bin, err := noSetfiles(dir)
+	if err != nil {
+		return err
+	}
+	env := []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
+	// fetch-offline finds no config it can read offline and leaves the
+	// neednet file, as in Flatcar's initramfs.
+	_ = os.Remove(filepath.Join(dir, "ignition-neednet"))
+	if err := runStage(ctx, nil, dir, root, "openstack", "fetch-offline", env, w); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ignition-neednet")); err != nil {
+		return fmt.Errorf("ignition fetch-offline on platform openstack did not ask for the network: %w", err)
+	}
+	down, err := upLease(ctx, netns, lease)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithTimeout(ctx, FetchTimeout)
+	err = runStage(fctx, []string{"nsenter", "--net=" + netns, "--"}, dir, root, "openstack", "fetch", env, w)
+	cancel()
+	if derr := down(context.WithoutCancel(ctx)); derr != nil && err == nil {
+		err = derr
+	}
+	if err != nil {
+		return err
+	}
+	return runStage(ctx, nil, dir, root, "openstack", "files", env, w)
+}
+
+// upLease sets lease on its interface in netns, as the initramfs's DHCP
+// client would, and returns what takes it down: only what it added (a
+// port whose address the fabric set already keeps it).
+func upLease(ctx context.Context, netns string, lease Lease) (func(context.Context) error, error) {
+	ip := func(ctx context.Context, args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns, "--", "ip"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	var undo [][]string
+	down := func(ctx context.Context) error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			if out, err := ip(ctx, undo[i]...); err != nil {
+				errs = append(errs, fmt.Errorf("initramfs network: ip %s: %w: %s", strings.Join(undo[i], " "), err, out))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	steps := [][2][]string{
+		{{"link", "set", lease.IfName, "up"}, nil},
+		{{"addr", "add", lease.Address.String(), "dev", lease.IfName}, {"addr", "del", lease.Address.String(), "dev", lease.IfName}},
+	}
+	if lease.Gateway.IsValid() {
+		steps = append(steps, [2][]string{{"route", "add", "default", "via", lease.Gateway.String(), "dev", lease.IfName}, {"route", "del", "default", "via", lease.Gateway.String(), "dev", lease.IfName}})
+	}
+	for _, st := range steps {
+		out, err := ip(ctx, st[0]...)
+		switch {
+		case err != nil && strings.Contains(out, "File exists"):
+			continue // set by the fabric: not the initramfs's to take down
+		case err != nil:
+			return nil, errors.Join(fmt.Errorf("initramfs network: ip %s: %w: %s", strings.Join(st[0], " "), err, out), down(ctx))
+		}
+		if st[1] != nil {
+			undo = append(undo, st[1])
+		}
+	}
+	return down, nil
+}
+
+// noSetfiles puts a no-op setfiles first on Ignition's PATH: Debian
+// builds it to relabel with SELinux's, which a folder has no use for.
+func noSetfiles(dir string) (string, error) {
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", fmt.Errorf("ignition: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "setfiles"), []byte("#!/bin/sh\ncat >/dev/null\n"), 0o755); err != nil {
+		return "", fmt.Errorf("ignition: %w", err)
+	}
+	return bin, nil
+}
+
+// runStage runs one of Ignition's stages on root, its cache and state in
+// dir, behind wrap (nsenter into the machine's namespace, or nothing),
+// and writes its log to w. A config refused at a fetch stage is
+// ErrInvalidConfig.
+func runStage(ctx context.Context, wrap []string, dir, root, platform, stage string, env []string, w io.Writer) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+	}
+	args := append(wrap, Binary, "-platform", platform, "-stage", stage, "-root", root,
+		"-config-cache", filepath.Join(dir, "ignition-cache.json"), "-state-file", filepath.Join(dir, "ignition-state"),
+		"-neednet", filepath.Join(dir, "ignition-neednet"), "-log-to-stdout")
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	_, _ = w.Write(out)
+	if ctx.Err() != nil {
+		return fmt.Errorf("ignition %s: %w: %s", stage, ctx.Err(), lastLines(out, 3))
+	}
+	if err != nil || !bytes.Contains(out, []byte("Ignition finished successfully")) {
+		if strings.HasPrefix(stage, "fetch") {
+			return fmt.Errorf("%w: ignition %s: %v: %s", ErrInvalidConfig, stage, err, lastLines(out, 3))
+		}
+		return fmt.Errorf("ignition %s: %v: %s", stage, err, lastLines(out, 3))
 	}
 	return nil
 }

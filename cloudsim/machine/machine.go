@@ -47,8 +47,14 @@ type Config struct {
 	// its console log.
 	Dir   string
 	Image *Image
-	// UserData is the server's Ignition config, applied at first boot.
+	// UserData is an Ignition config handed to Ignition at first boot
+	// (platform file), for a machine with no metadata service to ask;
+	// with Fetch set it is not used.
 	UserData []byte
+	// Fetch, when set, is the lease of the machine's first port in
+	// NetNS: its first boot's Ignition fetches the user_data from the
+	// metadata service over it, as Flatcar's initramfs does on OpenStack.
+	Fetch *firstboot.Lease
 	// NetNS is the path of the network namespace the machine lives in
 	// (its ports are already there); "" for a new, empty one.
 	NetNS string
@@ -161,7 +167,18 @@ func Boot(ctx context.Context, cfg Config) (*Machine, error) {
 // container.
 func (m *Machine) firstBoot(ctx context.Context) error {
 	mark := filepath.Join(m.cfg.Dir, "booted")
-	if _, err := os.Stat(mark); err != nil && len(bytes.TrimSpace(m.cfg.UserData)) > 0 {
+	_, err := os.Stat(mark)
+	switch first := err != nil; {
+	case first && m.cfg.Fetch != nil:
+		if m.cfg.NetNS == "" {
+			return fmt.Errorf("machine %s: a user_data to fetch needs the machine's network namespace", m.cfg.ID)
+		}
+		fmt.Fprintf(m.console, "[  ignition] platform openstack: fetching the user_data\n")
+		if err := firstboot.FetchOpenStack(ctx, filepath.Join(m.cfg.Dir, "ignition"), m.root, m.cfg.NetNS, *m.cfg.Fetch, m.console); err != nil {
+			fmt.Fprintf(m.console, "[  ignition] failed: %v\n", err)
+			return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
+		}
+	case first && len(bytes.TrimSpace(m.cfg.UserData)) > 0:
 		fmt.Fprintf(m.console, "[  ignition] applying the user_data\n")
 		if err := firstboot.ApplyDebianLog(ctx, filepath.Join(m.cfg.Dir, "ignition"), m.root, m.cfg.UserData, m.console); err != nil {
 			fmt.Fprintf(m.console, "[  ignition] failed: %v\n", err)
