@@ -412,6 +412,17 @@ type hostChanges struct {
 	uploads  []*pending
 	restarts []*pending
 	gate     *pending // nil for a new host
+	// drain and uncordon bracket the restarts of a node whose kubelet
+	// goes to a new minor (nil otherwise), as kubeadm's upgrade does.
+	drain, uncordon *pending
+}
+
+// end is the host's last step, which the next batch waits for.
+func (hc *hostChanges) end() *pending {
+	if hc.uncordon != nil {
+		return hc.uncordon
+	}
+	return hc.gate
 }
 
 // hosts plans the host phase of a cluster: uploads where the file differs
@@ -540,6 +551,9 @@ func (b *builder) hosts(d *Desired, o *Observed, joins []Join) {
 			// version yet (its gate failed). The gateway runs no
 			// Kubernetes.
 			hc.gate = b.gate(d.Cluster, hc, note, true)
+			if h.Role != schemas.RoleGateway && minorChanges(versions[h.Name], h.Version) {
+				b.drainForUpgrade(d.Cluster, hc)
+			}
 			rolling = append(rolling, hc)
 		}
 	}
@@ -642,7 +656,7 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 		var before []string
 		if i > 0 {
 			for _, hc := range batches[i-1] {
-				before = append(before, hc.gate.key)
+				before = append(before, hc.end().key)
 			}
 		} else if snapshot != nil { // batch 0 is the first controller's
 			before = append(before, snapshot.key)
@@ -651,8 +665,43 @@ func (b *builder) roll(d *Desired, hosts []*hostChanges) {
 			for _, p := range slices.Concat(hc.uploads, hc.restarts, []*pending{hc.gate}) {
 				p.deps = append(p.deps, before...)
 			}
+			if hc.drain != nil {
+				hc.drain.deps = append(hc.drain.deps, before...)
+			}
 		}
 	}
+}
+
+// minorChanges reports whether a host that ran from (the ledger's version)
+// goes to another minor with to.
+func minorChanges(from, to string) bool {
+	f, err1 := schemas.ParseVersion(from)
+	t, err2 := schemas.ParseVersion(to)
+	return err1 == nil && err2 == nil && (f.Major != t.Major || f.Minor != t.Minor)
+}
+
+// drainForUpgrade brackets the restarts of a node whose kubelet goes to a
+// new minor with a drain and an uncordon, as kubeadm's upgrade drains a
+// node before its kubelet's: the drain, then the files (a controller's
+// static pods move on as they land), the restarts, the gate, and the
+// uncordon once the node is healthy.
+func (b *builder) drainForUpgrade(cluster string, hc *hostChanges) {
+	h := hc.host
+	if len(hc.restarts) == 0 || !slices.ContainsFunc(hc.restarts, func(p *pending) bool { return p.Address.Name == "kubelet.service" }) {
+		return
+	}
+	drain := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: DrainAddress(h.Name), Action: ActionDrain,
+		Reason: "cordon the node and evict its pods before its kubelet's minor upgrade (" + h.Version + ")"}, drift: hc.gate.drift})
+	// Before the files: a controller's new static pods restart its API
+	// server as they land, and a one-controller cluster's drain goes
+	// through that API server.
+	for _, p := range slices.Concat(hc.uploads, hc.restarts) {
+		p.deps = append(p.deps, drain.key)
+	}
+	uncordon := b.add(&pending{Change: Change{Cluster: cluster, Phase: PhaseInfrastructure, Address: NodeAddress(h.Name), Action: ActionUpdate,
+		Before: Attrs{"unschedulable": Known("true")}, After: Attrs{"unschedulable": Known("false")},
+		Reason: "uncordon the node, healthy on its new minor"}, drift: hc.gate.drift, deps: []string{hc.gate.key}})
+	hc.drain, hc.uncordon = drain, uncordon
 }
 
 // manifests plans the applies of the manifests that differ from what was
@@ -668,9 +717,14 @@ func (b *builder) manifests(d *Desired, o *Observed) {
 	}
 	// A manifest goes through a controller's API server, after every
 	// step of the controllers; and its workloads, which the apply waits
-	// for, need the nodes: after every kubelet (re)started in the plan.
+	// for, need the nodes: after every kubelet (re)started in the plan,
+	// and every node a minor upgrade drained uncordoned again.
 	var controllers []string
 	for _, p := range b.list {
+		if p.Cluster == d.Cluster && p.Address.Target == TargetNode && p.Action == ActionUpdate {
+			controllers = append(controllers, p.key)
+			continue
+		}
 		if p.Cluster != d.Cluster || p.Phase != PhaseHosts || !p.Address.OnHost() {
 			continue
 		}

@@ -259,8 +259,36 @@ func TestPlans(t *testing.T) {
 		{"version-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.37.0" }), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {
 				for _, c := range p.Changes {
-					if c.Action != ActionUpload && c.Action != ActionRestart && c.Action != ActionCheck && c.Action != ActionBackup && c.Action != ActionApply {
+					switch {
+					case c.Action == ActionUpload, c.Action == ActionRestart, c.Action == ActionCheck, c.Action == ActionBackup, c.Action == ActionApply:
+					case c.Action == ActionDrain, c.Action == ActionUpdate && c.Address.Target == TargetNode:
+					default:
 						t.Errorf("a version bump plans %s %s", c.Action, c.Address)
+					}
+				}
+				// A minor bump drains each node before its files and its
+				// kubelet's restart and uncordons it once its gate passed,
+				// as kubeadm's upgrade does; the next host waits for that.
+				for _, h := range []string{"demo-controller-0", "demo-default-0", "demo-default-1"} {
+					drain := find(t, p.Changes, DrainAddress(h), ActionDrain)
+					env := find(t, p.Changes, "host/"+h+"/etc/kubernetes/kubelet.env", ActionUpload)
+					// The host's first restart (its units restart one at a
+					// time, by name) waits for the drain.
+					var restart Change
+					for _, c := range p.Changes {
+						if c.Action == ActionRestart && c.Address.Host == h && restart.ID == "" {
+							restart = c
+						}
+					}
+					gate := find(t, p.Changes, GateAddress(h), ActionCheck)
+					uncordon := find(t, p.Changes, NodeAddress(h), ActionUpdate)
+					if !slices.Contains(env.DependsOn, drain.ID) || !slices.Contains(restart.DependsOn, drain.ID) || !slices.Contains(uncordon.DependsOn, gate.ID) {
+						t.Errorf("%s: want drain, files, restart, gate, uncordon: drain %v, %s %v, uncordon %v", h, drain.DependsOn, restart.Address, restart.DependsOn, uncordon.DependsOn)
+					}
+					// An addon's workloads need a schedulable node: the
+					// manifests go once every node is uncordoned.
+					if dns := find(t, p.Changes, ManifestAddress("demo", "05-coredns.yaml"), ActionApply); !slices.Contains(dns.DependsOn, uncordon.ID) {
+						t.Errorf("CoreDNS is applied before %s is uncordoned: %v", h, dns.DependsOn)
 					}
 				}
 				// kube-proxy's new image goes to the API once the control
@@ -286,13 +314,14 @@ func TestPlans(t *testing.T) {
 					t.Errorf("the running controller's gate does not check its Node: %+v", ctlGate.After)
 				}
 				wEnv := find(t, p.Changes, "host/demo-default-0/etc/kubernetes/kubelet.env", ActionUpload)
-				w0Gate := find(t, p.Changes, GateAddress("demo-default-0"), ActionCheck)
+				ctlEnd := find(t, p.Changes, NodeAddress("demo-controller-0"), ActionUpdate)
+				w0End := find(t, p.Changes, NodeAddress("demo-default-0"), ActionUpdate)
 				w1Env := find(t, p.Changes, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
-				if !slices.Contains(wEnv.DependsOn, ctlGate.ID) {
-					t.Errorf("a worker's files go before the controller's gate passed: %v", wEnv.DependsOn)
+				if !slices.Contains(wEnv.DependsOn, ctlEnd.ID) {
+					t.Errorf("a worker's files go before the controller is back (gated, uncordoned): %v", wEnv.DependsOn)
 				}
-				if !slices.Contains(w1Env.DependsOn, w0Gate.ID) {
-					t.Errorf("maxUnavailable 1: the second worker does not wait for the first's gate: %v", w1Env.DependsOn)
+				if !slices.Contains(w1Env.DependsOn, w0End.ID) {
+					t.Errorf("maxUnavailable 1: the second worker does not wait for the first to be back: %v", w1Env.DependsOn)
 				}
 			}},
 		{"version-bump-batches", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) {
@@ -300,11 +329,23 @@ func TestPlans(t *testing.T) {
 			c.Spec.Upgrade.MaxUnavailable = 2
 		}), true)}, []*Observed{done},
 			func(t *testing.T, p *Plan) {
-				ctlGate := find(t, p.Changes, GateAddress("demo-controller-0"), ActionCheck)
-				w0Gate := find(t, p.Changes, GateAddress("demo-default-0"), ActionCheck)
+				ctlEnd := find(t, p.Changes, NodeAddress("demo-controller-0"), ActionUpdate)
+				w0End := find(t, p.Changes, NodeAddress("demo-default-0"), ActionUpdate)
 				w1Env := find(t, p.Changes, "host/demo-default-1/etc/kubernetes/kubelet.env", ActionUpload)
-				if slices.Contains(w1Env.DependsOn, w0Gate.ID) || !slices.Contains(w1Env.DependsOn, ctlGate.ID) {
+				if slices.Contains(w1Env.DependsOn, w0End.ID) || !slices.Contains(w1Env.DependsOn, ctlEnd.ID) {
 					t.Errorf("maxUnavailable 2: both workers are one batch after the controller: %v", w1Env.DependsOn)
+				}
+			}},
+		{"patch-bump", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { c.Spec.Kubernetes.Version = "v1.36.3" }), true)}, []*Observed{done},
+			func(t *testing.T, p *Plan) {
+				// A patch restarts the kubelets in place: no drain.
+				for _, c := range p.Changes {
+					if c.Action == ActionDrain || c.Action == ActionUpdate {
+						t.Errorf("a patch bump plans %s %s", c.Action, c.Address)
+					}
+				}
+				if len(p.Changes) == 0 {
+					t.Error("a patch bump plans nothing")
 				}
 			}},
 		{"pool-flavor", []*Desired{desire(t, kv, demo(func(c *schemas.Cluster) { pool(c).Flavor = "m1.large" }), true)}, []*Observed{done},

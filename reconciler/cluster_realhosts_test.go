@@ -1236,12 +1236,56 @@ spec:
 	}
 	t.Logf("the snapshot before the rollout: %d keys at revision %d, %s, e2e-web's Deployment in it", rec.Keys, rec.Revision, backup.FormatSize(rec.Size))
 
-	// Step 4, the next minor: e2ePatch to e2eNext, etcd with it
-	// with it, the same way.
+	// Step 4, the next minor: e2ePatch to e2eNext, etcd with it, the
+	// same way, each node drained before its files and uncordoned once
+	// its gate passed, as kubeadm's upgrade does. On one worker, e2e-web's
+	// budget (one healthy pod of one running) would stop that drain, as
+	// the scale-in's stopped: its owner lifts it, as kubectl drain's user
+	// must.
+	resp, err = api.Do(mustRequest(t, http.MethodDelete, base+"/apis/policy/v1/namespaces/default/poddisruptionbudgets/e2e-web", "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE the budget: %s", resp.Status)
+	}
+	webBefore := webPods()
 	step = time.Now()
 	c.Spec.Kubernetes.Version = e2eNext
 	plan, _ = r.apply(t, c)
 	t.Logf("upgraded to %s in %s (%d steps)", e2eNext, time.Since(step).Round(time.Second), len(plan.Changes))
+	for _, h := range []string{"demo-controller-0", "demo-default-0"} {
+		if addresses(plan.Changes)[diff.DrainAddress(h).String()] == 0 || addresses(plan.Changes)[diff.NodeAddress(h).String()] == 0 {
+			t.Errorf("the minor upgrade does not drain and uncordon %s: %v", h, addresses(plan.Changes))
+		}
+	}
+	// The pod the drain evicted is made again on the uncordoned worker.
+	waitFor(t, 2*time.Minute, func() string {
+		for pod, node := range webPods() {
+			if node == "demo-default-0" {
+				if _, ok := webBefore[pod]; ok {
+					return fmt.Sprintf("e2e-web's pod %s on demo-default-0 was not evicted by the drain: %v", pod, webPods())
+				}
+				return ""
+			}
+		}
+		return fmt.Sprintf("no e2e-web pod runs on demo-default-0 after the upgrade: %v", webPods())
+	})
+	var nodes struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     struct{ Unschedulable bool }
+		}
+	}
+	if err := get("/api/v1/nodes", &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			t.Errorf("node %s is still cordoned after the minor upgrade", n.Metadata.Name)
+		}
+	}
 	if d := cmp.Diff(map[string]string{"demo-controller-0": e2eNext, "demo-default-0": e2eNext}, r.versions(t, "demo")); d != "" {
 		t.Errorf("the versions recorded as the gates passed (-want +got):\n%s", d)
 	}
@@ -1257,9 +1301,12 @@ spec:
 			t.Errorf("node %s runs kubelet %s after the minor upgrade", n.Metadata.Name, n.Status.NodeInfo.KubeletVersion)
 		}
 	}
-	if out := kubectl("get", "deployment", "e2e-web", "-o", "jsonpath={.status.readyReplicas}"); out != "1" {
-		t.Errorf("e2e-web's ready replicas after the minor upgrade: %q", out)
-	}
+	waitFor(t, time.Minute, func() string {
+		if out := kubectl("get", "deployment", "e2e-web", "-o", "jsonpath={.status.readyReplicas}"); out != "1" {
+			return fmt.Sprintf("e2e-web's ready replicas after the minor upgrade: %q", out)
+		}
+		return ""
+	})
 	for addr, x := range r.observed(t) {
 		if id, ok := servers[addr]; ok && id != x.ID {
 			t.Errorf("%s was replaced in the minor upgrade", addr)

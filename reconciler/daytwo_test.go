@@ -251,10 +251,20 @@ func TestDayTwo(t *testing.T) {
 		since := time.Now()
 		demo.Spec.Kubernetes.Version = "v1.31.1"
 		plan := r.mustApply(t, a, demo)
+		// Files, restarts and gates, and (a minor) each node drained
+		// before its kubelet restarts and uncordoned after its gate.
+		drained := map[string]bool{}
 		for _, c := range plan.Changes {
-			if c.Phase != diff.PhaseHosts {
+			switch {
+			case c.Action == diff.ActionDrain:
+				drained[c.Address.Host] = true
+			case c.Action == diff.ActionUpdate && c.Address.Target == diff.TargetNode && c.After["unschedulable"].Value == "false":
+			case c.Phase != diff.PhaseHosts:
 				t.Errorf("the upgrade plans %s %s", c.Action, c.Address)
 			}
+		}
+		if len(drained) != len(nodes) {
+			t.Errorf("the minor upgrade drains %v, want every node", drained)
 		}
 		got := restarts(t, r.sim, nodes, since)
 		for i, h := range nodes {
