@@ -32,7 +32,7 @@ CHAOS    ?= full
 WORLD    ?= all
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck help
+.PHONY: build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck world-vulncheck help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -50,6 +50,15 @@ vulncheck:
 	  db=$${OPKE_CACHE:-$$HOME/.cache/opke}/vulndb-$(VULNDB); \
 	  $(GO) run ./internal/vulndb -osv "$$dir/data/osv" -version $(VULNDB) -out "$$db" && \
 	  $(GO) run $(GOVULNCHECK) -db "file://$$db" ./...
+
+## world-vulncheck: the Go advisories each binary of the e2e world calls (built first if missing), its own code's apart from its dependencies'
+world-vulncheck:
+	@dir=$$($(GO) mod download -json golang.org/x/vulndb@$(VULNDB) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  test -n "$$dir" || { echo "world-vulncheck: golang.org/x/vulndb@$(VULNDB) could not be downloaded" >&2; exit 1; }; \
+	  cache=$${OPKE_CACHE:-$$HOME/.cache/opke}; db=$$cache/vulndb-$(VULNDB); \
+	  $(GO) run ./internal/vulndb -osv "$$dir/data/osv" -version $(VULNDB) -out "$$db" && \
+	  GOBIN=$$cache/bin $(GO) install $(GOVULNCHECK) && \
+	  $(GO) run ./cmd/opke-world vulncheck --set e2e --govulncheck $$cache/bin/govulncheck --db "file://$$db"
 
 ## conformance: a real OpenStack (Zed, Debian's packages) on 127.0.0.1, the contract tests against it, then down (test/openstack)
 conformance:

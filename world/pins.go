@@ -35,7 +35,7 @@ func KubernetesVersions() []string {
 const (
 	ContainerdVersion   = "v2.1.5"
 	RuncVersion         = "v1.3.3"
-	DistributionVersion = "v3.0.0"
+	DistributionVersion = "v3.1.2"
 )
 
 // A Set names which artifacts a run builds.

@@ -5,11 +5,16 @@
 //	opke-world list  [--set all|e2e|peer]                 the artifacts and images of a set
 //	opke-world push  --registry URL [--ca FILE]           load a registry mirror with a set's images, laid out
 //	                                                      as spec.registryMirror reads them (URL/registry.k8s.io/...)
+//	opke-world vulncheck --govulncheck BIN --db URL       the Go advisories each built binary calls (govulncheck
+//	                                                      -mode binary), its own code's apart from its dependencies'
 //
-// Exit codes: 0 success, 1 a failed build, 2 a usage error.
+// Exit codes: 0 success, 1 a failed build (vulncheck: an advisory in an
+// artifact's own code that a published release fixes and
+// world.AcceptedAdvisories does not name), 2 a usage error.
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -22,6 +27,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strings"
@@ -40,8 +46,8 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "build" && args[0] != "list" && args[0] != "push") {
-		fmt.Fprintln(stderr, "usage: opke-world build|list|push [--set all|e2e|peer] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE]")
+	if len(args) == 0 || !slices.Contains([]string{"build", "list", "push", "vulncheck"}, args[0]) {
+		fmt.Fprintln(stderr, "usage: opke-world build|list|push|vulncheck [--set all|e2e|peer] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE] [--govulncheck BIN --db URL]")
 		return 2
 	}
 	fs := flag.NewFlagSet("opke-world "+args[0], flag.ContinueOnError)
@@ -51,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cache := fs.String("cache", world.DefaultCacheDir(), "the cache folder, outside the repository")
 	registry := fs.String("registry", "", "push: the mirror's URL, https://host[:port][/path] (http:// on loopback), as spec.registryMirror.endpoint names it")
 	caFile := fs.String("ca", "", "push: PEM CA of the mirror's certificate, when the system does not trust it")
+	govulncheck := fs.String("govulncheck", "", "vulncheck: the govulncheck binary")
+	vulndb := fs.String("db", "", "vulncheck: the vulnerability database's URL, as govulncheck -db takes it (file:///...)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -89,6 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	started := time.Now()
 	var client *http.Client
 	var base, path string
+	if args[0] == "vulncheck" && (*govulncheck == "" || *vulndb == "") {
+		fmt.Fprintln(stderr, "opke-world vulncheck: --govulncheck and --db are required")
+		return 2
+	}
 	if args[0] == "push" {
 		if client, base, path, err = pushTarget(*registry, *caFile); err != nil {
 			fmt.Fprintf(stderr, "opke-world push: %v\n", err)
@@ -101,6 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = built.PushAll(ctx, client, base, path, func(ref, repo, tag string) {
 			fmt.Fprintf(stdout, "pushed %s as %s/%s:%s\n", ref, host, repo, tag)
 		})
+	}
+	if err == nil && args[0] == "vulncheck" {
+		return vulncheck(ctx, arts, built, *govulncheck, *vulndb, stdout, stderr)
 	}
 	if built != nil {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -174,4 +189,40 @@ func pick(arts []world.Artifact, keys []string) ([]world.Artifact, error) {
 		}
 	}
 	return out, nil
+}
+
+// vulncheck scans the built binaries of arts and prints each artifact's
+// advisories; an advisory in an artifact's own code that a release fixes,
+// and world.AcceptedAdvisories does not name, fails it.
+func vulncheck(ctx context.Context, arts []world.Artifact, built *world.Built, bin, db string, stdout, stderr io.Writer) int {
+	scan := func(ctx context.Context, binary string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, bin, "-mode", "binary", "-json", "-db", db, binary)
+		var errOut bytes.Buffer
+		cmd.Stderr = &errOut
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %s", bin, err, strings.TrimSpace(errOut.String()))
+		}
+		return out, nil
+	}
+	reports, err := world.Vulncheck(ctx, arts, built, scan)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	world.FormatVulnReports(stdout, reports)
+	code := 0
+	for _, r := range reports {
+		for _, a := range r.Own() {
+			if why, ok := world.AcceptedAdvisories[a.ID]; ok {
+				fmt.Fprintf(stdout, "accepted: %s in %s: %s\n", a.ID, r.Key, why)
+				continue
+			}
+			if a.Fixed != "" {
+				fmt.Fprintf(stderr, "opke-world vulncheck: %s@%s calls %s, fixed in %s: move the pin to a release with the fix\n", r.Module, r.Version, a.ID, a.Fixed)
+				code = 1
+			}
+		}
+	}
+	return code
 }

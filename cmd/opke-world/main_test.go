@@ -41,14 +41,14 @@ func TestUsageErrors(t *testing.T) {
 
 func TestOnly(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(t.Context(), []string{"list", "--set", "e2e", "--only", "runc-v1.3.3,distribution-v3.0.0"}, &out, &errOut); code != 0 {
+	if code := run(t.Context(), []string{"list", "--set", "e2e", "--only", "runc-v1.3.3,distribution-v3.1.2"}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	var keys []string
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n")[1:] {
 		keys = append(keys, strings.Fields(l)[0])
 	}
-	if diff := cmp.Diff([]string{"runc-v1.3.3", "distribution-v3.0.0"}, keys); diff != "" {
+	if diff := cmp.Diff([]string{"runc-v1.3.3", "distribution-v3.1.2"}, keys); diff != "" {
 		t.Errorf("listed (-want +got):\n%s", diff)
 	}
 }
