@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,7 @@ type ImageConfig struct {
 	OS           string    `json:"os"`
 	Config       struct {
 		Env        []string `json:"Env,omitempty"`
+		User       string   `json:"User,omitempty"`
 		Entrypoint []string `json:"Entrypoint,omitempty"`
 		Cmd        []string `json:"Cmd,omitempty"`
 	} `json:"config"`
@@ -118,7 +120,7 @@ func WriteImage(dir string, spec ImageSpec, files map[string]string, created tim
 	var cfg ImageConfig
 	cfg.Created, cfg.Architecture, cfg.OS = created, "amd64", "linux"
 	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"}
-	cfg.Config.Entrypoint, cfg.Config.Cmd = spec.Entrypoint, spec.Cmd
+	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.User = spec.Entrypoint, spec.Cmd, spec.User
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = diffIDs
 	for _, h := range history {
@@ -188,7 +190,7 @@ func writeLayer(blobs string, spec ImageSpec, files map[string]string, mtime tim
 		if err := mkdirs(path.Dir(name)); err != nil {
 			return Descriptor{}, "", err
 		}
-		if err := addFile(tw, name, src, mtime); err != nil {
+		if err := addFile(tw, name, src, mtime, f.Caps...); err != nil {
 			return Descriptor{}, "", err
 		}
 	}
@@ -302,7 +304,10 @@ func linkOrCopy(src, dst string) error {
 	return out.Close()
 }
 
-func addFile(tw *tar.Writer, name, src string, mtime time.Time) error {
+// addFile adds src as name, its capabilities (if any) as the
+// security.capability extended attribute that setcap writes, in the PAX
+// record containerd applies when it unpacks the layer.
+func addFile(tw *tar.Writer, name, src string, mtime time.Time, caps ...Capability) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
@@ -312,11 +317,32 @@ func addFile(tw *tar.Writer, name, src string, mtime time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: st.Size(), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: st.Size(), ModTime: mtime, Format: tar.FormatPAX}
+	if len(caps) > 0 {
+		h.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(fileCaps(caps))}
+	}
+	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
 	_, err = io.Copy(tw, f)
 	return err
+}
+
+// fileCaps is the value of a security.capability attribute giving caps
+// permitted and effective (setcap CAPS=+ep): struct vfs_cap_data,
+// revision 2, little endian.
+func fileCaps(caps []Capability) []byte {
+	var perm [2]uint32
+	for _, c := range caps {
+		perm[c/32] |= 1 << (c % 32)
+	}
+	const revision2, effective = 0x02000000, 0x000001
+	b := binary.LittleEndian.AppendUint32(nil, revision2|effective)
+	for _, w := range perm {
+		b = binary.LittleEndian.AppendUint32(b, w)
+		b = binary.LittleEndian.AppendUint32(b, 0) // inheritable
+	}
+	return b
 }
 
 func digestOf(h hash.Hash) string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }

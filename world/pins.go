@@ -73,7 +73,17 @@ type Binary struct {
 type ImageFile struct {
 	Binary string
 	Path   string // inside the image, absolute
+	// Caps are file capabilities set on it as upstream's image sets them
+	// (setcap cap_net_bind_service=+ep): what lets a non-root user bind
+	// a port below 1024.
+	Caps []Capability `json:",omitempty"`
 }
+
+// Capability is a Linux capability a file may carry.
+type Capability int
+
+// CapNetBindService binds ports below 1024 (linux/capability.h).
+const CapNetBindService Capability = 10
 
 // ImageSpec is one OCI image made from an artifact's binaries.
 type ImageSpec struct {
@@ -88,6 +98,10 @@ type ImageSpec struct {
 	Cmd []string `json:",omitempty"`
 	// Base, if set, is the Debian root filesystem under Files.
 	Base *Base `json:",omitempty"`
+	// User is the image's user as upstream's Dockerfile sets it, numeric
+	// (uid or uid:gid: these images have no /etc/passwd to name it by);
+	// "" runs as root, as upstream's do where they set none.
+	User string `json:",omitempty"`
 }
 
 // Download is a file of an artifact as its upstream publishes it for
@@ -377,7 +391,7 @@ func Pause(ref, kubeVersion string) (Artifact, error) {
 		Key: "pause-" + tag, Module: "k8s.io/kubernetes", Version: kubeVersion, Lang: C,
 		Binaries: []Binary{{Name: "pause", Package: "build/pause/linux/pause.c"}},
 		CDefine:  []string{"-DVERSION=v" + tag},
-		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "pause", Path: "/pause"}}, Entrypoint: []string{"/pause"}}},
+		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "pause", Path: "/pause"}}, Entrypoint: []string{"/pause"}, User: "65535:65535"}},
 	}, nil
 }
 
@@ -474,7 +488,8 @@ func CoreDNS(ref string) (Artifact, error) {
 		Key: "coredns-" + v, Module: "github.com/coredns/coredns", Version: v, Lang: Go,
 		Binaries: []Binary{{Name: "coredns", Package: "github.com/coredns/coredns"}},
 		Stamp:    map[string]string{"github.com/coredns/coredns/coremain.GitCommit": "archive"},
-		Images:   []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "coredns", Path: "/coredns"}}, Entrypoint: []string{"/coredns"}}},
+		Images: []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "coredns", Path: "/coredns", Caps: []Capability{CapNetBindService}}},
+			Entrypoint: []string{"/coredns"}, User: "65532:65532"}},
 	}, nil
 }
 
@@ -524,7 +539,7 @@ func MetricsServer(ref string) (Artifact, error) {
 		Stamp:      map[string]string{"k8s.io/client-go/pkg/version.gitVersion": v},
 		DateVars:   []string{"k8s.io/client-go/pkg/version.buildDate"},
 		CommitVars: []string{"k8s.io/client-go/pkg/version.gitCommit"},
-		Images:     []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "metrics-server", Path: "/metrics-server"}}, Entrypoint: []string{"/metrics-server"}}},
+		Images:     []ImageSpec{{Ref: ref, Files: []ImageFile{{Binary: "metrics-server", Path: "/metrics-server"}}, Entrypoint: []string{"/metrics-server"}, User: "65534"}},
 	}, nil
 }
 
@@ -606,7 +621,8 @@ func Monitoring(im assets.MonitoringImages) ([]Artifact, error) {
 			DateVars: []string{"github.com/prometheus/common/version.BuildDate"}}
 		for i, ref := range refs {
 			path := "/bin/" + bins[i].Name
-			a.Images = append(a.Images, ImageSpec{Ref: ref, Files: []ImageFile{{Binary: bins[i].Name, Path: path}}, Entrypoint: []string{path}})
+			// busybox's nobody, as each of their Dockerfiles sets it.
+			a.Images = append(a.Images, ImageSpec{Ref: ref, Files: []ImageFile{{Binary: bins[i].Name, Path: path}}, Entrypoint: []string{path}, User: "65534:65534"})
 		}
 		return a
 	}

@@ -557,3 +557,64 @@ func TestPrometheusModuleVersion(t *testing.T) {
 		}
 	}
 }
+
+// An image runs as the user upstream's Dockerfile names, and a binary
+// upstream gives a file capability (CoreDNS binding port 53 as nonroot)
+// carries it as setcap writes it: security.capability, revision 2,
+// permitted and effective.
+func TestImageUserAndCaps(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "coredns")
+	if err := os.WriteFile(bin, []byte("\x7fELF not really coredns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := ImageSpec{Ref: "registry.k8s.io/coredns/coredns:v1.14.2", User: "65532:65532", Entrypoint: []string{"/coredns"},
+		Files: []ImageFile{{Binary: "coredns", Path: "/coredns", Caps: []Capability{CapNetBindService}}}}
+	if _, err := WriteImage(filepath.Join(dir, "img"), spec, map[string]string{"coredns": bin}, time.Unix(0, 0).UTC(), "coredns", nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLayout(filepath.Join(dir, "img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := l.ReadManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := l.Blob(m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg ImageConfig
+	if err := json.Unmarshal(cb, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Config.User != "65532:65532" {
+		t.Errorf("the image's user: %q", cfg.Config.User)
+	}
+	f, err := os.Open(l.BlobPath(m.Layers[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	var xattr string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.Name == "coredns" {
+			xattr = h.PAXRecords["SCHILY.xattr.security.capability"]
+		}
+	}
+	// getcap prints this as cap_net_bind_service=ep.
+	want := "\x01\x00\x00\x02" + "\x00\x04\x00\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00"
+	if xattr != want {
+		t.Errorf("coredns's security.capability: %q, want %q", xattr, want)
+	}
+}
