@@ -32,7 +32,7 @@ CHAOS    ?= full
 WORLD    ?= all
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck world-vulncheck help
+.PHONY: build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck world-vulncheck k8s-conformance help
 
 ## build: build the opke binary into bin/opke
 build:
@@ -84,6 +84,16 @@ E2E = TestClusterComesUp|TestControlPlaneOfThree|TestClusterFromGit
 e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 75m -run '$(E2E)' -v ./reconciler/
+
+## k8s-conformance: upstream's conformance suite on a cluster OPKE makes on real machines (root): one controller, two workers on the world's first version; upstream's conformance image (e2e.test, ginkgo, go-runner; make world's conformance set) run in the cluster as its conformance-e2e.yaml runs it; FOCUS, SKIP and PARALLEL as E2E_FOCUS, E2E_SKIP and E2E_PARALLEL (default: every [Conformance] spec, parallel), its JUnit report and log in CONFORMANCE_OUT
+FOCUS ?= \[Conformance\]
+SKIP ?=
+PARALLEL ?= true
+CONFORMANCE_OUT ?= $(CURDIR)/.opke/conformance
+k8s-conformance:
+	$(GO) run ./cmd/opke-world build --set conformance
+	OPKE_TEST_HOSTS=real OPKE_CONFORMANCE_FOCUS='$(FOCUS)' OPKE_CONFORMANCE_SKIP='$(SKIP)' OPKE_CONFORMANCE_PARALLEL='$(PARALLEL)' OPKE_CONFORMANCE_OUT='$(CONFORMANCE_OUT)' \
+	  $(GO) test -tags realhosts -count=1 -timeout 4h -run 'TestK8sConformance' -v ./reconciler/
 
 ## clean-hosts: remove what killed real-host runs left: their machines (with their folders and disks), mounts and network namespaces (opke sim --clean-hosts; root; no real-host simulator may be running)
 clean-hosts: build

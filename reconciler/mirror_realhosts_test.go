@@ -133,8 +133,14 @@ func useMirror(c *schemas.Cluster, reg *cloudsim.Registry) {
 // returns it with the set.
 func mirrorWorld(t *testing.T, r *rig) (*cloudsim.Registry, *world.Built) {
 	t.Helper()
-	ctx := t.Context()
 	built := worldtest.E2E(t, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	return mirrorOf(t, r, built), built
+}
+
+// mirrorOf starts the simulator's mirror loaded with what built holds.
+func mirrorOf(t *testing.T, r *rig, built *world.Built) *cloudsim.Registry {
+	t.Helper()
+	ctx := t.Context()
 	bin, _ := built.Binary("distribution-"+world.DistributionVersion, "registry")
 	reg, err := r.sim.StartRegistry(ctx, "public", bin, t.TempDir())
 	if err != nil {
@@ -144,7 +150,7 @@ func mirrorWorld(t *testing.T, r *rig) (*cloudsim.Registry, *world.Built) {
 		t.Fatal(err)
 	}
 	reg.ServeFiles(built.Files())
-	return reg, built
+	return reg
 }
 
 // pulled lists the repositories whose manifests a registry's access log

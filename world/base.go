@@ -39,6 +39,15 @@ var baseEpoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 // as distroless-iptables has them, and iproute2, as flannel's has it.
 var netBase = &Base{Suite: "bookworm", Packages: []string{"iptables", "nftables", "ipset", "conntrack", "kmod", "iproute2", "ca-certificates"}}
 
+// debianBase is upstream's debian-base (registry.k8s.io/build-image/
+// debian-base): Debian's essential set, which the conformance image is on.
+var debianBase = &Base{Suite: "bookworm", Packages: []string{"ca-certificates"}}
+
+// agnhostBase stands for the Alpine agnhost is on upstream, with the
+// tools its Dockerfile adds (bind-tools, curl, netcat-openbsd, iproute2,
+// iperf, bash, util-linux): Debian's packages of them.
+var agnhostBase = &Base{Suite: "bookworm", Packages: []string{"bind9-dnsutils", "curl", "netcat-openbsd", "iproute2", "iperf", "bash", "util-linux", "ca-certificates"}}
+
 // storageBase is the Cinder CSI plugin's: the file system tools it runs
 // to format and mount volumes (upstream's image: e2fsprogs, xfsprogs,
 // mount, udev).

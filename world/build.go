@@ -505,6 +505,9 @@ func (w *World) buildGo(ctx context.Context, a Artifact, src string, info module
 	for _, b := range a.Binaries {
 		started := time.Now()
 		args := []string{"build", "-trimpath", "-ldflags=" + LDFlags(a, info.Time, info.Origin.Hash), "-o", filepath.Join(bin, b.Name)}
+		if b.Test {
+			args = slices.Concat([]string{"test", "-c"}, args[1:])
+		}
 		if len(a.Tags) > 0 {
 			args = append(args, "-tags="+strings.Join(a.Tags, ","))
 		}

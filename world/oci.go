@@ -119,7 +119,7 @@ func WriteImage(dir string, spec ImageSpec, files map[string]string, created tim
 	history = append(history, "opke world: "+origin)
 	var cfg ImageConfig
 	cfg.Created, cfg.Architecture, cfg.OS = created, "amd64", "linux"
-	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"}
+	cfg.Config.Env = append([]string{"PATH=/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"}, spec.Env...)
 	cfg.Config.Entrypoint, cfg.Config.Cmd, cfg.Config.User = spec.Entrypoint, spec.Cmd, spec.User
 	cfg.RootFS.Type = "layers"
 	cfg.RootFS.DiffIDs = diffIDs

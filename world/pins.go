@@ -55,10 +55,14 @@ const (
 	// Peer is what make bench measures OPKE beside: OpenTofu and
 	// terraform-provider-openstack, as a Terraform user runs them.
 	Peer Set = "peer"
+	// Conformance is the e2e set and what make k8s-conformance runs on
+	// its first version's cluster: upstream's conformance image (e2e.test,
+	// ginkgo, kubectl, its go-runner) and the test images its specs use.
+	Conformance Set = "conformance"
 )
 
 // sets lists the sets, for flags and messages.
-var sets = []Set{All, E2E, Peer}
+var sets = []Set{All, E2E, Peer, Conformance}
 
 // Binary is one program of an artifact.
 type Binary struct {
@@ -67,6 +71,9 @@ type Binary struct {
 	// Package is the Go import path of its main package (Go builds), or
 	// the C source's path inside Module (C builds).
 	Package string
+	// Test: Package is a test package, built as go test -c builds it
+	// (Kubernetes' e2e.test).
+	Test bool `json:",omitempty"`
 }
 
 // ImageFile is a file an image carries: one of its artifact's binaries.
@@ -98,6 +105,9 @@ type ImageSpec struct {
 	Cmd []string `json:",omitempty"`
 	// Base, if set, is the Debian root filesystem under Files.
 	Base *Base `json:",omitempty"`
+	// Env is the image's environment besides PATH, as upstream's
+	// Dockerfile sets it (ENV).
+	Env []string `json:",omitempty"`
 	// User is the image's user as upstream's Dockerfile sets it, numeric
 	// (uid or uid:gid: these images have no /etc/passwd to name it by);
 	// "" runs as root, as upstream's do where they set none.
@@ -182,6 +192,16 @@ func Targets(set Set) ([]Artifact, error) {
 		versions = kubernetesVersions
 	case E2E:
 		versions = kubernetesVersions
+	case Conformance:
+		arts, err := Targets(E2E)
+		if err != nil {
+			return nil, err
+		}
+		c, err := ConformanceArtifacts(kubernetesVersions[0])
+		if err != nil {
+			return nil, err
+		}
+		return append(arts, c...), nil
 	case Peer:
 		return []Artifact{OpenTofu(OpenTofuVersion), OpenStackProvider(OpenStackProviderVersion)}, nil
 	default:
@@ -905,4 +925,69 @@ var notBuilt = map[string]string{
 // NotBuilt returns a copy of notBuilt: no caller can rewrite the package's own.
 func NotBuilt() map[string]string {
 	return maps.Clone(notBuilt)
+}
+
+// ConformanceImage is upstream's conformance image of Kubernetes v
+// (test/conformance/image): what sonobuoy and the image's own
+// conformance-e2e.yaml run in the cluster.
+func ConformanceImage(v string) string { return assets.KubernetesRegistry + "/conformance:" + v }
+
+// AgnhostImage is the e2e test image most conformance specs run, at the
+// version test/utils/image/manifest.go of release names (2.63.0 for
+// v1.36).
+func AgnhostImage(version string) string {
+	return assets.KubernetesRegistry + "/e2e-test-images/agnhost:" + version
+}
+
+// agnhostVersions is agnhost's version by Kubernetes minor
+// (test/images/agnhost/VERSION, as its e2e's image manifest names it).
+var agnhostVersions = map[string]string{"1.36": "2.63.0"}
+
+// ConformanceArtifacts are what upstream's conformance suite of
+// Kubernetes v needs built: its conformance image, as
+// test/conformance/image/Dockerfile makes it (on a Debian base:
+// upstream's debian-base; ginkgo, e2e.test, kubectl and go-runner as
+// kubeconformance under /usr/local/bin, go-runner also as /gorunner and
+// /run_e2e.sh; its ENV), and agnhost (test/images/agnhost, from the
+// same release's tree).
+func ConformanceArtifacts(v string) ([]Artifact, error) {
+	pv, err := schemas.ParseVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("world: conformance %w", err)
+	}
+	agn, ok := agnhostVersions[fmt.Sprintf("%d.%d", pv.Major, pv.Minor)]
+	if !ok {
+		return nil, fmt.Errorf("world: no agnhost version known for Kubernetes %s (test/images/agnhost/VERSION of the release)", v)
+	}
+	k, err := Kubernetes(v)
+	if err != nil {
+		return nil, err
+	}
+	suite := Artifact{Key: "conformance-" + v, Module: k.Module, Version: v, Lang: Go, Staging: true, Stamp: k.Stamp, DateVars: k.DateVars,
+		Binaries: []Binary{
+			{Name: "e2e.test", Package: "k8s.io/kubernetes/test/e2e", Test: true},
+			{Name: "ginkgo", Package: "github.com/onsi/ginkgo/v2/ginkgo"},
+			{Name: "go-runner", Package: "k8s.io/kubernetes/test/conformance/image/go-runner"},
+			{Name: "kubectl", Package: "k8s.io/kubernetes/cmd/kubectl"},
+		},
+		Images: []ImageSpec{{Ref: ConformanceImage(v), Base: debianBase,
+			Files: []ImageFile{
+				{Binary: "ginkgo", Path: "/usr/local/bin/ginkgo"},
+				{Binary: "e2e.test", Path: "/usr/local/bin/e2e.test"},
+				{Binary: "kubectl", Path: "/usr/local/bin/kubectl"},
+				{Binary: "go-runner", Path: "/usr/local/bin/kubeconformance"},
+				{Binary: "go-runner", Path: "/run_e2e.sh"},
+				{Binary: "go-runner", Path: "/gorunner"},
+			},
+			Env: []string{`E2E_FOCUS=\[Conformance\]`, "E2E_SKIP=", "E2E_PROVIDER=local", "E2E_PARALLEL=1", "E2E_VERBOSITY=4",
+				"RESULTS_DIR=/tmp/results", "KUBECONFIG="},
+			Entrypoint: []string{"kubeconformance"}}},
+	}
+	host := Artifact{Key: "agnhost-" + agn, Module: k.Module, Version: v, Lang: Go, Staging: true,
+		Binaries: []Binary{{Name: "agnhost", Package: "k8s.io/kubernetes/test/images/agnhost"}},
+		Images: []ImageSpec{{Ref: AgnhostImage(agn), Base: agnhostBase,
+			Files:      []ImageFile{{Binary: "agnhost", Path: "/agnhost"}, {Binary: "agnhost", Path: "/agnhost-2"}},
+			Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}},
+	}
+	return []Artifact{suite, host}, nil
 }

@@ -618,3 +618,79 @@ func TestImageUserAndCaps(t *testing.T) {
 		t.Errorf("coredns's security.capability: %q, want %q", xattr, want)
 	}
 }
+
+// The conformance set is the e2e set with upstream's conformance image
+// and agnhost; e2e.test is built as go test -c builds it, and the image
+// is laid out as test/conformance/image/Dockerfile lays it out, its ENV
+// with it.
+func TestConformanceArtifacts(t *testing.T) {
+	e2e, err := Targets(E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := Targets(Conformance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != len(e2e)+2 || all[len(all)-2].Key != "conformance-"+kubernetesVersions[0] || all[len(all)-1].Key != "agnhost-2.63.0" {
+		t.Fatalf("the conformance set: %d artifacts beside the e2e set's %d, last %s", len(all), len(e2e), all[len(all)-1].Key)
+	}
+	if _, err := ConformanceArtifacts("v1.99.0"); err == nil {
+		t.Error("a minor whose agnhost is not known: no error")
+	}
+	arts, err := ConformanceArtifacts("v1.36.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fg := &fakeGo{}
+	w := &World{Dir: t.TempDir(), Run: fg.run}
+	b, err := w.Ensure(t.Context(), arts[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests, builds []string
+	for _, c := range fg.calls {
+		switch {
+		case strings.HasPrefix(c, "go test -c"):
+			tests = append(tests, c)
+		case strings.HasPrefix(c, "go build"):
+			builds = append(builds, c)
+		}
+	}
+	if len(tests) != 1 || !strings.HasSuffix(tests[0], " k8s.io/kubernetes/test/e2e") || !strings.Contains(tests[0], "-trimpath") || len(builds) != 3 {
+		t.Fatalf("go test -c: %q; go build: %q", tests, builds)
+	}
+	p, ok := b.Image(ConformanceImage("v1.36.1"))
+	if !ok {
+		t.Fatalf("no conformance image in %v", b.Images())
+	}
+	l, err := OpenLayout(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := l.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"/usr/local/bin/e2e.test", "/usr/local/bin/ginkgo", "/usr/local/bin/kubectl", "/usr/local/bin/kubeconformance", "/gorunner", "/run_e2e.sh"} {
+		if _, ok := files[f]; !ok {
+			t.Errorf("the conformance image has no %s", f)
+		}
+	}
+	m, _, err := l.ReadManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := l.Blob(m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg ImageConfig
+	if err := json.Unmarshal(cb, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.Config.Env, `E2E_FOCUS=\[Conformance\]`) || !slices.Contains(cfg.Config.Env, "RESULTS_DIR=/tmp/results") ||
+		!strings.HasPrefix(cfg.Config.Env[0], "PATH=") || !slices.Equal(cfg.Config.Entrypoint, []string{"kubeconformance"}) {
+		t.Errorf("the conformance image's config: %+v", cfg.Config)
+	}
+}

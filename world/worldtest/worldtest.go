@@ -23,7 +23,13 @@ import (
 // log, which may be nil).
 func E2E(t *testing.T, log *slog.Logger) *world.Built {
 	t.Helper()
-	arts, err := world.Targets(world.E2E)
+	return Set(t, world.E2E, log)
+}
+
+// Set is one of make world's sets, taken from its cache (or built).
+func Set(t *testing.T, set world.Set, log *slog.Logger) *world.Built {
+	t.Helper()
+	arts, err := world.Targets(set)
 	if err != nil {
 		t.Fatal(err)
 	}
