@@ -210,18 +210,7 @@ func TestWriteImage(t *testing.T) {
 	if d := cmp.Diff(map[string][]byte{"/usr/local/bin/etcd": []byte("\x7fELF not really etcd")}, files); d != "" {
 		t.Errorf("files (-want +got):\n%s", d)
 	}
-	m, _, err := l.ReadManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := l.Blob(m.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg ImageConfig
-	if err := json.Unmarshal(cb, &cfg); err != nil {
-		t.Fatal(err)
-	}
+	m, cfg := imageConfig(t, l)
 	if d := cmp.Diff([]string{"/usr/local/bin/etcd"}, cfg.Config.Entrypoint); d != "" || cfg.OS != "linux" || cfg.Architecture != "amd64" || len(cfg.RootFS.DiffIDs) != 1 {
 		t.Errorf("config: %+v", cfg)
 	}
@@ -577,18 +566,7 @@ func TestImageUserAndCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := l.ReadManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := l.Blob(m.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg ImageConfig
-	if err := json.Unmarshal(cb, &cfg); err != nil {
-		t.Fatal(err)
-	}
+	m, cfg := imageConfig(t, l)
 	if cfg.Config.User != "65532:65532" {
 		t.Errorf("the image's user: %q", cfg.Config.User)
 	}
@@ -677,6 +655,16 @@ func TestConformanceArtifacts(t *testing.T) {
 			t.Errorf("the conformance image has no %s", f)
 		}
 	}
+	_, cfg := imageConfig(t, l)
+	if !slices.Contains(cfg.Config.Env, `E2E_FOCUS=\[Conformance\]`) || !slices.Contains(cfg.Config.Env, "RESULTS_DIR=/tmp/results") ||
+		!strings.HasPrefix(cfg.Config.Env[0], "PATH=") || !slices.Equal(cfg.Config.Entrypoint, []string{"kubeconformance"}) {
+		t.Errorf("the conformance image's config: %+v", cfg.Config)
+	}
+}
+
+// imageConfig reads a layout's manifest and image configuration.
+func imageConfig(t *testing.T, l *Layout) (Manifest, ImageConfig) {
+	t.Helper()
 	m, _, err := l.ReadManifest()
 	if err != nil {
 		t.Fatal(err)
@@ -689,8 +677,5 @@ func TestConformanceArtifacts(t *testing.T) {
 	if err := json.Unmarshal(cb, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(cfg.Config.Env, `E2E_FOCUS=\[Conformance\]`) || !slices.Contains(cfg.Config.Env, "RESULTS_DIR=/tmp/results") ||
-		!strings.HasPrefix(cfg.Config.Env[0], "PATH=") || !slices.Equal(cfg.Config.Entrypoint, []string{"kubeconformance"}) {
-		t.Errorf("the conformance image's config: %+v", cfg.Config)
-	}
+	return m, cfg
 }
