@@ -10,6 +10,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"golang.org/x/mod/semver"
 )
 
 // Advisory is a Go vulnerability report (golang.org/x/vulndb) whose
@@ -178,6 +180,40 @@ func FormatVulnReports(w io.Writer, reports []VulnReport) {
 	fmt.Fprintf(w, "%d artifacts: %d advisories in their own code, %d in their dependencies' (called)\n", len(reports), own, deps)
 }
 
-// AcceptedAdvisories are advisories in an artifact's own code that make
-// world-vulncheck lets pass, by id, each with why.
-var AcceptedAdvisories = map[string]string{}
+// FixServed returns the first of versions (a module's, as the module
+// proxy lists them) of the advisory's major version at or past its fix,
+// "" when none is: the world cannot build a fixed release.
+func FixServed(a Advisory, versions []string) string {
+	for _, v := range versions {
+		if semver.Major(v) == semver.Major(a.Fixed) && semver.Compare(v, a.Fixed) >= 0 && semver.Prerelease(v) == "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// AcceptedAdvisories are advisories in an artifact's own code whose
+// fixed release the module proxy lists but OPKE does not render yet, each
+// with why: by advisory id, or by artifact key for every advisory of that
+// pin (a new pin is judged afresh).
+var AcceptedAdvisories = map[string]string{
+	"GO-2026-5736": etcdPin,
+	"GO-2026-6107": etcdPin,
+	"GO-2026-6114": etcdPin,
+	"traefik-v3.6.12": "the proxy serves no later v3.6 (the fixes are in v3.6.14 to v3.6.25) and v3.7's dependencies are refused (403: lego's DNS providers' SDKs, " +
+		"containous/go-http-auth), so v3.6.12 is the newest Traefik the world builds; the gateway addon's pin is to move to v3.7.13 with a stand-in (world/LIMITS.md)",
+}
+
+// Accepted returns why an advisory of an artifact passes, if it does.
+func Accepted(key string, a Advisory) (string, bool) {
+	if why, ok := AcceptedAdvisories[a.ID]; ok {
+		return why, true
+	}
+	why, ok := AcceptedAdvisories[key]
+	return why, ok
+}
+
+// etcdPin is why etcd 3.6.8's advisories pass: OPKE runs the etcd
+// kubeadm pins for each minor.
+const etcdPin = "etcd 3.6.8-0 is kubeadm's pin for Kubernetes 1.36 (cmd/kubeadm/app/constants, unchanged through v1.36.3), which OPKE renders as kubeadm does; " +
+	"the RBAC and watch authorization bypasses need etcd's auth, which OPKE's etcd does not enable (client certificates only); the handshake exhaustion needs a peer in the nodes' security group"

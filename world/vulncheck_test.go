@@ -92,3 +92,33 @@ func FuzzParseGovulncheck(f *testing.F) {
 		}
 	})
 }
+
+func TestFixServed(t *testing.T) {
+	a := Advisory{ID: "GO-2026-6114", Module: "go.etcd.io/etcd/server/v3", Found: "v3.6.8", Fixed: "v3.6.14"}
+	for _, tc := range []struct {
+		versions []string
+		want     string
+	}{
+		{[]string{"v3.6.8", "v3.6.12", "v3.6.14", "v3.6.16"}, "v3.6.14"},
+		{[]string{"v3.6.8", "v3.6.12"}, ""},
+		{[]string{"v3.6.8", "v3.7.0-rc.0"}, ""},
+		{[]string{"v3.6.8", "v3.7.3"}, "v3.7.3"},
+		{nil, ""},
+	} {
+		if got := FixServed(a, tc.versions); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.versions, got, tc.want)
+		}
+	}
+}
+
+func TestAccepted(t *testing.T) {
+	if _, ok := Accepted("etcd-v3.6.8", Advisory{ID: "GO-2026-6114"}); !ok {
+		t.Error("an advisory accepted by id did not pass")
+	}
+	if _, ok := Accepted("traefik-v3.6.12", Advisory{ID: "GO-2099-0001"}); !ok {
+		t.Error("an advisory of a pin accepted whole did not pass")
+	}
+	if _, ok := Accepted("traefik-v3.6.25", Advisory{ID: "GO-2099-0001"}); ok {
+		t.Error("a new pin's advisory passed on its old pin's acceptance")
+	}
+}

@@ -9,7 +9,7 @@
 //	                                                      -mode binary), its own code's apart from its dependencies'
 //
 // Exit codes: 0 success, 1 a failed build (vulncheck: an advisory in an
-// artifact's own code that a published release fixes and
+// artifact's own code fixed by a release the module proxy serves, which
 // world.AcceptedAdvisories does not name), 2 a usage error.
 package main
 
@@ -211,17 +211,39 @@ func vulncheck(ctx context.Context, arts []world.Artifact, built *world.Built, b
 		return 1
 	}
 	world.FormatVulnReports(stdout, reports)
+	served := func(module string) ([]string, error) {
+		out, err := exec.CommandContext(ctx, "go", "list", "-m", "-versions", module).Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list -m -versions %s: %w", module, err)
+		}
+		f := strings.Fields(string(out))
+		if len(f) == 0 {
+			return nil, nil
+		}
+		return f[1:], nil
+	}
 	code := 0
 	for _, r := range reports {
 		for _, a := range r.Own() {
-			if why, ok := world.AcceptedAdvisories[a.ID]; ok {
+			if why, ok := world.Accepted(r.Key, a); ok {
 				fmt.Fprintf(stdout, "accepted: %s in %s: %s\n", a.ID, r.Key, why)
 				continue
 			}
-			if a.Fixed != "" {
-				fmt.Fprintf(stderr, "opke-world vulncheck: %s@%s calls %s, fixed in %s: move the pin to a release with the fix\n", r.Module, r.Version, a.ID, a.Fixed)
-				code = 1
+			if a.Fixed == "" {
+				fmt.Fprintf(stdout, "no fix: %s in %s: no release fixes it\n", a.ID, r.Key)
+				continue
 			}
+			versions, err := served(a.Module)
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
+			if fix := world.FixServed(a, versions); fix != "" {
+				fmt.Fprintf(stderr, "opke-world vulncheck: %s@%s calls %s, fixed in %s, which the module proxy serves (%s): move the pin\n", r.Module, r.Version, a.ID, a.Fixed, fix)
+				code = 1
+				continue
+			}
+			fmt.Fprintf(stdout, "not buildable: %s in %s: fixed in %s, which the module proxy does not serve\n", a.ID, r.Key, a.Fixed)
 		}
 	}
 	return code
