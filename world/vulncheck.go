@@ -213,7 +213,7 @@ func Accepted(key string, a Advisory) (string, bool) {
 	return why, ok
 }
 
-// etcdPin is why etcd 3.6.8's advisories pass: OPKE runs the etcd
-// kubeadm pins for each minor.
-const etcdPin = "etcd 3.6.8-0 is kubeadm's pin for Kubernetes 1.36 (cmd/kubeadm/app/constants, unchanged through v1.36.3), which OPKE renders as kubeadm does; " +
+// etcdPin is why etcd 3.6.8's and 3.7.0's advisories pass: OPKE runs
+// the etcd kubeadm pins for each minor.
+const etcdPin = "etcd 3.6.8-0 and 3.7.0-0 are kubeadm's pins for Kubernetes 1.36 and 1.37 (cmd/kubeadm/app/constants, unchanged through v1.36.3 and v1.37.2), which OPKE renders as kubeadm does; " +
 	"the RBAC and watch authorization bypasses need etcd's auth, which OPKE's etcd does not enable (client certificates only); the handshake exhaustion needs a peer in the nodes' security group"
