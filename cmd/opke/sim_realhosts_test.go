@@ -25,11 +25,13 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/config"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
 
 	"sigs.k8s.io/yaml"
 
+	"opke.dev/opke/cloudsim"
 	"opke.dev/opke/cloudsim/machine"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/schemas"
@@ -127,7 +129,26 @@ func TestSimCommandRealHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := subnets.Create(ctx, network, subnets.CreateOpts{NetworkID: n.ID, CIDR: "10.40.0.0/24", IPVersion: gophercloud.IPv4}).Extract(); err != nil {
+	sn, err := subnets.Create(ctx, network, subnets.CreateOpts{NetworkID: n.ID, CIDR: "10.40.0.0/24", IPVersion: gophercloud.IPv4}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A router to the public network, through which the machine's
+	// Ignition reaches the metadata service for its user_data, as a
+	// Flatcar VM's does (without one it waits in its initramfs).
+	pubPages, err := networks.List(network, networks.ListOpts{Name: cloudsim.PublicNetwork}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubs, err := networks.ExtractNetworks(pubPages)
+	if err != nil || len(pubs) != 1 {
+		t.Fatalf("the public network: %v %v", pubs, err)
+	}
+	rt, err := routers.Create(ctx, network, routers.CreateOpts{Name: "cli", GatewayInfo: &routers.GatewayInfo{NetworkID: pubs[0].ID}}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := routers.AddInterface(ctx, network, rt.ID, routers.AddInterfaceOpts{SubnetID: sn.ID}).Extract(); err != nil {
 		t.Fatal(err)
 	}
 	pages, err := images.List(image, images.ListOpts{Name: "flatcar"}).AllPages(ctx)
