@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"opke.dev/opke/cloudsim/firstboot"
 	"opke.dev/opke/cloudsim/machine"
 )
 
@@ -399,7 +398,7 @@ type wantServer struct {
 	// userData is handed to Ignition only when the server has no port
 	// to fetch it over; lease is its first port's, which it fetches over.
 	userData []byte
-	lease    *firstboot.Lease
+	lease    *machine.Lease
 	memory   int64
 	cpus     float64
 	disk     int64 // the root disk's size in bytes
@@ -535,7 +534,6 @@ func (w *world) want() desired {
 				ws.disk = int64(imageMinDisk) << 30
 			}
 		}
-		d.servers[id] = ws
 		for i, pid := range sv.Ports {
 			p := w.Ports[pid]
 			if p == nil || len(p.FixedIPs) == 0 {
@@ -548,7 +546,7 @@ func (w *world) want() desired {
 			mp := machine.Port{ID: pid, Network: p.NetworkID, IfName: "eth" + strconv.Itoa(i), MAC: p.MACAddress, Address: addr}
 			if i == 0 {
 				mp.Gateway = gw
-				ws.lease = &firstboot.Lease{IfName: mp.IfName, Address: addr, Gateway: gw}
+				ws.lease = &machine.Lease{IfName: mp.IfName, Address: addr, Gateway: gw}
 			}
 			// On the subnet of its network's DHCP server, the machine
 			// asks it, as a VM does.

@@ -277,18 +277,7 @@ func TestEnsureBuildsOnceByVersion(t *testing.T) {
 		!strings.Contains(builds[0], "version.buildDate=2026-02-10T19:06:03Z") {
 		t.Errorf("first build: %s", builds[0])
 	}
-	p, ok := b.Image("registry.k8s.io/kube-apiserver:v1.35.1")
-	if !ok {
-		t.Fatalf("no kube-apiserver image in %v", b.Images())
-	}
-	l, err := OpenLayout(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := l.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, files := builtImage(t, b, "registry.k8s.io/kube-apiserver:v1.35.1")
 	if !bytes.Contains(files["/usr/local/bin/kube-apiserver"], []byte("cmd/kube-apiserver")) {
 		t.Errorf("the image carries %q", files["/usr/local/bin/kube-apiserver"])
 	}
@@ -638,18 +627,7 @@ func TestConformanceArtifacts(t *testing.T) {
 	if len(tests) != 1 || !strings.HasSuffix(tests[0], " k8s.io/kubernetes/test/e2e") || !strings.Contains(tests[0], "-trimpath") || len(builds) != 3 {
 		t.Fatalf("go test -c: %q; go build: %q", tests, builds)
 	}
-	p, ok := b.Image(ConformanceImage("v1.36.1"))
-	if !ok {
-		t.Fatalf("no conformance image in %v", b.Images())
-	}
-	l, err := OpenLayout(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := l.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, files := builtImage(t, b, ConformanceImage("v1.36.1"))
 	for _, f := range []string{"/usr/local/bin/e2e.test", "/usr/local/bin/ginkgo", "/usr/local/bin/kubectl", "/usr/local/bin/kubeconformance", "/gorunner", "/run_e2e.sh"} {
 		if _, ok := files[f]; !ok {
 			t.Errorf("the conformance image has no %s", f)
@@ -678,4 +656,22 @@ func imageConfig(t *testing.T, l *Layout) (Manifest, ImageConfig) {
 		t.Fatal(err)
 	}
 	return m, cfg
+}
+
+// builtImage opens the layout of a built image and reads its files.
+func builtImage(t *testing.T, b *Built, ref string) (*Layout, map[string][]byte) {
+	t.Helper()
+	p, ok := b.Image(ref)
+	if !ok {
+		t.Fatalf("no %s in %v", ref, b.Images())
+	}
+	l, err := OpenLayout(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := l.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, files
 }

@@ -18,12 +18,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -219,29 +219,24 @@ func ApplyDebianLog(ctx context.Context, dir, root string, config []byte, w io.W
 	return nil
 }
 
-// Lease is what a machine's initramfs has on its first port when
-// Ignition fetches: the address and route its network's DHCP server
-// leases it.
-type Lease struct {
-	IfName  string
-	Address netip.Prefix
-	Gateway netip.Addr
-}
-
 // FetchTimeout bounds Ignition's fetch: it retries the metadata service
 // without end, as Flatcar's initramfs would wait, and a machine that
 // cannot reach it fails its boot here instead.
 var FetchTimeout = 2 * time.Minute
 
+// Network brings up what the initramfs's network would have for the
+// fetch and returns what takes it down again.
+type Network func(context.Context) (down func(context.Context) error, err error)
+
 // FetchOpenStack runs Debian's ignition on root as Flatcar's initramfs
 // runs it on OpenStack (platform openstack): fetch-offline, which says
-// it needs the network; the network up in the machine's namespace netns
-// with lease; fetch, which races the config drive against the metadata
-// service (http://169.254.169.254/openstack/latest/user_data) and takes
-// the first answer (a 404 is no config); the lease taken down again, for
-// the machine's own networkd to ask DHCP; then files. Ignition's log
-// goes to w.
-func FetchOpenStack(ctx context.Context, dir, root, netns string, lease Lease, w io.Writer) error {
+// it needs the network; the network up (up); fetch inside the machine's
+// network namespace netns (a path), which races the config drive against
+// the metadata service (http://169.254.169.254/openstack/latest/user_data)
+// and takes the first answer (a 404 is no config); the network down
+// again, for the machine's own networkd to ask DHCP; then files.
+// Ignition's log goes to w.
+func FetchOpenStack(ctx context.Context, dir, root, netns string, up Network, w io.Writer) error {
 	bin, err := noSetfiles(dir)
 	if err != nil {
 		return err
@@ -256,7 +251,7 @@ func FetchOpenStack(ctx context.Context, dir, root, netns string, lease Lease, w
 	if _, err := os.Stat(filepath.Join(dir, "ignition-neednet")); err != nil {
 		return fmt.Errorf("ignition fetch-offline on platform openstack did not ask for the network: %w", err)
 	}
-	down, err := upLease(ctx, netns, lease)
+	down, err := up(ctx)
 	if err != nil {
 		return err
 	}
@@ -270,46 +265,6 @@ func FetchOpenStack(ctx context.Context, dir, root, netns string, lease Lease, w
 		return err
 	}
 	return runStage(ctx, nil, dir, root, "openstack", "files", env, w)
-}
-
-// upLease sets lease on its interface in netns, as the initramfs's DHCP
-// client would, and returns what takes it down: only what it added (a
-// port whose address the fabric set already keeps it).
-func upLease(ctx context.Context, netns string, lease Lease) (func(context.Context) error, error) {
-	ip := func(ctx context.Context, args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + netns, "--", "ip"}, args...)...).CombinedOutput()
-		return string(out), err
-	}
-	var undo [][]string
-	down := func(ctx context.Context) error {
-		var errs []error
-		for i := len(undo) - 1; i >= 0; i-- {
-			if out, err := ip(ctx, undo[i]...); err != nil {
-				errs = append(errs, fmt.Errorf("initramfs network: ip %s: %w: %s", strings.Join(undo[i], " "), err, out))
-			}
-		}
-		return errors.Join(errs...)
-	}
-	steps := [][2][]string{
-		{{"link", "set", lease.IfName, "up"}, nil},
-		{{"addr", "add", lease.Address.String(), "dev", lease.IfName}, {"addr", "del", lease.Address.String(), "dev", lease.IfName}},
-	}
-	if lease.Gateway.IsValid() {
-		steps = append(steps, [2][]string{{"route", "add", "default", "via", lease.Gateway.String(), "dev", lease.IfName}, {"route", "del", "default", "via", lease.Gateway.String(), "dev", lease.IfName}})
-	}
-	for _, st := range steps {
-		out, err := ip(ctx, st[0]...)
-		switch {
-		case err != nil && strings.Contains(out, "File exists"):
-			continue // set by the fabric: not the initramfs's to take down
-		case err != nil:
-			return nil, errors.Join(fmt.Errorf("initramfs network: ip %s: %w: %s", strings.Join(st[0], " "), err, out), down(ctx))
-		}
-		if st[1] != nil {
-			undo = append(undo, st[1])
-		}
-	}
-	return down, nil
 }
 
 // noSetfiles puts a no-op setfiles first on Ignition's PATH: Debian
@@ -335,9 +290,9 @@ func runStage(ctx context.Context, wrap []string, dir, root, platform, stage str
 		ctx, cancel = context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 	}
-	args := append(wrap, Binary, "-platform", platform, "-stage", stage, "-root", root,
+	args := slices.Concat(wrap, []string{Binary, "-platform", platform, "-stage", stage, "-root", root,
 		"-config-cache", filepath.Join(dir, "ignition-cache.json"), "-state-file", filepath.Join(dir, "ignition-state"),
-		"-neednet", filepath.Join(dir, "ignition-neednet"), "-log-to-stdout")
+		"-neednet", filepath.Join(dir, "ignition-neednet"), "-log-to-stdout"})
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()

@@ -54,7 +54,7 @@ type Config struct {
 	// Fetch, when set, is the lease of the machine's first port in
 	// NetNS: its first boot's Ignition fetches the user_data from the
 	// metadata service over it, as Flatcar's initramfs does on OpenStack.
-	Fetch *firstboot.Lease
+	Fetch *Lease
 	// NetNS is the path of the network namespace the machine lives in
 	// (its ports are already there); "" for a new, empty one.
 	NetNS string
@@ -174,7 +174,10 @@ func (m *Machine) firstBoot(ctx context.Context) error {
 			return fmt.Errorf("machine %s: a user_data to fetch needs the machine's network namespace", m.cfg.ID)
 		}
 		fmt.Fprintf(m.console, "[  ignition] platform openstack: fetching the user_data\n")
-		if err := firstboot.FetchOpenStack(ctx, filepath.Join(m.cfg.Dir, "ignition"), m.root, m.cfg.NetNS, *m.cfg.Fetch, m.console); err != nil {
+		up := func(ctx context.Context) (func(context.Context) error, error) {
+			return upLease(ctx, filepath.Base(m.cfg.NetNS), *m.cfg.Fetch)
+		}
+		if err := firstboot.FetchOpenStack(ctx, filepath.Join(m.cfg.Dir, "ignition"), m.root, m.cfg.NetNS, up, m.console); err != nil {
 			fmt.Fprintf(m.console, "[  ignition] failed: %v\n", err)
 			return fmt.Errorf("machine %s: %w", m.cfg.ID, err)
 		}

@@ -2,8 +2,10 @@ package machine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,4 +122,48 @@ func inNetNS(nsPath string, fn func() error) error {
 		done <- err
 	}()
 	return <-done
+}
+
+// Lease is what a machine's initramfs has on its first port when
+// Ignition fetches its user_data: the address and route its network's
+// DHCP server leases it.
+type Lease struct {
+	IfName  string
+	Address netip.Prefix
+	Gateway netip.Addr
+}
+
+// upLease sets lease on its interface in the namespace ns, as the
+// initramfs's DHCP client would, and returns what takes it down: only
+// what it added (a port whose address the fabric set keeps it).
+func upLease(ctx context.Context, ns string, lease Lease) (func(context.Context) error, error) {
+	var undo [][]string
+	down := func(ctx context.Context) error {
+		var errs []error
+		for i := len(undo) - 1; i >= 0; i-- {
+			errs = append(errs, IP(ctx, ns, undo[i]...))
+		}
+		return errors.Join(errs...)
+	}
+	steps := [][2][]string{
+		{{"link", "set", lease.IfName, "up"}, nil},
+		{{"addr", "add", lease.Address.String(), "dev", lease.IfName}, {"addr", "del", lease.Address.String(), "dev", lease.IfName}},
+	}
+	if lease.Gateway.IsValid() {
+		via := []string{"default", "via", lease.Gateway.String(), "dev", lease.IfName}
+		steps = append(steps, [2][]string{append([]string{"route", "add"}, via...), append([]string{"route", "del"}, via...)})
+	}
+	for _, st := range steps {
+		err := IP(ctx, ns, st[0]...)
+		switch {
+		case err != nil && strings.Contains(err.Error(), "File exists"):
+			continue // set by the fabric: not the initramfs's to take down
+		case err != nil:
+			return nil, errors.Join(fmt.Errorf("initramfs network: %w", err), down(ctx))
+		}
+		if st[1] != nil {
+			undo = append(undo, st[1])
+		}
+	}
+	return down, nil
 }

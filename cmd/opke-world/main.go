@@ -1,8 +1,8 @@
 // Command opke-world builds the test world's Kubernetes from upstream
 // source (package world): `make world` runs `opke-world build`.
 //
-//	opke-world build [--set all|e2e|peer] [--cache DIR]   build what is missing, print what is there
-//	opke-world list  [--set all|e2e|peer]                 the artifacts and images of a set
+//	opke-world build [--set all|e2e|peer|conformance] [--cache DIR]   build what is missing, print what is there
+//	opke-world list  [--set all|e2e|peer|conformance]                 the artifacts and images of a set
 //	opke-world push  --registry URL [--ca FILE]           load a registry mirror with a set's images, laid out
 //	                                                      as spec.registryMirror reads them (URL/registry.k8s.io/...)
 //	opke-world vulncheck --govulncheck BIN --db URL       the Go advisories each built binary calls (govulncheck
@@ -47,12 +47,12 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || !slices.Contains([]string{"build", "list", "push", "vulncheck"}, args[0]) {
-		fmt.Fprintln(stderr, "usage: opke-world build|list|push|vulncheck [--set all|e2e|peer] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE] [--govulncheck BIN --db URL]")
+		fmt.Fprintln(stderr, "usage: opke-world build|list|push|vulncheck [--set all|e2e|peer|conformance] [--only KEY,...] [--cache DIR] [--registry URL --ca FILE] [--govulncheck BIN --db URL]")
 		return 2
 	}
 	fs := flag.NewFlagSet("opke-world "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	set := fs.String("set", string(world.All), "which artifacts: all (every Kubernetes version of the test matrix), e2e (what the real-host suites use) or peer (OpenTofu and terraform-provider-openstack, which make bench measures OPKE beside)")
+	set := fs.String("set", string(world.All), "which artifacts: all (every Kubernetes version of the test matrix), e2e (what the real-host suites use), peer (OpenTofu and terraform-provider-openstack, which make bench measures OPKE beside) or conformance (the e2e set with upstream's conformance image and agnhost, for make k8s-conformance)")
 	only := fs.String("only", "", "only these artifacts of the set, by their keys (opke-world list names them), comma-separated")
 	cache := fs.String("cache", world.DefaultCacheDir(), "the cache folder, outside the repository")
 	registry := fs.String("registry", "", "push: the mirror's URL, https://host[:port][/path] (http:// on loopback), as spec.registryMirror.endpoint names it")
@@ -192,8 +192,8 @@ func pick(arts []world.Artifact, keys []string) ([]world.Artifact, error) {
 }
 
 // vulncheck scans the built binaries of arts and prints each artifact's
-// advisories; an advisory in an artifact's own code that a release fixes,
-// and world.AcceptedAdvisories does not name, fails it.
+// advisories; an advisory in an artifact's own code fixed by a release
+// the module proxy lists, which world.Accepted does not pass, fails it.
 func vulncheck(ctx context.Context, arts []world.Artifact, built *world.Built, bin, db string, stdout, stderr io.Writer) int {
 	scan := func(ctx context.Context, binary string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, bin, "-mode", "binary", "-json", "-db", db, binary)
@@ -211,16 +211,21 @@ func vulncheck(ctx context.Context, arts []world.Artifact, built *world.Built, b
 		return 1
 	}
 	world.FormatVulnReports(stdout, reports)
+	listed := map[string][]string{} // the proxy's versions, once per module
 	served := func(module string) ([]string, error) {
+		if v, ok := listed[module]; ok {
+			return v, nil
+		}
 		out, err := exec.CommandContext(ctx, "go", "list", "-m", "-versions", module).Output()
 		if err != nil {
 			return nil, fmt.Errorf("go list -m -versions %s: %w", module, err)
 		}
 		f := strings.Fields(string(out))
-		if len(f) == 0 {
-			return nil, nil
+		if len(f) > 0 {
+			f = f[1:]
 		}
-		return f[1:], nil
+		listed[module] = f
+		return f, nil
 	}
 	code := 0
 	for _, r := range reports {
