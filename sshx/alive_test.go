@@ -3,6 +3,8 @@ package sshx
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -12,7 +14,8 @@ import (
 
 // testServer starts an SSH server on a loopback port (over TCP: both ends
 // of a handshake write first, which net.Pipe would deadlock), hands its
-// channels and global requests to serve, and returns a client of it.
+// channels and global requests to serve, and returns a client of it. The
+// connection closes when serve returns.
 func testServer(t *testing.T, serve func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request)) *ssh.Client {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -41,6 +44,7 @@ func testServer(t *testing.T, serve func(chans <-chan ssh.NewChannel, reqs <-cha
 			return
 		}
 		serve(chans, reqs)
+		nc.Close()
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -132,5 +136,29 @@ func TestRunRetriesRefusedSession(t *testing.T) {
 				t.Error("a session refused as prohibited was asked again")
 			}
 		})
+	}
+}
+
+// TestRunOnALostConnection: a connection that goes while a session opens
+// (the host went away) is ErrConnectionLost, which a caller tries again
+// on a new connection; a refusal is not.
+func TestRunOnALostConnection(t *testing.T) {
+	t.Parallel()
+	client := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
+		go ssh.DiscardRequests(reqs)
+		<-chans // the session asked for, never answered: the connection closes
+	})
+	_, err := Run(t.Context(), client, "true")
+	if !errors.Is(err, ErrConnectionLost) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("Run on a connection closed while its session opened: %v, want ErrConnectionLost", err)
+	}
+	refused := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
+		go ssh.DiscardRequests(reqs)
+		for nch := range chans {
+			_ = nch.Reject(ssh.Prohibited, "no")
+		}
+	})
+	if _, err := Run(t.Context(), refused, "true"); err == nil || errors.Is(err, ErrConnectionLost) {
+		t.Errorf("Run refused a session: %v, want a refusal, not ErrConnectionLost", err)
 	}
 }

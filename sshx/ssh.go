@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"strings"
@@ -116,6 +117,11 @@ func Jump(ctx context.Context, gw *ssh.Client, address string, a Auth) (*ssh.Cli
 	}
 	conn, err := gw.DialContext(ctx, "tcp", address)
 	if err != nil {
+		var open *ssh.OpenChannelError
+		if !errors.As(err, &open) && ctx.Err() == nil {
+			// Not the gateway's refusal: its connection is gone.
+			err = fmt.Errorf("%w (%w)", ErrConnectionLost, err)
+		}
 		return nil, fmt.Errorf("through the gateway to %s: %w", address, err)
 	}
 	return handshake(ctx, conn, address, cfg)
@@ -163,16 +169,28 @@ func RunInput(ctx context.Context, c *ssh.Client, command string, stdin []byte) 
 	return []byte(stdout.String()), nil
 }
 
+// ErrConnectionLost is a session that did not open because its
+// connection is gone (the host or the gateway went away, the network
+// cut it): no answer came, so a try on a new connection may pass. It
+// wraps io.ErrUnexpectedEOF, which callers take as transient.
+var ErrConnectionLost = fmt.Errorf("ssh connection lost: %w", io.ErrUnexpectedEOF)
+
 // newSession opens a session on c. OpenSSH refuses one past its
 // MaxSessions (10 by default) with "open failed" (ConnectionFailed), also
 // for a moment after sessions closed on the client's side and not yet on
 // the server's: that refusal is tried again, a few times, backing off.
+// Any failure but a refusal is the connection lost (x/crypto/ssh answers
+// "unexpected packet in response to channel open: <nil>" when it closed
+// while the channel opened): ErrConnectionLost.
 func newSession(ctx context.Context, c *ssh.Client) (*ssh.Session, error) {
 	wait := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		sess, err := c.NewSession()
 		var open *ssh.OpenChannelError
-		if err == nil || try == 6 || !errors.As(err, &open) || open.Reason != ssh.ConnectionFailed {
+		if err != nil && !errors.As(err, &open) {
+			return nil, fmt.Errorf("%w (%w)", ErrConnectionLost, err)
+		}
+		if err == nil || try == 6 || open.Reason != ssh.ConnectionFailed {
 			return sess, err
 		}
 		t := time.NewTimer(wait)
