@@ -1,6 +1,7 @@
 package world
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -563,17 +564,36 @@ func MetricsServer(ref string) (Artifact, error) {
 	}, nil
 }
 
-// KubeRouter is kube-router (docker.io/cloudnativelabs/kube-router:v2.1.0),
-// whose network policy controller enforces NetworkPolicy: /usr/local/bin/
-// kube-router on the network base (iptables, ipset, as upstream's Alpine
-// image has them), built as its Makefile builds it (no cgo, the version
-// and build date stamped).
+// StandIns are the releases the world builds in place of upstream
+// releases OPKE renders whose modules the Go module proxy does not serve
+// whole, by the rendered image: each is built from the stand-in's source
+// and published under the rendered name, stamped with its own version
+// (world/LIMITS.md says how each differs, and why).
+var StandIns = map[string]string{
+	// v3.7's module needs 15 dependencies the proxy refuses (403: lego's
+	// DNS providers' SDKs, containous/go-http-auth); v3.6.12 is the
+	// newest release it builds.
+	assets.GatewayImage: "v3.6.12",
+	// The only kube-router release the proxy serves.
+	assets.NetworkPolicyImage: "v2.1.0",
+}
+
+// source is the version the world builds for an image of tag v: its
+// stand-in's, or the tag.
+func source(ref, v string) string { return cmp.Or(StandIns[ref], v) }
+
+// KubeRouter is kube-router (assets.NetworkPolicyImage), whose network
+// policy controller enforces NetworkPolicy: /usr/local/bin/kube-router on
+// the network base (iptables, ipset, as upstream's Alpine image has
+// them), built as its Makefile builds it (no cgo, the version and build
+// date stamped); a stand-in's source where StandIns names one.
 func KubeRouter(ref string) (Artifact, error) {
-	v, ok := assets.ImageTag(ref)
+	tag, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: kube-router image %q has no tag", ref)
 	}
 	const m = "github.com/cloudnativelabs/kube-router/v2"
+	v := source(ref, tag)
 	return Artifact{
 		Key: "kube-router-" + v, Module: m, Version: v, Lang: Go,
 		Binaries: []Binary{{Name: "kube-router", Package: m + "/cmd/kube-router"}},
@@ -584,20 +604,20 @@ func KubeRouter(ref string) (Artifact, error) {
 	}, nil
 }
 
-// Traefik is Traefik Proxy (ghcr.io/traefik/traefik:v3.6.12), the
-// Gateway API implementation of the gateway addon: /usr/local/bin/traefik
-// as upstream's image has it, built as its Makefile builds it (no cgo,
-// the version, codename and build date stamped). v3.6 is the newest line
-// that builds here: v3.7's module needs 15 dependencies (lego's DNS
-// providers' SDKs, containous/go-http-auth) the Go module proxy refuses
-// (403). No base: Traefik reads its configuration from its flags and
-// the Kubernetes API, and serves no TLS of its own in the addon.
+// Traefik is Traefik Proxy (assets.GatewayImage), the Gateway API
+// implementation of the gateway addon: /usr/local/bin/traefik as
+// upstream's image has it, built as its Makefile builds it (no cgo, the
+// version, codename and build date stamped); a stand-in's source where
+// StandIns names one. No base: Traefik reads its configuration from its
+// flags and the Kubernetes API, and serves no TLS of its own in the
+// addon.
 func Traefik(ref string) (Artifact, error) {
-	v, ok := assets.ImageTag(ref)
+	tag, ok := assets.ImageTag(ref)
 	if !ok {
 		return Artifact{}, fmt.Errorf("world: traefik image %q has no tag", ref)
 	}
 	const m = "github.com/traefik/traefik/v3"
+	v := source(ref, tag)
 	return Artifact{
 		Key: "traefik-" + v, Module: m, Version: v, Lang: Go,
 		Binaries: []Binary{{Name: "traefik", Package: m + "/cmd/traefik"}},
@@ -870,7 +890,7 @@ type CSISidecar struct {
 // (assets.CSI()), with their modules.
 var csiSidecars = []CSISidecar{
 	{Ref: assets.CSI().Attacher, Module: "github.com/kubernetes-csi/external-attacher/v4"},
-	{Ref: assets.CSI().Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v5", NoSumDB: true},
+	{Ref: assets.CSI().Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v5"},
 	{Ref: assets.CSI().Resizer, Module: "github.com/kubernetes-csi/external-resizer"},
 }
 

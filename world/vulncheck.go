@@ -200,8 +200,8 @@ var AcceptedAdvisories = map[string]string{
 	"GO-2026-5736": etcdPin,
 	"GO-2026-6107": etcdPin,
 	"GO-2026-6114": etcdPin,
-	"traefik-v3.6.12": "the proxy serves no later v3.6 (the fixes are in v3.6.14 to v3.6.25) and v3.7's dependencies are refused (403: lego's DNS providers' SDKs, " +
-		"containous/go-http-auth), so v3.6.12 is the newest Traefik the world builds; the gateway addon's pin is to move to v3.7.13 with a stand-in (world/LIMITS.md)",
+	"traefik-v3.6.12": "the world's stand-in for Traefik v3.7.13, which the gateway addon renders and which fixes them: v3.7's dependencies are refused (403: lego's DNS providers' SDKs, " +
+		"containous/go-http-auth) and the proxy serves no later v3.6, so v3.6.12 is the newest Traefik the world builds (world/LIMITS.md)",
 }
 
 // Accepted returns why an advisory of an artifact passes, if it does.

@@ -33,12 +33,12 @@ func TestTargets(t *testing.T) {
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.36.1", "etcd-v3.6.8", "pause-3.10.2",
 			"coredns-v1.14.2", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "openstack-cloud-controller-manager-v1.36.0",
-			"cinder-csi-plugin-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
+			"cinder-csi-plugin-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.3.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
 			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.36.1", "etcd-v3.6.8", "pause-3.10.2", "coredns-v1.14.2",
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
-			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.2.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
+			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.3.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
 			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
 	} {
@@ -69,10 +69,10 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"docker.io/cloudnativelabs/kube-router:v2.1.0",
+		"docker.io/cloudnativelabs/kube-router:v2.11.1",
 		"ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
 		"ghcr.io/flannel-io/flannel:v0.27.4",
-		"ghcr.io/traefik/traefik:v3.6.12",
+		"ghcr.io/traefik/traefik:v3.7.13",
 		"quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0",
 		"quay.io/prometheus-operator/prometheus-operator:v0.85.0",
 		"quay.io/prometheus/alertmanager:v0.31.1",
@@ -99,7 +99,7 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.36.0",
 		"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
 		"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
-		"registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
+		"registry.k8s.io/sig-storage/csi-provisioner:v5.3.0",
 		"registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 		"registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0",
 		"registry.k8s.io/sig-storage/snapshot-controller:v8.4.0",
@@ -674,4 +674,35 @@ func builtImage(t *testing.T, b *Built, ref string) (*Layout, map[string][]byte)
 		t.Fatal(err)
 	}
 	return l, files
+}
+
+// TestStandIns: an image the world builds from a stand-in's source is
+// published under the rendered name from that source, and LIMITS.md
+// names both versions.
+func TestStandIns(t *testing.T) {
+	arts, err := Targets(E2E)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits, err := os.ReadFile("LIMITS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, src := range StandIns {
+		var built []string
+		for _, a := range arts {
+			for _, im := range a.Images {
+				if im.Ref == ref {
+					built = append(built, a.Version)
+				}
+			}
+		}
+		if !slices.Equal(built, []string{src}) {
+			t.Errorf("%s is built from %v, want its stand-in %s", ref, built, src)
+		}
+		tag, _ := assets.ImageTag(ref)
+		if !strings.Contains(string(limits), "v"+strings.TrimPrefix(tag, "v")+" (OPKE renders it)") || !strings.Contains(string(limits), "**a stand-in: "+src+"**") {
+			t.Errorf("LIMITS.md does not name %s's stand-in %s", ref, src)
+		}
+	}
 }

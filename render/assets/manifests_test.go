@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -71,6 +72,12 @@ var kinds = map[string]func() any{
 	"monitoring.coreos.com/v1/PrometheusRule":                 func() any { return &monitoringv1.PrometheusRule{} },
 	"gateway.networking.k8s.io/v1/Gateway":                    func() any { return &gatewayv1.Gateway{} },
 	"snapshot.storage.k8s.io/v1/VolumeSnapshotClass":          func() any { return &snapshotv1.VolumeSnapshotClass{} },
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	},
+	"admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding": func() any {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	},
 }
 
 // decodeStrict decodes every YAML document of b into its k8s.io type,
@@ -172,7 +179,7 @@ func TestAddonDefinitionsAtTheirVersion(t *testing.T) {
 		addon, manifest, annotation, version string
 		definitions                          int
 	}{
-		{"gateway", "11-gateway", "gateway.networking.k8s.io/bundle-version", assets.GatewayAPIVersion, 6},
+		{"gateway", "11-gateway", "gateway.networking.k8s.io/bundle-version", assets.GatewayAPIVersion, 10},
 		{"monitoring", "10-monitoring", "operator.prometheus.io/version", operatorVersion(t), 7},
 		// external-snapshotter's definitions carry no version of theirs.
 		{"cinder-csi", "06-cinder-csi", "", "", 3},

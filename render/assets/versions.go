@@ -93,27 +93,30 @@ var matrix = map[string]Images{
 // NetworkPolicyImage is kube-router, whose network policy controller
 // enforces NetworkPolicy with iptables and ipsets beside flannel. It reads
 // only stable APIs (networking.k8s.io/v1, core/v1), so one release serves
-// every minor. v2.1.0 is the release the Go module proxy serves here; its
-// reported flaws are in the service proxy (GO-2026-4724) and the BGP
-// router (GO-2026-5653), which the manifest does not run.
+// every minor. v2.11.1 is upstream's newest release (August 2026; its
+// flags and RBAC those of the manifest since v2.1.0); kube-router
+// publishes on Docker Hub only (README: Images a real cloud pulls). Its
+// one open advisory (GO-2026-5354, BGP peer passwords logged at high
+// verbosity) is in the BGP router, which the manifest does not run.
 // kube-network-policies (SIG Network's agent) was the first choice: it
 // queues packets with nftables' queue expression, which the test world's
 // kernel lacks (no nft_queue: every rule set it writes is refused).
-const NetworkPolicyImage = "docker.io/cloudnativelabs/kube-router:v2.1.0"
+const NetworkPolicyImage = "docker.io/cloudnativelabs/kube-router:v2.11.1"
 
 // GatewayImage is Traefik Proxy, the gateway addon's implementation of
-// the Gateway API (v1.4.0's standard channel, GatewayAPIVersion): a
-// maintained one whose data plane is Go, so make world builds it (the
-// Envoy-based ones cannot be built here), replacing ingress-nginx, whose
-// maintenance ended in March 2026. It reads only stable APIs, so one
-// release serves every minor.
-const GatewayImage = "ghcr.io/traefik/traefik:v3.6.12"
+// the Gateway API (v1.6.1's standard channel, GatewayAPIVersion), a
+// maintained one replacing ingress-nginx, whose maintenance ended in
+// March 2026. v3.7.13 is upstream's newest release and fixes every
+// advisory of Traefik's own code the Go vulnerability database lists. It
+// reads only stable APIs, so one release serves every minor.
+const GatewayImage = "ghcr.io/traefik/traefik:v3.7.13"
 
-// GatewayAPIVersion is the Gateway API release whose standard channel's
-// custom resource definitions the gateway addon installs
-// (manifests/crds/gateway.yaml, each carrying it as its bundle-version
-// annotation): the one Traefik v3.6.12 is built against (its go.mod).
-const GatewayAPIVersion = "v1.4.0"
+// GatewayAPIVersion is the Gateway API release whose standard channel
+// the gateway addon installs (manifests/crds/gateway.yaml, each
+// definition carrying it as its bundle-version annotation): the one
+// Traefik v3.7.13 is built against (its go.mod), which watches TLSRoute
+// at v1, a version of the standard channel from v1.5.
+const GatewayAPIVersion = "v1.6.1"
 
 // DashboardImage is Headlamp, the dashboard addon: Kubernetes SIG UI's
 // maintained dashboard, replacing kubernetes/dashboard (archived upstream
@@ -182,18 +185,15 @@ type CSIImages struct {
 }
 
 // csi are the Cinder CSI plugin's sidecars, the same for every minor of
-// the matrix. The attacher and the resizer are the releases nearest to
-// those cloud-provider-openstack v1.35 names (v4.8.1, v1.13.2) that the
-// Go module proxy serves whole, so that make world builds them (newer,
-// as Gardener's OpenStack extension moved them for the same Kubernetes).
-// The node driver registrar is OPKE's own (cmd/opke-csi-registrar, its
-// flags upstream's): the proxy serves no version of upstream's, whose v2
-// releases have no /v2 module path. The snapshotter and the snapshot
-// controller are external-snapshotter v8.4.0, the release
-// cloud-provider-openstack v1.35 names (ExternalSnapshotterVersion).
+// the matrix: the releases cloud-provider-openstack v1.36.0's manifests
+// name (csi-provisioner v5.3.0, csi-resizer v1.14.0,
+// csi-node-driver-registrar v2.15.0, external-snapshotter v8.4.0:
+// ExternalSnapshotterVersion), but csi-attacher, at v4.12.0 where they
+// name v4.10.0 (a newer release of the same major, as Gardener's
+// OpenStack extension moved it for the same Kubernetes).
 var csi = CSIImages{
 	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
-	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0",
+	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0",
 	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
 	NodeDriverRegistrar: "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
 	Snapshotter:         "registry.k8s.io/sig-storage/csi-snapshotter:" + ExternalSnapshotterVersion,
