@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
@@ -18,7 +19,7 @@ import (
 // The API's Octavia load balancer and its children: listener, pool,
 // members (observed with their pool) and health monitor. Every change
 // waits out the load balancer's PENDING states before and after; a
-// listener's idle timeouts change in place.
+// listener's idle timeouts and allowed CIDRs change in place.
 var (
 	loadBalancerKind = kind{
 		create: (*Applier).octavia,
@@ -33,8 +34,21 @@ var (
 	listenerKind = kind{
 		create: (*Applier).octavia,
 		update: func(a *Applier, ctx context.Context, id string, r diff.Resource) error {
-			client, _ := strconv.Atoi(r.Attrs["timeout_client_data"].Value)
-			member, _ := strconv.Atoi(r.Attrs["timeout_member_data"].Value)
+			// An update names only what changes: the rest is left as it is.
+			var opts listeners.UpdateOpts
+			for k, p := range map[string]**int{"timeout_client_data": &opts.TimeoutClientData, "timeout_member_data": &opts.TimeoutMemberData} {
+				if x, ok := r.Attrs[k]; ok {
+					n, err := strconv.Atoi(x.Value)
+					if err != nil {
+						return fmt.Errorf("listener %s: %s %q: %w", r.Name, k, x.Value, err)
+					}
+					*p = &n
+				}
+			}
+			if x, ok := r.Attrs["allowed_cidrs"]; ok {
+				allowed := cidrs(x.Value)
+				opts.AllowedCIDRs = &allowed
+			}
 			// The cluster's one load balancer, as octavia finds it for a
 			// create (an update names only what changes).
 			lbID, err := a.need(diff.KindLoadBalancer, a.cluster+"-api")
@@ -45,7 +59,7 @@ var (
 				return err
 			}
 			err = a.pending(ctx, lbID, func() error {
-				_, err := listeners.Update(ctx, a.c.LoadBalancer, id, listeners.UpdateOpts{TimeoutClientData: &client, TimeoutMemberData: &member}).Extract()
+				_, err := listeners.Update(ctx, a.c.LoadBalancer, id, opts).Extract()
 				return err
 			})
 			if err != nil {
@@ -132,7 +146,7 @@ func (a *Applier) octavia(ctx context.Context, r diff.Resource, _ []byte) (strin
 			client, member := num("timeout_client_data"), num("timeout_member_data")
 			l, err := listeners.Create(ctx, lbc, listeners.CreateOpts{Name: r.Name, LoadbalancerID: lbID,
 				Protocol: listeners.Protocol(v("protocol")), ProtocolPort: num("port"), Tags: a.tags,
-				TimeoutClientData: &client, TimeoutMemberData: &member}).Extract()
+				TimeoutClientData: &client, TimeoutMemberData: &member, AllowedCIDRs: cidrs(v("allowed_cidrs"))}).Extract()
 			return idOf(err, func() string { return l.ID })
 		}
 	case diff.KindPool:
@@ -243,7 +257,8 @@ func (o *observer) listeners(ctx context.Context) error {
 				}
 				o.add(clusterOf(l.Tags), diff.Resource{Kind: diff.KindListener, Name: l.Name, ID: l.ID, Attrs: diff.Attrs{
 					"load_balancer": diff.Known(o.names[l.Loadbalancers[0].ID]), "protocol": diff.Known(l.Protocol), "port": diff.Known(strconv.Itoa(l.ProtocolPort)),
-					"timeout_client_data": diff.Known(strconv.Itoa(l.TimeoutClientData)), "timeout_member_data": diff.Known(strconv.Itoa(l.TimeoutMemberData))}})
+					"timeout_client_data": diff.Known(strconv.Itoa(l.TimeoutClientData)), "timeout_member_data": diff.Known(strconv.Itoa(l.TimeoutMemberData)),
+					"allowed_cidrs": diff.Known(diff.JoinCIDRs(l.AllowedCIDRs))}})
 			}
 		})
 }
@@ -309,4 +324,13 @@ func (o *observer) monitors(ctx context.Context) error {
 				"timeout": diff.Known(strconv.Itoa(m.Timeout)), "max_retries": diff.Known(strconv.Itoa(m.MaxRetries))}})
 		}
 	})
+}
+
+// cidrs splits a listener's allowed_cidrs attribute (diff.JoinCIDRs):
+// none for "".
+func cidrs(v string) []string {
+	if v == "" {
+		return []string{}
+	}
+	return strings.Split(v, ",")
 }

@@ -246,7 +246,11 @@ func (s *Sim) edgeRoute(target netip.AddrPort) (nets []string, ip string, code b
 		if f.FixedIPAddress != nil && *f.FixedIPAddress != "" {
 			fixed = *f.FixedIPAddress
 		}
-		if p.DeviceOwner != "Octavia" && p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port()), s.w.edgeSource(f.FloatingNetworkID)) {
+		src := s.w.edgeSource(f.FloatingNetworkID)
+		if p.DeviceOwner != "Octavia" && p.PortSecurity && !s.w.ingressAllowed(p, "tcp", int(target.Port()), src) {
+			return nil, "", socksNotAllowed
+		}
+		if p.DeviceOwner == "Octavia" && !s.w.listenerAdmits(fixed, int(target.Port()), src) {
 			return nil, "", socksNotAllowed
 		}
 		return []string{p.NetworkID}, fixed, socksSucceeded
@@ -311,3 +315,16 @@ type bufferedConn struct {
 }
 
 func (c *bufferedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// listenerAdmits reports whether the listener of the load balancer whose
+// VIP is vip, on port, lets src in (its allowed_cidrs); true when there is
+// no such listener (the connection is refused further on). The caller
+// holds s.mu.
+func (w *world) listenerAdmits(vip string, port int, src netip.Addr) bool {
+	for _, l := range w.Listeners {
+		if lb := w.LoadBalancer[l.LB]; lb != nil && lb.VIPAddress == vip && l.ProtocolPort == port && !l.admits(src) {
+			return false
+		}
+	}
+	return true
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -532,6 +533,13 @@ func (s *Sim) createListener(rw http.ResponseWriter, r *request) {
 	if pid := str(b, "default_pool_id"); pid != "" {
 		l.DefaultPoolID = &pid
 	}
+	if v, set := b["allowed_cidrs"]; set {
+		list, ok := allowedCIDRs(rw, v)
+		if !ok {
+			return
+		}
+		l.AllowedCIDRs = list
+	}
 	r.w.Listeners[l.ID] = l
 	lb.Listeners = append(lb.Listeners, idRef{l.ID})
 	r.pendingUpdate(lb)
@@ -881,7 +889,10 @@ func updateLBFields(rw http.ResponseWriter, kind string, o interface{ lbBase() *
 			o.DefaultPoolID = strPtr(v)
 		}
 		if v, set := b["allowed_cidrs"]; set {
-			list, _ := v.([]any)
+			list, ok := allowedCIDRs(rw, v)
+			if !ok {
+				return false
+			}
 			o.AllowedCIDRs = orEmpty(list)
 		}
 	case *lbPool:
@@ -1213,4 +1224,45 @@ func (s *Sim) putOctaviaQuotas(rw http.ResponseWriter, r *request) {
 		return
 	}
 	s.getOctaviaQuotas(rw, r)
+}
+
+// allowedCIDRs reads a listener's allowed_cidrs: a list of IPv4 CIDRs
+// (the VIPs are IPv4), or null; anything else is refused as Octavia
+// refuses it.
+func allowedCIDRs(rw http.ResponseWriter, v any) ([]any, bool) {
+	if v == nil {
+		return nil, true
+	}
+	list, ok := v.([]any)
+	for _, x := range list {
+		c, _ := x.(string)
+		if p, err := netip.ParsePrefix(c); err != nil || !p.Addr().Is4() {
+			ok = false
+		}
+	}
+	if !ok {
+		octaviaError(rw, http.StatusBadRequest, fmt.Sprintf("Invalid input for field/attribute allowed_cidrs. Value: '%v'.", v))
+		return nil, false
+	}
+	return list, true
+}
+
+// allowed are a listener's allowed_cidrs as prefixes (none: anywhere).
+func (l *listener) allowed() []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range l.AllowedCIDRs {
+		c, _ := x.(string)
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// admits reports whether the listener lets a connection from src in:
+// from anywhere without allowed_cidrs, else from one of them (Octavia
+// makes them the VIP port's security group rules).
+func (l *listener) admits(src netip.Addr) bool {
+	allowed := l.allowed()
+	return len(allowed) == 0 || slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(src) })
 }

@@ -442,9 +442,10 @@ type wantListener struct {
 	members []machine.Member
 	monitor *machine.Monitor
 	idle    time.Duration
+	allowed []netip.Prefix
 }
 
-func (l wantListener) key() string { return fmt.Sprint(l.members, l.monitor, l.idle) }
+func (l wantListener) key() string { return fmt.Sprint(l.members, l.monitor, l.idle, l.allowed) }
 
 // want reads the desired state from the world; the caller holds s.mu.
 func (w *world) want() desired {
@@ -626,7 +627,7 @@ func (w *world) want() desired {
 			}
 			// HAProxy closes a connection idle on either side for the
 			// smaller of the two (0: no limit on that side).
-			wl := wantListener{idle: time.Duration(l.TimeoutClientData) * time.Millisecond}
+			wl := wantListener{idle: time.Duration(l.TimeoutClientData) * time.Millisecond, allowed: l.allowed()}
 			if m := time.Duration(l.TimeoutMemberData) * time.Millisecond; m > 0 && (wl.idle == 0 || m < wl.idle) {
 				wl.idle = m
 			}
@@ -1099,7 +1100,7 @@ func (r *realHosts) convergeLBs(ctx context.Context, d desired) []error {
 			if lb.listeners[port] == wl.key() {
 				continue
 			}
-			if err := lb.lb.SetListener(ctx, port, wl.members, wl.monitor, wl.idle); err != nil {
+			if err := lb.lb.SetListener(ctx, port, wl.members, wl.monitor, wl.idle, wl.allowed); err != nil {
 				errs = append(errs, err)
 				continue
 			}

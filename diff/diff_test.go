@@ -1056,3 +1056,45 @@ func TestManifestReasonSaysItsObjects(t *testing.T) {
 		t.Errorf("the other manifest's reason: %q", other.Reason)
 	}
 }
+
+// TestAPIAllowedCIDRs: the API's listener lets in the spec's
+// api.allowedCIDRs and the cluster's own network, anywhere when the spec
+// names none; setting them changes the listener in place, and nothing
+// else.
+func TestAPIAllowedCIDRs(t *testing.T) {
+	kv := statetest.Open(t)
+	with := func(cidrs ...string) *Desired {
+		return desire(t, kv, spec(t, "demo", func(c *schemas.Cluster) {
+			if cidrs != nil {
+				c.Spec.API = &schemas.API{AllowedCIDRs: cidrs}
+			}
+		}), true)
+	}
+	listener := func(d *Desired) Resource {
+		for _, r := range d.Infra {
+			if r.Kind == KindListener {
+				return r
+			}
+		}
+		t.Fatal("no listener desired")
+		return Resource{}
+	}
+	open := with()
+	if got := listener(open).Attrs["allowed_cidrs"].Value; got != "" {
+		t.Errorf("no api.allowedCIDRs: allowed_cidrs %q, want none (anywhere)", got)
+	}
+	closed := with("203.0.113.0/24", "198.51.100.0/24")
+	host := spec(t, "demo", nil).Spec.Network.HostCIDR
+	if got, want := listener(closed).Attrs["allowed_cidrs"].Value, JoinCIDRs([]string{"198.51.100.0/24", "203.0.113.0/24", host}); got != want {
+		t.Errorf("allowed_cidrs %q, want %q", got, want)
+	}
+	p := Diff([]*Desired{closed}, []*Observed{converged(open)})
+	var got []string
+	for _, c := range p.Changes {
+		got = append(got, c.Action.String()+" "+c.Address.String())
+	}
+	want := []string{"update " + ResourceAddress(KindListener, listener(closed).Name).String()}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("plan (-want +got):\n%s", d)
+	}
+}

@@ -1069,3 +1069,53 @@ func TestFirstContactRefusesAnOldFlatcar(t *testing.T) {
 		t.Errorf("the host's keys are not pinned once it runs %s: %v", assets.MinFlatcar, err)
 	}
 }
+
+// TestAPIAllowedCIDRs: spec.api.allowedCIDRs close the API's listener to
+// everyone else: the edge (the operator's side, 203.0.113.254 in the
+// simulator) is not let in until a CIDR holds it, a change the next apply
+// makes to the listener in place, its load balancer kept.
+func TestAPIAllowedCIDRs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	demo := spec(t, "demo", "", 0)
+	demo.Spec.API = &schemas.API{AllowedCIDRs: []string{"198.51.100.0/24"}}
+	r.apply(t, demo)
+	res := r.observed(t)
+	listener := res["openstack/listener/demo-api-6443"]
+	if got, want := listener.Attrs["allowed_cidrs"].Value, "192.168.10.0/24,198.51.100.0/24"; got != want {
+		t.Errorf("the API listener's allowed_cidrs: %q, want %q (the spec's and the cluster's network)", got, want)
+	}
+	api := res["openstack/floating-ip/demo-api"].Attrs["address"].Value + ":6443"
+	d := sshx.Dialer{Proxy: r.sim.Edge()}
+	dial := func() error {
+		c, err := d.DialContext(ctx, "tcp", api)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(); err == nil {
+		t.Error("the edge reached the API outside its allowed CIDRs")
+	}
+	demo.Spec.API.AllowedCIDRs = append(demo.Spec.API.AllowedCIDRs, "203.0.113.0/24")
+	plan, _ := r.apply(t, demo)
+	var got []string
+	for _, c := range plan.Changes {
+		if c.Phase == diff.PhaseInfrastructure {
+			got = append(got, c.Action.String()+" "+c.Address.String())
+		}
+	}
+	if d := cmp.Diff([]string{"update openstack/listener/demo-api-6443"}, got); d != "" {
+		t.Errorf("the infrastructure changes (-want +got):\n%s", d)
+	}
+	if err := dial(); err != nil {
+		t.Errorf("the edge within the allowed CIDRs: %v", err)
+	}
+	if after := r.observed(t); after["openstack/load-balancer/demo-api"].ID != res["openstack/load-balancer/demo-api"].ID {
+		t.Error("the load balancer was made again")
+	}
+	if next := r.plan(t, demo); !next.Empty() {
+		t.Errorf("after the change (its idle timeouts kept?), plan: %v, drift %v", addresses(next.Changes), next.Drift)
+	}
+}

@@ -49,16 +49,21 @@ func (c *Cluster) check() []Problem {
 	}
 
 	c.checkNetwork(add)
-	gp := spec.Field("gateway").Field("sshSources")
-	for i, src := range s.Gateway.SSHSources {
-		switch p, err := netip.ParsePrefix(src); {
-		case err != nil || !p.Addr().Is4():
-			add(gp.Index(i), "%q is not an IPv4 CIDR such as 203.0.113.0/24", src)
-		case p.Masked() != p:
-			add(gp.Index(i), "%s is not a network address; did you mean %s?", p, p.Masked())
+	sources := func(at Path, list []string) {
+		for i, src := range list {
+			switch p, err := netip.ParsePrefix(src); {
+			case err != nil || !p.Addr().Is4():
+				add(at.Index(i), "%q is not an IPv4 CIDR such as 203.0.113.0/24", src)
+			case p.Masked() != p:
+				add(at.Index(i), "%s is not a network address; did you mean %s?", p, p.Masked())
+			}
 		}
+		uniqueStrings(at, list, add)
 	}
-	uniqueStrings(gp, s.Gateway.SSHSources, add)
+	sources(spec.Field("gateway").Field("sshSources"), s.Gateway.SSHSources)
+	if s.API != nil {
+		sources(spec.Field("api").Field("allowedCIDRs"), s.API.AllowedCIDRs)
+	}
 
 	uniqueStrings(spec.Field("controllers").Field("availabilityZones"), s.Controllers.AvailabilityZones, add)
 	pools := map[string]int{}

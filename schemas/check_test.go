@@ -160,6 +160,12 @@ func TestParseRules(t *testing.T) {
 			file + ":22: spec.gateway.sshSources[1]: 198.51.100.7/24 is not a network address; did you mean 198.51.100.0/24?",
 			file + ":22: spec.gateway.sshSources[2]: repeats item 0",
 		}},
+		{"API allowed CIDRs", func(t *testing.T) string {
+			return edit(t, "  gateway:\n    flavor: m1.small\n", "  gateway:\n    flavor: m1.small\n  api:\n    allowedCIDRs: [203.0.113.0/24, 198.51.100.7/24, 203.0.113.0/24]\n")
+		}, []string{
+			file + ":23: spec.api.allowedCIDRs[1]: 198.51.100.7/24 is not a network address; did you mean 198.51.100.0/24?",
+			file + ":23: spec.api.allowedCIDRs[2]: repeats item 0",
+		}},
 		{"a gateway SSH source that is not IPv4", func(t *testing.T) string {
 			return edit(t, "  gateway:\n    flavor: m1.small\n", "  gateway:\n    flavor: m1.small\n    sshSources: [2001:db8::/32]\n")
 		}, []string{

@@ -52,7 +52,9 @@ type Spec struct {
 	Controllers Controllers  `json:"controllers" yaml:"controllers"`
 	WorkerPools []WorkerPool `json:"workerPools,omitempty" yaml:"workerPools,omitempty"`
 	Gateway     Gateway      `json:"gateway" yaml:"gateway"`
-	Addons      []Addon      `json:"addons,omitempty" yaml:"addons,omitempty"`
+	// API is who may reach the Kubernetes API's load balancer.
+	API    *API    `json:"api,omitempty" yaml:"api,omitempty"`
+	Addons []Addon `json:"addons,omitempty" yaml:"addons,omitempty"`
 	// Storage tunes the cinder-csi addon's volumes.
 	Storage *Storage `json:"storage,omitempty" yaml:"storage,omitempty"`
 	Upgrade Upgrade  `json:"upgrade,omitempty" yaml:"upgrade,omitempty"`
@@ -133,6 +135,16 @@ type Gateway struct {
 	// SSH port; none: anywhere (0.0.0.0/0). OPKE itself connects from
 	// one of them.
 	SSHSources []string `json:"sshSources,omitempty" yaml:"sshSources,omitempty"`
+}
+
+// API is the Kubernetes API's load balancer.
+type API struct {
+	// AllowedCIDRs are the IPv4 networks allowed to reach the API's
+	// listener (Octavia's allowed_cidrs, as Cluster API's OpenStack
+	// provider has them); none: anywhere. The cluster's own network
+	// (network.hostCIDR: its nodes, and OPKE through its gateway) is
+	// always allowed besides them.
+	AllowedCIDRs []string `json:"allowedCIDRs,omitempty" yaml:"allowedCIDRs,omitempty"`
 }
 
 // Addon is a component OPKE installs into the cluster from a known set.

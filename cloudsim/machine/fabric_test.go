@@ -188,7 +188,7 @@ func TestFabricLoadBalancer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lb.Close(context.Background()) })
 	mon := &machine.Monitor{Delay: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Retries: 1, RetriesDown: 2}
-	if err := lb.SetListener(ctx, 6443, members, mon, machine.DefaultIdle); err != nil {
+	if err := lb.SetListener(ctx, 6443, members, mon, machine.DefaultIdle, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := fab.SetFloatingIP(ctx, "r1", netip.MustParseAddr("172.24.4.60"), netip.MustParseAddr("10.99.3.100")); err != nil {
@@ -200,6 +200,22 @@ func TestFabricLoadBalancer(t *testing.T) {
 	}
 	if seen["a"] != 2 || seen["b"] != 2 {
 		t.Fatalf("round robin through the VIP's floating IP: %v", seen)
+	}
+	// Octavia's allowed_cidrs: only the sources they hold get in (the
+	// edge dials from 172.24.4.0/24).
+	for _, tc := range []struct {
+		allowed string
+		in      bool
+	}{{"10.99.3.0/24", false}, {"172.24.4.0/24", true}} {
+		if err := lb.SetListener(ctx, 6443, members, mon, machine.DefaultIdle, []netip.Prefix{netip.MustParsePrefix(tc.allowed)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := ask(edge, net.Dialer{}, "172.24.4.60:6443"); (got == "a" || got == "b") != tc.in {
+			t.Errorf("the edge through a listener allowing %s only: %q, want let in %t", tc.allowed, got, tc.in)
+		}
+	}
+	if err := lb.SetListener(ctx, 6443, members, mon, machine.DefaultIdle, nil); err != nil {
+		t.Fatal(err)
 	}
 	listeners["b"].Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -240,7 +256,7 @@ func TestFabricLoadBalancer(t *testing.T) {
 		}
 	}()
 	const idle = 600 * time.Millisecond
-	if err := lb.SetListener(ctx, 7000, []machine.Member{{Address: netip.MustParseAddr("10.99.3.5"), Port: 7000}}, nil, idle); err != nil {
+	if err := lb.SetListener(ctx, 7000, []machine.Member{{Address: netip.MustParseAddr("10.99.3.5"), Port: 7000}}, nil, idle, nil); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := machine.DialIn(ctx, edge, "tcp", "172.24.4.60:7000")

@@ -68,6 +68,9 @@ type lbListener struct {
 	// idle closes a connection that carried nothing either way for this
 	// long (0: never).
 	idle time.Duration
+	// allowed are the sources let in (Octavia's allowed_cidrs); none:
+	// anywhere.
+	allowed []netip.Prefix
 }
 
 // DefaultIdle is Octavia's default idle timeout of a listener's client
@@ -97,13 +100,23 @@ func (f *Fabric) AddLoadBalancer(ctx context.Context, id, network string, vip ne
 	return lb, lb.applyRules(ctx)
 }
 
-// applyRules lets the listeners' ports in from anywhere, as Octavia's VIP
-// security group does, and anything out (to the members).
+// applyRules lets each listener's port in from its allowed CIDRs, or
+// from anywhere when it has none, as Octavia's VIP security group does,
+// and anything out (to the members).
 func (lb *LoadBalancer) applyRules(ctx context.Context) error {
 	lb.mu.Lock()
 	rules := []Rule{{Direction: "egress"}}
 	for _, p := range slices.Sorted(maps.Keys(lb.listeners)) {
-		rules = append(rules, Rule{Direction: "ingress", Protocol: "tcp", PortMin: p, PortMax: p})
+		l := lb.listeners[p]
+		l.mu.Lock()
+		allowed := slices.Clone(l.allowed)
+		l.mu.Unlock()
+		if len(allowed) == 0 {
+			rules = append(rules, Rule{Direction: "ingress", Protocol: "tcp", PortMin: p, PortMax: p})
+		}
+		for _, src := range allowed {
+			rules = append(rules, Rule{Direction: "ingress", Protocol: "tcp", PortMin: p, PortMax: p, Remote: src.String()})
+		}
 	}
 	lb.mu.Unlock()
 	return lb.f.SetRules(ctx, "vip-"+lb.id, rules)
@@ -113,8 +126,9 @@ func (lb *LoadBalancer) applyRules(ctx context.Context) error {
 // pool's members, its health monitor (nil for none) and its idle timeout:
 // as HAProxy in an amphora does, a connection that carried nothing either
 // way for that long is closed on both sides (the smaller of Octavia's
-// timeout_client_data and timeout_member_data; 0: never).
-func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Member, monitor *Monitor, idle time.Duration) error {
+// timeout_client_data and timeout_member_data; 0: never). Only sources
+// in allowed reach it (Octavia's allowed_cidrs); none: anywhere.
+func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Member, monitor *Monitor, idle time.Duration, allowed []netip.Prefix) error {
 	lb.mu.Lock()
 	l := lb.listeners[port]
 	lb.mu.Unlock()
@@ -133,7 +147,7 @@ func (lb *LoadBalancer) SetListener(ctx context.Context, port int, members []Mem
 		go func() { defer l.done.Done(); lb.probe(lctx, l) }()
 	}
 	l.mu.Lock()
-	l.members, l.monitor, l.idle = slices.Clone(members), monitor, idle
+	l.members, l.monitor, l.idle, l.allowed = slices.Clone(members), monitor, idle, slices.Clone(allowed)
 	for _, m := range members {
 		if _, known := l.status[m]; !known || monitor == nil {
 			l.status[m] = MemberNoMonitor
