@@ -19,7 +19,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"opke.dev/opke/internal/localtls"
 )
@@ -144,7 +143,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	// ctx bounds the opening only: the client lives until Close.
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: s.tls, DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop()})
+		Logger: etcdLogger(s.log)})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("connect to etcd %v: %w", endpoints, err)
@@ -232,7 +231,7 @@ func (s *Store) startEmbedded(ctx context.Context, dir string) error {
 	cfg.ListenMetricsUrls = nil
 	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", "1h"
 	cfg.SnapshotCount = snapshotCount
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(s.log))
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fmt.Errorf("start embedded etcd in %s: %w", cfg.Dir, err)
