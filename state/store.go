@@ -67,6 +67,9 @@ type Store struct {
 
 	changesOnce sync.Once
 	changes     *Changes
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // ErrPlainEndpoint is an external etcd endpoint that would carry the state
@@ -249,19 +252,21 @@ func (s *Store) startEmbedded(ctx context.Context, dir string) error {
 	}
 }
 
-// Close disconnects and, for an embedded etcd, stops it and frees the data dir.
+// Close disconnects and, for an embedded etcd, stops it and frees the data
+// dir; it is done once (a second Close returns the first one's error).
 func (s *Store) Close() error {
-	var err error
-	if s.cli != nil {
-		err = s.cli.Close()
-	}
-	if s.etcd != nil {
-		s.etcd.Close()
-	}
-	if s.lock != nil {
-		err = errors.Join(err, s.lock.Close())
-	}
-	return err
+	s.closeOnce.Do(func() {
+		if s.cli != nil {
+			s.closeErr = s.cli.Close()
+		}
+		if s.etcd != nil {
+			s.etcd.Close()
+		}
+		if s.lock != nil {
+			s.closeErr = errors.Join(s.closeErr, s.lock.Close())
+		}
+	})
+	return s.closeErr
 }
 
 // localTLSDir is where, in the data dir, the embedded etcd's certificates

@@ -33,6 +33,10 @@ func openStore(t *testing.T, dir string, key []byte) *Store {
 	if err != nil {
 		t.Fatalf("open store in %s: %v", dir, err)
 	}
+	// Closed before its data dir is removed (a cleanup registered after
+	// t.TempDir's runs first): an etcd still running then fails to purge
+	// its snapshots there, and ends the test binary.
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
