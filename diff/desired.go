@@ -214,7 +214,7 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	listener := fmt.Sprintf("%s-%d", api, portAPI)
 	idle := strconv.Itoa(APIIdleTimeout)
 	add(KindListener, listener, Attrs{"load_balancer": Known(api), "protocol": Known("TCP"), "port": Known(strconv.Itoa(portAPI)),
-		"timeout_client_data": Known(idle), "timeout_member_data": Known(idle), "allowed_cidrs": Known(AllowedCIDRs(&s))},
+		"timeout_client_data": Known(idle), "timeout_member_data": Known(idle), "allowed_cidrs": Known(allowedCIDRs(&s))},
 		[]string{"load_balancer", "protocol", "port"}, addr(KindLoadBalancer, api))
 	add(KindPool, api, Attrs{"listener": Known(listener), "protocol": Known("TCP"), "algorithm": Known("ROUND_ROBIN")},
 		[]string{"listener", "protocol"}, addr(KindListener, listener))
@@ -253,11 +253,11 @@ func Desire(c *schemas.Cluster, in Inputs) (*Desired, error) {
 	return d, nil
 }
 
-// AllowedCIDRs are the sources the API's listener lets in, as its
+// allowedCIDRs are the sources the API's listener lets in, as its
 // allowed_cidrs attribute has them (sorted, comma-separated): the spec's
 // api.allowedCIDRs and the cluster's own network, whose nodes reach the
 // API at its VIP; "" (anywhere) when the spec names none.
-func AllowedCIDRs(s *schemas.Spec) string {
+func allowedCIDRs(s *schemas.Spec) string {
 	if s.API == nil || len(s.API.AllowedCIDRs) == 0 {
 		return ""
 	}

@@ -17,14 +17,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"golang.org/x/crypto/ssh"
 	"google.golang.org/grpc"
-
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/sshx"
 )
 
 // DefaultGateTimeout is how long a host's health gate may take to pass.
@@ -50,12 +49,11 @@ func (h *HostSessions) Dial(ctx context.Context, t HostTarget, address string) (
 	if err != nil {
 		return nil, err
 	}
-	c, err := gw.ssh.DialContext(ctx, "tcp", address)
+	c, err := sshx.Forward(ctx, gw.ssh, address)
 	if err != nil {
-		// A channel the gateway refused says it is there; anything else
-		// may be its connection broken: the next dial makes a new one.
-		var open *ssh.OpenChannelError
-		if !errors.As(err, &open) {
+		// A channel the gateway refused says it is there; a connection
+		// lost is made anew by the next dial (a transient error).
+		if errors.Is(err, sshx.ErrConnectionLost) {
 			h.drop(t, t.Gateway.Name)
 		}
 		return nil, fmt.Errorf("through the gateway of %s to %s: %w", t.Cluster, address, err)

@@ -152,6 +152,13 @@ func TestRunOnALostConnection(t *testing.T) {
 	if !errors.Is(err, ErrConnectionLost) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("Run on a connection closed while its session opened: %v, want ErrConnectionLost", err)
 	}
+	forwarding := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
+		go ssh.DiscardRequests(reqs)
+		<-chans // the forwarding asked for, never answered
+	})
+	if _, err := Forward(t.Context(), forwarding, "10.0.0.1:6443"); !errors.Is(err, ErrConnectionLost) {
+		t.Errorf("Forward on a connection closed while its channel opened: %v, want ErrConnectionLost", err)
+	}
 	refused := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
 		go ssh.DiscardRequests(reqs)
 		for nch := range chans {

@@ -115,13 +115,8 @@ func Jump(ctx context.Context, gw *ssh.Client, address string, a Auth) (*ssh.Cli
 	if err != nil {
 		return nil, err
 	}
-	conn, err := gw.DialContext(ctx, "tcp", address)
+	conn, err := Forward(ctx, gw, address)
 	if err != nil {
-		var open *ssh.OpenChannelError
-		if !errors.As(err, &open) && ctx.Err() == nil {
-			// Not the gateway's refusal: its connection is gone.
-			err = fmt.Errorf("%w (%w)", ErrConnectionLost, err)
-		}
 		return nil, fmt.Errorf("through the gateway to %s: %w", address, err)
 	}
 	return handshake(ctx, conn, address, cfg)
@@ -140,6 +135,18 @@ func handshake(ctx context.Context, conn net.Conn, address string, cfg *ssh.Clie
 		return nil, fmt.Errorf("ssh %s: %w", address, err)
 	}
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// Forward opens a TCP connection to address through c's direct-tcpip
+// forwarding. A failure that is not c's peer refusing the channel is c's
+// connection gone: ErrConnectionLost.
+func Forward(ctx context.Context, c *ssh.Client, address string) (net.Conn, error) {
+	conn, err := c.DialContext(ctx, "tcp", address)
+	var open *ssh.OpenChannelError
+	if err != nil && !errors.As(err, &open) && ctx.Err() == nil {
+		return nil, fmt.Errorf("%w (%w)", ErrConnectionLost, err)
+	}
+	return conn, err
 }
 
 // Run runs a command on c and returns its stdout; a non-zero exit is an

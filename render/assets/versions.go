@@ -95,7 +95,7 @@ var matrix = map[string]Images{
 // only stable APIs (networking.k8s.io/v1, core/v1), so one release serves
 // every minor. v2.11.1 is upstream's newest release (August 2026; its
 // flags and RBAC those of the manifest since v2.1.0); kube-router
-// publishes on Docker Hub only (README: Images a real cloud pulls). Its
+// publishes on Docker Hub only (docs/real-cloud.md: What the hosts pull). Its
 // one open advisory (GO-2026-5354, BGP peer passwords logged at high
 // verbosity) is in the BGP router, which the manifest does not run.
 // kube-network-policies (SIG Network's agent) was the first choice: it
