@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -597,4 +598,62 @@ func TestRestartReplaysLessThanEtcdKeeps(t *testing.T) {
 	if v, err := s.Get(ctx, s.Key("restart", "99")); err != nil || string(v) != "v" {
 		t.Errorf("after the restart: %q %v", v, err)
 	}
+}
+
+// TestStoreQuietWhenHealthy: opening and closing the embedded store logs
+// nothing at info: etcd's notices about how it is set up on purpose (one
+// member, one loopback port, no auth) and its listeners' ends on close
+// are debug, so that a CLI command that opens the store prints only its
+// own output. A warning of etcd's own still gets through (zaplog's
+// benign list is checked by name).
+func TestStoreQuietWhenHealthy(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Open(ctx, Options{DataDir: t.TempDir(), EncryptionKey: testKey(1),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, s.Key("prod", "spec"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if out := logs.String(); out != "" {
+		t.Errorf("a healthy store's open and close logged at info and above:\n%s", out)
+	}
+	for _, tc := range []struct {
+		msg    string
+		fields map[string]any
+		want   bool
+	}{
+		{"simple token is not cryptographically signed", nil, true},
+		{"stopped secure grpc server due to error", map[string]any{"error": "accept tcp 127.0.0.1:46215: use of closed network connection"}, true},
+		{"setting up serving from embedded etcd failed.", map[string]any{"error": "http: Server closed"}, true},
+		{"setting up serving from embedded etcd failed.", map[string]any{"error": "listen tcp 127.0.0.1:2379: bind: address already in use"}, false},
+		{"slow fdatasync", map[string]any{"took": "1.2s"}, false},
+	} {
+		if got := benign(tc.msg, tc.fields); got != tc.want {
+			t.Errorf("benign(%q, %v) = %v, want %v", tc.msg, tc.fields, got, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for etcd's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -49,7 +50,10 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 		attrs = append(attrs, k, v)
 	}
 	level := slog.LevelWarn
-	if e.Level >= zapcore.ErrorLevel {
+	switch {
+	case e.Level < zapcore.DPanicLevel && benign(e.Message, enc.Fields):
+		level = slog.LevelDebug
+	case e.Level >= zapcore.ErrorLevel:
 		level = slog.LevelError
 	}
 	c.log.Log(context.Background(), level, e.Message, attrs...)
@@ -60,6 +64,26 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c *slogCore) Sync() error { return nil }
+
+// benignNotices are etcd's warnings about how the embedded store is set
+// up on purpose (one member serving its clients and gRPC on one loopback
+// port, no authentication): they say nothing about its health, and
+// every CLI command that opens the store would print them.
+var benignNotices = map[string]bool{
+	"Running http and grpc server on single port. This is not recommended for production.": true,
+	"simple token is not cryptographically signed":                                         true,
+}
+
+// benign: a warning that says nothing about the store's health, at
+// debug: a set-up notice, or a listener's end as the store closes (its
+// error a closed listener's).
+func benign(msg string, fields map[string]any) bool {
+	if benignNotices[msg] {
+		return true
+	}
+	err, _ := fields["error"].(string)
+	return strings.HasSuffix(err, "use of closed network connection") || err == "http: Server closed"
+}
 
 // fatalHook ends the process as zap's default does, after Write told.
 type fatalHook struct{}
