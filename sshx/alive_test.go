@@ -140,8 +140,8 @@ func TestRunRetriesRefusedSession(t *testing.T) {
 }
 
 // TestRunOnALostConnection: a connection that goes while a session opens
-// (the host went away) is ErrConnectionLost, which a caller tries again
-// on a new connection; a refusal is not.
+// or while its command runs (the host went away) is ErrConnectionLost,
+// which a caller tries again on a new connection; a refusal is not.
 func TestRunOnALostConnection(t *testing.T) {
 	t.Parallel()
 	client := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
@@ -158,6 +158,28 @@ func TestRunOnALostConnection(t *testing.T) {
 	})
 	if _, err := Forward(t.Context(), forwarding, "10.0.0.1:6443"); !errors.Is(err, ErrConnectionLost) {
 		t.Errorf("Forward on a connection closed while its channel opened: %v, want ErrConnectionLost", err)
+	}
+	// The connection goes while the command runs: its session closes
+	// with no exit status.
+	cut := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
+		go ssh.DiscardRequests(reqs)
+		for nch := range chans {
+			ch, creqs, err := nch.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				for r := range creqs {
+					_ = r.Reply(r.Type == "exec", nil)
+					if r.Type == "exec" {
+						_ = ch.Close()
+					}
+				}
+			}()
+		}
+	})
+	if _, err := Run(t.Context(), cut, "install -D /dev/stdin /etc/x"); !errors.Is(err, ErrConnectionLost) {
+		t.Errorf("Run whose session closed with no exit status: %v, want ErrConnectionLost", err)
 	}
 	refused := testServer(t, func(chans <-chan ssh.NewChannel, reqs <-chan *ssh.Request) {
 		go ssh.DiscardRequests(reqs)

@@ -171,6 +171,14 @@ func RunInput(ctx context.Context, c *ssh.Client, command string, stdin []byte) 
 	var stdout, stderr strings.Builder
 	sess.Stdout, sess.Stderr = &stdout, &stderr
 	if err := sess.Run(command); err != nil {
+		// A session that ended with no exit status: its connection went
+		// while the command ran (an OpenSSH server always sends one), so
+		// whether it finished is not known, and a try again on a new
+		// connection runs it again (OPKE's commands are idempotent).
+		var missing *ssh.ExitMissingError
+		if errors.As(err, &missing) && ctx.Err() == nil {
+			err = fmt.Errorf("%w (%w)", ErrConnectionLost, err)
+		}
 		return []byte(stdout.String()), fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(stderr.String()))
 	}
 	return []byte(stdout.String()), nil
