@@ -326,9 +326,31 @@ type lbObject interface{ lbBase() *lbCommon }
 var lbKindNames = map[string]string{"loadbalancer": "Load Balancer", "listener": "Listener", "pool": "Pool",
 	"member": "Member", "healthmonitor": "Health Monitor"}
 
+// lbVersionDates are the minor versions of Octavia's v2 API that Zed's
+// serves (octavia/api/root_controller.py of 11.0.0), with their dates:
+// clients take the newest as the features they may use (the cloud
+// controller manager sets listeners' timeouts from 2.1, tags from 2.5,
+// allowed_cidrs from 2.12), so a list shorter than a real cloud's would
+// turn them off.
+var lbVersionDates = []string{"2016-12-11", "2018-04-20", "2018-07-31", "2018-12-18", "2018-12-19", "2019-01-21",
+	"2019-01-25", "2018-01-25T12:00:00Z", "2019-02-12", "2019-03-04", "2019-03-05", "2019-06-24", "2019-09-11", "2019-09-13",
+	"2019-11-10", "2020-03-10", "2020-03-15", "2020-04-29", "2020-04-29T01:00:00Z", "2020-05-12", "2020-08-02", "2020-09-03",
+	"2020-09-04", "2020-09-07", "2020-10-15", "2021-10-02", "2022-08-29"}
+
 func (s *Sim) lbVersions(rw http.ResponseWriter, r *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"versions": []any{map[string]any{"id": "v2.0", "status": "CURRENT",
-		"updated": "2022-09-01T00:00:00Z", "links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/load-balancer/v2/"}}}}})
+	var versions []any
+	for i, d := range lbVersionDates {
+		status := "SUPPORTED"
+		if i == len(lbVersionDates)-1 {
+			status = "CURRENT"
+		}
+		if !strings.Contains(d, "T") {
+			d += "T00:00:00Z"
+		}
+		versions = append(versions, map[string]any{"id": fmt.Sprintf("v2.%d", i), "status": status, "updated": d,
+			"links": []any{map[string]any{"rel": "self", "href": requestBase(r, s) + "/load-balancer/v2"}}})
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"versions": versions})
 }
 
 func (s *Sim) lbList(plural string, all func(*world) []any) handlerFunc {

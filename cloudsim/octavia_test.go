@@ -2,6 +2,7 @@ package cloudsim
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -239,5 +240,29 @@ func TestOctaviaPolicy(t *testing.T) {
 		if tc.code == 0 && err != nil || tc.code != 0 && !gophercloud.ResponseCodeIs(err, tc.code) {
 			t.Errorf("%s: %v, want %d", tc.name, err, tc.code)
 		}
+	}
+}
+
+// TestOctaviaVersions: the API's root lists Zed's minor versions, v2.0 to
+// v2.26 the current one, as clients read them to pick the features they
+// use (the cloud controller manager sets listeners' timeouts from v2.1).
+func TestOctaviaVersions(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t, Options{})
+	resp, err := http.Get(e.user.lb.Endpoint) // the service's root, not v2's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Versions []struct{ ID, Status, Updated string }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	n := len(doc.Versions)
+	if n != 27 || doc.Versions[0].ID != "v2.0" || doc.Versions[0].Status != "SUPPORTED" ||
+		doc.Versions[n-1].ID != "v2.26" || doc.Versions[n-1].Status != "CURRENT" || doc.Versions[n-1].Updated != "2022-08-29T00:00:00Z" {
+		t.Errorf("the versions document: %+v", doc.Versions)
 	}
 }
