@@ -85,14 +85,15 @@ e2e:
 	$(GO) run ./cmd/opke-world build --set e2e
 	OPKE_TEST_HOSTS=real $(GO) test -race -tags realhosts -count=1 -timeout 75m -run '$(E2E)' -v ./reconciler/
 
-## k8s-conformance: upstream's conformance suite on a cluster OPKE makes on real machines (root): one controller, two workers on the world's first version; upstream's conformance image (e2e.test, ginkgo, go-runner; make world's conformance set) run in the cluster as its conformance-e2e.yaml runs it; FOCUS, SKIP and PARALLEL as E2E_FOCUS, E2E_SKIP and E2E_PARALLEL (default: every [Conformance] spec, parallel), its JUnit report and log in CONFORMANCE_OUT
+## k8s-conformance: upstream's conformance suite on a cluster OPKE makes on real machines (root): one controller, two workers on the world's first version; upstream's conformance image (e2e.test, ginkgo, go-runner; make world's conformance set) run in the cluster as its conformance-e2e.yaml runs it; FOCUS, SKIP and PARALLEL as E2E_FOCUS, E2E_SKIP and E2E_PARALLEL (default: every [Conformance] spec, the parallel ones in parallel, then the [Serial] ones alone), GINKGO_ARGS as E2E_EXTRA_GINKGO_ARGS of the parallel run (default --procs=4), its JUnit reports and logs in CONFORMANCE_OUT/<phase>
 FOCUS ?= \[Conformance\]
 SKIP ?=
 PARALLEL ?= true
+GINKGO_ARGS ?= --procs=4
 CONFORMANCE_OUT ?= $(CURDIR)/.opke/conformance
 k8s-conformance:
 	$(GO) run ./cmd/opke-world build --set conformance
-	OPKE_TEST_HOSTS=real OPKE_CONFORMANCE_FOCUS='$(FOCUS)' OPKE_CONFORMANCE_SKIP='$(SKIP)' OPKE_CONFORMANCE_PARALLEL='$(PARALLEL)' OPKE_CONFORMANCE_OUT='$(CONFORMANCE_OUT)' \
+	OPKE_TEST_HOSTS=real OPKE_CONFORMANCE_FOCUS='$(FOCUS)' OPKE_CONFORMANCE_SKIP='$(SKIP)' OPKE_CONFORMANCE_PARALLEL='$(PARALLEL)' OPKE_CONFORMANCE_GINKGO_ARGS='$(GINKGO_ARGS)' OPKE_CONFORMANCE_OUT='$(CONFORMANCE_OUT)' \
 	  $(GO) test -tags realhosts -count=1 -timeout 4h -run 'TestK8sConformance' -v ./reconciler/
 
 ## clean-hosts: remove what killed real-host runs left: their machines (with their folders and disks), mounts and network namespaces (opke sim --clean-hosts; root; no real-host simulator may be running)

@@ -9,10 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -163,7 +166,11 @@ func (w *World) Ensure(ctx context.Context, arts []Artifact) (*Built, error) {
 			w.Log.Info("cached", "artifact", a.Key, "n", fmt.Sprintf("%d/%d", i+1, len(arts)))
 			continue
 		}
-		w.Log.Info("building", "artifact", a.Key, "module", a.Module+"@"+a.Version, "n", fmt.Sprintf("%d/%d", i+1, len(arts)))
+		from := a.Module + "@" + a.Version
+		if a.Lang == Debian {
+			from = "debian"
+		}
+		w.Log.Info("building", "artifact", a.Key, "from", from, "n", fmt.Sprintf("%d/%d", i+1, len(arts)))
 		if err := w.build(ctx, a, dir); err != nil {
 			return out, err
 		}
@@ -174,11 +181,21 @@ func (w *World) Ensure(ctx context.Context, arts []Artifact) (*Built, error) {
 	return out, nil
 }
 
+// linkRecipe names how an image's hard links are written; it is part of
+// the build of the artifacts whose images have them only, so that a
+// change to it rebuilds those and no other.
+const linkRecipe = "links/2: a hard link's header carries its file's mode"
+
 // Hash names an artifact's build: its pins and this package's recipe.
 func (a Artifact) Hash() string {
 	b, _ := json.Marshal(a)
 	h := sha256.New()
 	h.Write([]byte(recipe))
+	if slices.ContainsFunc(a.Images, func(im ImageSpec) bool {
+		return slices.ContainsFunc(im.Files, func(f ImageFile) bool { return f.Link != "" || f.Applets })
+	}) {
+		h.Write([]byte(linkRecipe))
+	}
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
@@ -200,11 +217,16 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 	var info moduleInfo
 	var err error
 	src := filepath.Join(w.Dir, "src", a.Key)
-	if a.Lang == Project {
+	switch a.Lang {
+	case Project:
 		// The project's own sources: nothing to download; the image's time
 		// is fixed, so that the same sources make the same image.
 		info.Time = time.Unix(0, 0).UTC()
-	} else {
+	case Debian, Make:
+		// Debian's packages, or a tarball of Debian's archive: their
+		// image's time is the bases' (the tarball's own is not kept).
+		info.Time = baseEpoch
+	default:
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return fmt.Errorf("world %s: %w", a.Key, err)
 		}
@@ -216,6 +238,9 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 		}
 	}
 	switch a.Lang {
+	case Debian:
+	case Make:
+		err = w.buildMake(ctx, a, src, filepath.Join(tmp, "bin"))
 	case Project:
 		err = w.buildProject(ctx, a, info, filepath.Join(tmp, "bin"))
 	case Go:
@@ -231,6 +256,17 @@ func (w *World) build(ctx context.Context, a Artifact, dir string) error {
 	files := map[string]string{}
 	for _, b := range a.Binaries {
 		files[b.Name] = filepath.Join(tmp, "bin", b.Name)
+	}
+	for _, im := range a.Images {
+		for _, f := range im.Files {
+			if f.Source == "" {
+				continue
+			}
+			if info.Dir == "" {
+				return fmt.Errorf("world %s: %s is a file of a module's tree, and a %s build has no module", a.Key, f.Source, a.Lang)
+			}
+			files[sourceKey(f.Source)] = filepath.Join(info.Dir, filepath.FromSlash(f.Source))
+		}
 	}
 	for _, im := range a.Images {
 		var base *Layer
@@ -555,6 +591,83 @@ func (w *World) buildC(ctx context.Context, a Artifact, info moduleInfo, bin str
 		}
 	}
 	return nil
+}
+
+// buildMake fetches a Make artifact's release tarball into src, checks
+// its sha256, unpacks it and runs its Script in the tarball's top
+// folder with OUT set to bin.
+func (w *World) buildMake(ctx context.Context, a Artifact, src, bin string) error {
+	if a.Tarball == nil {
+		return errors.New("a make build needs its release tarball")
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return fmt.Errorf("the tarball's folder: %w", err)
+	}
+	file := filepath.Join(src, path.Base(a.Tarball.URL))
+	if err := fetchChecked(ctx, a.Tarball.URL, a.Tarball.SHA256, file); err != nil {
+		return err
+	}
+	tree := filepath.Join(src, "tree")
+	if err := os.RemoveAll(tree); err != nil {
+		return fmt.Errorf("the source tree: %w", err)
+	}
+	if err := os.MkdirAll(tree, 0o755); err != nil {
+		return fmt.Errorf("the source tree: %w", err)
+	}
+	if out, err := w.run(ctx, tree, nil, "tar", "-xf", file, "--strip-components=1"); err != nil {
+		return fmt.Errorf("unpack %s: %w: %s", a.Tarball.URL, err, tailOf(out, 5))
+	}
+	env := []string{"OUT=" + bin, fmt.Sprintf("SOURCE_DATE_EPOCH=%d", baseEpoch.Unix()), "KCONFIG_NOTIMESTAMP=1"}
+	if out, err := w.run(ctx, tree, env, "sh", "-ec", a.Script); err != nil {
+		return fmt.Errorf("build %s: %w: %s", a.Key, err, tailOf(out, 15))
+	}
+	for _, b := range a.Binaries {
+		if _, err := os.Stat(filepath.Join(bin, b.Name)); err != nil {
+			return fmt.Errorf("build %s made no %s: %w", a.Key, b.Name, err)
+		}
+	}
+	return nil
+}
+
+// fetchClient fetches release tarballs: a stalled download fails.
+var fetchClient = &http.Client{Timeout: 10 * time.Minute}
+
+// fetchChecked downloads url to dst unless dst is there with the sha256
+// want, and refuses a download of another sha256.
+func fetchChecked(ctx context.Context, url, want, dst string) error {
+	if b, err := os.ReadFile(dst); err == nil && fmt.Sprintf("%x", sha256.Sum256(b)) == want {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	resp, err := fetchClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch %s: %s", url, resp.Status)
+	}
+	tmp := dst + ".part"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(f, h), resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	if got := fmt.Sprintf("%x", h.Sum(nil)); got != want {
+		os.Remove(tmp)
+		return fmt.Errorf("%w: %s is sha256 %s, pinned %s", ErrSum, url, got, want)
+	}
+	return os.Rename(tmp, dst)
 }
 
 // checkPauseTag refuses a pause image whose tag is not the one the

@@ -3,6 +3,7 @@ package world
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/binary"
@@ -13,6 +14,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -181,16 +183,68 @@ func writeLayer(blobs string, spec ImageSpec, files map[string]string, mtime tim
 	}
 	entries := slices.Clone(spec.Files)
 	slices.SortFunc(entries, func(a, b ImageFile) int { return strings.Compare(a.Path, b.Path) })
+	var links []ImageFile
+	// modes are the files' modes, by name: a hard link's header carries
+	// its file's, as tar writes it (a runtime applies a link entry's mode
+	// to the inode it shares: 0 would make the file unusable).
+	modes := map[string]int64{}
 	for _, f := range entries {
-		src, ok := files[f.Binary]
-		if !ok {
-			return Descriptor{}, "", fmt.Errorf("no binary %q for %s", f.Binary, f.Path)
-		}
 		name := strings.TrimPrefix(path.Clean(f.Path), "/")
 		if err := mkdirs(path.Dir(name)); err != nil {
 			return Descriptor{}, "", err
 		}
-		if err := addFile(tw, name, src, mtime, f.Caps...); err != nil {
+		var err error
+		switch {
+		case strings.HasSuffix(f.Path, "/"):
+			err = mkdirs(name)
+		case f.Link != "":
+			links = append(links, f) // after every file they may name
+			continue
+		case f.Binary != "":
+			src, ok := files[f.Binary]
+			if !ok {
+				return Descriptor{}, "", fmt.Errorf("no binary %q for %s", f.Binary, f.Path)
+			}
+			err = addFile(tw, name, src, cmp.Or(f.Mode, 0o755), mtime, f.Caps...)
+			if err == nil && f.Applets {
+				var applets []ImageFile
+				if applets, err = appletLinks(src, f.Path); err == nil {
+					links = append(links, applets...)
+				}
+			}
+		case f.Source != "":
+			src, ok := files[sourceKey(f.Source)]
+			if !ok {
+				return Descriptor{}, "", fmt.Errorf("no source file %q for %s", f.Source, f.Path)
+			}
+			err = addFile(tw, name, src, cmp.Or(f.Mode, 0o644), mtime, f.Caps...)
+		default:
+			h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: cmp.Or(f.Mode, 0o644), Size: int64(len(f.Content)), ModTime: mtime, Format: tar.FormatPAX}
+			if err = tw.WriteHeader(h); err == nil {
+				_, err = io.WriteString(tw, f.Content)
+			}
+		}
+		if err != nil {
+			return Descriptor{}, "", err
+		}
+		switch {
+		case f.Binary != "":
+			modes[name] = cmp.Or(f.Mode, 0o755)
+		case !strings.HasSuffix(f.Path, "/"):
+			modes[name] = cmp.Or(f.Mode, 0o644)
+		}
+	}
+	for _, l := range links {
+		name := strings.TrimPrefix(path.Clean(l.Path), "/")
+		if err := mkdirs(path.Dir(name)); err != nil {
+			return Descriptor{}, "", err
+		}
+		target := strings.TrimPrefix(path.Clean(l.Link), "/")
+		mode, ok := modes[target]
+		if !ok {
+			return Descriptor{}, "", fmt.Errorf("%s: a link to %s, which the image does not have", l.Path, l.Link)
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target, Mode: mode, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
 			return Descriptor{}, "", err
 		}
 	}
@@ -269,7 +323,7 @@ func writeTarball(dst string, d Download, files map[string]string, mtime time.Ti
 		if !ok {
 			return fmt.Errorf("no binary %q", name)
 		}
-		if err := addFile(tw, "./"+name, src, mtime); err != nil {
+		if err := addFile(tw, "./"+name, src, 0o755, mtime); err != nil {
 			return err
 		}
 	}
@@ -307,7 +361,7 @@ func linkOrCopy(src, dst string) error {
 // addFile adds src as name, its capabilities (if any) as the
 // security.capability extended attribute that setcap writes, in the PAX
 // record containerd applies when it unpacks the layer.
-func addFile(tw *tar.Writer, name, src string, mtime time.Time, caps ...Capability) error {
+func addFile(tw *tar.Writer, name, src string, mode int64, mtime time.Time, caps ...Capability) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return err
@@ -317,7 +371,7 @@ func addFile(tw *tar.Writer, name, src string, mtime time.Time, caps ...Capabili
 	if err != nil {
 		return err
 	}
-	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: st.Size(), ModTime: mtime, Format: tar.FormatPAX}
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: st.Size(), ModTime: mtime, Format: tar.FormatPAX}
 	if len(caps) > 0 {
 		h.PAXRecords = map[string]string{"SCHILY.xattr.security.capability": string(fileCaps(caps))}
 	}
@@ -326,6 +380,30 @@ func addFile(tw *tar.Writer, name, src string, mtime time.Time, caps ...Capabili
 	}
 	_, err = io.Copy(tw, f)
 	return err
+}
+
+// sourceKey is the key of a module tree's file in WriteImage's files.
+func sourceKey(p string) string { return "source:" + p }
+
+// appletLinks are the hard links busybox --install makes beside the
+// busybox binary at bin (its image path is at): one for each applet it
+// lists, but itself.
+// An image without them would have no shell: none is an error.
+func appletLinks(bin, at string) ([]ImageFile, error) {
+	out, err := exec.Command(bin, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w", at, err)
+	}
+	var links []ImageFile
+	for _, a := range strings.Fields(string(out)) {
+		if p := path.Join(path.Dir(at), a); p != at && !strings.Contains(a, "/") {
+			links = append(links, ImageFile{Path: p, Link: at})
+		}
+	}
+	if len(links) == 0 {
+		return nil, fmt.Errorf("%s --list names no applet", at)
+	}
+	return links, nil
 }
 
 // fileCaps is the value of a security.capability attribute giving caps

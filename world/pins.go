@@ -77,10 +77,28 @@ type Binary struct {
 	Test bool `json:",omitempty"`
 }
 
-// ImageFile is a file an image carries: one of its artifact's binaries.
+// ImageFile is a file an image carries: one of its artifact's binaries,
+// a file of its module's tree (Source), a file of given Content, a hard
+// link to another of its files (Link), or a folder (a Path ending in /).
 type ImageFile struct {
-	Binary string
+	Binary string `json:",omitempty"`
 	Path   string // inside the image, absolute
+	// Source is a file of the artifact's module tree (its path there), as
+	// upstream's Dockerfile ADDs it: agnhost's test certificate, the
+	// pictures nautilus and kitten serve.
+	Source string `json:",omitempty"`
+	// Content is the file's content, for a file upstream's base image
+	// has (an /etc/passwd): mode 0644 unless Mode says.
+	Content string `json:",omitempty"`
+	// Link makes Path a hard link to Link, a file of the image.
+	Link string `json:",omitempty"`
+	// Mode replaces the file's mode (0755 for a binary, 0644 for a
+	// Source or Content): 04755 is upstream's chmod +s.
+	Mode int64 `json:",omitempty"`
+	// Applets: the binary is a multi-call busybox, and every applet it
+	// lists (busybox --list) is a hard link to it in Path's folder, as
+	// busybox --install makes them.
+	Applets bool `json:",omitempty"`
 	// Caps are file capabilities set on it as upstream's image sets them
 	// (setcap cap_net_bind_service=+ep): what lets a non-root user bind
 	// a port below 1024.
@@ -128,6 +146,11 @@ type Download struct {
 	Binaries []string
 }
 
+// Tarball is an upstream release tarball: where it is and its sha256.
+type Tarball struct {
+	URL, SHA256 string
+}
+
 // Lang is how an artifact is built.
 type Lang string
 
@@ -135,6 +158,13 @@ type Lang string
 const (
 	Go Lang = "go"
 	C  Lang = "c"
+	// Debian is an image of Debian's packages alone (its Base), with
+	// files of given Content: nothing is built.
+	Debian Lang = "debian"
+	// Make is a C program from its upstream release tarball (Tarball,
+	// as Debian's archive keeps it: the package's orig tarball), built by
+	// Script.
+	Make Lang = "make"
 	// Project is a Go program of this project, built from its working
 	// tree (Artifact.Dir) with its own go.mod: Module names it, Version
 	// is the hash of its sources (projectSources), so a change rebuilds it.
@@ -180,6 +210,10 @@ type Artifact struct {
 	Staging bool
 	// CDefine is, for C builds, the -D flags.
 	CDefine []string
+	// Tarball is, for Make builds, the release tarball; Script builds it
+	// (sh -e in its top folder, its binaries written to $OUT).
+	Tarball *Tarball `json:",omitempty"`
+	Script  string   `json:",omitempty"`
 	// Dir is, for Project builds, the project's root (its go.mod's
 	// folder); not part of the build's identity (its sources' hash is).
 	Dir string `json:"-"`
@@ -202,7 +236,18 @@ func Targets(set Set) ([]Artifact, error) {
 		if err != nil {
 			return nil, err
 		}
-		return append(arts, c...), nil
+		for _, a := range c {
+			i := slices.IndexFunc(arts, func(b Artifact) bool { return b.Key == a.Key })
+			switch {
+			case i < 0:
+				arts = append(arts, a)
+			case arts[i].Hash() != a.Hash():
+				// agnhost is both sets' (opke check's image): built once, from
+				// one tree.
+				return nil, fmt.Errorf("world: %s is built two ways in the conformance set (from %s and from %s)", a.Key, arts[i].Version, a.Version)
+			}
+		}
+		return arts, nil
 	case Peer:
 		return []Artifact{OpenTofu(OpenTofuVersion), OpenStackProvider(OpenStackProviderVersion)}, nil
 	default:
@@ -307,6 +352,13 @@ func Targets(set Set) ([]Artifact, error) {
 		return nil, err
 	}
 	add(reg)
+	// opke check's pods (assets.CheckImage), from the tree of the
+	// release whose e2e names that agnhost.
+	check, err := Agnhost(strings.TrimPrefix(assets.CheckImage, AgnhostImage("")), checkImageTree)
+	if err != nil {
+		return nil, err
+	}
+	add(check)
 	return out, nil
 }
 
@@ -963,6 +1015,10 @@ func AgnhostImage(version string) string {
 // (test/images/agnhost/VERSION, as its e2e's image manifest names it).
 var agnhostVersions = map[string]string{"1.36": "2.63.0"}
 
+// checkImageTree is the Kubernetes release whose tree has
+// assets.CheckImage's agnhost (test/images/agnhost/VERSION).
+const checkImageTree = "v1.36.1"
+
 // ConformanceArtifacts are what upstream's conformance suite of
 // Kubernetes v needs built: its conformance image, as
 // test/conformance/image/Dockerfile makes it (on a Debian base:
@@ -1003,11 +1059,29 @@ func ConformanceArtifacts(v string) ([]Artifact, error) {
 				"RESULTS_DIR=/tmp/results", "KUBECONFIG="},
 			Entrypoint: []string{"kubeconformance"}}},
 	}
-	host := Artifact{Key: "agnhost-" + agn, Module: k.Module, Version: v, Lang: Go, Staging: true,
-		Binaries: []Binary{{Name: "agnhost", Package: "k8s.io/kubernetes/test/images/agnhost"}},
-		Images: []ImageSpec{{Ref: AgnhostImage(agn), Base: agnhostBase,
-			Files:      []ImageFile{{Binary: "agnhost", Path: "/agnhost"}, {Binary: "agnhost", Path: "/agnhost-2"}},
-			Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}},
+	host, err := Agnhost(agn, v)
+	if err != nil {
+		return nil, err
 	}
-	return []Artifact{suite, host}, nil
+	images, err := E2ETestImages(v)
+	if err != nil {
+		return nil, err
+	}
+	return []Artifact{suite, host, images, Busybox(), Nginx(), GlibcDNSTesting(), SampleAPIServer()}, nil
+}
+
+// Agnhost is upstream's e2e test image agnhost at version (its
+// test/images/agnhost/VERSION) as the tree of Kubernetes kubeVersion
+// has it: what the conformance specs run, and opke check's pods
+// (assets.CheckImage).
+func Agnhost(version, kubeVersion string) (Artifact, error) {
+	k, err := Kubernetes(kubeVersion)
+	if err != nil {
+		return Artifact{}, err
+	}
+	return Artifact{Key: "agnhost-" + version, Module: k.Module, Version: kubeVersion, Lang: Go, Staging: true,
+		Binaries: []Binary{{Name: "agnhost", Package: "k8s.io/kubernetes/test/images/agnhost"}},
+		Images: []ImageSpec{{Ref: AgnhostImage(version), Base: agnhostBase, Files: agnhostFiles(),
+			Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}},
+	}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,12 +35,12 @@ func TestTargets(t *testing.T) {
 			"coredns-v1.14.2", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "openstack-cloud-controller-manager-v1.36.0",
 			"cinder-csi-plugin-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.3.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
-			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key}},
+			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key, "agnhost-2.63.0"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.36.1", "etcd-v3.6.8", "pause-3.10.2", "coredns-v1.14.2",
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.3.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
-			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key}},
+			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key, "agnhost-2.63.0"}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
 	} {
 		t.Run(string(tc.set), func(t *testing.T) {
@@ -80,6 +81,7 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"quay.io/prometheus/prometheus:v3.16.0",
 		"registry.k8s.io/coredns/coredns:v1.14.2",
 		"registry.k8s.io/coredns/coredns:v1.14.6",
+		"registry.k8s.io/e2e-test-images/agnhost:2.63.0",
 		"registry.k8s.io/etcd:3.6.8-0",
 		"registry.k8s.io/etcd:3.7.0-0",
 		"registry.k8s.io/kube-apiserver:v1.36.1",
@@ -599,8 +601,23 @@ func TestConformanceArtifacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != len(e2e)+2 || all[len(all)-2].Key != "conformance-"+kubernetesVersions[0] || all[len(all)-1].Key != "agnhost-2.63.0" {
-		t.Fatalf("the conformance set: %d artifacts beside the e2e set's %d, last %s", len(all), len(e2e), all[len(all)-1].Key)
+	var added []string
+	for _, a := range all[len(e2e):] {
+		added = append(added, a.Key)
+	}
+	want := []string{"conformance-" + kubernetesVersions[0], "e2e-test-images-" + kubernetesVersions[0], "busybox-1.37.0", "nginx-1.15-4-standin", "glibc-dns-testing-2.0.0", "sample-apiserver-1.29.2"}
+	if d := cmp.Diff(want, added); d != "" {
+		t.Errorf("the conformance set beside the e2e set (agnhost 2.63.0 is in both) (-want +got):\n%s", d)
+	}
+	// Every image a [Conformance] spec of v1.36 runs (docs/conformance.md
+	// says which runs which) is built, under upstream's name.
+	refs := imageRefs(all)
+	for _, ref := range []string{"e2e-test-images/agnhost:2.63.0", "e2e-test-images/agnhost:2.55", "e2e-test-images/busybox:1.37.0-1",
+		"e2e-test-images/nginx:1.15-4", "e2e-test-images/glibc-dns-testing:2.0.0", "e2e-test-images/nautilus:1.8", "e2e-test-images/kitten:1.8",
+		"e2e-test-images/nonewprivs:1.4", "e2e-test-images/sample-apiserver:1.29.2", "etcd:3.6.8-0", "pause:3.10.2", "conformance:v1.36.1"} {
+		if !slices.Contains(refs, "registry.k8s.io/"+ref) {
+			t.Errorf("the conformance set builds no registry.k8s.io/%s", ref)
+		}
 	}
 	if _, err := ConformanceArtifacts("v1.99.0"); err == nil {
 		t.Error("a minor whose agnhost is not known: no error")
@@ -704,5 +721,103 @@ func TestStandIns(t *testing.T) {
 		if !strings.Contains(string(limits), "v"+strings.TrimPrefix(tag, "v")+" (OPKE renders it)") || !strings.Contains(string(limits), "**a stand-in: "+src+"**") {
 			t.Errorf("LIMITS.md does not name %s's stand-in %s", ref, src)
 		}
+	}
+}
+
+// An image's files besides binaries, as upstream's Dockerfiles make
+// them: a file of the module's tree (ADD), given content, a setuid mode
+// (chmod +s), a folder, a hard link, and a busybox's applets as hard
+// links beside it (busybox --install).
+func TestImageFileKinds(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "busybox")
+	// A busybox that lists two applets, and itself.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n[ \"$1\" = --list ] || exit 1\necho sh; echo busybox; echo sysctl\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "localhost.crt")
+	if err := os.WriteFile(src, []byte("CERT"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := ImageSpec{Ref: "registry.k8s.io/e2e-test-images/busybox:1.37.0-1", Cmd: []string{"sh"}, Files: []ImageFile{
+		{Binary: "busybox", Path: "/bin/busybox", Applets: true},
+		{Binary: "busybox", Path: "/usr/local/bin/nnp", Mode: 0o4755},
+		{Source: "test/images/agnhost/porter/localhost.crt", Path: "/localhost.crt"},
+		{Path: "/etc/passwd", Content: "root:x:0:0:root:/root:/bin/sh\n"},
+		{Path: "/usr/bin/env", Link: "/bin/busybox"},
+		{Path: "/root/"},
+	}}
+	files := map[string]string{"busybox": bin, sourceKey("test/images/agnhost/porter/localhost.crt"): src}
+	if _, err := WriteImage(filepath.Join(dir, "img"), spec, files, time.Unix(0, 0).UTC(), "busybox", nil); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLayout(filepath.Join(dir, "img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := imageConfig(t, l)
+	f, err := os.Open(l.BlobPath(m.Layers[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			got[h.Name] = fmt.Sprintf("dir %o", h.Mode)
+		case tar.TypeLink:
+			got[h.Name] = fmt.Sprintf("link to %s %o", h.Linkname, h.Mode)
+		default:
+			got[h.Name] = fmt.Sprintf("%o %q", h.Mode, b)
+		}
+	}
+	script := fmt.Sprintf("755 %q", "#!/bin/sh\n[ \"$1\" = --list ] || exit 1\necho sh; echo busybox; echo sysctl\n")
+	want := map[string]string{
+		"tmp/": "dir 1777", "bin/": "dir 755", "etc/": "dir 755", "root/": "dir 755", "usr/": "dir 755", "usr/bin/": "dir 755",
+		"usr/local/": "dir 755", "usr/local/bin/": "dir 755",
+		"bin/busybox":       script,
+		"bin/sh":            "link to bin/busybox 755",
+		"bin/sysctl":        "link to bin/busybox 755",
+		"usr/bin/env":       "link to bin/busybox 755",
+		"usr/local/bin/nnp": fmt.Sprintf("4755 %q", "#!/bin/sh\n[ \"$1\" = --list ] || exit 1\necho sh; echo busybox; echo sysctl\n"),
+		"localhost.crt":     `644 "CERT"`,
+		"etc/passwd":        fmt.Sprintf("644 %q", "root:x:0:0:root:/root:/bin/sh\n"),
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("the layer (-want +got):\n%s", d)
+	}
+	// A busybox that lists no applet would make an image without a shell.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteImage(filepath.Join(dir, "img4"), spec, files, time.Unix(0, 0).UTC(), "busybox", nil); err == nil || !strings.Contains(err.Error(), "--list") {
+		t.Errorf("a busybox whose --list fails: %v, want an error", err)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n[ \"$1\" = --list ] || exit 1\necho sh; echo busybox; echo sysctl\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A link to a file the image lacks is refused.
+	dangling := spec
+	dangling.Files = []ImageFile{{Path: "/agnhost-2", Link: "/agnhost"}}
+	if _, err := WriteImage(filepath.Join(dir, "img3"), dangling, files, time.Unix(0, 0).UTC(), "busybox", nil); err == nil {
+		t.Error("a link to a file the image lacks: no error")
+	}
+	delete(files, sourceKey("test/images/agnhost/porter/localhost.crt"))
+	if _, err := WriteImage(filepath.Join(dir, "img2"), spec, files, time.Unix(0, 0).UTC(), "busybox", nil); err == nil || !strings.Contains(err.Error(), "no source file") {
+		t.Error("an image whose source file is missing: no error")
 	}
 }

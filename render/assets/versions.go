@@ -126,6 +126,13 @@ const GatewayAPIVersion = "v1.6.1"
 // is not on the module proxy.
 const DashboardImage = "ghcr.io/headlamp-k8s/headlamp:v0.45.0"
 
+// CheckImage is what opke check's pods run: upstream's e2e test image
+// agnhost (registry.k8s.io/e2e-test-images, built by Kubernetes' own
+// image promoter), whose netexec serves its host name and dials others on
+// request, as Kubernetes' network e2e tests use it; the release that
+// v1.36's e2e suite names. An air-gapped cloud mirrors it with the rest.
+const CheckImage = KubernetesRegistry + "/e2e-test-images/agnhost:2.63.0"
+
 // ImageTag is an image reference's tag (quay.io/prometheus/prometheus:v3.16.0:
 // v3.16.0), false if it has none (a registry's port is not a tag).
 func ImageTag(ref string) (string, bool) {
