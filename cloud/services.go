@@ -69,3 +69,40 @@ func ServiceLoadBalancers(ctx context.Context, c *Clients, cluster string, obser
 	})
 	return out, err
 }
+
+// ServiceAddresses are the addresses of the load balancer named name (a
+// Service's: ServicePrefix, its namespace and its name): its VIP and the
+// floating IPs on its VIP port. A client that reaches a Service through
+// the address its status gives checks it is one of these first: the
+// status is the cluster's to write.
+func ServiceAddresses(ctx context.Context, c *Clients, name string) ([]string, error) {
+	var out, ports []string
+	err := each(ctx, "load balancers", loadbalancers.List(c.LoadBalancer, loadbalancers.ListOpts{Name: name, Limit: pageSize}),
+		func(p pagination.Page) error {
+			list, err := loadbalancers.ExtractLoadBalancers(p)
+			for _, lb := range list {
+				if lb.Name == name {
+					out, ports = append(out, lb.VipAddress), append(ports, lb.VipPortID)
+				}
+			}
+			return err
+		})
+	if err != nil {
+		return nil, err
+	}
+	for _, port := range ports {
+		err := each(ctx, "floating IPs", floatingips.List(c.Network, floatingips.ListOpts{PortID: port}), func(p pagination.Page) error {
+			list, err := floatingips.ExtractFloatingIPs(p)
+			for _, f := range list {
+				if f.PortID == port {
+					out = append(out, f.FloatingIP)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

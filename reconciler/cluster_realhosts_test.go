@@ -26,6 +26,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/snapshots"
 	"github.com/gophercloud/gophercloud/v2/openstack/blockstorage/v3/volumes"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/listeners"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/loadbalancers"
 	"github.com/gophercloud/gophercloud/v2/openstack/loadbalancer/v2/pools"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
@@ -264,6 +265,9 @@ timeout 10 head -c 4 <&3 | od -An -tx1`)
 	}
 	t.Logf("NetworkPolicy: a pod with access=granted is answered:\n%s", log)
 
+	// opke check (issue 48), while kube-router enforces policies.
+	checkSteps(t, r, c, api, base)
+
 	// The agent leaves the spec as the plan's warning says: the policies
 	// deleted first, while kube-router runs (it leaves its iptables rules
 	// behind when it stops, as upstream's does), then networkPolicy: none,
@@ -414,7 +418,11 @@ exit 1`)
 	post("/apis/apps/v1/namespaces/default/deployments", `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"e2e-dns"},"spec":{
 		"replicas":1,"selector":{"matchLabels":{"app":"e2e-dns"}},"template":{"metadata":{"labels":{"app":"e2e-dns"}},"spec":{
 		"containers":[{"name":"coredns","image":"`+e2eImages.CoreDNS+`","args":["-dns.port","5353"]}]}}}}`)
-	post("/api/v1/namespaces/default/services", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"e2e-dns"},"spec":{
+	// Its listener's idle timeouts are the Service's to set
+	// (cloud-provider-openstack's annotations, in milliseconds), not
+	// Octavia's 50 s: a DNS client's long-lived TCP connection here.
+	post("/api/v1/namespaces/default/services", `{"apiVersion":"v1","kind":"Service","metadata":{"name":"e2e-dns","annotations":{
+		"loadbalancer.openstack.org/timeout-client-data":"300000","loadbalancer.openstack.org/timeout-member-data":"300000"}},"spec":{
 		"type":"LoadBalancer","selector":{"app":"e2e-dns"},"ports":[{"name":"dns","protocol":"TCP","port":53,"targetPort":5353}]}}`)
 	var lbIP string
 	var lb serviceLB
@@ -433,6 +441,9 @@ exit 1`)
 	})
 	if lb.fip != lbIP {
 		t.Errorf("the Service's address %s is not the load balancer's floating IP %s", lbIP, lb.fip)
+	}
+	if !slices.Equal(lb.timeouts, [][2]int{{300000, 300000}}) {
+		t.Errorf("the load balancer's listener timeouts (client, member data, ms): %v, want the Service's annotations' [[300000 300000]]", lb.timeouts)
 	}
 	var answer string
 	waitFor(t, 2*time.Minute, func() string {
@@ -1450,6 +1461,8 @@ func hostDiagnostics(t *testing.T, r *rig, hosts ...string) {
 type serviceLB struct {
 	members []string
 	fip     string
+	// timeouts are its listeners' client and member data timeouts (ms).
+	timeouts [][2]int
 }
 
 // serviceLoadBalancer finds the load balancer named name in Octavia.
@@ -1479,6 +1492,13 @@ func serviceLoadBalancer(t *testing.T, r *rig, name string) serviceLB {
 		}
 	}
 	slices.Sort(out.members)
+	for _, l := range lbs[0].Listeners {
+		got, err := listeners.Get(ctx, r.clients.LoadBalancer, l.ID).Extract()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.timeouts = append(out.timeouts, [2]int{got.TimeoutClientData, got.TimeoutMemberData})
+	}
 	fp, err := floatingips.List(r.clients.Network, floatingips.ListOpts{PortID: lbs[0].VipPortID}).AllPages(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -94,7 +94,7 @@ with OpenStack: it validates every commit, plans the minimal change and applies 
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
-	root.AddCommand(a.validateCommand(), a.renderCommand(), a.planCommand(), a.applyCommand(), a.kubeconfigCommand(), a.sshCommand(), a.backupCommand(), a.restoreCommand(), a.serveCommand(), a.simCommand(), a.versionCommand())
+	root.AddCommand(a.validateCommand(), a.renderCommand(), a.planCommand(), a.applyCommand(), a.kubeconfigCommand(), a.sshCommand(), a.checkCommand(), a.backupCommand(), a.restoreCommand(), a.serveCommand(), a.simCommand(), a.versionCommand())
 	return root
 }
 

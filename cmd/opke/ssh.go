@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -52,18 +53,11 @@ daemon's.`,
 				return usagef("--cluster is required")
 			}
 			ctx := cmd.Context()
-			clouds, err := cf.resolve(st.dataDir)
+			planner, hosts, done, err := a.reachClusters(ctx, &st, &cf)
 			if err != nil {
 				return err
 			}
-			store, err := st.open(ctx, a)
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
-			defer hosts.Close()
-			planner := &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Logger: a.logger}
+			defer done()
 			t, _, err := reconciler.ClusterHosts(ctx, planner, cluster)
 			if errors.Is(err, state.ErrNotFound) {
 				return usageError{err}
@@ -142,4 +136,22 @@ func (a *app) shell(sess *ssh.Session) error {
 		return err
 	}
 	return sess.Wait()
+}
+
+// reachClusters opens what a command that reaches applied clusters'
+// hosts needs: the state store and the clouds the flags name, sessions
+// to the hosts through their gateways, and a planner over them; done
+// closes them.
+func (a *app) reachClusters(ctx context.Context, st *stateFlags, cf *cloudFlags) (*reconciler.Planner, *reconciler.HostSessions, func(), error) {
+	clouds, err := cf.resolve(st.dataDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	store, err := st.open(ctx, a)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	hosts := &reconciler.HostSessions{Dialer: clouds.dialer}
+	done := func() { hosts.Close(); store.Close() }
+	return &reconciler.Planner{Store: store, Clouds: clouds.pool, Hosts: hosts, Logger: a.logger}, hosts, done, nil
 }
