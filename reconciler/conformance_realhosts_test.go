@@ -182,7 +182,15 @@ spec:
 			break
 		}
 		if time.Since(suite) > timeout {
-			t.Fatalf("the suite's %s phase did not finish in %s (pod %s on %s)", ph.name, timeout, p.Status.Phase, p.Spec.NodeName)
+			// What it ran so far: go-runner tees the suite's output to its
+			// log as it goes (the JUnit report is written at the end).
+			if err := os.MkdirAll(out, 0o755); err == nil && p.Spec.NodeName != "" {
+				gw := dialHost(t, r, res, "demo-gateway-0", nil)
+				if b, err := sshx.Run(t.Context(), dialHost(t, r, res, p.Spec.NodeName, gw), sshx.Sudo("cat "+results+"/e2e.log")); err == nil {
+					_ = os.WriteFile(filepath.Join(out, "e2e.log"), []byte(b), 0o644)
+				}
+			}
+			t.Fatalf("the suite's %s phase did not finish in %s (pod %s on %s); its log so far in %s", ph.name, timeout, p.Status.Phase, p.Spec.NodeName, out)
 		}
 		if time.Since(lastLog) > 3*time.Minute {
 			lastLog = time.Now()
