@@ -557,30 +557,16 @@ func TestImageUserAndCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, cfg := imageConfig(t, l)
+	_, cfg := imageConfig(t, l)
 	if cfg.Config.User != "65532:65532" {
 		t.Errorf("the image's user: %q", cfg.Config.User)
 	}
-	f, err := os.Open(l.BlobPath(m.Layers[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
 	var xattr string
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			break
-		}
+	eachEntry(t, l, 0, func(h *tar.Header, _ []byte) {
 		if h.Name == "coredns" {
 			xattr = h.PAXRecords["SCHILY.xattr.security.capability"]
 		}
-	}
+	})
 	// getcap prints this as cap_net_bind_service=ep.
 	want := "\x01\x00\x00\x02" + "\x00\x04\x00\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00" + "\x00\x00\x00\x00"
 	if xattr != want {
@@ -755,27 +741,8 @@ func TestImageFileKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := imageConfig(t, l)
-	f, err := os.Open(l.BlobPath(m.Layers[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]string{}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
+	eachEntry(t, l, 0, func(h *tar.Header, b []byte) {
 		switch h.Typeflag {
 		case tar.TypeDir:
 			got[h.Name] = fmt.Sprintf("dir %o", h.Mode)
@@ -784,7 +751,7 @@ func TestImageFileKinds(t *testing.T) {
 		default:
 			got[h.Name] = fmt.Sprintf("%o %q", h.Mode, b)
 		}
-	}
+	})
 	script := fmt.Sprintf("755 %q", "#!/bin/sh\n[ \"$1\" = --list ] || exit 1\necho sh; echo busybox; echo sysctl\n")
 	want := map[string]string{
 		"tmp/": "dir 1777", "bin/": "dir 755", "etc/": "dir 755", "root/": "dir 755", "usr/": "dir 755", "usr/bin/": "dir 755",
@@ -819,5 +786,35 @@ func TestImageFileKinds(t *testing.T) {
 	delete(files, sourceKey("test/images/agnhost/porter/localhost.crt"))
 	if _, err := WriteImage(filepath.Join(dir, "img2"), spec, files, time.Unix(0, 0).UTC(), "busybox", nil); err == nil || !strings.Contains(err.Error(), "no source file") {
 		t.Error("an image whose source file is missing: no error")
+	}
+}
+
+// eachEntry calls fn with each entry of layer n of l and its content.
+func eachEntry(t *testing.T, l *Layout, n int, fn func(*tar.Header, []byte)) {
+	t.Helper()
+	m, _ := imageConfig(t, l)
+	f, err := os.Open(l.BlobPath(m.Layers[n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(h, b)
 	}
 }
