@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,18 +28,24 @@ func TestOpenStackCLI(t *testing.T) {
 	if err := os.WriteFile(file, []byte("snapshot"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	osc := func(args ...string) string {
+	run := func(cloud string, args ...string) (string, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+filepath.Join(e.dir, "clouds.yaml"), "OS_CLOUD=sim", "HOME="+t.TempDir())
+		cmd.Env = append(os.Environ(), "OS_CLIENT_CONFIG_FILE="+filepath.Join(e.dir, "clouds.yaml"), "OS_CLOUD="+cloud, "HOME="+t.TempDir())
 		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("openstack %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
+		return string(out), err
 	}
+	as := func(cloud string, args ...string) string {
+		t.Helper()
+		out, err := run(cloud, args...)
+		if err != nil {
+			t.Fatalf("openstack %s (%s): %v\n%s", strings.Join(args, " "), cloud, err, out)
+		}
+		return out
+	}
+	osc := func(args ...string) string { t.Helper(); return as("sim", args...) }
 	expect := func(out string, want ...string) {
 		t.Helper()
 		for _, w := range want {
@@ -48,6 +55,23 @@ func TestOpenStackCLI(t *testing.T) {
 		}
 	}
 	expect(osc("token", "issue", "-f", "value", "-c", "expires"), "20")
+	// The CLI's default columns of flavor list; it reads each flavor's
+	// extra specs (os-extra_specs), which an admin sets.
+	table := osc("flavor", "list")
+	if got, want := tableHeader(table), []string{"ID", "Name", "RAM", "Disk", "Ephemeral", "VCPUs", "Is Public"}; !slices.Equal(got, want) {
+		t.Errorf("flavor list's columns: %q, want %q\n%s", got, want, table)
+	}
+	expect(table, "m1.small")
+	if out, err := run("sim", "flavor", "set", "--property", "hw:cpu_policy=dedicated", "m1.large"); err == nil || !strings.Contains(out, "403") {
+		t.Errorf("a member's flavor set: %v\n%s, want refused (403)", err, out)
+	}
+	as("sim-admin", "flavor", "set", "--property", "hw:cpu_policy=dedicated", "--property", "trait:CUSTOM_GPU=required", "m1.large")
+	expect(osc("flavor", "show", "m1.large", "-f", "value", "-c", "properties"), "hw:cpu_policy", "dedicated", "CUSTOM_GPU")
+	as("sim-admin", "flavor", "unset", "--property", "hw:cpu_policy", "m1.large")
+	if out := osc("flavor", "show", "m1.large", "-f", "json", "-c", "properties"); strings.Contains(out, "cpu_policy") || !strings.Contains(out, "CUSTOM_GPU") {
+		t.Errorf("flavor show after unset: %s, want trait:CUSTOM_GPU only", out)
+	}
+	expect(osc("flavor", "list", "--long", "-f", "value", "-c", "Name", "-c", "Properties"), "m1.large", "CUSTOM_GPU")
 	expect(osc("network", "create", "prod", "-f", "value", "-c", "status"), "ACTIVE")
 	expect(osc("subnet", "create", "--network", "prod", "--subnet-range", "192.168.20.0/24", "prod", "-f", "value", "-c", "gateway_ip"), "192.168.20.1")
 	expect(osc("server", "create", "--flavor", "m1.small", "--image", "flatcar", "--network", "prod", "--wait", "prod-worker-0", "-f", "value", "-c", "status"), "ACTIVE")
@@ -109,4 +133,19 @@ func TestOpenStackCLI(t *testing.T) {
 	if out := osc("server", "list", "-f", "value", "-c", "Name"); strings.Contains(out, "prod-worker-0") {
 		t.Errorf("prod-worker-0 still listed after delete:\n%s", out)
 	}
+}
+
+// tableHeader is the column names of the CLI's table output.
+func tableHeader(out string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		var cols []string
+		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
+			cols = append(cols, strings.TrimSpace(c))
+		}
+		return cols
+	}
+	return nil
 }

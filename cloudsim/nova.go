@@ -35,6 +35,8 @@ type flavor struct {
 	RAM      int    `json:"ram"`
 	Disk     int    `json:"disk"`
 	IsPublic bool   `json:"is_public"`
+	// ExtraSpecs are the flavor's os-extra_specs (flavorspecs.go).
+	ExtraSpecs map[string]string `json:"extra_specs,omitempty"`
 }
 
 type image struct {
@@ -183,6 +185,7 @@ func (s *Sim) novaRoutes(mux *http.ServeMux) {
 	n("GET /compute/v2.1/flavors", s.listFlavors)
 	n("GET /compute/v2.1/flavors/detail", s.listFlavors)
 	n("GET /compute/v2.1/flavors/{id}", s.getFlavor)
+	s.flavorExtraSpecs(n)
 	n("GET /compute/v2.1/os-keypairs", s.listKeypairs)
 	n("POST /compute/v2.1/os-keypairs", s.createKeypair)
 	n("GET /compute/v2.1/os-keypairs/{name}", s.getKeypair)
@@ -258,7 +261,7 @@ func (s *Sim) flavorView(f *flavor, mv int, detail bool) map[string]any {
 		v["description"] = nil
 	}
 	if mv >= 61 {
-		v["extra_specs"] = map[string]any{}
+		v["extra_specs"] = f.specs()
 	}
 	return v
 }
@@ -592,7 +595,7 @@ func (s *Sim) serverView(w *world, sv *server, mv int, admin bool, ix serverInde
 	}
 	if f := w.Flavors[sv.FlavorID]; f != nil {
 		if mv >= 47 {
-			v.Flavor = map[string]any{"original_name": f.Name, "vcpus": f.VCPUs, "ram": f.RAM, "disk": f.Disk, "ephemeral": 0, "swap": 0, "extra_specs": map[string]any{}}
+			v.Flavor = map[string]any{"original_name": f.Name, "vcpus": f.VCPUs, "ram": f.RAM, "disk": f.Disk, "ephemeral": 0, "swap": 0, "extra_specs": f.specs()}
 		} else {
 			v.Flavor = refJSON{ID: f.ID, Links: s.links("/flavors/" + f.ID)}
 		}

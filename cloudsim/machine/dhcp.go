@@ -20,9 +20,11 @@ import (
 // each port of the network its fixed IP by MAC (static leases only), the
 // subnet's gateway as the default route, and DNS servers: the subnet's
 // dns_nameservers, or, without them, itself. As the agent's dnsmasq, it
-// answers the ports' own names; it has no upstream of its own (no traffic
-// leaves the test world), so any other name is refused, as in an
-// air-gapped cloud with no resolver.
+// answers the ports' own names and sends any other name to the site's
+// resolver (the agent's dnsmasq_dns_servers). No traffic leaves the test
+// world, so that resolver knows no zone: every other name is NXDOMAIN, as
+// a cloud's resolver answers for a name under openstacklocal and an
+// air-gapped site's for the internet's names.
 type DHCP struct {
 	// Port is the network's DHCP port (network:dhcp): its ID, Network,
 	// MAC and Address (with the subnet's prefix).
@@ -118,6 +120,11 @@ func (f *Fabric) SetDHCP(ctx context.Context, d DHCP) error {
 		"--leasefile-ro", "--dhcp-authoritative", "--pid-file=" + filepath.Join(dir, "pid"),
 		"--dhcp-range=" + pfx.Addr().String() + ",static," + net.IP(net.CIDRMask(pfx.Bits(), 32)).String() + ",86400s",
 		"--domain=" + d.Domain, "--log-facility=-",
+		// Where Neutron's command line has --server=<dnsmasq_dns_servers>:
+		// the site's resolver, which knows no zone here (NXDOMAIN for all).
+		// Without it dnsmasq answers REFUSED, which resolvers (dig +search,
+		// CoreDNS's forward) do not take as "try the next search domain".
+		"--local=/#/",
 	}
 	if d.Gateway.IsValid() {
 		args = append(args, "--dhcp-option=option:router,"+d.Gateway.String())

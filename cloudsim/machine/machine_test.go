@@ -196,6 +196,10 @@ func TestMachine(t *testing.T) {
 		{"cat /run/systemd/resolve/resolv.conf", true, "nameserver 10.99.0.3"},
 		{"getent hosts host-10-99-0-1.openstacklocal", true, "10.99.0.1"},
 		{"getent hosts demo-controller-0.openstacklocal", true, "10.99.0.2"},
+		// Any other name is NXDOMAIN, from the site's resolver, as a
+		// cloud's is; not REFUSED, which ends a search list's walk.
+		{"resolvectl query --cache=no nowhere.openstacklocal", false, "not found"},
+		{"resolvectl query --cache=no example.com", false, "not found"},
 	} {
 		out, err := run(tc.cmd)
 		if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
