@@ -296,6 +296,55 @@ func TestContractSeed(t *testing.T) {
 	})
 }
 
+// TestContractFlavorExtraSpecs: a flavor's extra specs (os-extra_specs)
+// as Nova's API reference has them: an admin sets, replaces and deletes
+// them, a member reads them and may not write them. The key is OPKE's own
+// namespace, which Nova's scheduler filters ignore.
+func TestContractFlavorExtraSpecs(t *testing.T) {
+	t.Parallel()
+	c := contract(t)
+	fl := c.flavor("m1.medium")
+	key := "opke:" + c.name("contract")
+	admin, member := c.Admin.Compute, c.Clients.Compute
+	c.cleanup("extra spec", func() error {
+		err := flavors.DeleteExtraSpec(c.ctx, admin, fl, key).ExtractErr()
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return nil
+		}
+		return err
+	})
+	if _, err := flavors.CreateExtraSpecs(c.ctx, member, fl, flavors.ExtraSpecsOpts{key: "a"}).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusForbidden) {
+		t.Errorf("a member's create: %v, want 403", err)
+	}
+	got, err := flavors.CreateExtraSpecs(c.ctx, admin, fl, flavors.ExtraSpecsOpts{key: "a"}).Extract()
+	if err != nil || got[key] != "a" {
+		t.Fatalf("an admin's create: %v, %v", got, err)
+	}
+	if all, err := flavors.ListExtraSpecs(c.ctx, member, fl).Extract(); err != nil || all[key] != "a" {
+		t.Errorf("a member's list: %v, %v; want %s=a", all, err, key)
+	}
+	if _, err := flavors.UpdateExtraSpec(c.ctx, admin, fl, flavors.ExtraSpecsOpts{key: "b"}).Extract(); err != nil {
+		t.Errorf("an admin's update: %v", err)
+	}
+	if one, err := flavors.GetExtraSpec(c.ctx, member, fl, key).Extract(); err != nil || one[key] != "b" {
+		t.Errorf("get after update: %v, %v; want %s=b", one, err, key)
+	}
+	// A body that names another key than the URL is refused.
+	_, err = admin.Put(c.ctx, admin.ServiceURL("flavors", fl, "os-extra_specs", key), map[string]string{key + "-other": "c"}, nil, &gophercloud.RequestOpts{OkCodes: []int{200}})
+	if !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+		t.Errorf("update with a body of another key: %v, want 400", err)
+	}
+	if err := flavors.DeleteExtraSpec(c.ctx, admin, fl, key).ExtractErr(); err != nil {
+		t.Errorf("an admin's delete: %v", err)
+	}
+	if _, err := flavors.GetExtraSpec(c.ctx, member, fl, key).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("get after delete: %v, want 404", err)
+	}
+	if err := flavors.DeleteExtraSpec(c.ctx, admin, fl, key).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("delete a missing key: %v, want 404", err)
+	}
+}
+
 // TestContractNovaServers: a server's life as OPKE sees it.
 func TestContractNovaServers(t *testing.T) {
 	t.Parallel()

@@ -52,7 +52,7 @@ func (s *Sim) getExtraSpec(rw http.ResponseWriter, r *request, _ int) {
 	key := r.PathValue("key")
 	v, ok := f.ExtraSpecs[key]
 	if !ok {
-		novaError(rw, http.StatusNotFound, "Flavor "+f.ID+" has no extra specs with key "+key+".")
+		noSuchSpec(rw, f, key)
 		return
 	}
 	writeJSON(rw, http.StatusOK, map[string]any{key: v})
@@ -75,10 +75,7 @@ func (s *Sim) createExtraSpecs(rw http.ResponseWriter, r *request, _ int) {
 		novaError(rw, http.StatusBadRequest, msg)
 		return
 	}
-	if f.ExtraSpecs == nil {
-		f.ExtraSpecs = map[string]string{}
-	}
-	maps.Copy(f.ExtraSpecs, specs)
+	f.setSpecs(specs)
 	writeJSON(rw, http.StatusOK, map[string]any{"extra_specs": specs})
 }
 
@@ -106,10 +103,7 @@ func (s *Sim) updateExtraSpec(rw http.ResponseWriter, r *request, _ int) {
 		novaError(rw, http.StatusBadRequest, msg)
 		return
 	}
-	if f.ExtraSpecs == nil {
-		f.ExtraSpecs = map[string]string{}
-	}
-	f.ExtraSpecs[key] = specs[key]
+	f.setSpecs(specs)
 	writeJSON(rw, http.StatusOK, map[string]any{key: specs[key]})
 }
 
@@ -120,7 +114,7 @@ func (s *Sim) deleteExtraSpec(rw http.ResponseWriter, r *request, _ int) {
 	}
 	key := r.PathValue("key")
 	if _, ok := f.ExtraSpecs[key]; !ok {
-		novaError(rw, http.StatusNotFound, "Flavor "+f.ID+" has no extra specs with key "+key+".")
+		noSuchSpec(rw, f, key)
 		return
 	}
 	delete(f.ExtraSpecs, key)
@@ -157,6 +151,18 @@ func extraSpecValues(in map[string]json.RawMessage) (map[string]string, string) 
 		out[k] = str
 	}
 	return out, ""
+}
+
+func noSuchSpec(rw http.ResponseWriter, f *flavor, key string) {
+	novaError(rw, http.StatusNotFound, "Flavor "+f.ID+" has no extra specs with key "+key+".")
+}
+
+// setSpecs sets (adds or replaces) the flavor's extra specs of specs.
+func (f *flavor) setSpecs(specs map[string]string) {
+	if f.ExtraSpecs == nil {
+		f.ExtraSpecs = map[string]string{}
+	}
+	maps.Copy(f.ExtraSpecs, specs)
 }
 
 // specs is what a flavor's extra_specs shows: never null.
