@@ -1102,12 +1102,10 @@ func TestAPIAllowedCIDRs(t *testing.T) {
 	plan, _ := r.apply(t, demo)
 	var got []string
 	for _, c := range plan.Changes {
-		if c.Phase == diff.PhaseInfrastructure {
-			got = append(got, c.Action.String()+" "+c.Address.String())
-		}
+		got = append(got, c.Action.String()+" "+c.Address.String())
 	}
 	if d := cmp.Diff([]string{"update openstack/listener/demo-api-6443"}, got); d != "" {
-		t.Errorf("the infrastructure changes (-want +got):\n%s", d)
+		t.Errorf("the changes (-want +got):\n%s", d)
 	}
 	if err := dial(); err != nil {
 		t.Errorf("the edge within the allowed CIDRs: %v", err)

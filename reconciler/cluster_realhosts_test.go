@@ -111,6 +111,7 @@ func TestClusterComesUp(t *testing.T) {
 		t.Errorf("kubectl get nodes: %q", out)
 	}
 	t.Logf("kubectl through the edge:\n%s", kubectl("get", "nodes", "-o", "wide"))
+	allowedCIDRsStep(t, r, c, api, base, kubectl)
 
 	// Step 2 of make e2e: a pod on the worker resolves the API's Service
 	// through CoreDNS, and reaches a pod on the controller across
@@ -1995,4 +1996,85 @@ func (m monitoringAPI) nodesOf(pods ...string) ([]string, error) {
 		out = append(out, p.Spec.NodeName)
 	}
 	return out, nil
+}
+
+// allowedCIDRsStep: spec.api.allowedCIDRs on real machines. Narrowed to a
+// range the edge is not in, the API's floating IP no longer lets the edge
+// in (the VIP's security group), while OPKE's apply (through the gateway)
+// and the worker's kubelet (through the VIP's fixed address, from the
+// cluster's network, which OPKE always adds) go on; widened to the edge's
+// range, kubectl through the edge works again. The load balancer is
+// changed in place, and the list stays for the rest of the test.
+func allowedCIDRsStep(t *testing.T, r *rig, c *schemas.Cluster, api *http.Client, base string, kubectl func(...string) string) {
+	t.Helper()
+	before := r.observed(t)
+	addr := before["openstack/floating-ip/demo-api"].Attrs["address"].Value + ":6443"
+	reach := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		conn, err := sshx.Dialer{Proxy: r.sim.Edge()}.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	// until waits for reach to say want (true: reached), as a client
+	// would see an amphora take a listener's update.
+	until := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for err := reach(); (err == nil) != want; err = reach() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the API's floating IP %s from the edge after a minute: reached=%t (%v), want %t", addr, err == nil, err, want)
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}
+
+	c.Spec.API = &schemas.API{AllowedCIDRs: []string{"198.51.100.0/24"}}
+	plan, _ := r.apply(t, c)
+	var changed []string
+	for _, ch := range plan.Changes {
+		changed = append(changed, ch.Action.String()+" "+ch.Address.String())
+	}
+	if d := cmp.Diff([]string{"update openstack/listener/demo-api-6443"}, changed); d != "" {
+		t.Errorf("narrowing the API's allowed CIDRs (-want +got):\n%s", d)
+	}
+	after := r.observed(t)
+	if got, want := after["openstack/listener/demo-api-6443"].Attrs["allowed_cidrs"].Value, c.Spec.Network.HostCIDR+",198.51.100.0/24"; got != want {
+		t.Errorf("the API listener's allowed_cidrs: %q, want %q", got, want)
+	}
+	until(false)
+	narrowed := time.Now()
+	// The worker's kubelet renews its lease every 10 s through the VIP's
+	// fixed address: a renewal after the narrowing is the kubelet still
+	// reaching the API from the cluster's network.
+	get := getter(api, base)
+	waitFor(t, 2*time.Minute, func() string {
+		var lease struct{ Spec struct{ RenewTime time.Time } }
+		if err := get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/demo-default-0", &lease); err != nil {
+			return err.Error()
+		}
+		if !lease.Spec.RenewTime.After(narrowed) {
+			return fmt.Sprintf("demo-default-0's lease was last renewed at %s, before the narrowing at %s", lease.Spec.RenewTime, narrowed)
+		}
+		return ""
+	})
+	if err := reach(); err == nil {
+		t.Errorf("the edge reached %s outside the API's allowed CIDRs", addr)
+	}
+	t.Logf("api.allowedCIDRs %v: the edge kept out of %s, the worker's kubelet in", c.Spec.API.AllowedCIDRs, addr)
+
+	c.Spec.API.AllowedCIDRs = append(c.Spec.API.AllowedCIDRs, "203.0.113.0/24")
+	r.apply(t, c)
+	until(true)
+	if out := kubectl("get", "nodes", "-o", "name"); out != "node/demo-controller-0\nnode/demo-default-0\n" {
+		t.Errorf("kubectl get nodes within the allowed CIDRs: %q", out)
+	}
+	if got := r.observed(t)["openstack/load-balancer/demo-api"].ID; got != before["openstack/load-balancer/demo-api"].ID {
+		t.Errorf("the API's load balancer was made again (%s, was %s)", got, before["openstack/load-balancer/demo-api"].ID)
+	}
+	if next := r.plan(t, c); !next.Empty() {
+		t.Errorf("after widening the allowed CIDRs, plan: %v, drift %v", addresses(next.Changes), next.Drift)
+	}
 }
