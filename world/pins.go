@@ -942,8 +942,8 @@ type CSISidecar struct {
 // (assets.CSI()), with their modules.
 var csiSidecars = []CSISidecar{
 	{Ref: assets.CSI().Attacher, Module: "github.com/kubernetes-csi/external-attacher/v4"},
-	{Ref: assets.CSI().Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v5"},
-	{Ref: assets.CSI().Resizer, Module: "github.com/kubernetes-csi/external-resizer"},
+	{Ref: assets.CSI().Provisioner, Module: "github.com/kubernetes-csi/external-provisioner/v6"},
+	{Ref: assets.CSI().Resizer, Module: "github.com/kubernetes-csi/external-resizer/v2"},
 }
 
 // Artifact is a CSI sidecar's image, its binary at /<name> as upstream's

@@ -34,12 +34,12 @@ func TestTargets(t *testing.T) {
 		{E2E, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion, "kubernetes-v1.36.1", "etcd-v3.6.8", "pause-3.10.2",
 			"coredns-v1.14.2", "flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
 			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "openstack-cloud-controller-manager-v1.36.0",
-			"cinder-csi-plugin-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.3.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
+			"cinder-csi-plugin-v1.36.0", "csi-attacher-v4.13.0", "csi-provisioner-v6.4.0", "csi-resizer-v2.3.0", "external-snapshotter-v8.7.0",
 			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key, "agnhost-2.63.0"}},
 		{All, []string{"containerd-" + ContainerdVersion, "runc-" + RuncVersion, "distribution-" + DistributionVersion,
 			"kubernetes-v1.36.1", "etcd-v3.6.8", "pause-3.10.2", "coredns-v1.14.2",
 			"flannel-v0.27.4", "flannel-cni-" + FlannelCNIPluginsVersion, "cni-plugins-" + assets.CNIPluginsVersion, "kube-router-v2.1.0", "traefik-v3.6.12",
-			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.36.0", "csi-attacher-v4.12.0", "csi-provisioner-v5.3.0", "csi-resizer-v1.14.0", "external-snapshotter-v8.4.0",
+			"prometheus-operator-v0.85.0", "prometheus-v3.16.0", "alertmanager-v0.31.1", "node-exporter-v1.12.1", "metrics-server-v0.8.0", "cloud-provider-openstack-v1.36.0", "csi-attacher-v4.13.0", "csi-provisioner-v6.4.0", "csi-resizer-v2.3.0", "external-snapshotter-v8.7.0",
 			"kubernetes-v1.36.3", "kubernetes-v1.37.2", "etcd-v3.7.0", "coredns-v1.14.6", reg.Key, "agnhost-2.63.0"}},
 		{Peer, []string{"opentofu-" + OpenTofuVersion, "terraform-provider-openstack-" + OpenStackProviderVersion}},
 	} {
@@ -99,12 +99,12 @@ func TestTargetsNameTheRenderedImages(t *testing.T) {
 		"registry.k8s.io/pause:3.10.2",
 		"registry.k8s.io/provider-os/cinder-csi-plugin:v1.36.0",
 		"registry.k8s.io/provider-os/openstack-cloud-controller-manager:v1.36.0",
-		"registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
+		"registry.k8s.io/sig-storage/csi-attacher:v4.13.0",
 		"registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
-		"registry.k8s.io/sig-storage/csi-provisioner:v5.3.0",
-		"registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
-		"registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0",
-		"registry.k8s.io/sig-storage/snapshot-controller:v8.4.0",
+		"registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
+		"registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
+		"registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0",
+		"registry.k8s.io/sig-storage/snapshot-controller:v8.7.0",
 	}
 	if d := cmp.Diff(want, imageRefs(arts)); d != "" {
 		t.Errorf("images (-want +got):\n%s", d)

@@ -192,16 +192,25 @@ type CSIImages struct {
 }
 
 // csi are the Cinder CSI plugin's sidecars, the same for every minor of
-// the matrix: the releases cloud-provider-openstack v1.36.0's manifests
-// name (csi-provisioner v5.3.0, csi-resizer v1.14.0,
-// csi-node-driver-registrar v2.15.0, external-snapshotter v8.4.0:
-// ExternalSnapshotterVersion), but csi-attacher, at v4.12.0 where they
-// name v4.10.0 (a newer release of the same major, as Gardener's
-// OpenStack extension moved it for the same Kubernetes).
+// the matrix: kubernetes-csi's newest releases, each built against
+// Kubernetes 1.36 or 1.37 and supporting 1.34 and later, so every minor
+// OPKE offers. cloud-provider-openstack v1.36.0's manifests name older
+// ones (csi-attacher v4.10.0, csi-provisioner v5.3.0, csi-resizer
+// v1.14.0, external-snapshotter v8.4.0); the flags OPKE passes are
+// theirs in both. What the new majors change: csi-provisioner v6 puts a
+// finalizer on the VolumeSnapshot a volume is restored from while the
+// restore runs (it needs update and watch on volumesnapshots) and has
+// VolumeAttributesClass on; csi-resizer v2 has VolumeAttributesClass on
+// (a claim's class is modified only where the driver says it can;
+// Cinder's does not). external-snapshotter v8.7 turns on volume group
+// snapshots, whose definitions OPKE does not install: its two binaries
+// are told so (CSIVolumeGroupSnapshot=false) rather than find them
+// missing at every start. csi-node-driver-registrar is v2.15.0,
+// cloud-provider-openstack's and kubernetes-csi's newest.
 var csi = CSIImages{
-	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.12.0",
-	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0",
-	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v1.14.0",
+	Attacher:            "registry.k8s.io/sig-storage/csi-attacher:v4.13.0",
+	Provisioner:         "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0",
+	Resizer:             "registry.k8s.io/sig-storage/csi-resizer:v2.3.0",
 	NodeDriverRegistrar: "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0",
 	Snapshotter:         "registry.k8s.io/sig-storage/csi-snapshotter:" + ExternalSnapshotterVersion,
 	SnapshotController:  "registry.k8s.io/sig-storage/snapshot-controller:" + ExternalSnapshotterVersion,
@@ -212,10 +221,10 @@ var csi = CSIImages{
 // sidecar, its snapshot controller, and the VolumeSnapshot,
 // VolumeSnapshotContent and VolumeSnapshotClass definitions of its client
 // module (manifests/crds/cinder-csi.yaml, copied from
-// github.com/kubernetes-csi/external-snapshotter/client/v8@v8.4.0's
+// github.com/kubernetes-csi/external-snapshotter/client/v8@v8.7.0's
 // config/crd; a test holds them to that module, which go.mod requires at
 // this version).
-const ExternalSnapshotterVersion = "v8.4.0"
+const ExternalSnapshotterVersion = "v8.7.0"
 
 // CSI returns a copy of csi: no caller can rewrite the package's own.
 func CSI() CSIImages {
