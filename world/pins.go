@@ -628,6 +628,15 @@ var StandIns = map[string]string{
 	assets.GatewayImage: "v3.6.12",
 	// The only kube-router release the proxy serves.
 	assets.NetworkPolicyImage: "v2.1.0",
+	// The only release of the Prometheus Operator's main module the
+	// proxy serves (newer ones are refused, 403; its API module is served
+	// at v0.95.2, from which the definitions are generated).
+	assets.Monitoring().Operator:       "v0.85.0",
+	assets.Monitoring().ConfigReloader: "v0.85.0",
+	// From v0.32 Alertmanager embeds its UI from a folder its npm build
+	// makes (ui/app/dist), which the module lacks: v0.31.1 is the newest
+	// that builds, its UI still Go code.
+	assets.Monitoring().Alertmanager: "v0.31.1",
 }
 
 // source is the version the world builds for an image of tag v: its
@@ -682,10 +691,11 @@ func Traefik(ref string) (Artifact, error) {
 
 // Monitoring is the monitoring addon's Prometheus Operator, Prometheus,
 // Alertmanager and node-exporter (assets.MonitoringImages), each from its
-// module at the image's tag and stamped as its promu or Makefile build
-// stamps it (prometheus/common's version variables), its binary where
-// upstream's image has it, on no base (upstream's are busybox: nothing of
-// it is used). Prometheus has no web UI (npm); its API is whole.
+// module at the image's tag (a stand-in's where StandIns names one) and
+// stamped with that version as its promu or Makefile build stamps it
+// (prometheus/common's version variables), its binary where upstream's
+// image has it, on no base (upstream's are busybox: nothing of it is
+// used). Prometheus has no web UI (npm); its API is whole.
 func Monitoring(im assets.MonitoringImages) ([]Artifact, error) {
 	stamp := func(v string) map[string]string {
 		const p = "github.com/prometheus/common/version."
@@ -697,7 +707,7 @@ func Monitoring(im assets.MonitoringImages) ([]Artifact, error) {
 		if !ok {
 			return nil, fmt.Errorf("world: monitoring image %q has no tag", ref)
 		}
-		tags[ref] = v
+		tags[ref] = source(ref, v)
 	}
 	if tags[im.Operator] != tags[im.ConfigReloader] {
 		return nil, fmt.Errorf("world: the Prometheus Operator %s and its config reloader %s are of one release", im.Operator, im.ConfigReloader)

@@ -214,7 +214,7 @@ func TestAddonDefinitionsAtTheirVersion(t *testing.T) {
 }
 
 // operatorVersion is the Prometheus Operator's release the monitoring
-// addon runs, as its definitions' annotation says it (0.85.0).
+// addon runs, as its definitions' annotation says it (0.95.2).
 func operatorVersion(t *testing.T) string {
 	t.Helper()
 	v, err := schemas.ParseVersion("v1.35.1")

@@ -158,26 +158,28 @@ type MonitoringImages struct {
 }
 
 // monitoring are the monitoring addon's images, the same for every minor
-// (they read only stable APIs). Each is the newest release make world
-// can build from the Go module proxy:
-//   - the Prometheus Operator v0.85.0: the only version of its module the
-//     proxy serves (newer ones are refused, 403);
-//   - Prometheus v3.16.0 (module v0.316.0), without its web UI: the UI is
-//     built with npm and the module carries none of it; the API, the rule
-//     evaluation and the alerting are whole;
-//   - Alertmanager v0.31.1: from v0.32 its UI is embedded from a folder
-//     the npm build makes (app/dist), missing from the module, so those
-//     do not build; v0.31 carries its UI as Go code;
-//   - node-exporter v1.12.1.
-//
-// kube-state-metrics is not served by the proxy at all (403 for every
-// version), so the addon's rules read what Prometheus scrapes itself.
+// (they read only stable APIs, and their definitions' validation rules
+// only what every supported minor's API server evaluates): each
+// project's newest release, the Prometheus Operator v0.95.2 with its
+// definitions (manifests/crds/monitoring.yaml, generated from its API
+// module at that release), Prometheus v3.16.0, Alertmanager v0.35.0 and
+// node-exporter v1.12.1. make world builds the operator and Alertmanager
+// as stand-ins (world.StandIns says which and why; world/LIMITS.md how
+// they differ). kube-state-metrics is not served by the Go module proxy
+// at all (403 for every version), so the addon's rules read what
+// Prometheus scrapes itself.
 var monitoring = MonitoringImages{
-	Operator:       "quay.io/prometheus-operator/prometheus-operator:v0.85.0",
-	ConfigReloader: "quay.io/prometheus-operator/prometheus-config-reloader:v0.85.0",
+	Operator:       "quay.io/prometheus-operator/prometheus-operator:v0.95.2",
+	ConfigReloader: "quay.io/prometheus-operator/prometheus-config-reloader:v0.95.2",
 	Prometheus:     "quay.io/prometheus/prometheus:v3.16.0",
-	Alertmanager:   "quay.io/prometheus/alertmanager:v0.31.1",
+	Alertmanager:   "quay.io/prometheus/alertmanager:v0.35.0",
 	NodeExporter:   "quay.io/prometheus/node-exporter:v1.12.1",
+}
+
+// Monitoring returns a copy of monitoring: no caller can rewrite the
+// package's own.
+func Monitoring() MonitoringImages {
+	return monitoring
 }
 
 // CSIImages are the Kubernetes CSI sidecars the Cinder CSI plugin runs,
