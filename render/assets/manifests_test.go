@@ -383,3 +383,77 @@ func TestSnapshotDefinitionsAreUpstreams(t *testing.T) {
 		t.Errorf("manifests/crds/cinder-csi.yaml is not the client module's definitions (-upstream +ours):\n%s", d)
 	}
 }
+
+// TestGatewayListenersMeetTraefik: each listener of the gateway addon's
+// Gateway is served by a Traefik entry point on its port (Traefik binds a
+// listener to the entry point of the same port), and each such entry
+// point is a port of the Service in front of Traefik: HTTP on 80 and
+// HTTPS on 443, whose certificate is the Secret opke-gateway-tls of the
+// Gateway's own namespace.
+func TestGatewayListenersMeetTraefik(t *testing.T) {
+	out := renderAddons(t, "gateway")
+	var (
+		gw     gatewayv1.Gateway
+		deploy appsv1.Deployment
+		svc    corev1.Service
+	)
+	for _, doc := range bytes.Split(addonFile(t, out, "11-gateway.yaml"), []byte("\n---\n")) {
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			t.Fatal(err)
+		}
+		into := map[string]any{"Gateway": &gw, "Deployment": &deploy, "Service": &svc}[head.Kind]
+		if into == nil {
+			continue
+		}
+		if err := yaml.Unmarshal(doc, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entryPoints := map[int32]string{} // port -> entry point
+	for _, a := range deploy.Spec.Template.Spec.Containers[0].Args {
+		var name string
+		var port int32
+		if n, _ := fmt.Sscanf(strings.Replace(a, ".address=:", " ", 1), "--entryPoints.%s %d", &name, &port); n == 2 {
+			entryPoints[port] = name
+		}
+	}
+	servicePorts := map[string]int32{} // target port name -> service port
+	for _, p := range svc.Spec.Ports {
+		servicePorts[p.TargetPort.String()] = p.Port
+	}
+	containerPorts := map[string]int32{}
+	for _, p := range deploy.Spec.Template.Spec.Containers[0].Ports {
+		containerPorts[p.Name] = p.ContainerPort
+	}
+	got := map[string]string{}
+	for _, l := range gw.Spec.Listeners {
+		ep, ok := entryPoints[int32(l.Port)]
+		if !ok {
+			t.Errorf("listener %s: no Traefik entry point on port %d (%v)", l.Name, l.Port, entryPoints)
+			continue
+		}
+		if containerPorts[ep] != int32(l.Port) {
+			t.Errorf("listener %s: the container's port %s is %d, not %d", l.Name, ep, containerPorts[ep], l.Port)
+		}
+		var certs []string
+		if l.TLS != nil {
+			for _, c := range l.TLS.CertificateRefs {
+				certs = append(certs, fmt.Sprintf("%s/%s", ptrOr(c.Kind, "Secret"), c.Name))
+			}
+		}
+		got[string(l.Name)] = fmt.Sprintf("%s on %d %v", l.Protocol, servicePorts[ep], certs)
+	}
+	want := map[string]string{"web": "HTTP on 80 []", "websecure": "HTTPS on 443 [Secret/opke-gateway-tls]"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("the Gateway's listeners as the load balancer serves them (-want +got):\n%s", d)
+	}
+}
+
+// ptrOr is *p, or def when p is nil.
+func ptrOr[T ~string](p *T, def string) string {
+	if p == nil {
+		return def
+	}
+	return string(*p)
+}
