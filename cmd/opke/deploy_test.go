@@ -157,7 +157,7 @@ func TestServeConfigErrors(t *testing.T) {
 func TestServeConfigMerge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	hash := strings.Repeat("ab", 20)
-	body := "repo: https://git.example/fleet.git\nskipForkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
+	body := "repo: https://git.example/fleet.git\nskipForkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\n  maxObjectMiB: 3\n  maxInflatedMiB: 50\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -168,21 +168,23 @@ func TestServeConfigMerge(t *testing.T) {
 	cfg := newServeConfig()
 	fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	cfg.addFlags(fl)
-	if err := fl.Parse([]string{"--max-fetch-mib", "9"}); err != nil {
+	if err := fl.Parse([]string{"--max-fetch-mib", "9", "--max-inflated-mib", "60"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg.merge(fl, file)
 	type merged struct {
-		Forks                        bool
-		Clusters, Fleet, Fetch, GCPc int
-		Rewrite                      string
+		Forks                                          bool
+		Clusters, Fleet, Fetch, Object, Inflated, GCPc int
+		Rewrite                                        string
 	}
-	got := merged{cfg.SkipForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.GCPercent, cfg.SignaturePolicy.AllowRewrite}
-	want := merged{true, 5, 6, 9, 40, hash}
+	got := merged{cfg.SkipForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.Limits.MaxObjectMiB, cfg.Limits.MaxInflatedMiB,
+		cfg.GCPercent, cfg.SignaturePolicy.AllowRewrite}
+	want := merged{true, 5, 6, 9, 3, 60, 40, hash}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("merged config (-want +got):\n%s", d)
 	}
-	if defaults := newServeConfig(); defaults.Limits.MaxClusters != 20_000 || defaults.Limits.MaxFleetMiB != 32 || defaults.Limits.MaxFetchMiB != 128 {
+	if defaults := newServeConfig(); defaults.Limits.MaxClusters != 20_000 || defaults.Limits.MaxFleetMiB != 32 || defaults.Limits.MaxFetchMiB != 128 ||
+		defaults.Limits.MaxObjectMiB != 32 || defaults.Limits.MaxInflatedMiB != 256 {
 		t.Errorf("default limits %+v", defaults.Limits)
 	}
 }

@@ -47,6 +47,10 @@ type serveConfig struct {
 		MaxClusters int `yaml:"maxClusters"`
 		MaxFleetMiB int `yaml:"maxFleetMiB"`
 		MaxFetchMiB int `yaml:"maxFetchMiB"`
+		// MaxObjectMiB and MaxInflatedMiB bound what a fetched pack holds
+		// once inflated: each object, and all of them.
+		MaxObjectMiB   int `yaml:"maxObjectMiB"`
+		MaxInflatedMiB int `yaml:"maxInflatedMiB"`
 	} `yaml:"limits"`
 	Interval       time.Duration `yaml:"interval"`
 	ResyncInterval time.Duration `yaml:"resyncInterval"`
@@ -125,6 +129,8 @@ func newServeConfig() *serveConfig {
 	c.Limits.MaxClusters = schemas.DefaultLimits().MaxClusters
 	c.Limits.MaxFleetMiB = int(schemas.DefaultLimits().MaxBytes >> 20)
 	c.Limits.MaxFetchMiB = source.DefaultMaxFetchBytes >> 20
+	c.Limits.MaxObjectMiB = source.DefaultMaxObjectBytes >> 20
+	c.Limits.MaxInflatedMiB = source.DefaultMaxInflatedBytes >> 20
 	return c
 }
 
@@ -152,6 +158,8 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.IntVar(&c.Limits.MaxClusters, "max-clusters", c.Limits.MaxClusters, "most cluster folders a commit may hold")
 	fl.IntVar(&c.Limits.MaxFleetMiB, "max-fleet-mib", c.Limits.MaxFleetMiB, "most MiB of specs read at a commit (a file several folders share counts each time)")
 	fl.IntVar(&c.Limits.MaxFetchMiB, "max-fetch-mib", c.Limits.MaxFetchMiB, "largest pack one fetch may bring, in MiB (the tracked branch and each pull request apart)")
+	fl.IntVar(&c.Limits.MaxObjectMiB, "max-object-mib", c.Limits.MaxObjectMiB, "largest object a fetched pack may hold once inflated, in MiB (a delta: the object it makes)")
+	fl.IntVar(&c.Limits.MaxInflatedMiB, "max-inflated-mib", c.Limits.MaxInflatedMiB, "most MiB the objects of one fetched pack may make once inflated")
 	fl.DurationVar(&c.Interval, "interval", c.Interval, "poll period (with up to 10% jitter)")
 	fl.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "period of the drift checks (cloud and hosts' files)")
 	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
@@ -193,6 +201,8 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("max-clusters", func() { c.Limits.MaxClusters = file.Limits.MaxClusters })
 	set("max-fleet-mib", func() { c.Limits.MaxFleetMiB = file.Limits.MaxFleetMiB })
 	set("max-fetch-mib", func() { c.Limits.MaxFetchMiB = file.Limits.MaxFetchMiB })
+	set("max-object-mib", func() { c.Limits.MaxObjectMiB = file.Limits.MaxObjectMiB })
+	set("max-inflated-mib", func() { c.Limits.MaxInflatedMiB = file.Limits.MaxInflatedMiB })
 	set("interval", func() { c.Interval = file.Interval })
 	set("resync-interval", func() { c.ResyncInterval = file.ResyncInterval })
 	set("leader-ttl", func() { c.LeaderTTL = file.LeaderTTL })
@@ -251,8 +261,8 @@ func (c *serveConfig) Validate() error {
 	if c.ResyncInterval < time.Second {
 		bad("resyncInterval %s: at least 1s", c.ResyncInterval)
 	}
-	if c.Limits.MaxClusters < 1 || c.Limits.MaxFleetMiB < 1 || c.Limits.MaxFetchMiB < 1 {
-		bad("limits: maxClusters, maxFleetMiB and maxFetchMiB must be at least 1")
+	if c.Limits.MaxClusters < 1 || c.Limits.MaxFleetMiB < 1 || c.Limits.MaxFetchMiB < 1 || c.Limits.MaxObjectMiB < 1 || c.Limits.MaxInflatedMiB < 1 {
+		bad("limits: maxClusters, maxFleetMiB, maxFetchMiB, maxObjectMiB and maxInflatedMiB must be at least 1")
 	}
 	if c.LeaderTTL < time.Second {
 		bad("leaderTTL %s: at least 1s", c.LeaderTTL)

@@ -66,6 +66,10 @@ type MirrorOptions struct {
 	// (DefaultMaxFetchBytes); the tracked branch and each pull request
 	// are fetched apart, so a pull request over it fails alone.
 	MaxFetchBytes int64
+	// Pack bounds what each fetched pack may hold once inflated
+	// (DefaultMaxObjectBytes, DefaultMaxInflatedBytes): a fetch over it
+	// is refused before go-git indexes the object over it.
+	Pack PackLimits
 	// SkipForks leaves out the pull request heads that no branch of the
 	// repository holds (a fork's, which anyone can open): they are
 	// neither fetched nor planned.
@@ -109,7 +113,9 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 		opts.Branch = "main"
 	}
 	opts.MaxFetchBytes = cmp.Or(opts.MaxFetchBytes, DefaultMaxFetchBytes)
-	st := &cacheStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes}
+	opts.Pack.MaxObject = cmp.Or(opts.Pack.MaxObject, DefaultMaxObjectBytes)
+	opts.Pack.MaxTotal = cmp.Or(opts.Pack.MaxTotal, DefaultMaxInflatedBytes)
+	st := &cacheStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes, pack: opts.Pack}
 	repo, err := git.Open(st, nil)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -750,6 +756,8 @@ func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.
 	defer m.storage.disarm()
 	err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
 	switch {
+	case bound.over.Load() && bound.why != nil:
+		return bound.why
 	case bound.over.Load():
 		return fmt.Errorf("%w (%d MiB)", ErrFetchTooLarge, m.opts.MaxFetchBytes>>20)
 	case errors.Is(err, git.NoErrAlreadyUpToDate):
@@ -760,8 +768,9 @@ func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.
 
 // cacheStorage is the cache's go-git storage with two changes.
 //
-// Every fetched pack is bounded. A fetch arms it with its cancel: a pack
-// over the bound cancels the fetch (which kills the remote's upload-pack;
+// Every fetched pack is bounded, in its size and in what its objects
+// inflate to (packGate). A fetch arms it with its cancel: a pack
+// over a bound cancels the fetch (which kills the remote's upload-pack;
 // go-git's file transport waits for it forever if the pack is merely no
 // longer read), the rest is discarded, and no temporary pack is left.
 //
@@ -771,8 +780,9 @@ func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.
 // every later listing of the refs fails on.
 type cacheStorage struct {
 	*filesystem.Storage
-	dir string
-	max int64
+	dir  string
+	max  int64
+	pack PackLimits
 	// fetch is the bound of the fetch under way (fetches take turns
 	// under the mirror's mutex).
 	fetch *fetchBound
@@ -781,6 +791,9 @@ type cacheStorage struct {
 type fetchBound struct {
 	cancel context.CancelFunc
 	over   atomic.Bool
+	// why is the scan's refusal, when that is what cut the fetch (set
+	// before over).
+	why error
 }
 
 func (s *cacheStorage) arm(cancel context.CancelFunc) *fetchBound {
@@ -803,7 +816,7 @@ func (s *cacheStorage) PackfileWriter() (io.WriteCloser, error) {
 	if bound == nil {
 		bound = &fetchBound{cancel: func() {}}
 	}
-	return &boundedWriter{w: w, left: s.max, dir: s.dir, bound: bound}, nil
+	return &boundedWriter{w: w, left: s.max, dir: s.dir, bound: bound, gate: newPackGate(s.pack)}, nil
 }
 
 type boundedWriter struct {
@@ -811,6 +824,7 @@ type boundedWriter struct {
 	left  int64
 	dir   string
 	bound *fetchBound
+	gate  *packGate
 }
 
 func (b *boundedWriter) Write(p []byte) (int, error) {
@@ -822,12 +836,19 @@ func (b *boundedWriter) Write(p []byte) (int, error) {
 		b.bound.cancel()
 		return len(p), nil
 	}
+	if err := b.gate.check(p); err != nil {
+		b.bound.why = err
+		b.bound.over.Store(true)
+		b.bound.cancel()
+		return len(p), nil
+	}
 	b.left -= int64(len(p))
 	return b.w.Write(p)
 }
 
 // Close ends the pack; one cut short leaves no temporary file behind.
 func (b *boundedWriter) Close() error {
+	b.gate.close()
 	err := b.w.Close()
 	if !b.bound.over.Load() {
 		return err

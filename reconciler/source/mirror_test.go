@@ -473,3 +473,63 @@ func head(t *testing.T, remote *git.Repository) plumbing.Hash {
 	}
 	return ref.Hash()
 }
+
+// TestMirrorBoundsInflatedObjects: a pull request whose pack is small but
+// whose blob inflates past the object bound (zeros compress a
+// thousandfold: the review's fetch bomb) is refused before go-git
+// indexes it, alone: the tracked branch moves on, the pull request says
+// why, and nothing of the pack is left in the cache.
+func TestMirrorBoundsInflatedObjects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	remote := gittest.Init(t, dir)
+	a := gittest.Commit(t, remote, "a", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "a\n"}))
+	bomb := gittest.Commit(t, remote, "bomb", gittest.Files(map[string]string{"zeros": string(make([]byte, 8<<20))}))
+	setRef(t, remote, "refs/pull/1/head", bomb)
+	gittest.Git(t, dir, "reset", "-q", "--hard", a.String())
+	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
+	setRef(t, remote, "refs/heads/main", b)
+
+	cache := filepath.Join(t.TempDir(), "cache")
+	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main",
+		MaxFetchBytes: 1 << 20, Pack: source.PackLimits{MaxObject: 1 << 20, MaxTotal: 4 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := m.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs["refs/heads/main"] != b.String() {
+		t.Fatalf("the tracked branch did not move past the pull request: %v", refs)
+	}
+	err = m.Read(ctx, bomb.String(), func(fs.FS) error { return nil })
+	if !errors.Is(err, source.ErrPackTooLarge) || !strings.Contains(err.Error(), "it declares 8 MiB, over 1 MiB") {
+		t.Fatalf("Read of the pull request: %v, want ErrPackTooLarge for its 8 MiB blob", err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(cache, "objects", "pack", "tmp_*")); len(tmp) > 0 {
+		t.Errorf("temporary packs left: %v", tmp)
+	}
+	if err := m.Read(ctx, b.String(), func(fsys fs.FS) error {
+		got, err := fs.ReadFile(fsys, "clusters/demo/cluster.yaml")
+		if string(got) != "b\n" {
+			return fmt.Errorf("the tracked branch's spec: %q, %v", got, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Within the bounds, the same pull request is fetched.
+	m2, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main",
+		Pack: source.PackLimits{MaxObject: 8 << 20, MaxTotal: 16 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Read(ctx, bomb.String(), func(fs.FS) error { return nil }); err != nil {
+		t.Fatalf("the pull request within the bounds: %v", err)
+	}
+}
