@@ -157,7 +157,7 @@ func TestServeConfigErrors(t *testing.T) {
 func TestServeConfigMerge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	hash := strings.Repeat("ab", 20)
-	body := "repo: https://git.example/fleet.git\nskipForkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\n  maxObjectMiB: 3\n  maxInflatedMiB: 50\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
+	body := "repo: https://git.example/fleet.git\nforkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\n  maxObjectMiB: 3\n  maxInflatedMiB: 50\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestServeConfigMerge(t *testing.T) {
 		Clusters, Fleet, Fetch, Object, Inflated, GCPc int
 		Rewrite                                        string
 	}
-	got := merged{cfg.SkipForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.Limits.MaxObjectMiB, cfg.Limits.MaxInflatedMiB,
+	got := merged{cfg.ForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.Limits.MaxObjectMiB, cfg.Limits.MaxInflatedMiB,
 		cfg.GCPercent, cfg.SignaturePolicy.AllowRewrite}
 	want := merged{true, 5, 6, 9, 3, 60, 40, hash}
 	if d := cmp.Diff(want, got); d != "" {

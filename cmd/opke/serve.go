@@ -146,7 +146,7 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	}
 	mirror, err := source.OpenMirror(ctx, source.MirrorOptions{URL: repoURL(cfg.Repo), Dir: source.CacheDir(filepath.Join(cfg.DataDir, "git"), cfg.Repo),
 		Branch: cfg.Branch, Patterns: cfg.PullRequestBranches, Auth: auth, Logger: a.logger,
-		SkipForks: cfg.SkipForkPullRequests, MaxFetchBytes: int64(cfg.Limits.MaxFetchMiB) << 20,
+		Forks: cfg.ForkPullRequests, MaxFetchBytes: int64(cfg.Limits.MaxFetchMiB) << 20,
 		Pack: source.PackLimits{MaxObject: int64(cfg.Limits.MaxObjectMiB) << 20, MaxTotal: int64(cfg.Limits.MaxInflatedMiB) << 20}})
 	if err != nil {
 		return err

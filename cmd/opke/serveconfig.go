@@ -38,10 +38,10 @@ type serveConfig struct {
 	// PullRequestBranches are branch name globs planned as pull requests
 	// are (refs/pull/*/head and refs/merge-requests/*/head always are).
 	PullRequestBranches []string `yaml:"pullRequestBranches"`
-	// SkipForkPullRequests plans only the pull requests whose head a
-	// branch of the repository also holds (pushed by someone with write
-	// access): forks' are neither fetched nor planned.
-	SkipForkPullRequests bool `yaml:"skipForkPullRequests"`
+	// ForkPullRequests plans the pull requests from forks too (heads no
+	// branch of the repository holds, which anyone can open); off, only
+	// those whose head someone with write access pushed to a branch.
+	ForkPullRequests bool `yaml:"forkPullRequests"`
 	// Limits bound what a commit may make the daemon read.
 	Limits struct {
 		MaxClusters int `yaml:"maxClusters"`
@@ -154,7 +154,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.StringVar(&c.Repo, "repo", c.Repo, "the fleet repository: a path, file://, git://, https:// or ssh:// URL")
 	fl.StringVar(&c.Branch, "branch", c.Branch, "the tracked branch, applied")
 	fl.StringSliceVar(&c.PullRequestBranches, "pr-branches", nil, "branch globs planned (never applied) like pull requests")
-	fl.BoolVar(&c.SkipForkPullRequests, "skip-fork-prs", false, "plan only pull requests whose head a branch of the repository holds (forks' are not fetched)")
+	fl.BoolVar(&c.ForkPullRequests, "fork-prs", false, "plan pull requests from forks too (off: only those whose head a branch of the repository holds; forks' are not fetched)")
 	fl.IntVar(&c.Limits.MaxClusters, "max-clusters", c.Limits.MaxClusters, "most cluster folders a commit may hold")
 	fl.IntVar(&c.Limits.MaxFleetMiB, "max-fleet-mib", c.Limits.MaxFleetMiB, "most MiB of specs read at a commit (a file several folders share counts each time)")
 	fl.IntVar(&c.Limits.MaxFetchMiB, "max-fetch-mib", c.Limits.MaxFetchMiB, "largest pack one fetch may bring, in MiB (the tracked branch and each pull request apart)")
@@ -197,7 +197,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("repo", func() { c.Repo = file.Repo })
 	set("branch", func() { c.Branch = file.Branch })
 	set("pr-branches", func() { c.PullRequestBranches = file.PullRequestBranches })
-	set("skip-fork-prs", func() { c.SkipForkPullRequests = file.SkipForkPullRequests })
+	set("fork-prs", func() { c.ForkPullRequests = file.ForkPullRequests })
 	set("max-clusters", func() { c.Limits.MaxClusters = file.Limits.MaxClusters })
 	set("max-fleet-mib", func() { c.Limits.MaxFleetMiB = file.Limits.MaxFleetMiB })
 	set("max-fetch-mib", func() { c.Limits.MaxFetchMiB = file.Limits.MaxFetchMiB })

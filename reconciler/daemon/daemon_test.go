@@ -163,7 +163,7 @@ func newEnv(t *testing.T, resync time.Duration, keyring string) *env {
 	sim, clients, dir := cloudtest.Start(t)
 	store := statetest.Open(t)
 	bare, work := gittest.Remote(t)
-	mirror, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: "file://" + bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
+	mirror, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: "file://" + bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", Forks: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type member struct {
 
 func (e *env) member(t *testing.T, id string) *member {
 	t.Helper()
-	mirror, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: "file://" + e.bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
+	mirror, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: "file://" + e.bare, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", Forks: true})
 	if err != nil {
 		t.Fatal(err)
 	}

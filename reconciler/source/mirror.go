@@ -70,11 +70,11 @@ type MirrorOptions struct {
 	// (DefaultMaxObjectBytes, DefaultMaxInflatedBytes): a fetch over it
 	// is refused before go-git indexes the object over it.
 	Pack PackLimits
-	// SkipForks leaves out the pull request heads that no branch of the
-	// repository holds (a fork's, which anyone can open): they are
-	// neither fetched nor planned.
-	SkipForks bool
-	Logger    *slog.Logger
+	// Forks follows the pull request heads that no branch of the
+	// repository holds (a fork's, which anyone can open); without it
+	// they are neither fetched nor planned.
+	Forks  bool
+	Logger *slog.Logger
 }
 
 // DefaultMaxFetchBytes is MirrorOptions.MaxFetchBytes' default.
@@ -294,7 +294,7 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 		if r.Type() != plumbing.HashReference || !m.follows(name) {
 			continue
 		}
-		if m.opts.SkipForks && isPullRequestHead(name) && !branches[hash] {
+		if !m.opts.Forks && isPullRequestHead(name) && !branches[hash] {
 			continue // a fork's: no branch of the repository holds it
 		}
 		want[name] = hash

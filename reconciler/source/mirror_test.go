@@ -28,7 +28,7 @@ import (
 
 func openMirror(t *testing.T, url string, patterns ...string) *source.Mirror {
 	t.Helper()
-	m, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: url, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", Patterns: patterns})
+	m, err := source.OpenMirror(context.Background(), source.MirrorOptions{URL: url, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", Patterns: patterns, Forks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestMirrorSince(t *testing.T) {
 // TestMirrorBoundsPullRequests: a pull request whose pack is over the
 // fetch limit fails alone (the tracked branch moves on, Read says why,
 // no temporary pack is left, it is not fetched again until it moves);
-// with SkipForks a pull request head that no branch holds is not
+// by default (no Forks) a pull request head that no branch holds is not
 // followed at all.
 func TestMirrorBoundsPullRequests(t *testing.T) {
 	t.Parallel()
@@ -288,7 +288,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	setRef(t, remote, "refs/heads/main", b)
 
 	cache := filepath.Join(t.TempDir(), "cache")
-	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", MaxFetchBytes: 64 << 10})
+	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", MaxFetchBytes: 64 << 10, Forks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 		t.Fatalf("Read after another sync: %v, want ErrFetchTooLarge", err)
 	}
 
-	forks, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", SkipForks: true})
+	forks, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	}
 	want := map[string]string{"refs/heads/main": c.String(), "refs/pull/2/head": c.String()}
 	if d := cmp.Diff(want, refs); d != "" {
-		t.Errorf("refs with SkipForks (-want +got):\n%s", d)
+		t.Errorf("refs without Forks, the default (-want +got):\n%s", d)
 	}
 }
 
@@ -492,7 +492,7 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 	setRef(t, remote, "refs/heads/main", b)
 
 	cache := filepath.Join(t.TempDir(), "cache")
-	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main",
+	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", Forks: true,
 		MaxFetchBytes: 1 << 20, Pack: source.PackLimits{MaxObject: 1 << 20, MaxTotal: 4 << 20}})
 	if err != nil {
 		t.Fatal(err)
@@ -521,7 +521,7 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Within the bounds, the same pull request is fetched.
-	m2, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main",
+	m2, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main", Forks: true,
 		Pack: source.PackLimits{MaxObject: 8 << 20, MaxTotal: 16 << 20}})
 	if err != nil {
 		t.Fatal(err)
