@@ -113,6 +113,9 @@ func objectHeader(br *bufio.Reader) (byte, int64, error) {
 		}
 		size |= int64(b&0x7f) << shift
 	}
+	if size < 0 {
+		return 0, 0, errors.New("its size does not fit 63 bits")
+	}
 	return typ, size, nil
 }
 
