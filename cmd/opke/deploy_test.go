@@ -157,7 +157,7 @@ func TestServeConfigErrors(t *testing.T) {
 func TestServeConfigMerge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	hash := strings.Repeat("ab", 20)
-	body := "repo: https://git.example/fleet.git\nforkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\n  maxObjectMiB: 3\n  maxInflatedMiB: 50\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
+	body := "repo: https://git.example/fleet.git\nforkPullRequests: true\nlimits:\n  maxClusters: 5\n  maxFleetMiB: 6\n  maxFetchMiB: 7\n  maxObjectMiB: 3\n  maxInflatedMiB: 50\n  maxPullRequestServers: 12\nsignaturePolicy:\n  allowRewrite: " + hash + "\ngcPercent: 40\n"
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -173,18 +173,18 @@ func TestServeConfigMerge(t *testing.T) {
 	}
 	cfg.merge(fl, file)
 	type merged struct {
-		Forks                                          bool
-		Clusters, Fleet, Fetch, Object, Inflated, GCPc int
-		Rewrite                                        string
+		Forks                                               bool
+		Clusters, Fleet, Fetch, Object, Inflated, PRs, GCPc int
+		Rewrite                                             string
 	}
 	got := merged{cfg.ForkPullRequests, cfg.Limits.MaxClusters, cfg.Limits.MaxFleetMiB, cfg.Limits.MaxFetchMiB, cfg.Limits.MaxObjectMiB, cfg.Limits.MaxInflatedMiB,
-		cfg.GCPercent, cfg.SignaturePolicy.AllowRewrite}
-	want := merged{true, 5, 6, 9, 3, 60, 40, hash}
+		cfg.Limits.MaxPullRequestServers, cfg.GCPercent, cfg.SignaturePolicy.AllowRewrite}
+	want := merged{true, 5, 6, 9, 3, 60, 12, 40, hash}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("merged config (-want +got):\n%s", d)
 	}
 	if defaults := newServeConfig(); defaults.Limits.MaxClusters != 20_000 || defaults.Limits.MaxFleetMiB != 32 || defaults.Limits.MaxFetchMiB != 128 ||
-		defaults.Limits.MaxObjectMiB != 32 || defaults.Limits.MaxInflatedMiB != 256 {
+		defaults.Limits.MaxObjectMiB != 32 || defaults.Limits.MaxInflatedMiB != 256 || defaults.Limits.MaxPullRequestServers != 1000 {
 		t.Errorf("default limits %+v", defaults.Limits)
 	}
 }

@@ -177,9 +177,10 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 	}
 	d := daemon.New(daemon.Config{ID: id, Source: mirror, Store: store, Planner: planner, Applier: applier,
 		Interval: cfg.Interval, ResyncInterval: cfg.ResyncInterval, LeaderTTL: cfg.LeaderTTL, Keyring: keyring,
-		AllowRewrite: cfg.SignaturePolicy.AllowRewrite,
-		Limits:       schemas.Limits{MaxClusters: cfg.Limits.MaxClusters, MaxBytes: int64(cfg.Limits.MaxFleetMiB) << 20},
-		Logger:       a.logger, Metrics: metrics})
+		AllowRewrite:          cfg.SignaturePolicy.AllowRewrite,
+		Limits:                schemas.Limits{MaxClusters: cfg.Limits.MaxClusters, MaxBytes: int64(cfg.Limits.MaxFleetMiB) << 20},
+		MaxPullRequestServers: cfg.Limits.MaxPullRequestServers,
+		Logger:                a.logger, Metrics: metrics})
 	if cfg.Reporters.Notes == nil || *cfg.Reporters.Notes {
 		d.AddReporter(report.Notes{Git: mirror})
 	}

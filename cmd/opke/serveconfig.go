@@ -51,6 +51,9 @@ type serveConfig struct {
 		// once inflated: each object, and all of them.
 		MaxObjectMiB   int `yaml:"maxObjectMiB"`
 		MaxInflatedMiB int `yaml:"maxInflatedMiB"`
+		// MaxPullRequestServers bounds the servers a pull request may add
+		// to the fleet: one over it is not planned.
+		MaxPullRequestServers int `yaml:"maxPullRequestServers"`
 	} `yaml:"limits"`
 	Interval       time.Duration `yaml:"interval"`
 	ResyncInterval time.Duration `yaml:"resyncInterval"`
@@ -131,6 +134,7 @@ func newServeConfig() *serveConfig {
 	c.Limits.MaxFetchMiB = source.DefaultMaxFetchBytes >> 20
 	c.Limits.MaxObjectMiB = source.DefaultMaxObjectBytes >> 20
 	c.Limits.MaxInflatedMiB = source.DefaultMaxInflatedBytes >> 20
+	c.Limits.MaxPullRequestServers = daemon.DefaultMaxPullRequestServers
 	return c
 }
 
@@ -160,6 +164,7 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.IntVar(&c.Limits.MaxFetchMiB, "max-fetch-mib", c.Limits.MaxFetchMiB, "largest pack one fetch may bring, in MiB (the tracked branch and each pull request apart)")
 	fl.IntVar(&c.Limits.MaxObjectMiB, "max-object-mib", c.Limits.MaxObjectMiB, "largest object a fetched pack may hold once inflated, in MiB (a delta: the object it makes)")
 	fl.IntVar(&c.Limits.MaxInflatedMiB, "max-inflated-mib", c.Limits.MaxInflatedMiB, "most MiB the objects of one fetched pack may make once inflated")
+	fl.IntVar(&c.Limits.MaxPullRequestServers, "max-pr-servers", c.Limits.MaxPullRequestServers, "most servers a pull request may add to the fleet; one that adds more is not planned")
 	fl.DurationVar(&c.Interval, "interval", c.Interval, "poll period (with up to 10% jitter)")
 	fl.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "period of the drift checks (cloud and hosts' files)")
 	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
@@ -203,6 +208,7 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("max-fetch-mib", func() { c.Limits.MaxFetchMiB = file.Limits.MaxFetchMiB })
 	set("max-object-mib", func() { c.Limits.MaxObjectMiB = file.Limits.MaxObjectMiB })
 	set("max-inflated-mib", func() { c.Limits.MaxInflatedMiB = file.Limits.MaxInflatedMiB })
+	set("max-pr-servers", func() { c.Limits.MaxPullRequestServers = file.Limits.MaxPullRequestServers })
 	set("interval", func() { c.Interval = file.Interval })
 	set("resync-interval", func() { c.ResyncInterval = file.ResyncInterval })
 	set("leader-ttl", func() { c.LeaderTTL = file.LeaderTTL })
@@ -261,8 +267,9 @@ func (c *serveConfig) Validate() error {
 	if c.ResyncInterval < time.Second {
 		bad("resyncInterval %s: at least 1s", c.ResyncInterval)
 	}
-	if c.Limits.MaxClusters < 1 || c.Limits.MaxFleetMiB < 1 || c.Limits.MaxFetchMiB < 1 || c.Limits.MaxObjectMiB < 1 || c.Limits.MaxInflatedMiB < 1 {
-		bad("limits: maxClusters, maxFleetMiB, maxFetchMiB, maxObjectMiB and maxInflatedMiB must be at least 1")
+	if c.Limits.MaxClusters < 1 || c.Limits.MaxFleetMiB < 1 || c.Limits.MaxFetchMiB < 1 || c.Limits.MaxObjectMiB < 1 || c.Limits.MaxInflatedMiB < 1 ||
+		c.Limits.MaxPullRequestServers < 1 {
+		bad("limits: maxClusters, maxFleetMiB, maxFetchMiB, maxObjectMiB, maxInflatedMiB and maxPullRequestServers must be at least 1")
 	}
 	if c.LeaderTTL < time.Second {
 		bad("leaderTTL %s: at least 1s", c.LeaderTTL)

@@ -68,6 +68,12 @@ type Config struct {
 	AllowRewrite string
 	// Limits bound the fleet read at a commit (schemas.DefaultLimits()).
 	Limits schemas.Limits
+	// MaxPullRequestServers bounds the servers a pull request may add to
+	// the fleet (DefaultMaxPullRequestServers): one over it is not
+	// planned, and fails saying so. A plan's work and memory grow with the
+	// servers it makes, and anyone who can open a pull request can ask
+	// for thousands in a few lines.
+	MaxPullRequestServers int
 	// Today, if set, is the day each minor's upstream support is judged
 	// at (schemas.Fleet.CheckLifecycle: a new cluster on an end-of-life
 	// minor refused, an existing one warned); else the planner's clock.

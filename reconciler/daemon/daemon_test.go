@@ -1125,3 +1125,42 @@ func TestDaemonJudgesUpstreamSupport(t *testing.T) {
 		t.Errorf("the second worker was not created: %v", got)
 	}
 }
+
+// TestDaemonBoundsPullRequestServers: a pull request may add at most
+// MaxPullRequestServers servers to the fleet, counted from its specs
+// before anything is planned: one at the bound is planned, one past it
+// fails alone, saying which bound, and changes nothing.
+func TestDaemonBoundsPullRequestServers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, "")
+	e.cfg.MaxPullRequestServers = 6
+	e.start(t)
+	c1 := commitSpec(t, e.work, "demo", demoSpec(2), "add demo")
+	e.push(t, "refs/heads/main")
+	if n := e.waitNote(t, c1, main); n.State != report.Success {
+		t.Fatalf("note of the new cluster:\n%s", noteText(n))
+	}
+	applied := e.servers(t)
+
+	gittest.Git(t, e.work, "checkout", "-q", "-b", "at-the-bound")
+	c2 := commitSpec(t, e.work, "demo", demoSpec(8), "six more workers")
+	e.push(t, "refs/pull/1/head")
+	if n := e.waitNote(t, c2, "refs/pull/1/head"); n.State != report.Success || n.Clusters["demo"] == nil || n.Clusters["demo"].Plan == nil {
+		t.Fatalf("a pull request adding 6 servers, the bound:\n%s", noteText(n))
+	}
+
+	gittest.Git(t, e.work, "checkout", "-q", "-b", "past-the-bound")
+	c3 := commitSpec(t, e.work, "demo", demoSpec(9), "seven more workers")
+	e.push(t, "refs/pull/2/head")
+	n := e.waitNote(t, c3, "refs/pull/2/head")
+	want := "not planned: the pull request adds 7 servers to the fleet, over the daemon's bound of 6 (--max-pr-servers)"
+	if pr := n.Clusters["demo"]; n.State != report.Failure || pr == nil || pr.Summary != want || pr.Plan != nil {
+		t.Fatalf("a pull request adding 7 servers: want a failure saying %q:\n%s", want, noteText(n))
+	}
+	if got := e.forge.final(t, c3, "opke/demo"); len(got) != 1 || !strings.Contains(got[0], "--max-pr-servers") {
+		t.Errorf("statuses of the pull request past the bound: %v", got)
+	}
+	if got := e.servers(t); !slices.Equal(got, applied) {
+		t.Errorf("servers after the pull requests: %v, want %v", got, applied)
+	}
+}

@@ -1,13 +1,16 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"opke.dev/opke/reconciler"
 	"opke.dev/opke/reconciler/report"
+	"opke.dev/opke/schemas"
 	"opke.dev/opke/state"
 )
 
@@ -122,6 +125,14 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 	if j.broken {
 		return
 	}
+	if added, max := addedServers(j, applied), cmp.Or(d.cfg.MaxPullRequestServers, DefaultMaxPullRequestServers); added > max {
+		msg := fmt.Sprintf("not planned: the pull request adds %d servers to the fleet, over the daemon's bound of %d (--max-pr-servers)", added, max)
+		for _, name := range j.concerned(applied) {
+			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: msg, Started: started, Finished: time.Now()}
+		}
+		n.Message = msg
+		return
+	}
 	// One plan of the whole fleet (each cloud listed once), cut by cluster.
 	res, err := d.cfg.Planner.Plan(ctx, reconciler.Request{Clusters: j.valid, Commit: commit})
 	for _, name := range j.concerned(applied) {
@@ -140,6 +151,34 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 		}
 		n.Clusters[name] = c
 	}
+}
+
+// DefaultMaxPullRequestServers is Config.MaxPullRequestServers' default.
+const DefaultMaxPullRequestServers = 1000
+
+// addedServers is how many servers the valid clusters want beyond those
+// their applied specs have (a new cluster's all), counted from the specs
+// before anything is planned.
+func addedServers(j judged, applied map[string]*reconciler.AppliedSpec) int {
+	added := 0
+	for name, c := range j.valid {
+		had := 0
+		if a := applied[name]; a != nil && a.Spec != nil {
+			had = serversOf(a.Spec)
+		}
+		added += max(0, serversOf(c)-had)
+	}
+	return added
+}
+
+// serversOf counts a cluster spec's servers: its gateway, controllers and
+// workers.
+func serversOf(c *schemas.Cluster) int {
+	n := 1 + c.Spec.Controllers.Count
+	for _, p := range c.Spec.WorkerPools {
+		n += p.Count
+	}
+	return n
 }
 
 // unfinishedPRs reports the pull request heads whose plan a leader began
