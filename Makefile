@@ -32,7 +32,12 @@ CHAOS    ?= full
 WORLD    ?= all
 
 .DEFAULT_GOAL := help
-.PHONY: build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck world-vulncheck k8s-conformance help
+.PHONY: deps build test conformance realhosts e2e clean-hosts world run sim-cli lint fuzz bench microbench chaos verify vulncheck world-vulncheck k8s-conformance help
+
+## deps: install, as root, the Debian packages the tests need (.ci/packages, the list .ci/run installs)
+deps:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$(sed 's/#.*//' .ci/packages)
 
 ## build: build the opke binary into bin/opke
 build:
