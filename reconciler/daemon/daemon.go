@@ -21,6 +21,7 @@ import (
 // is the implementation.
 type Source interface {
 	Sync(ctx context.Context) (map[string]string, error)
+	FetchPullRequest(ctx context.Context, ref, commit string) error
 	Read(ctx context.Context, commit string, fn func(fs.FS) error) error
 	Verify(commit, keyring string) error
 	Since(ctx context.Context, base, head string, limit int) ([]string, bool, error)

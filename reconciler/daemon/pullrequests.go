@@ -76,10 +76,11 @@ func (d *Daemon) pullRequests(ctx context.Context) {
 	}
 }
 
-// pullRequest plans a pull request's head and publishes the plan. The
-// head is marked seen before it is planned, with a marker that the plan
-// is under way: a head that kills the daemon is not planned again by the
-// next leader, which reports it failed instead ([Daemon.unfinishedPRs]).
+// pullRequest fetches a pull request's head, plans it and publishes the
+// plan. The head is marked seen before it is fetched, with a marker that
+// the plan is under way: a head that kills the daemon (in its fetch or
+// its plan) is not fetched or planned again by the next leader, which
+// reports it failed instead ([Daemon.unfinishedPRs]).
 func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 	log := d.log.With("ref", ref, "commit", commit)
 	started := time.Now()
@@ -107,6 +108,12 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 			log.Error("clear the plan under way", "err", err)
 		}
 	}()
+	// Fetched only now, under the marker: a head whose fetch kills the
+	// daemon is reported failed by the next leader, not fetched again.
+	if err := d.cfg.Source.FetchPullRequest(ctx, ref, commit); err != nil {
+		n.Message = "not planned: " + err.Error()
+		return
+	}
 	applied, err := reconciler.AppliedSpecs(ctx, d.cfg.Store)
 	if err != nil {
 		n.Message = "OPKE could not read its state store: " + err.Error()

@@ -268,10 +268,14 @@ func (m *Mirror) localRefs() (map[string]string, error) {
 	return out, err
 }
 
-// Sync asks the remote for its refs (one round trip) and fetches only
-// when a followed ref moved, appeared or went; it returns the followed
-// refs (the notes aside) by name, as the cache now holds them. When
-// nothing moved it returns them with [ErrUpToDate].
+// Sync asks the remote for its refs (one round trip) and fetches the
+// tracked branch, the other followed branches and the notes when one
+// moved, appeared or went; it returns the followed refs (the notes aside)
+// by name with their remote commits. A pull request head is returned,
+// not fetched: [Mirror.FetchPullRequest] fetches it, when the daemon has
+// recorded that it does, so that the tracked branch never waits behind a
+// pull request, nor fails with one. When nothing moved it returns the
+// refs with [ErrUpToDate].
 func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -302,9 +306,8 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 	if maps.Equal(want, m.seen) {
 		return withoutNotes(want), ErrUpToDate
 	}
-	// The tracked branch and the notes first, in one fetch: they must not
-	// wait on, or fail with, a pull request; then each pull request alone
-	// (unless that fetch brought its commit).
+	// The tracked branch, the other followed branches and the notes, in
+	// one fetch.
 	missing := func(name string) bool { return m.seen[name] != want[name] && !m.has(want[name]) }
 	var trusted []config.RefSpec
 	for name := range want {
@@ -317,37 +320,13 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 			return nil, fmt.Errorf("fetch from %s: %w", Redact(m.opts.URL), err)
 		}
 	}
-	var others []config.RefSpec
-	for name := range want {
-		if m.IsPullRequest(name) && missing(name) {
-			others = append(others, config.RefSpec("+"+name+":"+name))
-		}
-	}
-	// A pull request whose fetch failed is not missing (seen is set to
-	// want) until it moves: it keeps its failure.
-	failed := map[string]error{}
-	for _, hash := range want {
-		if err := m.failed[hash]; err != nil {
-			failed[hash] = err
-		}
-	}
-	for _, spec := range others {
-		name := spec.Src()
-		if err := m.fetch(ctx, remote, spec); err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			err = fmt.Errorf("fetch from %s: %w", Redact(m.opts.URL), err)
-			m.opts.Logger.Warn("fetch a pull request", "ref", name, "commit", want[name], "err", err)
-			failed[want[name]] = err
-		}
-	}
-	m.failed = failed
-	// Refs whose objects the cache already had (a branch moved back, a
-	// pull request at a commit of main) are set without a fetch; refs the
-	// remote dropped (a closed pull request) go.
+	// Refs whose commits the cache has (a branch moved back, a pull
+	// request at a commit of main) are set without a fetch; a pull
+	// request's other head waits for FetchPullRequest; refs the remote
+	// dropped (a closed pull request) go, and so do the failures of heads
+	// no ref names any more.
 	for name, hash := range want {
-		if failed[hash] != nil {
+		if !m.has(hash) {
 			continue
 		}
 		ref := plumbing.NewHashReference(plumbing.ReferenceName(name), plumbing.NewHash(hash))
@@ -356,15 +335,61 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	for name := range m.seen {
-		if _, ok := want[name]; !ok || failed[want[name]] != nil {
+		if _, ok := want[name]; !ok {
 			if err := m.repo.Storer.RemoveReference(plumbing.ReferenceName(name)); err != nil {
 				return nil, fmt.Errorf("git cache: %w", err)
 			}
 		}
 	}
-	m.opts.Logger.Debug("fetched", "remote", Redact(m.opts.URL), "refs", len(trusted)+len(others))
+	heads := map[string]bool{}
+	for _, hash := range want {
+		heads[hash] = true
+	}
+	maps.DeleteFunc(m.failed, func(hash string, _ error) bool { return !heads[hash] })
+	m.opts.Logger.Debug("fetched", "remote", Redact(m.opts.URL), "refs", len(trusted))
 	m.seen = want
 	return withoutNotes(want), nil
+}
+
+// FetchPullRequest fetches a pull request head that Sync returned at
+// commit, alone, its pack bounded as every fetch is. A head whose fetch
+// failed is not fetched again: its failure is returned, and Read of it
+// returns it too, until the pull request moves. A head the cache has
+// costs nothing.
+func (m *Mirror) FetchPullRequest(ctx context.Context, ref, commit string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.failed[commit]; err != nil {
+		return err
+	}
+	if !m.IsPullRequest(ref) {
+		return fmt.Errorf("%s is not a pull request head", ref)
+	}
+	if !m.has(commit) {
+		remote, err := m.repo.Remote("origin")
+		if err != nil {
+			return fmt.Errorf("git cache: %w", err)
+		}
+		if err := m.fetch(ctx, remote, config.RefSpec("+"+ref+":"+ref)); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			err = fmt.Errorf("fetch %s from %s: %w", ref, Redact(m.opts.URL), err)
+			m.opts.Logger.Warn("fetch a pull request", "ref", ref, "commit", commit, "err", err)
+			m.failed[commit] = err
+			return err
+		}
+		if !m.has(commit) {
+			// The pull request moved since the listing: the next Sync
+			// returns its new head.
+			return fmt.Errorf("fetch %s: the remote's head is no longer %s", ref, commit)
+		}
+	}
+	h := plumbing.NewHashReference(plumbing.ReferenceName(ref), plumbing.NewHash(commit))
+	if err := m.repo.Storer.SetReference(h); err != nil {
+		return fmt.Errorf("git cache: %w", err)
+	}
+	return nil
 }
 
 func (m *Mirror) has(hash string) bool {

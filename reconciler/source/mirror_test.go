@@ -74,6 +74,13 @@ func TestMirrorFollowsTheRemote(t *testing.T) {
 	if !m.IsPullRequest("refs/pull/7/head") || !m.IsPullRequest("refs/heads/preview-x") || m.IsPullRequest("refs/heads/main") {
 		t.Error("IsPullRequest is wrong")
 	}
+	// A pull request's head is fetched when asked for, not by Sync.
+	if err := m.Read(ctx, b.String(), func(fs.FS) error { return nil }); err == nil {
+		t.Fatal("Sync fetched a pull request's head")
+	}
+	if err := m.FetchPullRequest(ctx, "refs/pull/7/head", b.String()); err != nil {
+		t.Fatal(err)
+	}
 	var body []byte
 	if err := m.Read(ctx, b.String(), func(fsys fs.FS) (err error) {
 		body, err = fs.ReadFile(fsys, "clusters/demo/cluster.yaml")
@@ -237,6 +244,9 @@ func TestMirrorSince(t *testing.T) {
 	if _, err := mirror.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := mirror.FetchPullRequest(ctx, "refs/pull/2/head", x); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, base, head string
 		limit            int
@@ -299,6 +309,9 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	if refs["refs/heads/main"] != b.String() {
 		t.Fatalf("the tracked branch did not move past a pull request over the limit: %v", refs)
 	}
+	if err := m.FetchPullRequest(ctx, "refs/pull/1/head", huge.String()); !errors.Is(err, source.ErrFetchTooLarge) {
+		t.Fatalf("FetchPullRequest over the limit: %v, want ErrFetchTooLarge", err)
+	}
 	err = m.Read(ctx, huge.String(), func(fs.FS) error { return nil })
 	if !errors.Is(err, source.ErrFetchTooLarge) {
 		t.Fatalf("Read of the pull request over the limit: %v, want ErrFetchTooLarge", err)
@@ -321,6 +334,9 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	}
 	if err := m.Read(ctx, huge.String(), func(fs.FS) error { return nil }); !errors.Is(err, source.ErrFetchTooLarge) {
 		t.Fatalf("Read after another sync: %v, want ErrFetchTooLarge", err)
+	}
+	if err := m.FetchPullRequest(ctx, "refs/pull/1/head", huge.String()); !errors.Is(err, source.ErrFetchTooLarge) {
+		t.Fatalf("FetchPullRequest again: %v, want its failure, ErrFetchTooLarge", err)
 	}
 
 	forks, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: filepath.Join(t.TempDir(), "cache"), Branch: "main"})
@@ -504,6 +520,9 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 	if refs["refs/heads/main"] != b.String() {
 		t.Fatalf("the tracked branch did not move past the pull request: %v", refs)
 	}
+	if err := m.FetchPullRequest(ctx, "refs/pull/1/head", bomb.String()); !errors.Is(err, source.ErrPackTooLarge) {
+		t.Fatalf("FetchPullRequest of the bomb: %v, want ErrPackTooLarge", err)
+	}
 	err = m.Read(ctx, bomb.String(), func(fs.FS) error { return nil })
 	if !errors.Is(err, source.ErrPackTooLarge) || !strings.Contains(err.Error(), "it declares 8 MiB, over 1 MiB") {
 		t.Fatalf("Read of the pull request: %v, want ErrPackTooLarge for its 8 MiB blob", err)
@@ -527,6 +546,9 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := m2.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.FetchPullRequest(ctx, "refs/pull/1/head", bomb.String()); err != nil {
 		t.Fatal(err)
 	}
 	if err := m2.Read(ctx, bomb.String(), func(fs.FS) error { return nil }); err != nil {
