@@ -18,10 +18,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"opke.dev/opke/internal/localtls"
+	"opke.dev/opke/state"
 )
 
 // Source is an etcd cluster to snapshot: a client of OPKE's (its own
@@ -49,7 +49,7 @@ func (s Source) client(ctx context.Context) (*clientv3.Client, func(), error) {
 	if s.Client != nil {
 		return s.Client, func() {}, nil
 	}
-	cfg := clientv3.Config{Endpoints: s.Endpoints, TLS: s.TLS, DialTimeout: 15 * time.Second, Context: ctx, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: s.Endpoints, TLS: s.TLS, DialTimeout: 15 * time.Second, Context: ctx, Logger: state.QuietEtcdLogger()}
 	if s.Dial != nil {
 		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(s.Dial)}
 	}
@@ -108,7 +108,7 @@ func Status(path string) (st snapshot.Status, err error) {
 			err = fmt.Errorf("snapshot status: %v: %w", r, ErrCorrupt)
 		}
 	}()
-	st, err = snapshot.NewV3(zap.NewNop()).Status(path)
+	st, err = snapshot.NewV3(state.QuietEtcdLogger()).Status(path)
 	if err != nil {
 		return st, fmt.Errorf("snapshot status: %w: %w", err, ErrCorrupt)
 	}
@@ -121,7 +121,7 @@ func Restore(path, dir, name, peerURL string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("restore into %s: %w", dir, os.ErrExist)
 	}
-	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+	err := snapshot.NewV3(state.QuietEtcdLogger()).Restore(snapshot.RestoreConfig{
 		SnapshotPath: path, Name: name, OutputDataDir: dir,
 		PeerURLs: []string{peerURL}, InitialCluster: name + "=" + peerURL, InitialClusterToken: "opke-restore-" + name,
 	})
@@ -166,7 +166,7 @@ func Restored(ctx context.Context, path string, fn func(*clientv3.Client) error)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = local, local
 	cfg.ClientTLSInfo, cfg.PeerTLSInfo = certs.TLSInfo(), certs.TLSInfo()
 	cfg.ListenMetricsUrls = nil
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(state.QuietEtcdLogger())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fmt.Errorf("start the restored etcd: %w", err)
@@ -182,7 +182,7 @@ func Restored(ctx context.Context, path string, fn func(*clientv3.Client) error)
 		return errors.New("the restored etcd was not ready within 60s")
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"https://" + e.Clients[0].Addr().String()}, TLS: clientTLS,
-		DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+		DialTimeout: 10 * time.Second, Logger: state.QuietEtcdLogger()})
 	if err != nil {
 		return err
 	}

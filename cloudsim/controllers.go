@@ -27,10 +27,10 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"opke.dev/opke/cloudsim/kubestub"
 	"opke.dev/opke/internal/atomicfile"
+	"opke.dev/opke/state"
 )
 
 // Controllers. What a host runs is decided by its units, as on a real
@@ -445,7 +445,7 @@ func (h *simHost) startEtcd() (*etcdMember, error) {
 	}
 	cfg.ListenClientUrls = []url.URL{{Scheme: cfg.AdvertiseClientUrls[0].Scheme, Host: "127.0.0.1:0"}}
 	cfg.ListenMetricsUrls = nil
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(state.QuietEtcdLogger())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", cfg.Name, err)

@@ -15,13 +15,13 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
+	"opke.dev/opke/state"
 )
 
 // ErrQuorum is a membership change refused because etcd has no quorum
@@ -338,7 +338,7 @@ func etcdMembersVia(ctx context.Context, h *HostSessions, t HostTarget, b *pki.B
 	}
 	slices.Sort(endpoints)
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, TLS: cfg, DialTimeout: 10 * time.Second, Logger: zap.NewNop(), Context: ctx,
+		Endpoints: endpoints, TLS: cfg, DialTimeout: 10 * time.Second, Logger: state.QuietEtcdLogger(), Context: ctx,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return h.Dial(ctx, t, addr)
 		})},

@@ -16,14 +16,15 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
 	"opke.dev/opke/cloud"
 	"opke.dev/opke/diff"
 	"opke.dev/opke/render/assets"
 	"opke.dev/opke/render/pki"
 	"opke.dev/opke/schemas"
 	"opke.dev/opke/sshx"
+	"opke.dev/opke/state"
 )
 
 // DefaultGateTimeout is how long a host's health gate may take to pass.
@@ -279,7 +280,7 @@ func (p *prober) etcdHealthy(ctx context.Context, ip netip.Addr) error {
 		}
 		p.etcd, err = clientv3.New(clientv3.Config{
 			Endpoints: []string{"https://" + netip.AddrPortFrom(ip, etcdClientPort).String()}, TLS: cfg,
-			DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+			DialTimeout: 10 * time.Second, Logger: state.QuietEtcdLogger(),
 			DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				return p.a.Hosts.Dial(ctx, p.t, addr)
 			})},

@@ -89,3 +89,24 @@ func benign(msg string, fields map[string]any) bool {
 type fatalHook struct{}
 
 func (fatalHook) OnWrite(*zapcore.CheckedEntry, []zapcore.Field) { os.Exit(1) }
+
+// QuietEtcdLogger is for an embedded etcd or an etcd client whose log
+// nobody reads (a restore's check, the simulator's controllers): it
+// drops everything, but a fatal error, after which etcd's code ends the
+// process, is written to stderr first, so that the process never exits
+// without a word (zap's no-op logger exits silently).
+func QuietEtcdLogger() *zap.Logger {
+	return zap.NewNop().WithOptions(zap.WithFatalHook(quietFatal{}))
+}
+
+// quietFatal says a fatal entry on stderr, then ends the process.
+type quietFatal struct{}
+
+func (quietFatal) OnWrite(ce *zapcore.CheckedEntry, fields []zapcore.Field) {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	fmt.Fprintf(os.Stderr, "etcd: FATAL: %s %v\n", ce.Message, enc.Fields)
+	os.Exit(1)
+}
