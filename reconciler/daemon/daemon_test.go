@@ -1164,3 +1164,38 @@ func TestDaemonBoundsPullRequestServers(t *testing.T) {
 		t.Errorf("servers after the pull requests: %v, want %v", got, applied)
 	}
 }
+
+// TestDaemonRefusesAFetchBomb: a pull request whose pack is small but
+// whose blob inflates past the object bound (40 MiB of zeros, the
+// review's bomb, at source.DefaultMaxObjectBytes) fails alone, saying so,
+// before git's indexer holds it; the tracked branch's next commit is
+// applied as if it were not there.
+func TestDaemonRefusesAFetchBomb(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, time.Hour, "")
+	c1 := commitSpec(t, e.work, "demo", demoSpec(1), "add demo")
+	e.push(t, "refs/heads/main")
+	if n := e.waitNote(t, c1, main); n.State != report.Success {
+		t.Fatalf("note of the new cluster:\n%s", noteText(n))
+	}
+
+	gittest.Git(t, e.work, "checkout", "-q", "-b", "bomb")
+	if err := os.WriteFile(filepath.Join(e.work, "zeros"), make([]byte, 40<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, e.work, "add", "zeros")
+	gittest.Git(t, e.work, "commit", "-q", "-m", "40 MiB of zeros")
+	bomb := gittest.Git(t, e.work, "rev-parse", "HEAD")
+	e.push(t, "refs/pull/1/head")
+	n := e.waitNote(t, bomb, "refs/pull/1/head")
+	if n.State == report.Success || !strings.Contains(n.Message, "not planned: ") || !strings.Contains(n.Message, "once inflated: it declares 40 MiB, over 32 MiB") {
+		t.Fatalf("the bomb's note: want a failure naming the object bound:\n%s", noteText(n))
+	}
+
+	gittest.Git(t, e.work, "checkout", "-q", "main")
+	c2 := commitSpec(t, e.work, "demo", demoSpec(2), "a second worker")
+	e.push(t, "refs/heads/main")
+	if n := e.waitNote(t, c2, main); n.State != report.Success || !n.Applied {
+		t.Fatalf("the tracked branch's next commit beside the bomb:\n%s", noteText(n))
+	}
+}
