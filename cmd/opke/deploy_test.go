@@ -129,7 +129,10 @@ func TestServeConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ config, want string }{
-		{"repo: https://bot:s3cr3t-token@git.example/fleet.git\n", "the URL carries a password or token: put it in git.tokenFile"},
+		{"repo: https://bot:s3cr3t-token@git.example/fleet.git\n", "the URL carries a user name, password or token"},
+		{"repo: https://s3cr3t-token@git.example/fleet.git\n", "the URL carries a user name, password or token"},
+		{"repo: git://s3cr3t-token@git.example/fleet.git\n", "the URL carries a user name, password or token"},
+		{"repo: ssh://git:s3cr3t-token@git.example/fleet.git\n", "the URL carries a user name, password or token"},
 		{"repo: http://git.example/fleet.git\ngit:\n  tokenFile: " + tokenFile + "\n", "git.tokenFile: a token is sent over https only"},
 		{"repo: x\nsimHosts: real\n", "simHosts: only with sim"},
 		{"repo: x\nsimEdge: 127.0.0.1:6000\n", "simEdge: only with sim"},

@@ -246,8 +246,10 @@ func (c *serveConfig) Validate() error {
 		bad("repo %q: %v", c.Repo, err)
 	}
 	if u, err := url.Parse(c.Repo); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			bad("repo: the URL carries a password or token: put it in git.tokenFile (in the URL it would be printed and kept in the git cache's config)")
+		// A user name is a token's place as much as a password (https's
+		// "token@host"); ssh's user (git@) is only a name.
+		if _, has := u.User.Password(); has || u.Scheme != "ssh" {
+			bad("repo: the URL carries a user name, password or token (only an ssh:// URL may name its user): put a token in git.tokenFile and the user in git.username (in the URL it would be printed and kept in the git cache's config)")
 		}
 	}
 	if c.Git.TokenFile != "" && !strings.HasPrefix(c.Repo, "https://") {

@@ -664,13 +664,18 @@ func (m *Mirror) writeNote(notes, commit string, body []byte) error {
 	return m.repo.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName(notes), h))
 }
 
-// Redact drops the password of a URL, for logs and errors.
+// Redact drops what a URL's user information may hide a token in, for
+// logs and errors: its password, and its user name but ssh's (git@).
 func Redact(u string) string {
 	p, err := url.Parse(u)
 	if err != nil || p.User == nil {
 		return u
 	}
-	if _, has := p.User.Password(); has {
+	_, hasPassword := p.User.Password()
+	switch {
+	case p.Scheme != "ssh":
+		p.User = url.User("REDACTED")
+	case hasPassword:
 		p.User = url.UserPassword(p.User.Username(), "REDACTED")
 	}
 	return p.String()

@@ -555,3 +555,21 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 		t.Fatalf("the pull request within the bounds: %v", err)
 	}
 }
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://git.example/fleet.git":            "https://git.example/fleet.git",
+		"https://s3cr3t@git.example/fleet.git":     "https://REDACTED@git.example/fleet.git",
+		"https://bot:s3cr3t@git.example/fleet.git": "https://REDACTED@git.example/fleet.git",
+		"git://s3cr3t@git.example/fleet.git":       "git://REDACTED@git.example/fleet.git",
+		"ssh://git@git.example/fleet.git":          "ssh://git@git.example/fleet.git",
+		"ssh://git:s3cr3t@git.example/fleet.git":   "ssh://git:REDACTED@git.example/fleet.git",
+		"git@git.example:fleet.git":                "git@git.example:fleet.git",
+		"/srv/git/fleet.git":                       "/srv/git/fleet.git",
+	} {
+		if got := source.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
