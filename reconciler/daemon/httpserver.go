@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -23,6 +24,11 @@ type HTTPLimits struct {
 	MaxHeaderBytes int
 	// MaxConns bounds the connections served at once (256).
 	MaxConns int
+	// MaxConnsPerClient bounds the connections one client address holds
+	// at once (32): past it, its next ones are closed as they come, so
+	// that one client cannot take every connection, the health probes'
+	// included.
+	MaxConnsPerClient int
 }
 
 // Server is an http.Server serving h within the limits.
@@ -37,9 +43,59 @@ func (l HTTPLimits) Server(h http.Handler) *http.Server {
 	}
 }
 
-// Listener accepts from ln at most MaxConns connections at once.
+// Listener accepts from ln at most MaxConns connections at once, and at
+// most MaxConnsPerClient of one client address.
 func (l HTTPLimits) Listener(ln net.Listener) net.Listener {
-	return netutil.LimitListener(ln, cmp.Or(l.MaxConns, 256))
+	per := &perClientListener{Listener: ln, max: cmp.Or(l.MaxConnsPerClient, 32), open: map[string]int{}}
+	return netutil.LimitListener(per, cmp.Or(l.MaxConns, 256))
+}
+
+// perClientListener closes a connection as it comes when its client
+// address already holds max.
+type perClientListener struct {
+	net.Listener
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (l *perClientListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		full := l.open[host] >= l.max
+		if !full {
+			l.open[host]++
+		}
+		l.mu.Unlock()
+		if full {
+			c.Close()
+			continue
+		}
+		return &clientConn{Conn: c, done: func() {
+			l.mu.Lock()
+			if l.open[host]--; l.open[host] == 0 {
+				delete(l.open, host)
+			}
+			l.mu.Unlock()
+		}}, nil
+	}
+}
+
+// clientConn gives its client's place back once, when it closes.
+type clientConn struct {
+	net.Conn
+	once sync.Once
+	done func()
+}
+
+func (c *clientConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
 }
 
 // securityHeaders sends the headers every page and answer carries: no

@@ -6,11 +6,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -255,5 +257,38 @@ func TestHTTPLimits(t *testing.T) {
 		if err := get(5 * time.Second); err != nil {
 			t.Fatalf("once a slot was free: %v", err)
 		}
+	})
+
+	// The review's attack: one client opens many half-sent requests (700
+	// made every health probe fail). It holds MaxConnsPerClient of them;
+	// its others are closed as they come, and another client is served.
+	t.Run("one client", func(t *testing.T) {
+		addr := serve(t, daemon.HTTPLimits{MaxConns: 8, MaxConnsPerClient: 3})
+		hostile := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+		served := 0
+		for range 10 {
+			c, err := hostile.DialContext(t.Context(), "tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"); err != nil {
+				continue // closed already
+			}
+			// A connection closed on arrival reads its end at once.
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+				served++
+			}
+		}
+		if served != 3 {
+			t.Errorf("the client held %d connections, want 3 (MaxConnsPerClient)", served)
+		}
+		cl := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := cl.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatalf("another client beside one holding its every slot: %v", err)
+		}
+		resp.Body.Close()
 	})
 }
