@@ -503,16 +503,12 @@ exit 1`)
 		}
 		return ""
 	})
-	// via GETs /ping of the route's host through the edge, over scheme
-	// (https: trusting roots, the user's certificate once made below).
-	var roots *x509.CertPool
-	via := func(scheme, host string) (int, string) {
+	httpVia := func(host string) (int, string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		client := &http.Client{Transport: &http.Transport{DialContext: sshx.Dialer{Proxy: r.sim.Edge()}.DialContext,
-			TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: host}}}
+		client := &http.Client{Transport: &http.Transport{DialContext: sshx.Dialer{Proxy: r.sim.Edge()}.DialContext}}
 		defer client.CloseIdleConnections()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+gatewayIP+"/ping", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gatewayIP+"/ping", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -526,25 +522,43 @@ exit 1`)
 		return resp.StatusCode, strings.TrimSpace(string(b))
 	}
 	waitFor(t, 2*time.Minute, func() string {
-		if code, body := via("http", "e2e.example"); code != http.StatusOK || body != "OK" {
+		if code, body := httpVia("e2e.example"); code != http.StatusOK || body != "OK" {
 			return fmt.Sprintf("GET http://%s/ping (Host e2e.example): %d %q", gatewayIP, code, body)
 		}
 		return ""
 	})
-	if code, body := via("http", "other.example"); code != http.StatusNotFound {
+	if code, body := httpVia("other.example"); code != http.StatusNotFound {
 		t.Errorf("GET http://%s/ping for a host no route names: %d %q, want 404", gatewayIP, code, body)
 	}
 	// HTTPS on the same Gateway: its listener websecure terminates TLS
 	// with the Secret opke-gateway-tls, the user's to make (the HTTP above
 	// was served before it existed); the route's host is served with that
 	// certificate, on the load balancer's port 443.
-	certPEM, keyPEM, pool := selfSignedTLS(t, "e2e.example")
-	roots = pool
+	certPEM, keyPEM, roots := selfSignedTLS(t, "e2e.example")
 	tlsSecret, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
 		"metadata": map[string]any{"name": "opke-gateway-tls"}, "data": map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM}})
 	post("/api/v1/namespaces/opke-gateway/secrets", string(tlsSecret))
+	httpsVia := func() (int, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		client := &http.Client{Transport: &http.Transport{DialContext: sshx.Dialer{Proxy: r.sim.Edge()}.DialContext,
+			TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "e2e.example"}}}
+		defer client.CloseIdleConnections()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+gatewayIP+"/ping", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "e2e.example"
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
 	waitFor(t, 2*time.Minute, func() string {
-		if code, body := via("https", "e2e.example"); code != http.StatusOK || body != "OK" {
+		if code, body := httpsVia(); code != http.StatusOK || body != "OK" {
 			return fmt.Sprintf("GET https://%s/ping (e2e.example, the Secret's certificate): %d %q", gatewayIP, code, body)
 		}
 		return ""
