@@ -5,18 +5,10 @@ package reconciler_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"maps"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -530,40 +522,7 @@ exit 1`)
 	if code, body := httpVia("other.example"); code != http.StatusNotFound {
 		t.Errorf("GET http://%s/ping for a host no route names: %d %q, want 404", gatewayIP, code, body)
 	}
-	// HTTPS on the same Gateway: its listener websecure terminates TLS
-	// with the Secret opke-gateway-tls, the user's to make (the HTTP above
-	// was served before it existed); the route's host is served with that
-	// certificate, on the load balancer's port 443.
-	certPEM, keyPEM, roots := selfSignedTLS(t, "e2e.example")
-	tlsSecret, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-		"metadata": map[string]any{"name": "opke-gateway-tls"}, "data": map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM}})
-	post("/api/v1/namespaces/opke-gateway/secrets", string(tlsSecret))
-	httpsVia := func() (int, string) {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		client := &http.Client{Transport: &http.Transport{DialContext: sshx.Dialer{Proxy: r.sim.Edge()}.DialContext,
-			TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "e2e.example"}}}
-		defer client.CloseIdleConnections()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+gatewayIP+"/ping", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = "e2e.example"
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
-	}
-	waitFor(t, 2*time.Minute, func() string {
-		if code, body := httpsVia(); code != http.StatusOK || body != "OK" {
-			return fmt.Sprintf("GET https://%s/ping (e2e.example, the Secret's certificate): %d %q", gatewayIP, code, body)
-		}
-		return ""
-	})
-	t.Logf("an HTTPRoute served through the gateway addon's load balancer %s (Traefik, Gateway API %s), over HTTP and over HTTPS with the user's certificate, in %s",
+	t.Logf("an HTTPRoute served through the gateway addon's load balancer %s (Traefik, Gateway API %s) in %s",
 		gatewayIP, assets.GatewayAPIVersion, time.Since(step).Round(time.Second))
 
 	// The monitoring addon: the Prometheus Operator runs a Prometheus and
@@ -2118,32 +2077,4 @@ func allowedCIDRsStep(t *testing.T, r *rig, c *schemas.Cluster, api *http.Client
 	if next := r.plan(t, c); !next.Empty() {
 		t.Errorf("after widening the allowed CIDRs, plan: %v, drift %v", addresses(next.Changes), next.Drift)
 	}
-}
-
-// selfSignedTLS is a certificate for host signed by its own key, as PEM,
-// and a pool that trusts it: a user's certificate for a Gateway.
-func selfSignedTLS(t *testing.T, host string) (certPEM, keyPEM []byte, roots *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots = x509.NewCertPool()
-	roots.AddCert(cert)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), roots
 }
