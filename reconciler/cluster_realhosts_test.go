@@ -2046,6 +2046,15 @@ func allowedCIDRsStep(t *testing.T, r *rig, c *schemas.Cluster, api *http.Client
 	}
 	until(false)
 	narrowed := time.Now()
+	// A new connection from the worker to the VIP's fixed address, as a
+	// kubelet starting anew would open (the running kubelet's connection
+	// predates the narrowing): the cluster's network is let in.
+	vip := after["openstack/load-balancer/demo-api"].Attrs["vip_address"].Value
+	worker := dialHost(t, r, after, "demo-default-0", dialHost(t, r, after, "demo-gateway-0", nil))
+	code, err := sshx.Run(t.Context(), worker, "curl -sk --max-time 10 -o /dev/null -w '%{http_code}' https://"+vip+":6443/healthz")
+	if err != nil || strings.TrimSpace(string(code)) == "000" {
+		t.Errorf("the worker's new connection to the API's VIP %s after the narrowing: %q, %v", vip, code, err)
+	}
 	// The worker's kubelet renews its lease every 10 s through the VIP's
 	// fixed address: a renewal after the narrowing is the kubelet still
 	// reaching the API from the cluster's network.
