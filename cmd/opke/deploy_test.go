@@ -187,8 +187,22 @@ func TestServeConfigMerge(t *testing.T) {
 		t.Errorf("merged config (-want +got):\n%s", d)
 	}
 	if defaults := newServeConfig(); defaults.Limits.MaxClusters != 20_000 || defaults.Limits.MaxFleetMiB != 32 || defaults.Limits.MaxFetchMiB != 128 ||
-		defaults.Limits.MaxObjectMiB != 32 || defaults.Limits.MaxInflatedMiB != 256 || defaults.Limits.MaxPullRequestServers != 1000 {
+		defaults.Limits.MaxObjectMiB != 32 || defaults.Limits.MaxInflatedMiB != 256 || defaults.Limits.MaxPullRequestServers != 1000 ||
+		defaults.Limits.MaxConnsPerClient != 32 {
 		t.Errorf("default limits %+v", defaults.Limits)
+	}
+	// The setting and flag of before, now the default, still start.
+	if err := os.WriteFile(path, []byte("repo: https://git.example/fleet.git\nskipForkPullRequests: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := newServeConfig()
+	if err := old.fromFile(path); err != nil || !old.SkipForkPullRequests || old.ForkPullRequests {
+		t.Errorf("an older config with skipForkPullRequests: %v, %+v", err, old)
+	}
+	fl = pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	newServeConfig().addFlags(fl)
+	if err := fl.Parse([]string{"--skip-fork-prs"}); err != nil {
+		t.Errorf("--skip-fork-prs: %v", err)
 	}
 }
 

@@ -203,6 +203,9 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 			return usagef("webhook secret: %w", err)
 		}
 	}
+	if cfg.SkipForkPullRequests {
+		a.logger.Warn("skipForkPullRequests is what forks' pull requests are by default; forkPullRequests: true turns them on", "fork_prs", cfg.ForkPullRequests)
+	}
 	if pct, from := gcPercent(cfg.GCPercent, os.Getenv("GOGC")); from != "GOGC" {
 		debug.SetGCPercent(pct)
 		a.logger.Info("the collector's target set", "gc_percent", pct, "from", from)
@@ -214,7 +217,7 @@ func (a *app) serve(ctx context.Context, cfg *serveConfig) error {
 		}
 		defer stop()
 	}
-	var limits daemon.HTTPLimits
+	limits := daemon.HTTPLimits{MaxConnsPerClient: cfg.Limits.MaxConnsPerClient}
 	srv := limits.Server(d.Handler(secret))
 	go func() { _ = srv.Serve(limits.Listener(listener)) }()
 	defer func() {

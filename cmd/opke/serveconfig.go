@@ -54,10 +54,18 @@ type serveConfig struct {
 		// MaxPullRequestServers bounds the servers a pull request may add
 		// to the fleet: one over it is not planned.
 		MaxPullRequestServers int `yaml:"maxPullRequestServers"`
+		// MaxConnsPerClient bounds the HTTP connections one client
+		// address holds at once (behind a proxy or load balancer that
+		// hides the clients' addresses, every client is one).
+		MaxConnsPerClient int `yaml:"maxConnsPerClient"`
 	} `yaml:"limits"`
-	Interval       time.Duration `yaml:"interval"`
-	ResyncInterval time.Duration `yaml:"resyncInterval"`
-	LeaderTTL      time.Duration `yaml:"leaderTTL"`
+	// SkipForkPullRequests is the setting of before forkPullRequests,
+	// whose default it now is: accepted, with a warning, so that an older
+	// configuration still starts.
+	SkipForkPullRequests bool          `yaml:"skipForkPullRequests"`
+	Interval             time.Duration `yaml:"interval"`
+	ResyncInterval       time.Duration `yaml:"resyncInterval"`
+	LeaderTTL            time.Duration `yaml:"leaderTTL"`
 	// GCPercent is Go's collector target (GOGC) for the daemon; 0: GOGC
 	// from the environment when set, else defaultGCPercent.
 	GCPercent   int    `yaml:"gcPercent"`
@@ -135,6 +143,7 @@ func newServeConfig() *serveConfig {
 	c.Limits.MaxObjectMiB = source.DefaultMaxObjectBytes >> 20
 	c.Limits.MaxInflatedMiB = source.DefaultMaxInflatedBytes >> 20
 	c.Limits.MaxPullRequestServers = daemon.DefaultMaxPullRequestServers
+	c.Limits.MaxConnsPerClient = daemon.DefaultMaxConnsPerClient
 	return c
 }
 
@@ -165,6 +174,9 @@ func (c *serveConfig) addFlags(fl *pflag.FlagSet) {
 	fl.IntVar(&c.Limits.MaxObjectMiB, "max-object-mib", c.Limits.MaxObjectMiB, "largest object a fetched pack may hold once inflated, in MiB (a delta: the object it makes)")
 	fl.IntVar(&c.Limits.MaxInflatedMiB, "max-inflated-mib", c.Limits.MaxInflatedMiB, "most MiB the objects of one fetched pack may make once inflated")
 	fl.IntVar(&c.Limits.MaxPullRequestServers, "max-pr-servers", c.Limits.MaxPullRequestServers, "most servers a pull request may add to the fleet; one that adds more is not planned")
+	fl.IntVar(&c.Limits.MaxConnsPerClient, "max-conns-per-client", c.Limits.MaxConnsPerClient, "most HTTP connections one client address holds at once (behind a proxy that hides the clients' addresses, raise it)")
+	fl.BoolVar(&c.SkipForkPullRequests, "skip-fork-prs", false, "what forks' pull requests are by default now")
+	_ = fl.MarkDeprecated("skip-fork-prs", "forks' pull requests are skipped by default; --fork-prs turns them on")
 	fl.DurationVar(&c.Interval, "interval", c.Interval, "poll period (with up to 10% jitter)")
 	fl.DurationVar(&c.ResyncInterval, "resync-interval", c.ResyncInterval, "period of the drift checks (cloud and hosts' files)")
 	fl.DurationVar(&c.LeaderTTL, "leader-ttl", c.LeaderTTL, "how long the leadership and the clusters' leases outlive a daemon that died")
@@ -209,6 +221,8 @@ func (c *serveConfig) merge(fl *pflag.FlagSet, file *serveConfig) {
 	set("max-object-mib", func() { c.Limits.MaxObjectMiB = file.Limits.MaxObjectMiB })
 	set("max-inflated-mib", func() { c.Limits.MaxInflatedMiB = file.Limits.MaxInflatedMiB })
 	set("max-pr-servers", func() { c.Limits.MaxPullRequestServers = file.Limits.MaxPullRequestServers })
+	set("max-conns-per-client", func() { c.Limits.MaxConnsPerClient = file.Limits.MaxConnsPerClient })
+	set("skip-fork-prs", func() { c.SkipForkPullRequests = file.SkipForkPullRequests })
 	set("interval", func() { c.Interval = file.Interval })
 	set("resync-interval", func() { c.ResyncInterval = file.ResyncInterval })
 	set("leader-ttl", func() { c.LeaderTTL = file.LeaderTTL })
@@ -270,8 +284,8 @@ func (c *serveConfig) Validate() error {
 		bad("resyncInterval %s: at least 1s", c.ResyncInterval)
 	}
 	if c.Limits.MaxClusters < 1 || c.Limits.MaxFleetMiB < 1 || c.Limits.MaxFetchMiB < 1 || c.Limits.MaxObjectMiB < 1 || c.Limits.MaxInflatedMiB < 1 ||
-		c.Limits.MaxPullRequestServers < 1 {
-		bad("limits: maxClusters, maxFleetMiB, maxFetchMiB, maxObjectMiB, maxInflatedMiB and maxPullRequestServers must be at least 1")
+		c.Limits.MaxPullRequestServers < 1 || c.Limits.MaxConnsPerClient < 1 {
+		bad("limits: maxClusters, maxFleetMiB, maxFetchMiB, maxObjectMiB, maxInflatedMiB, maxPullRequestServers and maxConnsPerClient must be at least 1")
 	}
 	if c.LeaderTTL < time.Second {
 		bad("leaderTTL %s: at least 1s", c.LeaderTTL)

@@ -25,11 +25,14 @@ type HTTPLimits struct {
 	// MaxConns bounds the connections served at once (256).
 	MaxConns int
 	// MaxConnsPerClient bounds the connections one client address holds
-	// at once (32): past it, its next ones are closed as they come, so
-	// that one client cannot take every connection, the health probes'
-	// included.
+	// at once (DefaultMaxConnsPerClient): past it, its next ones are
+	// closed as they come, so that one client cannot take every
+	// connection, the health probes' included.
 	MaxConnsPerClient int
 }
+
+// DefaultMaxConnsPerClient is HTTPLimits.MaxConnsPerClient's default.
+const DefaultMaxConnsPerClient = 32
 
 // Server is an http.Server serving h within the limits.
 func (l HTTPLimits) Server(h http.Handler) *http.Server {
@@ -46,7 +49,7 @@ func (l HTTPLimits) Server(h http.Handler) *http.Server {
 // Listener accepts from ln at most MaxConns connections at once, and at
 // most MaxConnsPerClient of one client address.
 func (l HTTPLimits) Listener(ln net.Listener) net.Listener {
-	per := &perClientListener{Listener: ln, max: cmp.Or(l.MaxConnsPerClient, 32), open: map[string]int{}}
+	per := &perClientListener{Listener: ln, max: cmp.Or(l.MaxConnsPerClient, DefaultMaxConnsPerClient), open: map[string]int{}}
 	return netutil.LimitListener(per, cmp.Or(l.MaxConns, 256))
 }
 

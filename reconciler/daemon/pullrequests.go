@@ -132,7 +132,7 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 	if j.broken {
 		return
 	}
-	if added, max := addedServers(j, applied), cmp.Or(d.cfg.MaxPullRequestServers, DefaultMaxPullRequestServers); added > max {
+	if added, max := addedServers(j, applied, d.trackedFleet(ctx)), cmp.Or(d.cfg.MaxPullRequestServers, DefaultMaxPullRequestServers); added > max {
 		msg := fmt.Sprintf("not planned: the pull request adds %d servers to the fleet, over the daemon's bound of %d (--max-pr-servers)", added, max)
 		for _, name := range j.concerned(applied) {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: msg, Started: started, Finished: time.Now()}
@@ -164,28 +164,62 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 const DefaultMaxPullRequestServers = 1000
 
 // addedServers is how many servers the valid clusters want beyond those
-// their applied specs have (a new cluster's all), counted from the specs
-// before anything is planned.
-func addedServers(j judged, applied map[string]*reconciler.AppliedSpec) int {
+// they have, counted from the specs before anything is planned, part by
+// part (the gateway, the controllers, each worker pool by name: a
+// renamed pool's servers are all new): what a part has is the larger of
+// its applied spec's and the tracked branch's head's (a cluster whose
+// first apply is under way is not counted against every pull request).
+func addedServers(j judged, applied map[string]*reconciler.AppliedSpec, tracked map[string]*schemas.Cluster) int {
 	added := 0
 	for name, c := range j.valid {
-		had := 0
-		if a := applied[name]; a != nil && a.Spec != nil {
-			had = serversOf(a.Spec)
+		had := map[string]int{}
+		for _, base := range []*schemas.Cluster{tracked[name], appliedSpec(applied[name])} {
+			for part, n := range serversOf(base) {
+				had[part] = max(had[part], n)
+			}
 		}
-		added += max(0, serversOf(c)-had)
+		for part, n := range serversOf(c) {
+			added += max(0, n-had[part])
+		}
 	}
 	return added
 }
 
-// serversOf counts a cluster spec's servers: its gateway, controllers and
-// workers.
-func serversOf(c *schemas.Cluster) int {
-	n := 1 + c.Spec.Controllers.Count
+func appliedSpec(a *reconciler.AppliedSpec) *schemas.Cluster {
+	if a == nil {
+		return nil
+	}
+	return a.Spec
+}
+
+// serversOf counts a cluster spec's servers by part: its gateway, its
+// controllers and each worker pool; none for nil.
+func serversOf(c *schemas.Cluster) map[string]int {
+	if c == nil {
+		return nil
+	}
+	n := map[string]int{"gateway": 1, "controllers": c.Spec.Controllers.Count}
 	for _, p := range c.Spec.WorkerPools {
-		n += p.Count
+		n["pool "+p.Name] += p.Count
 	}
 	return n
+}
+
+// trackedFleet is the valid clusters at the tracked branch's last head
+// this daemon took in, or nil if it cannot read them.
+func (d *Daemon) trackedFleet(ctx context.Context) map[string]*schemas.Cluster {
+	d.mu.Lock()
+	head := d.seen[d.cfg.Source.Branch()]
+	d.mu.Unlock()
+	if head == "" {
+		return nil
+	}
+	fleet, err := d.readFleet(ctx, head)
+	if err != nil {
+		d.log.Warn("read the tracked branch's fleet for a pull request's bound", "commit", head, "err", err)
+		return nil
+	}
+	return judge(fleet).valid
 }
 
 // unfinishedPRs reports the pull request heads whose plan a leader began

@@ -68,8 +68,12 @@ type MirrorOptions struct {
 	MaxFetchBytes int64
 	// Pack bounds what each fetched pack may hold once inflated
 	// (DefaultMaxObjectBytes, DefaultMaxInflatedBytes): a fetch over it
-	// is refused before go-git indexes the object over it.
+	// is refused before go-git indexes the object over it. MaxTotal bounds
+	// pull requests' fetches only.
 	Pack PackLimits
+	// PullRequestFetchTimeout bounds each pull request's fetch
+	// (DefaultPullRequestFetchTimeout): the tracked branch waits for it.
+	PullRequestFetchTimeout time.Duration
 	// Forks follows the pull request heads that no branch of the
 	// repository holds (a fork's, which anyone can open); without it
 	// they are neither fetched nor planned.
@@ -79,6 +83,10 @@ type MirrorOptions struct {
 
 // DefaultMaxFetchBytes is MirrorOptions.MaxFetchBytes' default.
 const DefaultMaxFetchBytes = 128 << 20
+
+// DefaultPullRequestFetchTimeout is MirrorOptions.PullRequestFetchTimeout's
+// default.
+const DefaultPullRequestFetchTimeout = 2 * time.Minute
 
 // ErrFetchTooLarge is a fetch whose pack is over MaxFetchBytes.
 var ErrFetchTooLarge = errors.New("the fetch is larger than its limit")
@@ -115,7 +123,8 @@ func OpenMirror(ctx context.Context, opts MirrorOptions) (*Mirror, error) {
 	opts.MaxFetchBytes = cmp.Or(opts.MaxFetchBytes, DefaultMaxFetchBytes)
 	opts.Pack.MaxObject = cmp.Or(opts.Pack.MaxObject, DefaultMaxObjectBytes)
 	opts.Pack.MaxTotal = cmp.Or(opts.Pack.MaxTotal, DefaultMaxInflatedBytes)
-	st := &cacheStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes, pack: opts.Pack}
+	opts.PullRequestFetchTimeout = cmp.Or(opts.PullRequestFetchTimeout, DefaultPullRequestFetchTimeout)
+	st := &cacheStorage{Storage: filesystem.NewStorage(osfs.New(opts.Dir), cache.NewObjectLRUDefault()), dir: opts.Dir, max: opts.MaxFetchBytes, maxObject: opts.Pack.MaxObject}
 	repo, err := git.Open(st, nil)
 	if errors.Is(err, git.ErrRepositoryNotExists) {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
@@ -316,7 +325,7 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	if len(trusted) > 0 {
-		if err := m.fetch(ctx, remote, trusted...); err != nil {
+		if err := m.fetch(ctx, remote, m.trusted(), trusted...); err != nil {
 			return nil, fmt.Errorf("fetch from %s: %w", Redact(m.opts.URL), err)
 		}
 	}
@@ -345,38 +354,47 @@ func (m *Mirror) Sync(ctx context.Context) (map[string]string, error) {
 	for _, hash := range want {
 		heads[hash] = true
 	}
-	maps.DeleteFunc(m.failed, func(hash string, _ error) bool { return !heads[hash] })
+	maps.DeleteFunc(m.failed, func(hash string, _ error) bool { return !heads[hash] || m.has(hash) })
 	m.opts.Logger.Debug("fetched", "remote", Redact(m.opts.URL), "refs", len(trusted))
 	m.seen = want
 	return withoutNotes(want), nil
 }
 
 // FetchPullRequest fetches a pull request head that Sync returned at
-// commit, alone, its pack bounded as every fetch is. A head whose fetch
-// failed is not fetched again: its failure is returned, and Read of it
-// returns it too, until the pull request moves. A head the cache has
-// costs nothing.
+// commit, alone: its pack bounded in size, in what it holds once inflated
+// (MirrorOptions.Pack, whole) and in time (PullRequestFetchTimeout). A
+// head refused by a bound is not fetched again: its refusal is returned,
+// and Read of it returns it too, until the pull request moves. A head the
+// cache has costs nothing.
 func (m *Mirror) FetchPullRequest(ctx context.Context, ref, commit string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.failed[commit]; err != nil {
-		return err
-	}
 	if !m.IsPullRequest(ref) {
 		return fmt.Errorf("%s is not a pull request head", ref)
 	}
 	if !m.has(commit) {
+		if err := m.failed[commit]; err != nil {
+			return err
+		}
 		remote, err := m.repo.Remote("origin")
 		if err != nil {
 			return fmt.Errorf("git cache: %w", err)
 		}
-		if err := m.fetch(ctx, remote, config.RefSpec("+"+ref+":"+ref)); err != nil {
+		// Bounded in time too: Sync, Read and the notes wait for it.
+		fctx, cancel := context.WithTimeout(ctx, m.opts.PullRequestFetchTimeout)
+		defer cancel()
+		if err := m.fetch(fctx, remote, m.opts.Pack, config.RefSpec("+"+ref+":"+ref)); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
+			if fctx.Err() != nil {
+				err = fmt.Errorf("not fetched within %s: %w", m.opts.PullRequestFetchTimeout, err)
+			}
 			err = fmt.Errorf("fetch %s from %s: %w", ref, Redact(m.opts.URL), err)
 			m.opts.Logger.Warn("fetch a pull request", "ref", ref, "commit", commit, "err", err)
-			m.failed[commit] = err
+			if errors.Is(err, ErrFetchTooLarge) || errors.Is(err, ErrPackTooLarge) {
+				m.failed[commit] = err // the same pack again would be refused again
+			}
 			return err
 		}
 		if !m.has(commit) {
@@ -391,6 +409,11 @@ func (m *Mirror) FetchPullRequest(ctx context.Context, ref, commit string) error
 	}
 	return nil
 }
+
+// trusted are the bounds of the tracked branch's and the notes' fetches:
+// each object, not the whole (a new cache fetches the fleet's whole
+// history, and every commit's notes).
+func (m *Mirror) trusted() PackLimits { return PackLimits{MaxObject: m.opts.Pack.MaxObject} }
 
 func (m *Mirror) has(hash string) bool {
 	_, err := m.repo.CommitObject(plumbing.NewHash(hash))
@@ -412,11 +435,11 @@ func (m *Mirror) Read(ctx context.Context, commit string, fn func(fs.FS) error) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := m.failed[commit]; err != nil {
-		return err
-	}
 	c, err := m.repo.CommitObject(plumbing.NewHash(commit))
 	if err != nil {
+		if ferr := m.failed[commit]; ferr != nil {
+			return ferr
+		}
 		return fmt.Errorf("%w %s: %w", ErrUnknownRevision, commit, err)
 	}
 	tree, err := c.Tree()
@@ -568,7 +591,7 @@ func (m *Mirror) AddNotes(ctx context.Context, commit string, bodies map[string]
 		// The remote's notes first, each apart: a fetch that finds none is
 		// no error.
 		for _, ref := range refs {
-			err := m.fetch(ctx, remote, config.RefSpec("+"+ref+":"+ref))
+			err := m.fetch(ctx, remote, m.trusted(), config.RefSpec("+"+ref+":"+ref))
 			if err != nil && !isNoMatchingRef(err) {
 				return fmt.Errorf("fetch the notes from %s: %w", Redact(m.opts.URL), err)
 			}
@@ -776,13 +799,14 @@ func (m *Mirror) Since(ctx context.Context, base, head string, limit int) ([]str
 }
 
 // fetch fetches specs from remote, the pack bounded by MaxFetchBytes (a
-// larger one is ErrFetchTooLarge); already up to date is no error. The
-// caller holds m.mu.
-func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.RefSpec) error {
+// larger one is ErrFetchTooLarge) and what it holds by lim
+// (ErrPackTooLarge); already up to date is no error. The caller holds
+// m.mu.
+func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, lim PackLimits, specs ...config.RefSpec) error {
 	slices.Sort(specs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	bound := m.storage.arm(cancel)
+	bound := m.storage.arm(cancel, lim)
 	defer m.storage.disarm()
 	err := remote.FetchContext(ctx, &git.FetchOptions{RefSpecs: specs, Auth: m.opts.Auth, Force: true, Tags: git.NoTags})
 	switch {
@@ -810,9 +834,11 @@ func (m *Mirror) fetch(ctx context.Context, remote *git.Remote, specs ...config.
 // every later listing of the refs fails on.
 type cacheStorage struct {
 	*filesystem.Storage
-	dir  string
-	max  int64
-	pack PackLimits
+	dir string
+	max int64
+	// maxObject bounds each object of a pack fetched with no bound
+	// armed (none is: every fetch arms its own).
+	maxObject int64
 	// fetch is the bound of the fetch under way (fetches take turns
 	// under the mirror's mutex).
 	fetch *fetchBound
@@ -824,10 +850,12 @@ type fetchBound struct {
 	// why is the scan's refusal, when that is what cut the fetch (set
 	// before over).
 	why error
+	// lim bounds what the pack holds once inflated.
+	lim PackLimits
 }
 
-func (s *cacheStorage) arm(cancel context.CancelFunc) *fetchBound {
-	s.fetch = &fetchBound{cancel: cancel}
+func (s *cacheStorage) arm(cancel context.CancelFunc, lim PackLimits) *fetchBound {
+	s.fetch = &fetchBound{cancel: cancel, lim: lim}
 	return s.fetch
 }
 
@@ -844,9 +872,9 @@ func (s *cacheStorage) PackfileWriter() (io.WriteCloser, error) {
 	}
 	bound := s.fetch
 	if bound == nil {
-		bound = &fetchBound{cancel: func() {}}
+		bound = &fetchBound{cancel: func() {}, lim: PackLimits{MaxObject: s.maxObject}}
 	}
-	return &boundedWriter{w: w, left: s.max, dir: s.dir, bound: bound, gate: newPackGate(s.pack)}, nil
+	return &boundedWriter{w: w, left: s.max, dir: s.dir, bound: bound, gate: newPackGate(bound.lim)}, nil
 }
 
 type boundedWriter struct {

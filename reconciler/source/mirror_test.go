@@ -504,6 +504,18 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 	bomb := gittest.Commit(t, remote, "bomb", gittest.Files(map[string]string{"zeros": string(make([]byte, 8<<20))}))
 	setRef(t, remote, "refs/pull/1/head", bomb)
 	gittest.Git(t, dir, "reset", "-q", "--hard", a.String())
+	// The tracked branch's history makes more than the pack's total bound
+	// (ten versions of a 512 KiB file: 5 MiB once inflated, a small pack
+	// of deltas), which bounds pull requests only: a new cache fetches
+	// the fleet's whole history.
+	noise := make([]byte, 512<<10)
+	if _, err := rand.Read(noise); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		noise[i] = 'x'
+		gittest.Commit(t, remote, fmt.Sprint("v", i), gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "a\n", "history": string(noise)}))
+	}
 	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
 	setRef(t, remote, "refs/heads/main", b)
 

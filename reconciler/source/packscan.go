@@ -19,12 +19,21 @@ import (
 
 // PackLimits bound what one fetched pack may hold once inflated.
 type PackLimits struct {
-	// MaxObject bounds each object: a commit, tree, blob or tag, or the
-	// object a delta makes from its base.
+	// MaxObject bounds each object: a commit, tree, blob or tag, a
+	// delta's instructions, and the object a delta makes from its base.
 	MaxObject int64
-	// MaxTotal bounds the sum of the objects' sizes over the pack.
+	// MaxTotal, if not 0, bounds the pack's whole cost: what its objects
+	// inflate to (a delta's instructions and the object it makes), and
+	// objectCost for each object, so that neither many empty objects nor
+	// deltas of large instructions and small results get round it. A
+	// pull request's fetch has it; the tracked branch's does not (its
+	// history, notes included, is as long as the fleet's life).
 	MaxTotal int64
 }
+
+// objectCost is what each object of a pack counts for besides its
+// bytes: what go-git's parser and index keep of it, with room to spare.
+const objectCost = 1 << 10
 
 // The default bounds: a fleet repository holds specs of a few KiB each.
 const (
@@ -64,6 +73,9 @@ func ScanPack(r io.Reader, lim PackLimits) error {
 		return fmt.Errorf("pack version %d", v)
 	}
 	count := binary.BigEndian.Uint32(head[8:12])
+	if lim.MaxTotal > 0 && int64(count)*objectCost > lim.MaxTotal {
+		return fmt.Errorf("%w: it holds %d objects, over the %d its bound of %s allows", ErrPackTooLarge, count, lim.MaxTotal/objectCost, mib(lim.MaxTotal))
+	}
 	var total int64
 	for i := range count {
 		typ, size, err := objectHeader(br)
@@ -88,7 +100,10 @@ func ScanPack(r io.Reader, lim PackLimits) error {
 		if err != nil {
 			return fmt.Errorf("object %d of %d (a %s): %w", i+1, count, name, err)
 		}
-		if total += made; total > lim.MaxTotal {
+		if typ == objOfsDelta || typ == objRefDelta {
+			made += size // its instructions, inflated too
+		}
+		if total += made + objectCost; lim.MaxTotal > 0 && total > lim.MaxTotal {
 			return fmt.Errorf("%w: its objects make more than %s (at object %d of %d)", ErrPackTooLarge, mib(lim.MaxTotal), i+1, count)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,6 +108,9 @@ func TestScanPack(t *testing.T) {
 	rand.Read(noise)
 	blob := func(data []byte) []byte { return packObject(3, len(data), nil, data) }
 	base := make([]byte, 20)
+	// A delta whose instructions (zeros: not a valid delta, which the
+	// scan does not ask) inflate to 1 MiB, making an object of one byte.
+	bigDelta := packObject(7, 1<<20, base, append(delta(10, 1), make([]byte, 1<<20-len(delta(10, 1)))...))
 	for _, tt := range []struct {
 		name string
 		pack []byte
@@ -122,16 +126,21 @@ func TestScanPack(t *testing.T) {
 			want: "(a blob): the fetch holds more than its limit once inflated: it declares 4 MiB, over 3 MiB", bound: true},
 		{name: "git's pack over the total", pack: byName, lim: source.PackLimits{MaxObject: 4 << 20, MaxTotal: 4 << 20},
 			want: "its objects make more than 4 MiB", bound: true},
-		{name: "objects each within, together over", pack: pack(blob(noise), blob(noise), blob(noise)), lim: source.PackLimits{MaxObject: 64 << 10, MaxTotal: 128 << 10},
-			want: "its objects make more than 128 KiB (at object 3 of 3)", bound: true},
+		{name: "objects each within, together over", pack: pack(blob(noise), blob(noise), blob(noise)), lim: source.PackLimits{MaxObject: 64 << 10, MaxTotal: 140 << 10},
+			want: "its objects make more than 140 KiB (at object 3 of 3)", bound: true},
+		{name: "objects each within, no total bound (the tracked branch's)", pack: pack(blob(noise), blob(noise), blob(noise)), lim: source.PackLimits{MaxObject: 64 << 10}},
+		{name: "deltas of large instructions and small results", pack: pack(bigDelta, bigDelta, bigDelta), lim: source.PackLimits{MaxObject: 2 << 20, MaxTotal: 2 << 20},
+			want: "its objects make more than 2 MiB (at object 2 of 3)", bound: true},
+		{name: "many empty objects", pack: pack(slices.Repeat([][]byte{blob(nil)}, 2000)...), lim: source.PackLimits{MaxObject: 1 << 20, MaxTotal: 1 << 20},
+			want: "it holds 2000 objects, over the 1024 its bound of 1 MiB allows", bound: true},
 		{name: "a delta that makes an object over the bound", pack: pack(packObject(7, len(delta(10, 600<<20)), base, delta(10, 600<<20))), lim: source.PackLimits{MaxObject: 32 << 20, MaxTotal: 64 << 20},
 			want: "object 1 of 1 (a delta): the fetch holds more than its limit once inflated: it makes an object of 600 MiB, over 32 MiB", bound: true},
-		{name: "an offset delta within", pack: pack(blob([]byte("0123456789")), packObject(6, len(delta(10, 1)), []byte{11}, delta(10, 1))), lim: source.PackLimits{MaxObject: 32, MaxTotal: 64}},
+		{name: "an offset delta within", pack: pack(blob([]byte("0123456789")), packObject(6, len(delta(10, 1)), []byte{11}, delta(10, 1))), lim: source.PackLimits{MaxObject: 32, MaxTotal: 64 << 10}},
 		{name: "a header that declares less than it inflates to", pack: pack(packObject(3, 10, nil, make([]byte, 1<<20))), lim: source.PackLimits{MaxObject: 32 << 20, MaxTotal: 64 << 20},
 			want: "it inflates past the 10 bytes it declares", bound: true},
 		{name: "a header that declares more", pack: pack(packObject(3, 100, nil, make([]byte, 10))), lim: source.PackLimits{MaxObject: 32 << 20, MaxTotal: 64 << 20},
 			want: "it inflates to 10 bytes, not the 100 it declares"},
-		{name: "an unknown type", pack: pack(packObject(5, 1, nil, []byte("x"))), lim: source.PackLimits{MaxObject: 32, MaxTotal: 64}, want: "object 1 of 1: type 5"},
+		{name: "an unknown type", pack: pack(packObject(5, 1, nil, []byte("x"))), lim: source.PackLimits{MaxObject: 32, MaxTotal: 64 << 10}, want: "object 1 of 1: type 5"},
 		{name: "cut short", pack: ofs[:len(ofs)/2], lim: source.PackLimits{MaxObject: 32 << 20, MaxTotal: 64 << 20}, want: "unexpected EOF"},
 		{name: "not a pack", pack: []byte("PACX\x00\x00\x00\x02\x00\x00\x00\x00"), lim: source.PackLimits{MaxObject: 1, MaxTotal: 1}, want: "not a pack"},
 	} {
