@@ -132,7 +132,7 @@ func (d *Daemon) pullRequest(ctx context.Context, ref, commit string) {
 	if j.broken {
 		return
 	}
-	if added, max := addedServers(j, applied, d.trackedFleet(ctx)), cmp.Or(d.cfg.MaxPullRequestServers, DefaultMaxPullRequestServers); added > max {
+	if added, max := addedServers(j, applied, d.trackedFleet()), cmp.Or(d.cfg.MaxPullRequestServers, DefaultMaxPullRequestServers); added > max {
 		msg := fmt.Sprintf("not planned: the pull request adds %d servers to the fleet, over the daemon's bound of %d (--max-pr-servers)", added, max)
 		for _, name := range j.concerned(applied) {
 			n.Clusters[name] = &report.Cluster{State: report.Failure, Summary: msg, Started: started, Finished: time.Now()}
@@ -205,21 +205,13 @@ func serversOf(c *schemas.Cluster) map[string]int {
 	return n
 }
 
-// trackedFleet is the valid clusters at the tracked branch's last head
-// this daemon took in, or nil if it cannot read them.
-func (d *Daemon) trackedFleet(ctx context.Context) map[string]*schemas.Cluster {
+// trackedFleet is the valid clusters at the tracked branch's head the
+// leader dispatched last (nil before the first): kept from the dispatch,
+// not read from git again for each pull request.
+func (d *Daemon) trackedFleet() map[string]*schemas.Cluster {
 	d.mu.Lock()
-	head := d.seen[d.cfg.Source.Branch()]
-	d.mu.Unlock()
-	if head == "" {
-		return nil
-	}
-	fleet, err := d.readFleet(ctx, head)
-	if err != nil {
-		d.log.Warn("read the tracked branch's fleet for a pull request's bound", "commit", head, "err", err)
-		return nil
-	}
-	return judge(fleet).valid
+	defer d.mu.Unlock()
+	return d.fleet
 }
 
 // unfinishedPRs reports the pull request heads whose plan a leader began
