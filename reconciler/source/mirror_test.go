@@ -297,28 +297,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
 	setRef(t, remote, "refs/heads/main", b)
 
-	cache := filepath.Join(t.TempDir(), "cache")
-	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", MaxFetchBytes: 64 << 10, Forks: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	refs, err := m.Sync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if refs["refs/heads/main"] != b.String() {
-		t.Fatalf("the tracked branch did not move past a pull request over the limit: %v", refs)
-	}
-	if err := m.FetchPullRequest(ctx, "refs/pull/1/head", huge.String()); !errors.Is(err, source.ErrFetchTooLarge) {
-		t.Fatalf("FetchPullRequest over the limit: %v, want ErrFetchTooLarge", err)
-	}
-	err = m.Read(ctx, huge.String(), func(fs.FS) error { return nil })
-	if !errors.Is(err, source.ErrFetchTooLarge) {
-		t.Fatalf("Read of the pull request over the limit: %v, want ErrFetchTooLarge", err)
-	}
-	if tmp, _ := filepath.Glob(filepath.Join(cache, "objects", "pack", "tmp_pack_*")); len(tmp) > 0 {
-		t.Errorf("temporary packs left: %v", tmp)
-	}
+	m, _ := refusePullRequest(t, source.MirrorOptions{URL: dir, Branch: "main", MaxFetchBytes: 64 << 10, Forks: true}, b, huge, source.ErrFetchTooLarge)
 	// The next fetch that brings a pack (the notes another writer pushed,
 	// fetched before a push) is bounded afresh, not cut by the last one's
 	// overflow.
@@ -344,7 +323,7 @@ func TestMirrorBoundsPullRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	setRef(t, remote, "refs/pull/2/head", c)
-	refs, err = forks.Sync(ctx)
+	refs, err := forks.Sync(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,28 +498,10 @@ func TestMirrorBoundsInflatedObjects(t *testing.T) {
 	b := gittest.Commit(t, remote, "b", gittest.Files(map[string]string{"clusters/demo/cluster.yaml": "b\n"}))
 	setRef(t, remote, "refs/heads/main", b)
 
-	cache := filepath.Join(t.TempDir(), "cache")
-	m, err := source.OpenMirror(ctx, source.MirrorOptions{URL: dir, Dir: cache, Branch: "main", Forks: true,
-		MaxFetchBytes: 1 << 20, Pack: source.PackLimits{MaxObject: 1 << 20, MaxTotal: 4 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	refs, err := m.Sync(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if refs["refs/heads/main"] != b.String() {
-		t.Fatalf("the tracked branch did not move past the pull request: %v", refs)
-	}
-	if err := m.FetchPullRequest(ctx, "refs/pull/1/head", bomb.String()); !errors.Is(err, source.ErrPackTooLarge) {
-		t.Fatalf("FetchPullRequest of the bomb: %v, want ErrPackTooLarge", err)
-	}
-	err = m.Read(ctx, bomb.String(), func(fs.FS) error { return nil })
-	if !errors.Is(err, source.ErrPackTooLarge) || !strings.Contains(err.Error(), "it declares 8 MiB, over 1 MiB") {
-		t.Fatalf("Read of the pull request: %v, want ErrPackTooLarge for its 8 MiB blob", err)
-	}
-	if tmp, _ := filepath.Glob(filepath.Join(cache, "objects", "pack", "tmp_*")); len(tmp) > 0 {
-		t.Errorf("temporary packs left: %v", tmp)
+	m, err := refusePullRequest(t, source.MirrorOptions{URL: dir, Branch: "main", Forks: true,
+		MaxFetchBytes: 1 << 20, Pack: source.PackLimits{MaxObject: 1 << 20, MaxTotal: 4 << 20}}, b, bomb, source.ErrPackTooLarge)
+	if !strings.Contains(err.Error(), "it declares 8 MiB, over 1 MiB") {
+		t.Fatalf("Read of the pull request: %v, want it to name its 8 MiB blob", err)
 	}
 	if err := m.Read(ctx, b.String(), func(fsys fs.FS) error {
 		got, err := fs.ReadFile(fsys, "clusters/demo/cluster.yaml")
@@ -584,4 +545,36 @@ func TestRedact(t *testing.T) {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// refusePullRequest opens a mirror of opts in a cache of its own and syncs
+// it: the tracked branch moves to main; then refs/pull/1/head at pr is
+// refused with want, and so is Read of pr, whose error it returns; no
+// temporary pack is left.
+func refusePullRequest(t *testing.T, opts source.MirrorOptions, main, pr plumbing.Hash, want error) (*source.Mirror, error) {
+	t.Helper()
+	ctx := context.Background()
+	opts.Dir = filepath.Join(t.TempDir(), "cache")
+	m, err := source.OpenMirror(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := m.Sync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs["refs/heads/main"] != main.String() {
+		t.Fatalf("the tracked branch did not move past the pull request: %v", refs)
+	}
+	if err := m.FetchPullRequest(ctx, "refs/pull/1/head", pr.String()); !errors.Is(err, want) {
+		t.Fatalf("FetchPullRequest: %v, want %v", err, want)
+	}
+	err = m.Read(ctx, pr.String(), func(fs.FS) error { return nil })
+	if !errors.Is(err, want) {
+		t.Fatalf("Read of the refused pull request: %v, want %v", err, want)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(opts.Dir, "objects", "pack", "tmp_*")); len(tmp) > 0 {
+		t.Errorf("temporary packs left: %v", tmp)
+	}
+	return m, err
 }

@@ -121,17 +121,14 @@ func objectHeader(br *bufio.Reader) (byte, int64, error) {
 	size := int64(b & 15)
 	for shift := 4; b&0x80 != 0; shift += 7 {
 		if shift > 56 {
-			return 0, 0, errors.New("its size does not fit 64 bits")
+			return 0, 0, errors.New("its size does not fit 60 bits")
 		}
 		if b, err = br.ReadByte(); err != nil {
 			return 0, 0, err
 		}
 		size |= int64(b&0x7f) << shift
 	}
-	if size < 0 {
-		return 0, 0, errors.New("its size does not fit 63 bits")
-	}
-	return typ, size, nil
+	return typ, size, nil // at most 60 bits: never negative
 }
 
 // skipOffset reads an offset delta's base offset (its own varint form).
